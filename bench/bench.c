@@ -1,0 +1,99 @@
+// devbuf bench: runs every benchmark section side by side with the system's allocators and
+// memcpy in one process, and prints tables of medians and ratios.
+#include "bench.h"
+#include "commands.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t bench_now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+static int compare_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double bench_median(double *values, int count) {
+  qsort(values, (size_t)count, sizeof *values, compare_double);
+  return count % 2 ? values[count / 2] : (values[count / 2 - 1] + values[count / 2]) / 2;
+}
+
+void bench_touch(volatile unsigned char *p, size_t size) {
+  for (size_t offset = 0; offset < size; offset += 4096) p[offset] = (unsigned char)offset;
+  p[size - 1] = 1;
+}
+
+// jemalloc's and mimalloc's own entry points, so that loading them never replaces malloc.
+static void *(*jemalloc_mallocx)(size_t, int);
+static void (*jemalloc_dallocx)(void *, int);
+static void *jemalloc_alloc(size_t size) { return jemalloc_mallocx(size, 0); }
+static void jemalloc_release(void *pointer) { jemalloc_dallocx(pointer, 0); }
+
+// Through pointers, so the compiler cannot fold a malloc/free pair away.
+static void *(*volatile glibc_malloc)(size_t) = malloc;
+static void (*volatile glibc_free)(void *) = free;
+static void *glibc_alloc(size_t size) { return glibc_malloc(size); }
+static void glibc_release(void *pointer) { glibc_free(pointer); }
+
+void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]) {
+  out[BENCH_GLIBC] = (bench_malloc){"glibc", glibc_alloc, glibc_release, NULL};
+  out[BENCH_JEMALLOC] = (bench_malloc){"jemalloc", NULL, NULL, "libjemalloc.so.2 not installed"};
+  out[BENCH_MIMALLOC] = (bench_malloc){"mimalloc", NULL, NULL, "libmimalloc.so.2 not installed"};
+  void *je = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (je) {
+    *(void **)&jemalloc_mallocx = dlsym(je, "mallocx");
+    *(void **)&jemalloc_dallocx = dlsym(je, "dallocx");
+    if (jemalloc_mallocx && jemalloc_dallocx)
+      out[BENCH_JEMALLOC] = (bench_malloc){"jemalloc", jemalloc_alloc, jemalloc_release, NULL};
+  }
+  void *mi = dlopen("libmimalloc.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (mi) {
+    void *(*mi_malloc)(size_t);
+    void (*mi_free)(void *);
+    *(void **)&mi_malloc = dlsym(mi, "mi_malloc");
+    *(void **)&mi_free = dlsym(mi, "mi_free");
+    if (mi_malloc && mi_free) out[BENCH_MIMALLOC] = (bench_malloc){"mimalloc", mi_malloc, mi_free, NULL};
+  }
+}
+
+int devbuf_cmd_bench(int argc, char **argv) {
+  bench_config config = {.runs = 5};
+  const char *spec = "cpu", *only = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
+      config.quick = 1;
+      config.runs = 3;
+    } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      spec = argv[++i];
+    } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
+      config.runs = atoi(argv[++i]);
+      if (config.runs < 1 || config.runs > 101) {
+        fprintf(stderr, "devbuf bench: --runs takes 1 to 101\n");
+        return 2;
+      }
+    } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      fprintf(stderr, "usage: devbuf bench [--quick] [--runs N] [--device SPEC] [--only alloc|copy|threads]\n");
+      return 2;
+    }
+  }
+  if (devbuf_device_open(spec, &config.device) != DEVBUF_OK) {
+    fprintf(stderr, "devbuf bench: %s\n", devbuf_last_error());
+    return 1;
+  }
+  printf("devbuf bench on %s (%s); every figure is the median of %d runs\n\n", devbuf_device_spec(config.device),
+         devbuf_device_name(config.device), config.runs);
+  if (!only || strcmp(only, "alloc") == 0) bench_alloc(&config);
+  if (!only || strcmp(only, "copy") == 0) bench_copy(&config);
+  if (!only || strcmp(only, "threads") == 0) bench_threads(&config);
+  devbuf_device_release(config.device);
+  return 0;
+}

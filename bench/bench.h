@@ -1,0 +1,41 @@
+// Shared pieces of the benchmarks: a clock, medians, and the system allocators devbuf is
+// compared with (glibc malloc always; jemalloc and mimalloc when installed, found with dlopen).
+#ifndef DEVBUF_BENCH_H
+#define DEVBUF_BENCH_H
+
+#include "devbuf.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bench_config {
+  int runs;        // repetitions; every figure is the median over them
+  int quick;       // fewer sizes and iterations (the README's main command)
+  devbuf_device_t *device;
+} bench_config;
+
+// A malloc-like allocator to compare with.
+typedef struct bench_malloc {
+  const char *name;
+  void *(*alloc)(size_t size);
+  void (*release)(void *pointer);
+  const char *missing; // why it is absent, or NULL when usable
+} bench_malloc;
+
+enum { BENCH_GLIBC, BENCH_JEMALLOC, BENCH_MIMALLOC, BENCH_MALLOC_COUNT };
+
+// Fills `out` with glibc, jemalloc and mimalloc (the last two may be missing).
+void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]);
+
+uint64_t bench_now_ns(void);
+double bench_median(double *values, int count);
+
+// Writes one byte in every page of [p, p + size) and the last byte, so that every page is
+// really backed; volatile so the compiler cannot drop the writes.
+void bench_touch(volatile unsigned char *p, size_t size);
+
+void bench_alloc(const bench_config *config);
+void bench_copy(const bench_config *config);
+void bench_threads(const bench_config *config);
+
+#endif

@@ -1,0 +1,433 @@
+// devbuf: device memory buffers for array libraries, ML compilers and runtimes.
+//
+// One C API over CPU, OpenCL and CUDA memory: devices, a caching allocator per device,
+// reference-counted buffers and views with dtype and shape, host access that never races
+// with device work, copies, and read-only mapped files.
+//
+// Conventions (every declaration below follows them):
+// - Every fallible call returns a devbuf_status; DEVBUF_OK is 0. Results go to trailing
+//   `out_` parameters, which are written only on success.
+// - When a call fails, devbuf_last_error() holds a message for the calling thread that
+//   names the offending values. Reporting an error never allocates.
+// - Objects are reference counted. A `_release` of NULL does nothing. Every object a call
+//   hands out through an `out_` parameter is owned by the caller, who releases it once.
+// - Unless a function says otherwise it is thread-safe: any thread may call it on any
+//   object it holds a reference to.
+// - The library never prints and never aborts on input from a caller or a file.
+#ifndef DEVBUF_H
+#define DEVBUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define DEVBUF_API __declspec(dllexport)
+#else
+#define DEVBUF_API __attribute__((visibility("default")))
+#endif
+
+#define DEVBUF_VERSION_MAJOR 0
+#define DEVBUF_VERSION_MINOR 1
+#define DEVBUF_VERSION_PATCH 0
+
+// The most dimensions a buffer's shape may have.
+#define DEVBUF_MAX_NDIM 32
+
+// ---------------------------------------------------------------------------------------
+// Status codes
+// ---------------------------------------------------------------------------------------
+
+// X(name, value, description). One table makes the enum, the names and the descriptions.
+#define DEVBUF_STATUS_TABLE(X)                                                              \
+  X(OK, 0, "success")                                                                      \
+  X(INVALID_ARGUMENT, 1, "an argument is invalid")                                         \
+  X(OUT_OF_MEMORY, 2, "out of memory, or over a memory, cache or buffer-count limit")      \
+  X(OVERFLOW, 3, "a size computation overflows")                                           \
+  X(OUT_OF_RANGE, 4, "a range lies outside its buffer")                                    \
+  X(TYPE_MISMATCH, 5, "the requested dtype differs from the buffer's")                     \
+  X(SIZE_MISMATCH, 6, "byte sizes differ")                                                 \
+  X(NOT_ALLOCATED, 7, "the buffer has no memory yet")                                      \
+  X(NOT_CPU_ACCESSIBLE, 8, "the memory cannot be accessed by the CPU; use copies")         \
+  X(READ_ONLY, 9, "the memory is read-only")                                               \
+  X(IN_USE, 10, "submitted device work uses the bytes")                                    \
+  X(HOST_ACCESS_OPEN, 11, "a host access to the bytes is open")                            \
+  X(UNAVAILABLE, 12, "the backend or device is not available")                             \
+  X(TIMEOUT, 13, "the wait timed out")                                                     \
+  X(IO_ERROR, 14, "an operating-system call on a file failed")                             \
+  X(FORMAT_ERROR, 15, "malformed input data")                                              \
+  X(DEVICE_FAILURE, 16, "device work failed")                                              \
+  X(UNSUPPORTED, 17, "the operation is not supported by this backend or dtype")            \
+  X(NOT_FOUND, 18, "no such item")                                                         \
+  X(INJECTED_FAULT, 19, "a fault injected for testing")
+
+typedef enum devbuf_status {
+#define DEVBUF_STATUS_ENUM_(name, value, text) DEVBUF_##name = value,
+  DEVBUF_STATUS_TABLE(DEVBUF_STATUS_ENUM_)
+#undef DEVBUF_STATUS_ENUM_
+} devbuf_status;
+
+// The constant's name without prefix ("OUT_OF_MEMORY"); "UNKNOWN" for other values.
+DEVBUF_API const char *devbuf_status_name(devbuf_status status);
+// A one-line description of the code (not of the call that failed: see devbuf_last_error).
+DEVBUF_API const char *devbuf_status_str(devbuf_status status);
+// The message of the calling thread's most recent failed call, naming the values that
+// were wrong. Valid until the thread's next failing call. Never NULL ("" before any error).
+DEVBUF_API const char *devbuf_last_error(void);
+
+// ---------------------------------------------------------------------------------------
+// Data types
+// ---------------------------------------------------------------------------------------
+
+// X(name, bits, dlpack_code, dlpack_bits, safetensors_name)
+// DLPack codes follow dlpack.h 1.x (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4,
+// kDLComplex 5, kDLBool 6, kDLFloat8_e4m3fn 10, ...).
+#define DEVBUF_DTYPE_TABLE(X)                  \
+  X(BOOL, 8, 6, 8, "BOOL")                     \
+  X(INT8, 8, 0, 8, "I8")                       \
+  X(INT16, 16, 0, 16, "I16")                   \
+  X(INT32, 32, 0, 32, "I32")                   \
+  X(INT64, 64, 0, 64, "I64")                   \
+  X(UINT8, 8, 1, 8, "U8")                      \
+  X(UINT16, 16, 1, 16, "U16")                  \
+  X(UINT32, 32, 1, 32, "U32")                  \
+  X(UINT64, 64, 1, 64, "U64")                  \
+  X(FLOAT16, 16, 2, 16, "F16")                 \
+  X(BFLOAT16, 16, 4, 16, "BF16")               \
+  X(FLOAT32, 32, 2, 32, "F32")                 \
+  X(FLOAT64, 64, 2, 64, "F64")                 \
+  X(COMPLEX64, 64, 5, 64, "C64")               \
+  X(FLOAT8_E4M3, 8, 10, 8, "F8_E4M3")          \
+  X(FLOAT8_E5M2, 8, 12, 8, "F8_E5M2")          \
+  X(FLOAT8_E8M0, 8, 14, 8, "F8_E8M0")          \
+  X(FLOAT8_E4M3FNUZ, 8, 11, 8, "F8_E4M3FNUZ")  \
+  X(FLOAT8_E5M2FNUZ, 8, 13, 8, "F8_E5M2FNUZ")  \
+  X(FLOAT6_E2M3, 6, 15, 6, "F6_E2M3")          \
+  X(FLOAT6_E3M2, 6, 16, 6, "F6_E3M2")          \
+  X(FLOAT4_E2M1, 4, 17, 4, "F4")
+
+typedef enum devbuf_dtype {
+#define DEVBUF_DTYPE_ENUM_(name, bits, code, dlbits, st) DEVBUF_##name,
+  DEVBUF_DTYPE_TABLE(DEVBUF_DTYPE_ENUM_)
+#undef DEVBUF_DTYPE_ENUM_
+  DEVBUF_DTYPE_COUNT
+} devbuf_dtype;
+
+// Lower-case name ("float32", "float8_e4m3"); NULL for a value outside the enum.
+DEVBUF_API const char *devbuf_dtype_name(devbuf_dtype dtype);
+// Size of one element in bits (4 for float4_e2m1); 0 for a value outside the enum.
+DEVBUF_API unsigned devbuf_dtype_bits(devbuf_dtype dtype);
+// The DLPack type code (DLDataTypeCode) and bit width; DEVBUF_INVALID_ARGUMENT if unknown.
+DEVBUF_API devbuf_status devbuf_dtype_dlpack(devbuf_dtype dtype, uint8_t *out_code,
+                                             uint8_t *out_bits);
+// The dtype with a lower-case devbuf name or a safetensors name ("F32"); NOT_FOUND if none.
+DEVBUF_API devbuf_status devbuf_dtype_from_name(const char *name, devbuf_dtype *out_dtype);
+// The safetensors name ("BF16"); NULL for a value outside the enum.
+DEVBUF_API const char *devbuf_dtype_safetensors_name(devbuf_dtype dtype);
+// Bytes taken by `count` elements: OVERFLOW if the product overflows, INVALID_ARGUMENT
+// if sub-byte elements do not fill a whole number of bytes.
+DEVBUF_API devbuf_status devbuf_dtype_bytes(devbuf_dtype dtype, size_t count, size_t *out_bytes);
+
+// ---------------------------------------------------------------------------------------
+// Devices
+// ---------------------------------------------------------------------------------------
+
+typedef struct devbuf_device devbuf_device_t;
+typedef struct devbuf_allocator devbuf_allocator_t;
+typedef struct devbuf_buffer devbuf_buffer_t;
+
+typedef enum devbuf_device_kind {
+  DEVBUF_DEVICE_CPU = 1,
+  DEVBUF_DEVICE_OPENCL = 2,
+  DEVBUF_DEVICE_CUDA = 3,
+} devbuf_device_kind;
+
+// Opens a device by spec: "cpu" (also "cpu:0"), "opencl:N", "cuda:N". Opening a spec
+// twice hands out the same device (one caching allocator per device). A backend that is
+// not built or whose driver is missing answers UNAVAILABLE with the reason; a malformed
+// spec answers INVALID_ARGUMENT. `out_device` must be released by the caller.
+DEVBUF_API devbuf_status devbuf_device_open(const char *spec, devbuf_device_t **out_device);
+DEVBUF_API devbuf_device_t *devbuf_device_retain(devbuf_device_t *device);
+DEVBUF_API void devbuf_device_release(devbuf_device_t *device);
+DEVBUF_API devbuf_device_kind devbuf_device_kind_of(const devbuf_device_t *device);
+// Canonical spec ("cpu", "opencl:0"). Valid while the device lives.
+DEVBUF_API const char *devbuf_device_spec(const devbuf_device_t *device);
+// Human-readable device name ("x86_64 host (2 cores)").
+DEVBUF_API const char *devbuf_device_name(const devbuf_device_t *device);
+// The allocation granularity of large blocks (a page on the CPU).
+DEVBUF_API size_t devbuf_device_page_size(const devbuf_device_t *device);
+// The device's caching allocator, borrowed: valid while the device lives; retain it to
+// keep it longer.
+DEVBUF_API devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device);
+// Waits until all work submitted to the device has completed.
+DEVBUF_API devbuf_status devbuf_device_synchronize(devbuf_device_t *device);
+
+// ---------------------------------------------------------------------------------------
+// Allocators
+// ---------------------------------------------------------------------------------------
+
+// Memory handed out by an allocator.
+typedef struct devbuf_memory {
+  void *host;      // CPU address, or NULL when the CPU cannot access the memory
+  uint64_t device; // backend address or handle (on the CPU: the same as `host`)
+  size_t size;     // bytes reserved, >= the bytes requested
+  void *token;     // the allocator's own bookkeeping; opaque to everyone else
+} devbuf_memory_t;
+
+// The interface any allocator implements; a user supplies one to devbuf_allocator_create.
+// `ctx` is the pointer given at creation. alloc returns memory of at least `size` bytes
+// (size > 0), aligned to at least 64 bytes, or a status (setting a message with
+// devbuf_set_error is polite); free takes back exactly what alloc handed out. Both may be
+// called from any thread at once. destroy (optional) runs when the last reference goes.
+typedef struct devbuf_allocator_vtable {
+  devbuf_status (*alloc)(void *ctx, size_t size, devbuf_memory_t *out_memory);
+  void (*free)(void *ctx, const devbuf_memory_t *memory);
+  void (*destroy)(void *ctx);
+} devbuf_allocator_vtable_t;
+
+// Statistics. Byte figures count the sizes the allocator reserved (after rounding).
+typedef struct devbuf_allocator_stats {
+  uint64_t active;       // bytes held by live allocations
+  uint64_t peak;         // the highest `active` since creation or the last reset_peak
+  uint64_t cached;       // bytes kept for reuse, not in use
+  uint64_t mapped;       // bytes of files mapped through this allocator's device
+  uint64_t live_buffers; // allocations not yet freed
+  uint64_t system_allocs; // calls that reached the underlying (system/driver) allocator
+  uint64_t system_frees;  // blocks given back to the underlying allocator
+  uint64_t cache_hits;    // allocations served from the cache
+  uint64_t alloc_calls;   // all allocation requests, including failed ones
+  uint64_t failed_allocs; // requests answered with an error
+} devbuf_allocator_stats_t;
+
+// Wraps a user's allocator for `device`. `device` is retained; `vtable` must outlive the
+// allocator (a static const table). Statistics count what passes through.
+DEVBUF_API devbuf_status devbuf_allocator_create(devbuf_device_t *device,
+                                                 const devbuf_allocator_vtable_t *vtable,
+                                                 void *ctx, devbuf_allocator_t **out_allocator);
+
+// Options of a caching allocator; zero means "no limit" for each limit.
+typedef struct devbuf_caching_options {
+  uint64_t memory_limit; // active + cached bytes may not exceed it (cache evicted first)
+  uint64_t cache_limit;  // cached bytes above it are given back, least recently used first
+  uint64_t max_buffers;  // live allocations may not exceed it
+} devbuf_caching_options_t;
+
+// A caching allocator over `upstream` (A1-A3): 256-byte size classes up to a page, whole
+// pages above; best fit among cached blocks up to min(2 x size, size + 2 pages); LRU
+// eviction; limits. `upstream` is retained. Thread-safe; each thread mostly uses its own
+// shard, so threads rarely contend.
+DEVBUF_API devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
+                                                         const devbuf_caching_options_t *options,
+                                                         devbuf_allocator_t **out_allocator);
+// Changes the limits of a caching allocator at run time; INVALID_ARGUMENT for other kinds.
+// Lowering the cache limit evicts at once.
+DEVBUF_API devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator,
+                                                              const devbuf_caching_options_t *options);
+
+// The raw allocator of the device's backend (on the CPU: 64-byte aligned host memory,
+// page-aligned at a page and above), without caching. Caller releases.
+DEVBUF_API devbuf_status devbuf_device_raw_allocator(devbuf_device_t *device,
+                                                     devbuf_allocator_t **out_allocator);
+
+DEVBUF_API devbuf_allocator_t *devbuf_allocator_retain(devbuf_allocator_t *allocator);
+DEVBUF_API void devbuf_allocator_release(devbuf_allocator_t *allocator);
+// The device whose memory this allocator hands out (borrowed).
+DEVBUF_API devbuf_device_t *devbuf_allocator_device(const devbuf_allocator_t *allocator);
+// A short name: "raw", "caching", "stats", "trace", "fault", "custom".
+DEVBUF_API const char *devbuf_allocator_kind(const devbuf_allocator_t *allocator);
+// Allocates `size` bytes (> 0). OUT_OF_MEMORY names requested, active and limit figures.
+DEVBUF_API devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
+                                                devbuf_memory_t *out_memory);
+// Gives back memory from devbuf_allocator_alloc on the same allocator.
+DEVBUF_API void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory);
+// Statistics of this allocator. Exact when no other thread is allocating at the moment.
+DEVBUF_API devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator,
+                                                devbuf_allocator_stats_t *out_stats);
+// Sets peak to the current active figure.
+DEVBUF_API void devbuf_allocator_reset_peak(devbuf_allocator_t *allocator);
+// Gives every cached block back to the upstream allocator (caching allocators only; a
+// no-op elsewhere).
+DEVBUF_API void devbuf_allocator_clear_cache(devbuf_allocator_t *allocator);
+
+// Adaptors (A5). Each wraps `upstream` (retained) and is itself an allocator.
+// Counts calls and bytes; read them with devbuf_allocator_stats.
+DEVBUF_API devbuf_status devbuf_stats_adaptor_create(devbuf_allocator_t *upstream,
+                                                     devbuf_allocator_t **out_allocator);
+// Appends one line per alloc and free to the file at `path` (created or truncated):
+// "a <id> <size>" and "f <id>", where <id> numbers the allocations from 1. The file is a
+// complete record once the adaptor is released; devbuf_trace_replay plays it back.
+DEVBUF_API devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const char *path,
+                                                     devbuf_allocator_t **out_allocator);
+// When a fault adaptor fails allocations (SQLite's test_malloc modes, plus a periodic one).
+typedef enum devbuf_fault_mode {
+  DEVBUF_FAULT_ONCE = 0,       // only call number fail_at
+  DEVBUF_FAULT_PERSISTENT = 1, // call fail_at and every later call
+  DEVBUF_FAULT_EVERY = 2,      // every fail_at-th call (fail_at, 2 x fail_at, ...)
+} devbuf_fault_mode;
+
+// Fails allocation calls (counted from 1) with INJECTED_FAULT as `mode` says; fail_at 0
+// never fails. Frees always pass.
+DEVBUF_API devbuf_status devbuf_fault_adaptor_create(devbuf_allocator_t *upstream, uint64_t fail_at,
+                                                     devbuf_fault_mode mode,
+                                                     devbuf_allocator_t **out_allocator);
+// Re-arms a fault adaptor: counts calls from zero again.
+DEVBUF_API devbuf_status devbuf_fault_adaptor_arm(devbuf_allocator_t *fault_adaptor,
+                                                  uint64_t fail_at, devbuf_fault_mode mode);
+// Number of faults a fault adaptor has injected so far.
+DEVBUF_API uint64_t devbuf_fault_adaptor_fired(const devbuf_allocator_t *fault_adaptor);
+
+// Result of replaying a trace.
+typedef struct devbuf_trace_summary {
+  uint64_t allocs;        // "a" lines replayed
+  uint64_t frees;         // "f" lines replayed
+  uint64_t failed_allocs; // allocations the target allocator refused
+  uint64_t peak_live_bytes; // most bytes requested and not yet freed at once
+  uint64_t leaked;        // allocations the trace never freed (freed by the replay)
+} devbuf_trace_summary_t;
+
+// Replays a trace file against `allocator`, freeing anything still live at the end.
+// FORMAT_ERROR names the line of a malformed or inconsistent record.
+DEVBUF_API devbuf_status devbuf_trace_replay(const char *path, devbuf_allocator_t *allocator,
+                                             devbuf_trace_summary_t *out_summary);
+
+// Sets the calling thread's error message (printf format) and returns `status`; for
+// user allocators and backends.
+DEVBUF_API devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+// ---------------------------------------------------------------------------------------
+// Buffers
+// ---------------------------------------------------------------------------------------
+
+// Options of devbuf_buffer_new/allocate.
+enum {
+  DEVBUF_BUFFER_ZERO = 1u << 0, // memory reads back zero once allocated
+};
+
+// A lazy buffer of `dtype` and `shape` (ndim entries; ndim 0 is a scalar of one element)
+// from `allocator`: nothing is allocated until the first access that needs memory (B1).
+// OVERFLOW if the byte size overflows; INVALID_ARGUMENT for sub-byte dtypes whose elements
+// do not fill whole bytes, ndim > DEVBUF_MAX_NDIM or unknown flags. `allocator` is
+// retained. Caller releases `out_buffer`.
+DEVBUF_API devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtype,
+                                           const size_t *shape, size_t ndim, uint32_t flags,
+                                           devbuf_buffer_t **out_buffer);
+// As devbuf_buffer_new, then allocates at once (errors of the allocator are returned).
+DEVBUF_API devbuf_status devbuf_buffer_allocate(devbuf_allocator_t *allocator, devbuf_dtype dtype,
+                                                const size_t *shape, size_t ndim, uint32_t flags,
+                                                devbuf_buffer_t **out_buffer);
+// Maps the file at `path` read-only and zero-copy (pages are read on first touch) as a
+// uint8 buffer of the file's size on a CPU-accessible `device`. Every write access is
+// refused (READ_ONLY). The mapping lives while any view of it does, counts in the device
+// allocator's `mapped` statistic, and survives closing or deleting the file.
+DEVBUF_API devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path,
+                                                devbuf_buffer_t **out_buffer);
+
+// A view of `size` bytes at `offset` within `buffer` (relative to the buffer's own
+// offset), with the same dtype and shape [size / element size] (B3). OUT_OF_RANGE if it
+// does not fit (overflow-safe), INVALID_ARGUMENT if offset or size is not a whole number
+// of elements. May be taken before allocation; shares the storage and keeps it alive.
+DEVBUF_API devbuf_status devbuf_buffer_view(devbuf_buffer_t *buffer, size_t offset, size_t size,
+                                            devbuf_buffer_t **out_view);
+// A view of the same bytes with another dtype and shape (a reinterpretation); the byte
+// size must be equal (SIZE_MISMATCH).
+DEVBUF_API devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype,
+                                               const size_t *shape, size_t ndim,
+                                               devbuf_buffer_t **out_view);
+
+DEVBUF_API devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer);
+// Drops a reference. The last reference to a storage returns its memory to the allocator
+// at once.
+DEVBUF_API void devbuf_buffer_release(devbuf_buffer_t *buffer);
+
+// Allocates the storage if it has no memory yet. When threads race, exactly one allocates.
+DEVBUF_API devbuf_status devbuf_buffer_ensure_allocated(devbuf_buffer_t *buffer);
+DEVBUF_API int devbuf_buffer_is_allocated(const devbuf_buffer_t *buffer);
+
+DEVBUF_API size_t devbuf_buffer_size(const devbuf_buffer_t *buffer);   // bytes of this view
+DEVBUF_API int devbuf_buffer_is_empty(const devbuf_buffer_t *buffer);  // size == 0
+DEVBUF_API size_t devbuf_buffer_offset(const devbuf_buffer_t *buffer); // bytes into storage
+DEVBUF_API devbuf_dtype devbuf_buffer_dtype(const devbuf_buffer_t *buffer);
+DEVBUF_API size_t devbuf_buffer_ndim(const devbuf_buffer_t *buffer);
+// The shape (ndim entries), valid while the buffer lives.
+DEVBUF_API const size_t *devbuf_buffer_shape(const devbuf_buffer_t *buffer);
+DEVBUF_API size_t devbuf_buffer_count(const devbuf_buffer_t *buffer); // elements
+// The allocator (borrowed; NULL for mapped files).
+DEVBUF_API devbuf_allocator_t *devbuf_buffer_allocator(const devbuf_buffer_t *buffer);
+DEVBUF_API devbuf_device_t *devbuf_buffer_device(const devbuf_buffer_t *buffer);
+// Shared by a buffer, its retains and its views (the first seed's id()).
+DEVBUF_API uint64_t devbuf_buffer_storage_id(const devbuf_buffer_t *buffer);
+// Unique per handle: every view has its own.
+DEVBUF_API uint64_t devbuf_buffer_handle_id(const devbuf_buffer_t *buffer);
+DEVBUF_API int devbuf_buffer_is_mapped(const devbuf_buffer_t *buffer);
+DEVBUF_API int devbuf_buffer_is_read_only(const devbuf_buffer_t *buffer);
+DEVBUF_API int devbuf_buffer_is_cpu_accessible(const devbuf_buffer_t *buffer);
+// Whether submitted device work still uses the bytes (B4, E4).
+DEVBUF_API int devbuf_buffer_in_use(const devbuf_buffer_t *buffer);
+
+// Host access (B4). Each call opens an access that stays open until
+// devbuf_buffer_end_access(buffer, pointer) closes it; allocates first if needed.
+// contents: read access. NOT_CPU_ACCESSIBLE for device-only memory; IN_USE while
+// submitted work writes the bytes. Zero-length buffers give a NULL pointer and size 0.
+DEVBUF_API devbuf_status devbuf_buffer_contents(devbuf_buffer_t *buffer, const void **out_data,
+                                                size_t *out_size);
+// contents_mut: write access. Also READ_ONLY for mapped files; IN_USE while submitted work
+// reads or writes the bytes.
+DEVBUF_API devbuf_status devbuf_buffer_contents_mut(devbuf_buffer_t *buffer, void **out_data,
+                                                    size_t *out_size);
+// Closes the access that handed out `data` through this handle. INVALID_ARGUMENT if no
+// such access is open.
+DEVBUF_API devbuf_status devbuf_buffer_end_access(devbuf_buffer_t *buffer, const void *data);
+// Number of host accesses open on the bytes of this handle (through any handle).
+DEVBUF_API size_t devbuf_buffer_open_accesses(const devbuf_buffer_t *buffer);
+
+// An ndarray-like view (B5). Strides count elements (C order for buffers).
+typedef struct devbuf_array {
+  void *data;
+  devbuf_dtype dtype;
+  size_t ndim;
+  size_t shape[DEVBUF_MAX_NDIM];
+  int64_t strides[DEVBUF_MAX_NDIM];
+} devbuf_array_t;
+
+// Typed read (as_array) and write (as_array_mut) access; `dtype` must equal the buffer's
+// (TYPE_MISMATCH). Open accesses like contents/contents_mut; end with out_array->data.
+DEVBUF_API devbuf_status devbuf_buffer_as_array(devbuf_buffer_t *buffer, devbuf_dtype dtype,
+                                                devbuf_array_t *out_array);
+DEVBUF_API devbuf_status devbuf_buffer_as_array_mut(devbuf_buffer_t *buffer, devbuf_dtype dtype,
+                                                    devbuf_array_t *out_array);
+// A typed slice: pointer and element count; read access, ended with *out_data.
+DEVBUF_API devbuf_status devbuf_buffer_as_slice(devbuf_buffer_t *buffer, devbuf_dtype dtype,
+                                                const void **out_data, size_t *out_count);
+// Reads the single element into `out_value` (room for one element of `dtype`, whole
+// bytes). INVALID_ARGUMENT naming the count if the buffer does not hold exactly one.
+DEVBUF_API devbuf_status devbuf_buffer_item(devbuf_buffer_t *buffer, devbuf_dtype dtype,
+                                            void *out_value);
+
+// Copies (B6). Byte sizes must match (SIZE_MISMATCH). They work on every backend and
+// across backends; copies between overlapping views of one storage behave like memmove.
+DEVBUF_API devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, size_t size);
+DEVBUF_API devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t size);
+DEVBUF_API devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src);
+
+// Waits for the device's submitted work (B7).
+DEVBUF_API devbuf_status devbuf_buffer_synchronize(devbuf_buffer_t *buffer);
+// The device address of the view's first byte (B8); NOT_ALLOCATED if it has no memory.
+// On the CPU it is the host address.
+DEVBUF_API devbuf_status devbuf_buffer_device_ptr(devbuf_buffer_t *buffer, uint64_t *out_address);
+// Address and length for CPU writes that the caller orders with an event (B8); no host
+// access is opened. NOT_CPU_ACCESSIBLE for device memory, READ_ONLY for mapped files.
+DEVBUF_API devbuf_status devbuf_buffer_unsynchronized_ptr(devbuf_buffer_t *buffer, void **out_data,
+                                                          size_t *out_size);
+// One line describing the buffer, like snprintf: writes at most `capacity` bytes
+// (terminated when capacity > 0) and returns the length it needed.
+DEVBUF_API size_t devbuf_buffer_describe(const devbuf_buffer_t *buffer, char *out_text,
+                                         size_t capacity);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // DEVBUF_H

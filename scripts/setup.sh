@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what building and testing devbuf needs, when it is missing (Debian/Ubuntu, as
+# root or through sudo). Safe to run again: it does nothing when all is there.
+set -euo pipefail
+
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v ninja >/dev/null || need+=(ninja-build)
+command -v gcc >/dev/null || need+=(gcc)
+command -v clang >/dev/null || need+=(clang)
+command -v python3 >/dev/null || need+=(python3)
+# gcc's sanitizer runtimes (ASan, UBSan, TSan)
+if command -v gcc >/dev/null; then
+  for lib in libasan.so libubsan.so libtsan.so; do
+    gcc -print-file-name="$lib" | grep -q / || { need+=(libgcc-12-dev); break; }
+  done
+fi
+
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+echo "setup: installing ${need[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq "${need[@]}" >/dev/null

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The whole test suite: gcc and clang builds with -Werror, every test; again under
+# ASan+UBSan; the concurrency tests under TSan. Prints one summary line at the end.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh || exit 1
+
+passed=0
+failed=0
+skipped=0
+log_dir=build/logs
+mkdir -p "$log_dir"
+
+# build NAME CC SANITIZE [ctest args...]
+suite() {
+  local name=$1 cc=$2 sanitize=$3
+  shift 3
+  echo "== $name: build"
+  if ! CC=$cc cmake -S . -B "build/$name" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DDEVBUF_SANITIZE="$sanitize" >"$log_dir/$name.configure" 2>&1 ||
+     ! cmake --build "build/$name" >"$log_dir/$name.build" 2>&1; then
+    cat "$log_dir/$name.configure" "$log_dir/$name.build" 2>/dev/null | tail -40
+    echo "== $name: BUILD FAILED"
+    failed=$((failed + 1))
+    return
+  fi
+  echo "== $name: test"
+  (cd "build/$name" && ctest --output-on-failure "$@") | tee "$log_dir/$name.test" | grep -E "tests passed|Failed|\*\*\*|Skipped|SKIP" || true
+  local line
+  line=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$log_dir/$name.test" | tail -1)
+  if [ -z "$line" ]; then
+    echo "== $name: no ctest summary"
+    failed=$((failed + 1))
+    return
+  fi
+  local bad total skip
+  bad=$(echo "$line" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/')
+  total=$(echo "$line" | sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/')
+  skip=$(grep -cE "\*\*\*Skipped|Not Run.*Skipped" "$log_dir/$name.test" || true)
+  passed=$((passed + total - bad - skip))
+  failed=$((failed + bad))
+  skipped=$((skipped + skip))
+}
+
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+suite gcc gcc ""
+suite clang clang ""
+suite asan gcc "address,undefined"
+suite tsan gcc "thread" -L concurrency
+
+echo
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,180 @@
+// Host access (B4, B5, B8): pointers for reading and writing that stay open until ended,
+// typed views, item, and the unsynchronized pointer.
+#include "internal.h"
+
+#include <string.h>
+
+static bool ranges_overlap(size_t a_offset, size_t a_size, size_t b_offset, size_t b_size) {
+  return a_offset < b_offset + b_size && b_offset < a_offset + a_size;
+}
+
+devbuf_status devbuf__check_host_conflicts(devbuf__storage *storage, size_t offset, size_t size, bool write,
+                                           const char *what) {
+  for (const devbuf__host_access *access = storage->accesses; access; access = access->next) {
+    if ((write || access->write) && ranges_overlap(offset, size, access->offset, access->size))
+      return devbuf__error(DEVBUF_HOST_ACCESS_OPEN,
+                           "%s of bytes [%zu, %zu) of storage %llu: a host %s access to bytes [%zu, %zu) is open",
+                           what, offset, offset + size, (unsigned long long)storage->id,
+                           access->write ? "write" : "read", access->offset, access->offset + access->size);
+  }
+  return DEVBUF_OK;
+}
+
+// Checks what every host access needs and returns the view's address.
+static devbuf_status prepare_host(devbuf_buffer_t *buffer, bool write, const char *what, char **out_data) {
+  if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: buffer is NULL", what);
+  devbuf__storage *storage = buffer->storage;
+  if (!storage->device->host_accessible)
+    return devbuf__error(DEVBUF_NOT_CPU_ACCESSIBLE, "%s: buffer %llu lives in %s memory the CPU cannot access; use copies",
+                         what, (unsigned long long)buffer->handle_id, storage->device->spec);
+  if (write && storage->read_only)
+    return devbuf__error(DEVBUF_READ_ONLY, "%s: buffer %llu is a read-only %s", what,
+                         (unsigned long long)buffer->handle_id, storage->mapped ? "mapped file" : "buffer");
+  devbuf_status status = devbuf__storage_ensure_allocated(storage);
+  if (status != DEVBUF_OK) return status;
+  *out_data = buffer->size ? (char *)storage->memory.host + buffer->offset : NULL;
+  return DEVBUF_OK;
+}
+
+// Opens an access record. Host accesses from several threads may overlap (the CPU orders
+// its own threads); they are recorded so that device work and copies can refuse to race.
+static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, const char *what, char **out_data) {
+  char *data;
+  devbuf_status status = prepare_host(buffer, write, what, &data);
+  if (status != DEVBUF_OK) return status;
+  devbuf__host_access *access = devbuf__malloc(sizeof *access);
+  if (!access) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory for an access record", what);
+  access->handle = buffer;
+  access->data = data;
+  access->offset = buffer->offset;
+  access->size = buffer->size;
+  access->write = write;
+  devbuf__storage *storage = buffer->storage;
+  pthread_mutex_lock(&storage->lock);
+  access->next = storage->accesses;
+  storage->accesses = access;
+  atomic_fetch_add(&storage->open_accesses, 1);
+  pthread_mutex_unlock(&storage->lock);
+  *out_data = data;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_buffer_contents(devbuf_buffer_t *buffer, const void **out_data, size_t *out_size) {
+  if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "contents: out_data is NULL");
+  char *data;
+  devbuf_status status = open_access(buffer, false, "contents", &data);
+  if (status != DEVBUF_OK) return status;
+  *out_data = data;
+  if (out_size) *out_size = buffer->size;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_buffer_contents_mut(devbuf_buffer_t *buffer, void **out_data, size_t *out_size) {
+  if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "contents_mut: out_data is NULL");
+  char *data;
+  devbuf_status status = open_access(buffer, true, "contents_mut", &data);
+  if (status != DEVBUF_OK) return status;
+  *out_data = data;
+  if (out_size) *out_size = buffer->size;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_buffer_end_access(devbuf_buffer_t *buffer, const void *data) {
+  if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "end_access: buffer is NULL");
+  devbuf__storage *storage = buffer->storage;
+  devbuf__host_access *found = NULL;
+  pthread_mutex_lock(&storage->lock);
+  for (devbuf__host_access **link = &storage->accesses; *link; link = &(*link)->next) {
+    if ((*link)->handle == buffer && (*link)->data == data) {
+      found = *link;
+      *link = found->next;
+      atomic_fetch_sub(&storage->open_accesses, 1);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&storage->lock);
+  if (!found)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "end_access: buffer %llu has no open access at %p",
+                         (unsigned long long)buffer->handle_id, data);
+  devbuf__free(found);
+  return DEVBUF_OK;
+}
+
+size_t devbuf_buffer_open_accesses(const devbuf_buffer_t *buffer) {
+  if (!buffer) return 0;
+  devbuf__storage *storage = buffer->storage;
+  size_t count = 0;
+  pthread_mutex_lock(&storage->lock);
+  for (const devbuf__host_access *access = storage->accesses; access; access = access->next)
+    count += ranges_overlap(buffer->offset, buffer->size, access->offset, access->size) ||
+             (buffer->size == 0 && access->handle == buffer);
+  pthread_mutex_unlock(&storage->lock);
+  return count;
+}
+
+static devbuf_status check_dtype(const devbuf_buffer_t *buffer, devbuf_dtype dtype, const char *what) {
+  if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: buffer is NULL", what);
+  if (buffer->dtype != dtype)
+    return devbuf__error(DEVBUF_TYPE_MISMATCH, "%s as %s of a %s buffer", what,
+                         devbuf_dtype_name(dtype) ? devbuf_dtype_name(dtype) : "an unknown dtype",
+                         devbuf_dtype_name(buffer->dtype));
+  return DEVBUF_OK;
+}
+
+static devbuf_status as_array(devbuf_buffer_t *buffer, devbuf_dtype dtype, bool write, devbuf_array_t *out) {
+  const char *what = write ? "as_array_mut" : "as_array";
+  devbuf_status status = check_dtype(buffer, dtype, what);
+  if (status != DEVBUF_OK) return status;
+  if (!out) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: out_array is NULL", what);
+  char *data;
+  status = open_access(buffer, write, what, &data);
+  if (status != DEVBUF_OK) return status;
+  out->data = data;
+  out->dtype = dtype;
+  out->ndim = buffer->ndim;
+  int64_t stride = 1;
+  for (size_t i = buffer->ndim; i-- > 0;) {
+    out->shape[i] = buffer->shape[i];
+    out->strides[i] = stride;
+    stride *= (int64_t)buffer->shape[i];
+  }
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_buffer_as_array(devbuf_buffer_t *buffer, devbuf_dtype dtype, devbuf_array_t *out_array) {
+  return as_array(buffer, dtype, false, out_array);
+}
+
+devbuf_status devbuf_buffer_as_array_mut(devbuf_buffer_t *buffer, devbuf_dtype dtype, devbuf_array_t *out_array) {
+  return as_array(buffer, dtype, true, out_array);
+}
+
+devbuf_status devbuf_buffer_as_slice(devbuf_buffer_t *buffer, devbuf_dtype dtype, const void **out_data,
+                                     size_t *out_count) {
+  devbuf_status status = check_dtype(buffer, dtype, "as_slice");
+  if (status != DEVBUF_OK) return status;
+  status = devbuf_buffer_contents(buffer, out_data, NULL);
+  if (status == DEVBUF_OK && out_count) *out_count = devbuf_buffer_count(buffer);
+  return status;
+}
+
+devbuf_status devbuf_buffer_item(devbuf_buffer_t *buffer, devbuf_dtype dtype, void *out_value) {
+  devbuf_status status = check_dtype(buffer, dtype, "item");
+  if (status != DEVBUF_OK) return status;
+  size_t count = devbuf_buffer_count(buffer);
+  if (count != 1)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "item needs exactly one element; buffer %llu holds %zu",
+                         (unsigned long long)buffer->handle_id, count);
+  if (!out_value) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "item: out_value is NULL");
+  return devbuf_buffer_copyout(buffer, out_value, buffer->size); // works on every backend
+}
+
+devbuf_status devbuf_buffer_unsynchronized_ptr(devbuf_buffer_t *buffer, void **out_data, size_t *out_size) {
+  if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unsynchronized_ptr: out_data is NULL");
+  char *data;
+  devbuf_status status = prepare_host(buffer, true, "unsynchronized_ptr", &data);
+  if (status != DEVBUF_OK) return status;
+  *out_data = data;
+  if (out_size) *out_size = buffer->size;
+  return DEVBUF_OK;
+}

@@ -1,0 +1,82 @@
+// Copies (B6): host to buffer, buffer to host, buffer to buffer on one device or across
+// devices. Overlapping views of one storage behave like memmove.
+#include "internal.h"
+
+#include <string.h>
+
+// Bounce buffer size when neither side of a cross-device copy is host-accessible.
+#define STAGING_CHUNK ((size_t)4 << 20)
+
+static devbuf_status check_host_conflicts(devbuf_buffer_t *buffer, bool write, const char *what) {
+  devbuf__storage *storage = buffer->storage;
+  if (!atomic_load_explicit(&storage->open_accesses, memory_order_acquire)) return DEVBUF_OK;
+  pthread_mutex_lock(&storage->lock);
+  devbuf_status status = devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, what);
+  pthread_mutex_unlock(&storage->lock);
+  return status;
+}
+
+// Everything a copy needs from one side: a size match, write permission, memory.
+static devbuf_status prepare(devbuf_buffer_t *buffer, size_t size, bool write, const char *what) {
+  if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: buffer is NULL", what);
+  if (size != buffer->size)
+    return devbuf__error(DEVBUF_SIZE_MISMATCH, "%s of %zu bytes with a %zu-byte buffer (%llu)", what, size,
+                         buffer->size, (unsigned long long)buffer->handle_id);
+  if (write && buffer->storage->read_only)
+    return devbuf__error(DEVBUF_READ_ONLY, "%s into read-only buffer %llu", what,
+                         (unsigned long long)buffer->handle_id);
+  devbuf_status status = check_host_conflicts(buffer, write, what);
+  if (status != DEVBUF_OK) return status;
+  return devbuf__storage_ensure_allocated(buffer->storage);
+}
+
+devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, size_t size) {
+  devbuf_status status = prepare(buffer, size, true, "copyin");
+  if (status != DEVBUF_OK || size == 0) return status;
+  if (!src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copyin: src is NULL");
+  devbuf__storage *storage = buffer->storage;
+  return storage->device->backend->write(storage->device, &storage->memory, buffer->offset, src, size);
+}
+
+devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t size) {
+  devbuf_status status = prepare(buffer, size, false, "copyout");
+  if (status != DEVBUF_OK || size == 0) return status;
+  if (!dst) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copyout: dst is NULL");
+  devbuf__storage *storage = buffer->storage;
+  return storage->device->backend->read(storage->device, &storage->memory, buffer->offset, dst, size);
+}
+
+// Between devices: through whichever side the CPU can address, else via a bounce buffer.
+static devbuf_status copy_across(devbuf__storage *dst, size_t dst_offset, devbuf__storage *src, size_t src_offset,
+                                 size_t size) {
+  devbuf_device_t *dst_device = dst->device, *src_device = src->device;
+  if (src_device->host_accessible)
+    return dst_device->backend->write(dst_device, &dst->memory, dst_offset,
+                                      (const char *)src->memory.host + src_offset, size);
+  if (dst_device->host_accessible)
+    return src_device->backend->read(src_device, &src->memory, src_offset, (char *)dst->memory.host + dst_offset,
+                                     size);
+  size_t chunk = size < STAGING_CHUNK ? size : STAGING_CHUNK;
+  char *bounce = devbuf__malloc(chunk);
+  if (!bounce) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "copy_from: no host memory for a %zu-byte staging buffer", chunk);
+  devbuf_status status = DEVBUF_OK;
+  for (size_t done = 0; done < size && status == DEVBUF_OK; done += chunk) {
+    size_t piece = size - done < chunk ? size - done : chunk;
+    status = src_device->backend->read(src_device, &src->memory, src_offset + done, bounce, piece);
+    if (status == DEVBUF_OK)
+      status = dst_device->backend->write(dst_device, &dst->memory, dst_offset + done, bounce, piece);
+  }
+  devbuf__free(bounce);
+  return status;
+}
+
+devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src) {
+  if (!src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copy_from: src is NULL");
+  devbuf_status status = prepare(dst, src->size, true, "copy_from (destination)");
+  if (status == DEVBUF_OK) status = prepare(src, dst->size, false, "copy_from (source)");
+  if (status != DEVBUF_OK || dst->size == 0) return status;
+  devbuf__storage *to = dst->storage, *from = src->storage;
+  if (to->device == from->device)
+    return to->device->backend->copy(to->device, &to->memory, dst->offset, &from->memory, src->offset, dst->size);
+  return copy_across(to, dst->offset, from, src->offset, dst->size);
+}

@@ -1,0 +1,155 @@
+// Devices: spec parsing, the registry of open devices (one per spec), and lifetime.
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static devbuf_device_t *open_devices;
+
+typedef struct backend_entry {
+  const char *prefix;
+  devbuf_device_kind kind;
+  const devbuf__backend *backend; // NULL while the backend is not part of this build
+} backend_entry;
+
+static const backend_entry known_backends[] = {
+    {"cpu", DEVBUF_DEVICE_CPU, &devbuf__backend_cpu},
+    {"opencl", DEVBUF_DEVICE_OPENCL, NULL},
+    {"cuda", DEVBUF_DEVICE_CUDA, NULL},
+};
+
+// Splits "kind[:N]" into its backend entry and index.
+static devbuf_status parse_spec(const char *spec, const backend_entry **out_entry, int *out_index) {
+  if (!spec) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device spec is NULL");
+  size_t kind_length = strcspn(spec, ":");
+  const backend_entry *entry = NULL;
+  for (size_t i = 0; i < sizeof known_backends / sizeof known_backends[0]; i++) {
+    if (strlen(known_backends[i].prefix) == kind_length &&
+        strncmp(spec, known_backends[i].prefix, kind_length) == 0)
+      entry = &known_backends[i];
+  }
+  if (!entry)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "device spec '%.64s' names no device kind (expected cpu, opencl:N or cuda:N)", spec);
+  long index = 0;
+  if (spec[kind_length] == ':') {
+    const char *digits = spec + kind_length + 1;
+    char *end = NULL;
+    errno = 0;
+    if (*digits < '0' || *digits > '9')
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device spec '%.64s': index is not a number", spec);
+    index = strtol(digits, &end, 10);
+    if (errno || *end != '\0' || index > 1000000)
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device spec '%.64s': bad index", spec);
+  }
+  *out_entry = entry;
+  *out_index = (int)index;
+  return DEVBUF_OK;
+}
+
+static devbuf_status device_create(const backend_entry *entry, int index, devbuf_device_t **out) {
+  devbuf_device_t *device = devbuf__calloc(1, sizeof *device);
+  if (!device) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a device object");
+  atomic_init(&device->refs, 1);
+  atomic_init(&device->mapped_bytes, 0);
+  device->backend = entry->backend;
+  device->index = index;
+  if (entry->kind == DEVBUF_DEVICE_CPU)
+    snprintf(device->spec, sizeof device->spec, "cpu");
+  else
+    snprintf(device->spec, sizeof device->spec, "%s:%d", entry->prefix, index);
+  devbuf_status status = entry->backend->open(device, index);
+  if (status != DEVBUF_OK) {
+    devbuf__free(device);
+    return status;
+  }
+  devbuf_allocator_t *raw = NULL;
+  status = devbuf__raw_allocator_create(device, true, &raw);
+  if (status == DEVBUF_OK) {
+    devbuf_caching_options_t no_limits = {0};
+    status = devbuf__caching_allocator_create(raw, &no_limits, DEVBUF__EMBEDDED, &device->allocator);
+  }
+  if (status != DEVBUF_OK) {
+    if (entry->backend->close) entry->backend->close(device);
+    devbuf__free(device);
+    return status;
+  }
+  *out = device;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_device_open(const char *spec, devbuf_device_t **out_device) {
+  const backend_entry *entry = NULL;
+  int index = 0;
+  if (!out_device) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_device is NULL");
+  devbuf_status status = parse_spec(spec, &entry, &index);
+  if (status != DEVBUF_OK) return status;
+  if (!entry->backend)
+    return devbuf__error(DEVBUF_UNAVAILABLE, "%s: the %s backend is not part of this build", spec,
+                         entry->prefix);
+  pthread_mutex_lock(&registry_lock);
+  for (devbuf_device_t *device = open_devices; device; device = device->next_open) {
+    if (device->backend == entry->backend && device->index == index) {
+      atomic_fetch_add(&device->refs, 1);
+      pthread_mutex_unlock(&registry_lock);
+      *out_device = device;
+      return DEVBUF_OK;
+    }
+  }
+  devbuf_device_t *device = NULL;
+  status = device_create(entry, index, &device);
+  if (status == DEVBUF_OK) {
+    device->next_open = open_devices;
+    open_devices = device;
+    *out_device = device;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return status;
+}
+
+devbuf_device_t *devbuf_device_retain(devbuf_device_t *device) {
+  if (device) atomic_fetch_add(&device->refs, 1);
+  return device;
+}
+
+void devbuf_device_release(devbuf_device_t *device) {
+  if (!device) return;
+  // Dropping a reference that is not the last needs no lock (buffers do it constantly).
+  size_t refs = atomic_load_explicit(&device->refs, memory_order_relaxed);
+  while (refs > 1) {
+    if (atomic_compare_exchange_weak_explicit(&device->refs, &refs, refs - 1, memory_order_acq_rel,
+                                              memory_order_relaxed))
+      return;
+  }
+  // The last one: the registry lock makes "drop it" and "find the device in the registry"
+  // one step, so device_open never hands out a device that is being destroyed.
+  pthread_mutex_lock(&registry_lock);
+  if (atomic_fetch_sub(&device->refs, 1) != 1) {
+    pthread_mutex_unlock(&registry_lock);
+    return;
+  }
+  for (devbuf_device_t **link = &open_devices; *link; link = &(*link)->next_open) {
+    if (*link == device) {
+      *link = device->next_open;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+  devbuf__allocator_destroy(device->allocator);
+  if (device->backend->close) device->backend->close(device);
+  devbuf__free(device);
+}
+
+devbuf_device_kind devbuf_device_kind_of(const devbuf_device_t *device) { return device->backend->kind; }
+const char *devbuf_device_spec(const devbuf_device_t *device) { return device->spec; }
+const char *devbuf_device_name(const devbuf_device_t *device) { return device->name; }
+size_t devbuf_device_page_size(const devbuf_device_t *device) { return device->page_size; }
+devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device) { return device->allocator; }
+
+devbuf_status devbuf_device_synchronize(devbuf_device_t *device) {
+  if (!device) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device is NULL");
+  return device->backend->synchronize ? device->backend->synchronize(device) : DEVBUF_OK;
+}

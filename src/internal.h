@@ -1,0 +1,191 @@
+// Internal layouts and interfaces shared by devbuf's source files. Not installed.
+//
+// Layers (DESIGN.md section 1), each in its own files, each talking only to the one below:
+//   buffer*.c           handles, views, host access, copies, mapped files
+//   storage.c           shared, refcounted memory of a buffer; lazy allocation
+//   allocator*.c        the allocator object, caching allocator, adaptors
+//   device.c            device registry and spec parsing
+//   backend_*.c         one vtable per device kind: raw memory, copies
+#ifndef DEVBUF_INTERNAL_H
+#define DEVBUF_INTERNAL_H
+
+#include "devbuf.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define DEVBUF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define DEVBUF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+// ---- errors (status.c) ------------------------------------------------------------------
+// Sets the thread's message and returns `status`. Never allocates.
+devbuf_status devbuf__error(devbuf_status status, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+// ---- host memory seam (host_alloc.c) ----------------------------------------------------
+// Every host allocation the library makes for its own bookkeeping goes through here.
+void *devbuf__malloc(size_t size);
+void *devbuf__calloc(size_t count, size_t size);
+void devbuf__free(void *pointer);
+
+// ---- checked arithmetic -----------------------------------------------------------------
+static inline bool devbuf__mul_overflows(size_t a, size_t b, size_t *out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+static inline bool devbuf__add_overflows(size_t a, size_t b, size_t *out) {
+  return __builtin_add_overflow(a, b, out);
+}
+
+// ---- backends (backend_*.c) -------------------------------------------------------------
+// A backend never sees buffers: only raw memory. Optional entries may be NULL.
+typedef struct devbuf__backend {
+  const char *name;        // "cpu", "opencl", "cuda"
+  devbuf_device_kind kind;
+  // Fills device->name, page_size, host_accessible, backend_state for device `index`.
+  // UNAVAILABLE with the reason when the driver or device is missing.
+  devbuf_status (*open)(devbuf_device_t *device, int index);
+  void (*close)(devbuf_device_t *device); // (optional)
+  devbuf_status (*raw_alloc)(devbuf_device_t *device, size_t size, devbuf_memory_t *out);
+  void (*raw_free)(devbuf_device_t *device, const devbuf_memory_t *memory);
+  // Copies between host memory and device memory, and within the device. `offset` is
+  // in bytes from the start of the memory. Ranges of one memory may overlap (memmove).
+  devbuf_status (*write)(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
+                         const void *src, size_t size);
+  devbuf_status (*read)(devbuf_device_t *device, const devbuf_memory_t *src, size_t offset,
+                        void *dst, size_t size);
+  devbuf_status (*copy)(devbuf_device_t *device, const devbuf_memory_t *dst, size_t dst_offset,
+                        const devbuf_memory_t *src, size_t src_offset, size_t size);
+  // Fills `size` bytes at `offset` with zero.
+  devbuf_status (*zero)(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
+                        size_t size);
+  devbuf_status (*synchronize)(devbuf_device_t *device); // (optional)
+} devbuf__backend;
+
+extern const devbuf__backend devbuf__backend_cpu;
+
+// ---- devices (device.c) -----------------------------------------------------------------
+struct devbuf_device {
+  atomic_size_t refs;                  // external references; 0 destroys (under registry lock)
+  const devbuf__backend *backend;
+  int index;                           // N of "kind:N"
+  char spec[32];                       // canonical spec, e.g. "cpu"
+  char name[128];                      // filled by the backend
+  size_t page_size;                    // granularity of large blocks, a power of two
+  bool host_accessible;                // raw memory has a CPU address
+  devbuf_allocator_t *allocator;       // the device's caching allocator (embedded)
+  atomic_uint_least64_t mapped_bytes;  // bytes of live file mappings on this device
+  void *backend_state;                 // owned by the backend
+  struct devbuf_device *next_open;     // registry list
+};
+
+// ---- allocators (allocator.c and friends) -----------------------------------------------
+typedef struct devbuf__allocator_ops {
+  const char *kind;
+  devbuf_status (*alloc)(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out);
+  void (*free)(devbuf_allocator_t *self, const devbuf_memory_t *memory);
+  void (*destroy)(devbuf_allocator_t *self);
+  // (optional) A kind that keeps its own statistics; otherwise the front end counts.
+  void (*stats)(devbuf_allocator_t *self, devbuf_allocator_stats_t *out);
+  void (*reset_peak)(devbuf_allocator_t *self); // (optional, with stats)
+  void (*clear_cache)(devbuf_allocator_t *self); // (optional)
+} devbuf__allocator_ops;
+
+// Counters the front end keeps for allocators without their own statistics.
+typedef struct devbuf__counters {
+  atomic_uint_least64_t active, peak, live, allocs, frees, failed, calls;
+} devbuf__counters;
+
+// How an allocator relates to its device's lifetime.
+typedef enum devbuf__device_link {
+  // Holds a reference to the device (allocators users create).
+  DEVBUF__HOLDS_DEVICE,
+  // Part of the device: retain/release go to the device, so a reference to the device's
+  // allocator keeps the device, and so the allocator, alive. The device destroys it.
+  DEVBUF__EMBEDDED,
+  // Owned by an embedded allocator; the device outlives it.
+  DEVBUF__BORROWS_DEVICE,
+} devbuf__device_link;
+
+struct devbuf_allocator {
+  atomic_size_t refs;
+  const devbuf__allocator_ops *ops;
+  devbuf_device_t *device;
+  devbuf__device_link link;
+  devbuf__counters counters;
+};
+
+// Initialises the common part; retains `device` for DEVBUF__HOLDS_DEVICE.
+void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocator_ops *ops,
+                            devbuf_device_t *device, devbuf__device_link link);
+// Destroys an allocator regardless of its count (devices destroying their own).
+void devbuf__allocator_destroy(devbuf_allocator_t *allocator);
+// The raw allocator of a device's backend. With `borrow_device` it holds no reference to
+// the device (for the device's own caching allocator).
+devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, bool borrow_device,
+                                           devbuf_allocator_t **out);
+// A caching allocator that takes over the caller's reference to `upstream`.
+devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
+                                               const devbuf_caching_options_t *options,
+                                               devbuf__device_link link, devbuf_allocator_t **out);
+
+// ---- storage and buffers (storage.c, buffer*.c) -----------------------------------------
+typedef enum devbuf__storage_state {
+  DEVBUF__UNALLOCATED = 0,
+  DEVBUF__ALLOCATED = 1,
+} devbuf__storage_state;
+
+// One open host access: which handle opened it, on which bytes, for what.
+typedef struct devbuf__host_access {
+  const devbuf_buffer_t *handle;
+  const void *data;
+  size_t offset, size;     // bytes within the storage
+  bool write;
+  struct devbuf__host_access *next;
+} devbuf__host_access;
+
+typedef struct devbuf__storage {
+  atomic_size_t refs;                  // handles that use it
+  uint64_t id;                         // the storage id shared by all views
+  devbuf_allocator_t *allocator;       // NULL for mapped files
+  devbuf_device_t *device;             // retained
+  size_t size;                         // bytes
+  uint32_t flags;                      // DEVBUF_BUFFER_* given at creation
+  bool read_only, mapped;
+  atomic_int state;                    // devbuf__storage_state; ALLOCATED is final
+  devbuf_memory_t memory;              // valid once state is ALLOCATED
+  pthread_mutex_t lock;                // lazy allocation and host-access list
+  devbuf__host_access *accesses;       // open host accesses
+  atomic_size_t open_accesses;         // length of `accesses` (read without the lock)
+} devbuf__storage;
+
+struct devbuf_buffer {
+  atomic_size_t refs;
+  uint64_t handle_id;
+  devbuf__storage *storage;            // one reference held per handle
+  size_t offset, size;                 // bytes within the storage
+  devbuf_dtype dtype;
+  size_t ndim;
+  size_t shape[DEVBUF_MAX_NDIM];
+};
+
+uint64_t devbuf__next_id(void);
+devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_device_t *device,
+                                     size_t size, uint32_t flags, devbuf__storage **out);
+void devbuf__storage_release(devbuf__storage *storage);
+devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage);
+// A new handle on `storage` (taking over one storage reference).
+devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_t size,
+                                  devbuf_dtype dtype, const size_t *shape, size_t ndim,
+                                  devbuf_buffer_t **out);
+// Byte size of `ndim` dims of `dtype`; OVERFLOW / INVALID_ARGUMENT with a message.
+devbuf_status devbuf__shape_bytes(devbuf_dtype dtype, const size_t *shape, size_t ndim,
+                                  size_t *out_bytes, size_t *out_count);
+
+// HOST_ACCESS_OPEN if a host access conflicts with an operation on storage bytes
+// [offset, offset + size) (a write conflicts with any access, a read with write access).
+// Caller holds storage->lock.
+devbuf_status devbuf__check_host_conflicts(devbuf__storage *storage, size_t offset, size_t size, bool write,
+                                           const char *what);
+
+#endif // DEVBUF_INTERNAL_H

@@ -1,0 +1,52 @@
+// Read-only mapped files (B9): zero-copy, page-granular, alive while any view uses them.
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path, devbuf_buffer_t **out_buffer) {
+  if (!device || !path || !out_buffer)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "map_file: device, path and out_buffer are required");
+  if (!device->host_accessible)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "map_file: %s cannot read host memory; load the file with copies",
+                         device->spec);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return devbuf__error(DEVBUF_IO_ERROR, "cannot open '%.200s': %s", path, strerror(errno));
+  struct stat info;
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    int error = errno;
+    close(fd);
+    return devbuf__error(DEVBUF_IO_ERROR, "'%.200s' is not a regular file%s%s", path, error ? ": " : "",
+                         error ? strerror(error) : "");
+  }
+  size_t size = (size_t)info.st_size;
+  void *address = NULL;
+  if (size) {
+    address = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (address == MAP_FAILED) {
+      int error = errno;
+      close(fd);
+      return devbuf__error(DEVBUF_IO_ERROR, "cannot map %zu bytes of '%.200s': %s", size, path, strerror(error));
+    }
+  }
+  close(fd); // the mapping keeps the file's pages
+  devbuf__storage *storage;
+  devbuf_status status = devbuf__storage_create(NULL, device, size, 0, &storage);
+  if (status != DEVBUF_OK) {
+    if (size) munmap(address, size);
+    return status;
+  }
+  storage->mapped = true;
+  storage->read_only = true;
+  storage->memory.host = address;
+  storage->memory.device = (uint64_t)(uintptr_t)address;
+  storage->memory.size = size;
+  atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
+  size_t page = device->page_size;
+  atomic_fetch_add(&device->mapped_bytes, (size + page - 1) & ~(page - 1));
+  return devbuf__buffer_wrap(storage, 0, size, DEVBUF_UINT8, &size, 1, out_buffer);
+}

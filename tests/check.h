@@ -1,0 +1,101 @@
+// A tiny test harness: CHECK macros that report and count failures, RUN to call a test,
+// SKIP_ALL to exit with ctest's skip code and a reason.
+#ifndef DEVBUF_CHECK_H
+#define DEVBUF_CHECK_H
+
+#include "devbuf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_failures;
+static const char *check_current = "";
+
+#define CHECK(cond)                                                                           \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      fprintf(stderr, "%s:%d: [%s] CHECK failed: %s\n", __FILE__, __LINE__, check_current, #cond); \
+      check_failures++;                                                                       \
+    }                                                                                         \
+  } while (0)
+
+#define CHECK_EQ_U(a, b)                                                                      \
+  do {                                                                                        \
+    unsigned long long check_a_ = (unsigned long long)(a), check_b_ = (unsigned long long)(b); \
+    if (check_a_ != check_b_) {                                                               \
+      fprintf(stderr, "%s:%d: [%s] CHECK failed: %s == %s (%llu vs %llu)\n", __FILE__, __LINE__, \
+              check_current, #a, #b, check_a_, check_b_);                                     \
+      check_failures++;                                                                       \
+    }                                                                                         \
+  } while (0)
+
+#define CHECK_STATUS(expr, expected)                                                          \
+  do {                                                                                        \
+    devbuf_status check_s_ = (expr);                                                          \
+    if (check_s_ != (expected)) {                                                             \
+      fprintf(stderr, "%s:%d: [%s] %s returned %s, expected %s (%s)\n", __FILE__, __LINE__,   \
+              check_current, #expr, devbuf_status_name(check_s_), devbuf_status_name(expected), \
+              devbuf_last_error());                                                           \
+      check_failures++;                                                                       \
+    }                                                                                         \
+  } while (0)
+
+#define CHECK_OK(expr) CHECK_STATUS(expr, DEVBUF_OK)
+
+// The last error message contains `needle`.
+#define CHECK_MESSAGE(needle)                                                                 \
+  do {                                                                                        \
+    if (!strstr(devbuf_last_error(), (needle))) {                                             \
+      fprintf(stderr, "%s:%d: [%s] message '%s' lacks '%s'\n", __FILE__, __LINE__, check_current, \
+              devbuf_last_error(), (needle));                                                 \
+      check_failures++;                                                                       \
+    }                                                                                         \
+  } while (0)
+
+#define RUN(test)                                                                             \
+  do {                                                                                        \
+    check_current = #test;                                                                    \
+    int check_before_ = check_failures;                                                       \
+    test();                                                                                   \
+    printf("%s %s\n", check_failures == check_before_ ? "ok  " : "FAIL", #test);              \
+  } while (0)
+
+#define CHECK_EXIT() (check_failures ? (fprintf(stderr, "%d check(s) failed\n", check_failures), 1) : 0)
+
+#define SKIP_EXIT_CODE 77
+
+// A caching allocator over a counting raw allocator, so tests see system calls exactly.
+typedef struct test_allocators {
+  devbuf_device_t *device;
+  devbuf_allocator_t *raw;     // stats adaptor over the CPU raw allocator
+  devbuf_allocator_t *caching; // caching allocator over `raw`
+} test_allocators;
+
+static inline test_allocators test_allocators_open(const devbuf_caching_options_t *options) {
+  test_allocators t = {0};
+  devbuf_allocator_t *backend_raw = NULL;
+  if (devbuf_device_open("cpu", &t.device) != DEVBUF_OK ||
+      devbuf_device_raw_allocator(t.device, &backend_raw) != DEVBUF_OK ||
+      devbuf_stats_adaptor_create(backend_raw, &t.raw) != DEVBUF_OK ||
+      devbuf_caching_allocator_create(t.raw, options, &t.caching) != DEVBUF_OK) {
+    fprintf(stderr, "cannot set up allocators: %s\n", devbuf_last_error());
+    exit(1);
+  }
+  devbuf_allocator_release(backend_raw);
+  return t;
+}
+
+static inline void test_allocators_close(test_allocators *t) {
+  devbuf_allocator_release(t->caching);
+  devbuf_allocator_release(t->raw);
+  devbuf_device_release(t->device);
+}
+
+static inline devbuf_allocator_stats_t stats_of(devbuf_allocator_t *allocator) {
+  devbuf_allocator_stats_t stats;
+  if (devbuf_allocator_stats(allocator, &stats) != DEVBUF_OK) memset(&stats, 0xff, sizeof stats);
+  return stats;
+}
+
+#endif

@@ -1,0 +1,398 @@
+// The caching allocator: the seeds' statistics, size classes, best fit, LRU eviction,
+// limits; user allocators; the statistics, trace and fault adaptors.
+#include "check.h"
+
+#include <unistd.h>
+
+static size_t page;
+
+static devbuf_buffer_t *bytes_buffer(devbuf_allocator_t *allocator, size_t size) {
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer));
+  return buffer;
+}
+
+static void test_seed_steady_state(void) {
+  test_allocators t = test_allocators_open(NULL);
+  for (int i = 0; i < 10000; i++) devbuf_buffer_release(bytes_buffer(t.caching, 4096));
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.system_allocs, 1);
+  CHECK_EQ_U(s.active, 0);
+  CHECK_EQ_U(s.cached, 4096);
+  CHECK_EQ_U(s.cache_hits, 9999);
+  CHECK_EQ_U(s.live_buffers, 0);
+  CHECK_EQ_U(stats_of(t.raw).system_allocs, 1); // the raw allocator saw one call, too
+  test_allocators_close(&t);
+}
+
+static void test_seed_exact_stats(void) {
+  test_allocators t = test_allocators_open(NULL);
+  devbuf_buffer_t *small = bytes_buffer(t.caching, 1000);
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.active, 1024);
+  CHECK_EQ_U(s.peak, 1024);
+  CHECK_EQ_U(s.live_buffers, 1);
+  devbuf_buffer_t *large = bytes_buffer(t.caching, page + 1);
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.active, 1024 + 2 * page);
+  CHECK_EQ_U(s.peak, 1024 + 2 * page);
+  CHECK_EQ_U(s.system_allocs, 2);
+  devbuf_buffer_release(large);
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.active, 1024);
+  CHECK_EQ_U(s.cached, 2 * page);
+  CHECK_EQ_U(s.peak, 1024 + 2 * page);
+  devbuf_allocator_reset_peak(t.caching);
+  CHECK_EQ_U(stats_of(t.caching).peak, 1024);
+  devbuf_buffer_release(small);
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.active, 0);
+  CHECK_EQ_U(s.cached, 1024 + 2 * page);
+  CHECK_EQ_U(s.live_buffers, 0);
+  devbuf_allocator_clear_cache(t.caching);
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.cached, 0);
+  CHECK_EQ_U(s.system_frees, 2);
+  CHECK_EQ_U(stats_of(t.raw).active, 0); // everything went back to the system
+  test_allocators_close(&t);
+}
+
+static void test_lazy_allocation(void) {
+  test_allocators t = test_allocators_open(NULL);
+  size_t shape[] = {10, 10};
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_new(t.caching, DEVBUF_FLOAT32, shape, 2, 0, &buffer));
+  CHECK(!devbuf_buffer_is_allocated(buffer));
+  CHECK_EQ_U(stats_of(t.caching).alloc_calls, 0);
+  CHECK_OK(devbuf_buffer_ensure_allocated(buffer));
+  CHECK(devbuf_buffer_is_allocated(buffer));
+  CHECK_OK(devbuf_buffer_ensure_allocated(buffer));
+  CHECK_EQ_U(stats_of(t.caching).alloc_calls, 1);
+  CHECK_EQ_U(stats_of(t.caching).active, 512);
+  devbuf_buffer_release(buffer);
+  test_allocators_close(&t);
+}
+
+static void test_best_fit(void) {
+  test_allocators t = test_allocators_open(NULL);
+  devbuf_memory_t a, b;
+  // A cached 1024-byte block serves 512 (within 2x) but not 256 (over 2x).
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 1024, &a));
+  devbuf_allocator_free(t.caching, &a);
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 256, &b));
+  CHECK_EQ_U(stats_of(t.caching).cache_hits, 0);
+  CHECK_EQ_U(b.size, 256);
+  devbuf_allocator_free(t.caching, &b);
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 512, &b));
+  CHECK_EQ_U(stats_of(t.caching).cache_hits, 1);
+  CHECK_EQ_U(b.size, 1024); // the block keeps its size
+  devbuf_allocator_free(t.caching, &b);
+  devbuf_allocator_clear_cache(t.caching);
+  // Large: with 2-page and 4-page blocks cached, a 2-page request takes the 2-page one,
+  // a (page + 1)-byte request (rounded to 2 pages) too; a 1-page request takes neither
+  // 4 pages (over 2x) ... but does take 2 pages (exactly 2x).
+  devbuf_memory_t two, four, got;
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 2 * page, &two));
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 4 * page, &four));
+  void *two_address = two.host, *four_address = four.host;
+  devbuf_allocator_free(t.caching, &four);
+  devbuf_allocator_free(t.caching, &two);
+  CHECK_OK(devbuf_allocator_alloc(t.caching, page + 1, &got));
+  CHECK(got.host == two_address);
+  devbuf_allocator_free(t.caching, &got);
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 3 * page, &got)); // 4 pages <= min(6, 5) pages
+  CHECK(got.host == four_address);
+  devbuf_allocator_free(t.caching, &got);
+  uint64_t system_before = stats_of(t.caching).system_allocs;
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 8 * page, &got)); // nothing cached is large enough
+  CHECK_EQ_U(stats_of(t.caching).system_allocs, system_before + 1);
+  devbuf_allocator_free(t.caching, &got);
+  // 64 pages cached; a 61-page request may take at most min(122, 63) pages: a miss.
+  devbuf_allocator_clear_cache(t.caching);
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 64 * page, &got));
+  devbuf_allocator_free(t.caching, &got);
+  system_before = stats_of(t.caching).system_allocs;
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 61 * page, &got));
+  CHECK_EQ_U(stats_of(t.caching).system_allocs, system_before + 1);
+  devbuf_allocator_free(t.caching, &got);
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 62 * page, &got)); // 64 <= 62 + 2: a hit
+  CHECK_EQ_U(stats_of(t.caching).system_allocs, system_before + 1);
+  CHECK_EQ_U(got.size, 64 * page);
+  devbuf_allocator_free(t.caching, &got);
+  test_allocators_close(&t);
+}
+
+static void test_lru_eviction_order(void) {
+  test_allocators t = test_allocators_open(NULL);
+  devbuf_memory_t blocks[4];
+  size_t sizes[4] = {2 * page, 4 * page, 8 * page, 16 * page};
+  for (int i = 0; i < 4; i++) CHECK_OK(devbuf_allocator_alloc(t.caching, sizes[i], &blocks[i]));
+  // Release in the order 2, 0, 3, 1: least recently released is blocks[2].
+  int order[4] = {2, 0, 3, 1};
+  for (int i = 0; i < 4; i++) devbuf_allocator_free(t.caching, &blocks[order[i]]);
+  CHECK_EQ_U(stats_of(t.caching).cached, 30 * page);
+  // A cache limit of 22 pages evicts blocks[2] (8 pages) only.
+  devbuf_caching_options_t options = {.cache_limit = 22 * page};
+  CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &options));
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.cached, 22 * page);
+  CHECK_EQ_U(s.system_frees, 1);
+  CHECK_EQ_U(stats_of(t.raw).active, 22 * page);
+  // 10 pages: evicts blocks[0] (2 pages, next oldest) and blocks[3] (16 pages).
+  options.cache_limit = 10 * page;
+  CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &options));
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.cached, 4 * page);
+  CHECK_EQ_U(s.system_frees, 3);
+  // What remains is blocks[1]: a 4-page request hits.
+  devbuf_memory_t again;
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 4 * page, &again));
+  CHECK_EQ_U(stats_of(t.caching).cache_hits, 1);
+  // Releasing over the limit evicts at release time, oldest first.
+  devbuf_memory_t big;
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 8 * page, &big));
+  devbuf_allocator_free(t.caching, &again); // cached 4 pages
+  devbuf_allocator_free(t.caching, &big);   // cached 12 > 10: the 4-page block goes
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.cached, 8 * page);
+  test_allocators_close(&t);
+}
+
+static void test_memory_limit(void) {
+  devbuf_caching_options_t options = {.memory_limit = 16 * page};
+  test_allocators t = test_allocators_open(&options);
+  devbuf_memory_t a, b, c;
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 8 * page, &a));
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 8 * page, &b));
+  CHECK_STATUS(devbuf_allocator_alloc(t.caching, 100, &c), DEVBUF_OUT_OF_MEMORY);
+  char expected[128];
+  snprintf(expected, sizeof expected, "requested 100 bytes (256 rounded) with %zu bytes active and a memory limit of %zu",
+           16 * page, 16 * page);
+  CHECK_MESSAGE(expected);
+  CHECK_EQ_U(stats_of(t.caching).failed_allocs, 1);
+  // With a block cached, the limit first evicts the cache.
+  devbuf_allocator_free(t.caching, &b);
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 4 * page, &c)); // 8-page block is over 2x: evicted instead
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.cached, 0);
+  CHECK_EQ_U(s.active, 12 * page);
+  CHECK_EQ_U(s.system_frees, 1);
+  CHECK_STATUS(devbuf_allocator_alloc(t.caching, 8 * page, &b), DEVBUF_OUT_OF_MEMORY);
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 4 * page, &b));
+  devbuf_allocator_free(t.caching, &a);
+  devbuf_allocator_free(t.caching, &b);
+  devbuf_allocator_free(t.caching, &c);
+  CHECK_EQ_U(stats_of(t.caching).active, 0);
+  test_allocators_close(&t);
+}
+
+static void test_buffer_count_limit(void) {
+  devbuf_caching_options_t options = {.max_buffers = 3};
+  test_allocators t = test_allocators_open(&options);
+  devbuf_buffer_t *buffers[3];
+  for (int i = 0; i < 3; i++) buffers[i] = bytes_buffer(t.caching, 64);
+  devbuf_buffer_t *extra = NULL;
+  size_t size = 64;
+  CHECK_STATUS(devbuf_buffer_allocate(t.caching, DEVBUF_UINT8, &size, 1, 0, &extra), DEVBUF_OUT_OF_MEMORY);
+  CHECK_MESSAGE("3 buffers live and a buffer-count limit of 3");
+  CHECK(extra == NULL);
+  devbuf_buffer_release(buffers[0]);
+  buffers[0] = bytes_buffer(t.caching, 64);
+  CHECK_EQ_U(stats_of(t.caching).live_buffers, 3);
+  for (int i = 0; i < 3; i++) devbuf_buffer_release(buffers[i]);
+  CHECK_EQ_U(stats_of(t.caching).live_buffers, 0);
+  test_allocators_close(&t);
+}
+
+static void test_zero_and_huge_requests(void) {
+  test_allocators t = test_allocators_open(NULL);
+  devbuf_memory_t memory;
+  CHECK_STATUS(devbuf_allocator_alloc(t.caching, 0, &memory), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_allocator_alloc(t.caching, SIZE_MAX - 10, &memory), DEVBUF_OUT_OF_MEMORY);
+  CHECK_STATUS(devbuf_allocator_alloc(t.caching, (size_t)1 << 62, &memory), DEVBUF_OUT_OF_MEMORY);
+  CHECK_MESSAGE("bytes");
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.active, 0);
+  CHECK_EQ_U(s.live_buffers, 0);
+  CHECK_EQ_U(s.failed_allocs, 2);
+  test_allocators_close(&t);
+}
+
+// ---- user allocators and adaptors -------------------------------------------------------
+
+typedef struct counting_ctx {
+  int allocs, frees, destroyed;
+  char arena[8][256] __attribute__((aligned(64)));
+  int used[8];
+} counting_ctx;
+
+static devbuf_status counting_alloc(void *ctx, size_t size, devbuf_memory_t *out) {
+  counting_ctx *c = ctx;
+  if (size > 256) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "arena blocks hold 256 bytes, not %zu", size);
+  for (int i = 0; i < 8; i++) {
+    if (c->used[i]) continue;
+    c->used[i] = 1;
+    c->allocs++;
+    out->host = c->arena[i];
+    out->device = (uint64_t)(uintptr_t)c->arena[i];
+    out->size = 256;
+    out->token = &c->used[i];
+    return DEVBUF_OK;
+  }
+  return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "arena full");
+}
+
+static void counting_free(void *ctx, const devbuf_memory_t *memory) {
+  counting_ctx *c = ctx;
+  *(int *)memory->token = 0;
+  c->frees++;
+}
+
+static void counting_destroy(void *ctx) { ((counting_ctx *)ctx)->destroyed++; }
+
+static const devbuf_allocator_vtable_t counting_vtable = {
+    .alloc = counting_alloc, .free = counting_free, .destroy = counting_destroy};
+
+static void test_user_allocator(void) {
+  devbuf_device_t *device;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  counting_ctx ctx = {0};
+  devbuf_allocator_t *user = NULL;
+  CHECK_OK(devbuf_allocator_create(device, &counting_vtable, &ctx, &user));
+  CHECK(strcmp(devbuf_allocator_kind(user), "custom") == 0);
+  devbuf_buffer_t *buffer = NULL;
+  size_t shape[] = {4, 8};
+  CHECK_OK(devbuf_buffer_allocate(user, DEVBUF_FLOAT64, shape, 2, DEVBUF_BUFFER_ZERO, &buffer));
+  CHECK_EQ_U(ctx.allocs, 1);
+  double values[32];
+  CHECK_OK(devbuf_buffer_copyout(buffer, values, sizeof values));
+  CHECK(values[0] == 0.0 && values[31] == 0.0);
+  devbuf_buffer_t *too_big = NULL;
+  shape[0] = 100;
+  CHECK_STATUS(devbuf_buffer_allocate(user, DEVBUF_FLOAT64, shape, 2, 0, &too_big), DEVBUF_OUT_OF_MEMORY);
+  CHECK_MESSAGE("arena blocks hold 256 bytes");
+  devbuf_allocator_stats_t s = stats_of(user);
+  CHECK_EQ_U(s.active, 256);
+  CHECK_EQ_U(s.failed_allocs, 1);
+  devbuf_allocator_release(user); // the buffer still holds it
+  CHECK_EQ_U(ctx.destroyed, 0);
+  devbuf_buffer_release(buffer);
+  CHECK_EQ_U(ctx.frees, 1);
+  CHECK_EQ_U(ctx.destroyed, 1);
+  devbuf_device_release(device);
+}
+
+static void test_fault_adaptor(void) {
+  devbuf_device_t *device;
+  devbuf_allocator_t *raw, *fault;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  CHECK_OK(devbuf_fault_adaptor_create(raw, 3, DEVBUF_FAULT_ONCE, &fault));
+  devbuf_memory_t m[8];
+  devbuf_status expected[6] = {DEVBUF_OK, DEVBUF_OK, DEVBUF_INJECTED_FAULT, DEVBUF_OK, DEVBUF_OK, DEVBUF_OK};
+  for (int i = 0; i < 6; i++) {
+    CHECK_STATUS(devbuf_allocator_alloc(fault, 64, &m[i]), expected[i]);
+    if (expected[i] == DEVBUF_OK) devbuf_allocator_free(fault, &m[i]);
+  }
+  CHECK_EQ_U(devbuf_fault_adaptor_fired(fault), 1);
+  CHECK_OK(devbuf_fault_adaptor_arm(fault, 2, DEVBUF_FAULT_PERSISTENT));
+  CHECK_OK(devbuf_allocator_alloc(fault, 64, &m[0]));
+  CHECK_STATUS(devbuf_allocator_alloc(fault, 64, &m[1]), DEVBUF_INJECTED_FAULT);
+  CHECK_STATUS(devbuf_allocator_alloc(fault, 64, &m[1]), DEVBUF_INJECTED_FAULT);
+  devbuf_allocator_free(fault, &m[0]);
+  CHECK_OK(devbuf_fault_adaptor_arm(fault, 3, DEVBUF_FAULT_EVERY));
+  int failures = 0;
+  for (int i = 0; i < 9; i++) {
+    devbuf_memory_t x;
+    if (devbuf_allocator_alloc(fault, 64, &x) == DEVBUF_OK)
+      devbuf_allocator_free(fault, &x);
+    else
+      failures++;
+  }
+  CHECK_EQ_U(failures, 3);
+  CHECK_STATUS(devbuf_fault_adaptor_arm(raw, 1, DEVBUF_FAULT_ONCE), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_fault_adaptor_arm(fault, 1, (devbuf_fault_mode)7), DEVBUF_INVALID_ARGUMENT);
+  CHECK_EQ_U(stats_of(fault).active, 0);
+  devbuf_allocator_release(fault);
+  devbuf_allocator_release(raw);
+  devbuf_device_release(device);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *file = fopen(path, "w");
+  CHECK(file != NULL);
+  if (!file) return;
+  fputs(text, file);
+  fclose(file);
+}
+
+static void test_trace_and_replay(void) {
+  char path[] = "/tmp/devbuf-trace-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  test_allocators t = test_allocators_open(NULL);
+  devbuf_allocator_t *trace = NULL;
+  CHECK_OK(devbuf_trace_adaptor_create(t.caching, path, &trace));
+  devbuf_buffer_t *a = bytes_buffer(trace, 1000), *b = bytes_buffer(trace, 5000), *c = bytes_buffer(trace, 70000);
+  devbuf_buffer_release(b);
+  devbuf_buffer_t *d = bytes_buffer(trace, 100);
+  devbuf_buffer_release(a);
+  devbuf_buffer_release(c);
+  devbuf_buffer_release(d);
+  devbuf_allocator_release(trace); // closes the file
+  // Replay against a fresh caching allocator: same calls, same peak.
+  test_allocators target = test_allocators_open(NULL);
+  devbuf_trace_summary_t summary;
+  CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));
+  CHECK_EQ_U(summary.allocs, 4);
+  CHECK_EQ_U(summary.frees, 4);
+  CHECK_EQ_U(summary.leaked, 0);
+  CHECK_EQ_U(summary.failed_allocs, 0);
+  CHECK_EQ_U(summary.peak_live_bytes, 1000 + 5000 + 70000);
+  devbuf_allocator_stats_t s = stats_of(target.caching);
+  CHECK_EQ_U(s.alloc_calls, 4);
+  CHECK_EQ_U(s.active, 0);
+  CHECK_EQ_U(s.peak, 1024 + 2 * page + 18 * page);
+  // Hostile traces are refused with the line.
+  struct { const char *text; const char *needle; } bad[] = {
+      {"", "empty"},
+      {"a 1 10\n", "does not start with"},
+      {"# devbuf trace 1\na 1 10\nf 2\n", "line 3"},
+      {"# devbuf trace 1\na 1 10\na 1 10\n", "line 3"},
+      {"# devbuf trace 1\na 1 0\n", "line 2"},
+      {"# devbuf trace 1\nz 1\n", "line 2"},
+      {"# devbuf trace 1\na 99999999999999 8\n", "implausibly large"},
+      {"# devbuf trace 1\na 1 8 junk\n", "line 2"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    write_file(path, bad[i].text);
+    CHECK_STATUS(devbuf_trace_replay(path, target.caching, &summary), DEVBUF_FORMAT_ERROR);
+    CHECK_MESSAGE(bad[i].needle);
+  }
+  CHECK_EQ_U(stats_of(target.caching).active, 0); // a refused trace frees what it made
+  // A trace that never frees: the replay frees it and reports the leak.
+  write_file(path, "# devbuf trace 1\na 1 64\na 2 64\nf 1\n");
+  CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));
+  CHECK_EQ_U(summary.leaked, 1);
+  CHECK_STATUS(devbuf_trace_replay("/nonexistent/trace", target.caching, &summary), DEVBUF_IO_ERROR);
+  unlink(path);
+  test_allocators_close(&target);
+  test_allocators_close(&t);
+}
+
+int main(void) {
+  page = (size_t)sysconf(_SC_PAGESIZE);
+  RUN(test_seed_steady_state);
+  RUN(test_seed_exact_stats);
+  RUN(test_lazy_allocation);
+  RUN(test_best_fit);
+  RUN(test_lru_eviction_order);
+  RUN(test_memory_limit);
+  RUN(test_buffer_count_limit);
+  RUN(test_zero_and_huge_requests);
+  RUN(test_user_allocator);
+  RUN(test_fault_adaptor);
+  RUN(test_trace_and_replay);
+  return CHECK_EXIT();
+}

@@ -1,0 +1,65 @@
+// Device specs: cpu opens (once per spec), opencl:N and cuda:N parse and answer
+// UNAVAILABLE with a reason, malformed specs are refused.
+#include "check.h"
+
+static void test_open_cpu(void) {
+  devbuf_device_t *a = NULL, *b = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &a));
+  CHECK_OK(devbuf_device_open("cpu:0", &b));
+  CHECK(a == b); // one device (and one caching allocator) per spec
+  CHECK(devbuf_device_kind_of(a) == DEVBUF_DEVICE_CPU);
+  CHECK(strcmp(devbuf_device_spec(a), "cpu") == 0);
+  CHECK(strlen(devbuf_device_name(a)) > 0);
+  size_t page = devbuf_device_page_size(a);
+  CHECK(page >= 4096 && (page & (page - 1)) == 0);
+  devbuf_allocator_t *allocator = devbuf_device_allocator(a);
+  CHECK(allocator && strcmp(devbuf_allocator_kind(allocator), "caching") == 0);
+  CHECK(devbuf_allocator_device(allocator) == a);
+  CHECK_OK(devbuf_device_synchronize(a));
+  devbuf_device_release(b);
+  devbuf_device_release(a);
+}
+
+static void test_allocator_keeps_device_alive(void) {
+  devbuf_device_t *device = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  devbuf_allocator_t *allocator = devbuf_allocator_retain(devbuf_device_allocator(device));
+  devbuf_device_release(device); // the allocator reference keeps the device
+  devbuf_buffer_t *buffer = NULL;
+  size_t shape[] = {16};
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, shape, 1, 0, &buffer));
+  devbuf_allocator_release(allocator); // now the buffer keeps it
+  CHECK(strcmp(devbuf_device_spec(devbuf_buffer_device(buffer)), "cpu") == 0);
+  devbuf_buffer_release(buffer);
+}
+
+static void test_backends_not_built(void) {
+  const char *specs[] = {"opencl:0", "cuda:0", "cuda:3"};
+  for (size_t i = 0; i < 3; i++) {
+    devbuf_device_t *device = NULL;
+    CHECK_STATUS(devbuf_device_open(specs[i], &device), DEVBUF_UNAVAILABLE);
+    CHECK_MESSAGE(specs[i]);
+    CHECK(device == NULL);
+  }
+  devbuf_device_t *device = NULL;
+  CHECK_STATUS(devbuf_device_open("cpu:1", &device), DEVBUF_UNAVAILABLE);
+  CHECK_MESSAGE("cpu:1");
+}
+
+static void test_malformed_specs(void) {
+  const char *bad[] = {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "opencl:99999999999", "CPU", "cpu0"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    devbuf_device_t *device = NULL;
+    CHECK_STATUS(devbuf_device_open(bad[i], &device), DEVBUF_INVALID_ARGUMENT);
+    CHECK(device == NULL);
+  }
+  CHECK_STATUS(devbuf_device_open(NULL, NULL), DEVBUF_INVALID_ARGUMENT);
+}
+
+int main(void) {
+  RUN(test_open_cpu);
+  RUN(test_allocator_keeps_device_alive);
+  RUN(test_backends_not_built);
+  RUN(test_malformed_specs);
+  return CHECK_EXIT();
+}

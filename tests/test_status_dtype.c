@@ -1,0 +1,75 @@
+// Status names and messages; the dtype table: names, bits, DLPack codes, byte sizes.
+#include "check.h"
+
+static void test_status_table(void) {
+  CHECK(strcmp(devbuf_status_name(DEVBUF_OK), "OK") == 0);
+  CHECK(strcmp(devbuf_status_name(DEVBUF_OUT_OF_MEMORY), "OUT_OF_MEMORY") == 0);
+  CHECK(strcmp(devbuf_status_name((devbuf_status)999), "UNKNOWN") == 0);
+  CHECK(strlen(devbuf_status_str(DEVBUF_IN_USE)) > 0);
+  CHECK(strcmp(devbuf_status_str((devbuf_status)999), "unknown status") == 0);
+  CHECK_STATUS(devbuf_set_error(DEVBUF_TIMEOUT, "waited %d ms", 42), DEVBUF_TIMEOUT);
+  CHECK(strcmp(devbuf_last_error(), "TIMEOUT: waited 42 ms") == 0);
+}
+
+static void test_dtype_table(void) {
+  struct { devbuf_dtype dtype; const char *name; unsigned bits; uint8_t code; const char *st; } expected[] = {
+      {DEVBUF_BOOL, "bool", 8, 6, "BOOL"},           {DEVBUF_INT8, "int8", 8, 0, "I8"},
+      {DEVBUF_UINT64, "uint64", 64, 1, "U64"},       {DEVBUF_FLOAT16, "float16", 16, 2, "F16"},
+      {DEVBUF_BFLOAT16, "bfloat16", 16, 4, "BF16"},  {DEVBUF_FLOAT32, "float32", 32, 2, "F32"},
+      {DEVBUF_COMPLEX64, "complex64", 64, 5, "C64"}, {DEVBUF_FLOAT8_E4M3, "float8_e4m3", 8, 10, "F8_E4M3"},
+      {DEVBUF_FLOAT8_E5M2, "float8_e5m2", 8, 12, "F8_E5M2"}, {DEVBUF_FLOAT8_E8M0, "float8_e8m0", 8, 14, "F8_E8M0"},
+      {DEVBUF_FLOAT8_E4M3FNUZ, "float8_e4m3fnuz", 8, 11, "F8_E4M3FNUZ"},
+      {DEVBUF_FLOAT8_E5M2FNUZ, "float8_e5m2fnuz", 8, 13, "F8_E5M2FNUZ"},
+      {DEVBUF_FLOAT6_E2M3, "float6_e2m3", 6, 15, "F6_E2M3"}, {DEVBUF_FLOAT6_E3M2, "float6_e3m2", 6, 16, "F6_E3M2"},
+      {DEVBUF_FLOAT4_E2M1, "float4_e2m1", 4, 17, "F4"},
+  };
+  for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) {
+    CHECK(strcmp(devbuf_dtype_name(expected[i].dtype), expected[i].name) == 0);
+    CHECK_EQ_U(devbuf_dtype_bits(expected[i].dtype), expected[i].bits);
+    uint8_t code = 0xff, bits = 0;
+    CHECK_OK(devbuf_dtype_dlpack(expected[i].dtype, &code, &bits));
+    CHECK_EQ_U(code, expected[i].code);
+    CHECK_EQ_U(bits, expected[i].bits);
+    CHECK(strcmp(devbuf_dtype_safetensors_name(expected[i].dtype), expected[i].st) == 0);
+    devbuf_dtype found;
+    CHECK_OK(devbuf_dtype_from_name(expected[i].name, &found));
+    CHECK(found == expected[i].dtype);
+    CHECK_OK(devbuf_dtype_from_name(expected[i].st, &found));
+    CHECK(found == expected[i].dtype);
+  }
+  // Every dtype has a name, a size and a DLPack code.
+  for (int d = 0; d < DEVBUF_DTYPE_COUNT; d++) {
+    CHECK(devbuf_dtype_name((devbuf_dtype)d) != NULL);
+    CHECK(devbuf_dtype_bits((devbuf_dtype)d) > 0);
+  }
+  CHECK(devbuf_dtype_name(DEVBUF_DTYPE_COUNT) == NULL);
+  CHECK_EQ_U(devbuf_dtype_bits((devbuf_dtype)-1), 0);
+  devbuf_dtype found;
+  CHECK_STATUS(devbuf_dtype_from_name("float128", &found), DEVBUF_NOT_FOUND);
+  CHECK_MESSAGE("float128");
+  CHECK_STATUS(devbuf_dtype_dlpack(DEVBUF_DTYPE_COUNT, NULL, NULL), DEVBUF_INVALID_ARGUMENT);
+}
+
+static void test_dtype_bytes(void) {
+  size_t bytes = 0;
+  CHECK_OK(devbuf_dtype_bytes(DEVBUF_FLOAT32, 10, &bytes));
+  CHECK_EQ_U(bytes, 40);
+  CHECK_OK(devbuf_dtype_bytes(DEVBUF_FLOAT4_E2M1, 6, &bytes));
+  CHECK_EQ_U(bytes, 3);
+  CHECK_STATUS(devbuf_dtype_bytes(DEVBUF_FLOAT4_E2M1, 3, &bytes), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("12 bits");
+  CHECK_OK(devbuf_dtype_bytes(DEVBUF_FLOAT6_E2M3, 4, &bytes));
+  CHECK_EQ_U(bytes, 3);
+  CHECK_STATUS(devbuf_dtype_bytes(DEVBUF_FLOAT6_E3M2, 2, &bytes), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_dtype_bytes(DEVBUF_FLOAT64, SIZE_MAX / 4, &bytes), DEVBUF_OVERFLOW);
+  CHECK_STATUS(devbuf_dtype_bytes(DEVBUF_FLOAT4_E2M1, SIZE_MAX / 2, &bytes), DEVBUF_OVERFLOW);
+  CHECK_OK(devbuf_dtype_bytes(DEVBUF_INT8, 0, &bytes));
+  CHECK_EQ_U(bytes, 0);
+}
+
+int main(void) {
+  RUN(test_status_table);
+  RUN(test_dtype_table);
+  RUN(test_dtype_bytes);
+  return CHECK_EXIT();
+}

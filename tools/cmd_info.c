@@ -1,0 +1,28 @@
+// devbuf info: every device kind, opened or with the reason it is unavailable.
+#include "commands.h"
+#include "devbuf.h"
+
+#include <stdio.h>
+
+int devbuf_cmd_info(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  printf("devbuf %d.%d.%d\n", DEVBUF_VERSION_MAJOR, DEVBUF_VERSION_MINOR, DEVBUF_VERSION_PATCH);
+  const char *specs[] = {"cpu", "opencl:0", "cuda:0"};
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    devbuf_device_t *device = NULL;
+    devbuf_status status = devbuf_device_open(specs[i], &device);
+    if (status != DEVBUF_OK) {
+      printf("%-9s %s: %s\n", specs[i], devbuf_status_name(status), devbuf_last_error());
+      continue;
+    }
+    devbuf_allocator_stats_t stats;
+    devbuf_allocator_stats(devbuf_device_allocator(device), &stats);
+    printf("%-9s available: %s\n", devbuf_device_spec(device), devbuf_device_name(device));
+    printf("          page %zu bytes; allocator %s (active %llu, cached %llu bytes)\n",
+           devbuf_device_page_size(device), devbuf_allocator_kind(devbuf_device_allocator(device)),
+           (unsigned long long)stats.active, (unsigned long long)stats.cached);
+    devbuf_device_release(device);
+  }
+  return 0;
+}

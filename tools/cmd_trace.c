@@ -1,0 +1,55 @@
+// devbuf trace replay FILE: plays an allocation trace against a caching allocator and
+// prints what the allocator did.
+#include "commands.h"
+#include "devbuf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int devbuf_cmd_trace(int argc, char **argv) {
+  if (argc < 3 || strcmp(argv[1], "replay") != 0) {
+    fprintf(stderr, "usage: devbuf trace replay FILE [--device SPEC] [--memory-limit BYTES]\n");
+    return 2;
+  }
+  const char *path = argv[2], *spec = "cpu";
+  devbuf_caching_options_t options = {0};
+  for (int i = 3; i < argc; i++) {
+    if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      spec = argv[++i];
+    } else if (strcmp(argv[i], "--memory-limit") == 0 && i + 1 < argc) {
+      char *end;
+      options.memory_limit = strtoull(argv[++i], &end, 10);
+      if (*end) {
+        fprintf(stderr, "devbuf trace: --memory-limit takes a number of bytes, not '%s'\n", argv[i]);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "devbuf trace: unknown option '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  devbuf_device_t *device = NULL;
+  devbuf_allocator_t *raw = NULL, *caching = NULL;
+  devbuf_status status = devbuf_device_open(spec, &device);
+  if (status == DEVBUF_OK) status = devbuf_device_raw_allocator(device, &raw);
+  if (status == DEVBUF_OK) status = devbuf_caching_allocator_create(raw, &options, &caching);
+  devbuf_trace_summary_t summary;
+  if (status == DEVBUF_OK) status = devbuf_trace_replay(path, caching, &summary);
+  if (status == DEVBUF_OK) {
+    devbuf_allocator_stats_t stats;
+    devbuf_allocator_stats(caching, &stats);
+    printf("replayed %s on %s: %llu allocations, %llu frees, %llu refused, %llu never freed\n", path, spec,
+           (unsigned long long)summary.allocs, (unsigned long long)summary.frees,
+           (unsigned long long)summary.failed_allocs, (unsigned long long)summary.leaked);
+    printf("peak requested %llu bytes; allocator peak %llu bytes; %llu system allocations, %llu cache hits\n",
+           (unsigned long long)summary.peak_live_bytes, (unsigned long long)stats.peak,
+           (unsigned long long)stats.system_allocs, (unsigned long long)stats.cache_hits);
+  } else {
+    fprintf(stderr, "devbuf trace: %s\n", devbuf_last_error());
+  }
+  devbuf_allocator_release(caching);
+  devbuf_allocator_release(raw);
+  devbuf_device_release(device);
+  return status == DEVBUF_OK ? 0 : 1;
+}
