@@ -44,10 +44,17 @@ static void glibc_release(void *pointer) { glibc_free(pointer); }
 
 void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]) {
   out[BENCH_GLIBC] = (bench_malloc){"glibc", glibc_alloc, glibc_release, NULL};
+  static char je_missing[160];
   out[BENCH_JEMALLOC] = (bench_malloc){"jemalloc", NULL, NULL, "libjemalloc.so.2 not installed"};
   out[BENCH_MIMALLOC] = (bench_malloc){"mimalloc", NULL, NULL, "libmimalloc.so.2 not installed"};
   void *je = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (je) {
+  if (!je) {
+    const char *why = dlerror();
+    if (why && !strstr(why, "No such file")) {
+      snprintf(je_missing, sizeof je_missing, "%s", why);
+      out[BENCH_JEMALLOC].missing = je_missing;
+    }
+  } else {
     *(void **)&jemalloc_mallocx = dlsym(je, "mallocx");
     *(void **)&jemalloc_dallocx = dlsym(je, "dallocx");
     if (jemalloc_mallocx && jemalloc_dallocx)

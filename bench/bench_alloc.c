@@ -17,7 +17,9 @@ static size_t iterations_for(size_t size, int quick) {
 }
 
 static double time_malloc(const bench_malloc *m, size_t size, size_t iterations) {
-  void *warm = m->alloc(size); // steady state: the first call of a size is not timed
+  unsigned char *warm = m->alloc(size); // steady state: the first cycle is not timed
+  if (!warm) return -1;
+  bench_touch(warm, size);
   m->release(warm);
   uint64_t start = bench_now_ns();
   for (size_t i = 0; i < iterations; i++) {
@@ -32,6 +34,7 @@ static double time_malloc(const bench_malloc *m, size_t size, size_t iterations)
 static double time_devbuf_allocator(devbuf_allocator_t *allocator, size_t size, size_t iterations) {
   devbuf_memory_t memory;
   if (devbuf_allocator_alloc(allocator, size, &memory) != DEVBUF_OK) return -1;
+  bench_touch(memory.host, size);
   devbuf_allocator_free(allocator, &memory);
   uint64_t start = bench_now_ns();
   for (size_t i = 0; i < iterations; i++) {

@@ -217,8 +217,12 @@ typedef struct devbuf_caching_options {
 
 // A caching allocator over `upstream` (A1-A3): 256-byte size classes up to a page, whole
 // pages above; best fit among cached blocks up to min(2 x size, size + 2 pages); LRU
-// eviction; limits. `upstream` is retained. Thread-safe; each thread mostly uses its own
-// shard, so threads rarely contend.
+// eviction; limits. `upstream` is retained. Thread-safe.
+// Speed: while no limit is set, each thread keeps a few released blocks of up to 16 pages
+// in its own bins, so the common alloc/free pair takes no lock; a thread's bins return to
+// the shared pool (least recently released first) when the thread exits, when a limit is
+// set, and at clear_cache (other threads' bins at their next call). The shared pool has 16
+// shards with a short lock each.
 DEVBUF_API devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
                                                          const devbuf_caching_options_t *options,
                                                          devbuf_allocator_t **out_allocator);
@@ -243,7 +247,9 @@ DEVBUF_API devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, s
                                                 devbuf_memory_t *out_memory);
 // Gives back memory from devbuf_allocator_alloc on the same allocator.
 DEVBUF_API void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory);
-// Statistics of this allocator. Exact when no other thread is allocating at the moment.
+// Statistics of this allocator. Every figure is exact while no other thread is allocating
+// at the moment. `peak` is exact while one thread allocates at a time; when several threads
+// allocate at once it is the highest total seen when any thread reached a new high of its own.
 DEVBUF_API devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator,
                                                 devbuf_allocator_stats_t *out_stats);
 // Sets peak to the current active figure.

@@ -9,6 +9,7 @@ command -v ninja >/dev/null || need+=(ninja-build)
 command -v gcc >/dev/null || need+=(gcc)
 command -v clang >/dev/null || need+=(clang)
 command -v python3 >/dev/null || need+=(python3)
+command -v pkg-config >/dev/null || need+=(pkg-config)
 # gcc's sanitizer runtimes (ASan, UBSan, TSan)
 if command -v gcc >/dev/null; then
   for lib in libasan.so libubsan.so libtsan.so; do

@@ -11,12 +11,12 @@ skipped=0
 log_dir=build/logs
 mkdir -p "$log_dir"
 
-# build NAME CC SANITIZE [ctest args...]
+# suite NAME CC SANITIZE BUILD_TYPE [ctest args...]
 suite() {
-  local name=$1 cc=$2 sanitize=$3
-  shift 3
+  local name=$1 cc=$2 sanitize=$3 build_type=$4
+  shift 4
   echo "== $name: build"
-  if ! CC=$cc cmake -S . -B "build/$name" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  if ! CC=$cc cmake -S . -B "build/$name" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
       -DDEVBUF_SANITIZE="$sanitize" >"$log_dir/$name.configure" 2>&1 ||
      ! cmake --build "build/$name" >"$log_dir/$name.build" 2>&1; then
     cat "$log_dir/$name.configure" "$log_dir/$name.build" 2>/dev/null | tail -40
@@ -46,10 +46,10 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-suite gcc gcc ""
-suite clang clang ""
-suite asan gcc "address,undefined"
-suite tsan gcc "thread" -L concurrency
+suite gcc gcc "" Release
+suite clang clang "" RelWithDebInfo
+suite asan gcc "address,undefined" RelWithDebInfo
+suite tsan gcc "thread" RelWithDebInfo -L concurrency
 
 echo
 echo "tests: $passed passed, $failed failed, $skipped skipped"

@@ -43,7 +43,7 @@ static const devbuf__allocator_ops stats_ops = {
 
 devbuf_status devbuf_stats_adaptor_create(devbuf_allocator_t *upstream, devbuf_allocator_t **out_allocator) {
   if (!out_allocator) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_allocator is NULL");
-  wrapper *self;
+  wrapper *self = NULL;
   devbuf_status status = wrapper_create(upstream, &stats_ops, sizeof *self, &self);
   if (status == DEVBUF_OK) *out_allocator = &self->base;
   return status;
@@ -85,7 +85,7 @@ devbuf_status devbuf_fault_adaptor_create(devbuf_allocator_t *upstream, uint64_t
                                           devbuf_allocator_t **out_allocator) {
   if (!out_allocator || (unsigned)mode > DEVBUF_FAULT_EVERY)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "fault adaptor: out_allocator is NULL or mode %d is unknown", (int)mode);
-  fault_adaptor *self;
+  fault_adaptor *self = NULL;
   devbuf_status status = wrapper_create(upstream, &fault_ops, sizeof *self, (wrapper **)&self);
   if (status != DEVBUF_OK) return status;
   atomic_init(&self->calls, 0);

@@ -1,70 +1,25 @@
-// The caching allocator (DESIGN.md A1-A4).
+// The caching allocator (DESIGN.md A1-A4): its shared pool, limits, statistics, lifetime.
 //
-// Sizes are rounded to 256-byte classes up to a page and to whole pages above. A released
-// block goes into the cache of the releasing thread's shard; an allocation takes the best
-// fitting cached block no larger than min(2 x size, size + 2 pages), first from its own
-// shard, then from the others, and only then asks the upstream allocator. Each shard has
-// its own lock, so the hot path takes one short lock that other threads rarely want.
-// Eviction (cache limit, memory limit, clear_cache) gives back the least recently
-// released blocks first, across all shards.
-#include "internal.h"
+// Sizes are rounded to 256-byte classes up to a page and to whole pages above. A request
+// first tries the calling thread's cache (small blocks, no lock: allocator_tcache.c), then
+// the best fitting block no larger than min(2 x size, size + 2 pages) in the thread's
+// shard of the shared pool, then in the other shards, and only then asks the upstream
+// allocator. Each shard has its own lock, so the shared path takes one short lock that
+// other threads rarely want. Eviction (cache limit, memory limit, clear_cache) gives back
+// the least recently released blocks first, across all shards.
+#include "allocator_caching.h"
 
-#include <stdio.h>
 #include <string.h>
 
-#define SHARD_COUNT 16
-#define SMALL_GRANULE 256
-#define MAX_SMALL_CLASSES 64 // pages up to 16 KiB get direct small classes
-
-typedef struct cblock {
-  devbuf_memory_t upstream;          // what the upstream allocator handed out
-  size_t size;                       // rounded size: what the statistics count
-  struct cblock *next, *prev;        // same-size list while cached (most recent first)
-  struct cblock *newer, *older;      // the shard's LRU list while cached
-  uint64_t released_at;              // release tick; orders eviction across shards
-} cblock;
-
-typedef struct size_bucket {
-  size_t size;
-  cblock *head;
-} size_bucket;
-
-typedef struct shard {
-  pthread_mutex_t lock;
-  cblock *small[MAX_SMALL_CLASSES];  // small[i]: cached blocks of (i + 1) * 256 bytes
-  size_bucket *buckets;              // larger cached blocks, sorted by size
-  size_t bucket_count, bucket_capacity;
-  cblock *newest, *oldest;           // LRU list of every cached block of the shard
-  atomic_size_t cached_blocks;       // read without the lock to skip empty shards
-  uint64_t cache_hits, alloc_calls;  // under the lock
-  char pad[64];
-} shard;
-
-typedef struct caching_allocator {
-  devbuf_allocator_t base;
-  devbuf_allocator_t *upstream;      // owned reference
-  size_t page;                       // rounding granularity above the small classes
-  size_t small_limit;                // largest size served by small classes
-  atomic_uint_least64_t memory_limit, cache_limit, max_buffers; // 0: none
-  atomic_uint_least64_t active;      // bytes in live blocks
-  atomic_uint_least64_t peak;
-  atomic_uint_least64_t cached;      // bytes in cached blocks
-  atomic_uint_least64_t reserved;    // active + cached: what upstream holds for us
-  atomic_uint_least64_t live;        // live blocks
-  atomic_uint_least64_t tick;        // release clock for LRU order
-  atomic_uint_least64_t system_allocs, system_frees, failed;
-  shard shards[SHARD_COUNT];
-} caching_allocator;
-
 static atomic_uint next_shard_index;
-static _Thread_local unsigned thread_shard = ~0u;
+static _Thread_local unsigned thread_shard __attribute__((tls_model("initial-exec"))) = ~0u;
 
 static inline shard *my_shard(caching_allocator *self) {
   if (DEVBUF_UNLIKELY(thread_shard == ~0u)) thread_shard = atomic_fetch_add(&next_shard_index, 1) % SHARD_COUNT;
   return &self->shards[thread_shard];
 }
 
-static bool round_size(const caching_allocator *self, size_t size, size_t *out) {
+bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out) {
   size_t granule = size <= self->page ? SMALL_GRANULE : self->page;
   size_t padded;
   if (devbuf__add_overflows(size, granule - 1, &padded)) return false;
@@ -73,7 +28,7 @@ static bool round_size(const caching_allocator *self, size_t size, size_t *out) 
 }
 
 // Largest cached size acceptable for a request of `size` (A1): min(2 x size, size + 2 pages).
-static size_t fit_limit(const caching_allocator *self, size_t size) {
+size_t devbuf__caching_fit_limit(const caching_allocator *self, size_t size) {
   size_t twice = size > SIZE_MAX / 2 ? SIZE_MAX : 2 * size;
   size_t plus = size > SIZE_MAX - 2 * self->page ? SIZE_MAX : size + 2 * self->page;
   return twice < plus ? twice : plus;
@@ -151,17 +106,10 @@ static bool bucket_insert(shard *s, cblock *block) {
   return true;
 }
 
-static void bucket_remove(shard *s, size_t index, cblock *block) {
-  list_remove(&s->buckets[index].head, block);
-  if (s->buckets[index].head) return;
-  memmove(&s->buckets[index], &s->buckets[index + 1], (s->bucket_count - index - 1) * sizeof *s->buckets);
-  s->bucket_count--;
-}
-
 static bool is_small(const caching_allocator *self, size_t size) { return size <= self->small_limit; }
 
-// Puts a block into the shard's cache; false if bookkeeping memory ran out.
-static bool cache_insert(caching_allocator *self, shard *s, cblock *block) {
+// Puts a block into a shard; false if bookkeeping memory ran out.
+static bool shard_insert(caching_allocator *self, shard *s, cblock *block) {
   if (is_small(self, block->size)) {
     list_push(&s->small[block->size / SMALL_GRANULE - 1], block);
   } else if (!bucket_insert(s, block)) {
@@ -172,20 +120,23 @@ static bool cache_insert(caching_allocator *self, shard *s, cblock *block) {
   return true;
 }
 
-// Takes a specific cached block out of the shard.
-static void cache_unlink(caching_allocator *self, shard *s, cblock *block) {
+static void shard_unlink(caching_allocator *self, shard *s, cblock *block) {
   if (is_small(self, block->size)) {
     list_remove(&s->small[block->size / SMALL_GRANULE - 1], block);
   } else {
     size_t index = bucket_search(s, block->size);
-    bucket_remove(s, index, block);
+    list_remove(&s->buckets[index].head, block);
+    if (!s->buckets[index].head) {
+      memmove(&s->buckets[index], &s->buckets[index + 1], (s->bucket_count - index - 1) * sizeof *s->buckets);
+      s->bucket_count--;
+    }
   }
   lru_remove(s, block);
   atomic_fetch_sub_explicit(&s->cached_blocks, 1, memory_order_relaxed);
 }
 
-// Best fit in [size, limit] within one shard, removed from the cache; NULL if none.
-static cblock *cache_take(caching_allocator *self, shard *s, size_t size, size_t limit) {
+// Best fit in [size, limit] within one shard, removed from it; NULL if none.
+static cblock *shard_take(caching_allocator *self, shard *s, size_t size, size_t limit) {
   cblock *block = NULL;
   if (is_small(self, size)) {
     size_t last = (limit < self->small_limit ? limit : self->small_limit) / SMALL_GRANULE;
@@ -195,18 +146,11 @@ static cblock *cache_take(caching_allocator *self, shard *s, size_t size, size_t
     size_t index = bucket_search(s, size);
     if (index < s->bucket_count && s->buckets[index].size <= limit) block = s->buckets[index].head;
   }
-  if (block) cache_unlink(self, s, block);
+  if (block) shard_unlink(self, s, block);
   return block;
 }
 
-// ---- statistics helpers ---------------------------------------------------------------
-
-static void raise_peak(atomic_uint_least64_t *peak, uint64_t value) {
-  uint64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
-  while (seen < value &&
-         !atomic_compare_exchange_weak_explicit(peak, &seen, value, memory_order_relaxed, memory_order_relaxed)) {
-  }
-}
+// ---- giving memory back ---------------------------------------------------------------
 
 static void give_back(caching_allocator *self, cblock *block) {
   atomic_fetch_sub_explicit(&self->reserved, block->size, memory_order_relaxed);
@@ -215,7 +159,7 @@ static void give_back(caching_allocator *self, cblock *block) {
   devbuf__free(block);
 }
 
-// Evicts the least recently released block of all shards. False when nothing is cached.
+// Evicts the least recently released block of all shards. False when the shards are empty.
 static bool evict_oldest(caching_allocator *self) {
   for (;;) {
     shard *victim = NULL;
@@ -237,12 +181,64 @@ static bool evict_oldest(caching_allocator *self) {
       pthread_mutex_unlock(&victim->lock);
       continue;
     }
-    cache_unlink(self, victim, block);
+    shard_unlink(self, victim, block);
     pthread_mutex_unlock(&victim->lock);
-    atomic_fetch_sub_explicit(&self->cached, block->size, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&self->shard_cached, block->size, memory_order_relaxed);
     give_back(self, block);
     return true;
   }
+}
+
+void devbuf__caching_shard_insert(caching_allocator *self, cblock *block) {
+  block->released_at = atomic_fetch_add_explicit(&self->tick, 1, memory_order_relaxed);
+  shard *home = my_shard(self);
+  pthread_mutex_lock(&home->lock);
+  bool cached = shard_insert(self, home, block);
+  pthread_mutex_unlock(&home->lock);
+  if (DEVBUF_UNLIKELY(!cached)) {
+    give_back(self, block);
+    return;
+  }
+  uint64_t total = atomic_fetch_add_explicit(&self->shard_cached, block->size, memory_order_relaxed) + block->size;
+  uint64_t cache_limit = atomic_load_explicit(&self->cache_limit, memory_order_relaxed);
+  while (DEVBUF_UNLIKELY(cache_limit && total > cache_limit)) {
+    if (!evict_oldest(self)) break;
+    total = atomic_load_explicit(&self->shard_cached, memory_order_relaxed);
+  }
+}
+
+// ---- statistics helpers ---------------------------------------------------------------
+
+static void raise_peak(atomic_uint_least64_t *peak, uint64_t value) {
+  uint64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
+  while (seen < value &&
+         !atomic_compare_exchange_weak_explicit(peak, &seen, value, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+// Sums of the threads' counters.
+typedef struct thread_sums {
+  uint64_t active, live, binned, hits, calls;
+} thread_sums;
+
+static thread_sums sum_threads(caching_allocator *self) {
+  thread_sums sums = {.active = atomic_load(&self->homeless_active), .live = atomic_load(&self->homeless_live)};
+  for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next) {
+    uint64_t bin_hits = atomic_load_explicit(&c->bin_hits, memory_order_relaxed);
+    sums.active += atomic_load_explicit(&c->active, memory_order_relaxed);
+    sums.live += atomic_load_explicit(&c->live, memory_order_relaxed);
+    sums.hits += bin_hits + atomic_load_explicit(&c->shared_hits, memory_order_relaxed);
+    sums.calls += bin_hits + atomic_load_explicit(&c->shared_calls, memory_order_relaxed);
+    for (size_t i = 0; i < self->bin_count; i++)
+      sums.binned += atomic_load_explicit(&c->bin_count[i], memory_order_relaxed) * self->bin_size[i];
+  }
+  return sums;
+}
+
+// Called when a thread's active figure passes its own last observation: while one thread
+// allocates at a time this keeps peak exact; when several race, a sum may miss a moment.
+void devbuf__caching_observe_peak(caching_allocator *self) {
+  raise_peak(&self->peak, sum_threads(self).active);
 }
 
 // ---- allocation ----------------------------------------------------------------------
@@ -253,8 +249,7 @@ static devbuf_status fail(caching_allocator *self, devbuf_status status) {
 }
 
 // Memory from upstream, within the memory limit (evicting cache first).
-static devbuf_status alloc_from_upstream(caching_allocator *self, size_t requested, size_t size,
-                                         cblock **out) {
+static devbuf_status alloc_from_upstream(caching_allocator *self, size_t requested, size_t size, cblock **out) {
   for (;;) {
     uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
     uint64_t reserved = atomic_fetch_add_explicit(&self->reserved, size, memory_order_relaxed) + size;
@@ -264,7 +259,7 @@ static devbuf_status alloc_from_upstream(caching_allocator *self, size_t request
       return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
                                       "requested %zu bytes (%zu rounded) with %llu bytes active and a "
                                       "memory limit of %llu bytes",
-                                      requested, size, (unsigned long long)atomic_load(&self->active),
+                                      requested, size, (unsigned long long)sum_threads(self).active,
                                       (unsigned long long)limit));
   }
   cblock *block = devbuf__malloc(sizeof *block);
@@ -281,23 +276,24 @@ static devbuf_status alloc_from_upstream(caching_allocator *self, size_t request
   }
   atomic_fetch_add_explicit(&self->system_allocs, 1, memory_order_relaxed);
   block->size = size;
+  block->bin = devbuf__tcache_bin_of(self, size);
   *out = block;
   return DEVBUF_OK;
 }
 
-// A miss in the thread's own shard: look in the others, then go upstream.
-static devbuf_status alloc_slow(caching_allocator *self, shard *home, size_t requested, size_t size,
-                                cblock **out) {
-  size_t limit = fit_limit(self, size);
-  for (int i = 0; i < SHARD_COUNT; i++) {
-    shard *s = &self->shards[i];
-    if (s == home || !atomic_load_explicit(&s->cached_blocks, memory_order_relaxed)) continue;
+// The shared path: the thread's shard, then the others, then upstream.
+static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t requested, size_t size,
+                                  size_t limit, cblock **out) {
+  shard *home = my_shard(self);
+  for (int i = -1; i < SHARD_COUNT; i++) {
+    shard *s = i < 0 ? home : &self->shards[i];
+    if ((i >= 0 && s == home) || !atomic_load_explicit(&s->cached_blocks, memory_order_relaxed)) continue;
     pthread_mutex_lock(&s->lock);
-    cblock *block = cache_take(self, s, size, limit);
-    if (block) s->cache_hits++;
+    cblock *block = shard_take(self, s, size, limit);
     pthread_mutex_unlock(&s->lock);
     if (block) {
-      atomic_fetch_sub_explicit(&self->cached, block->size, memory_order_relaxed);
+      atomic_fetch_sub_explicit(&self->shard_cached, block->size, memory_order_relaxed);
+      tcache_add(&cache->shared_hits, 1);
       *out = block;
       return DEVBUF_OK;
     }
@@ -305,100 +301,107 @@ static devbuf_status alloc_slow(caching_allocator *self, shard *home, size_t req
   return alloc_from_upstream(self, requested, size, out);
 }
 
-static devbuf_status caching_alloc(devbuf_allocator_t *base, size_t requested, devbuf_memory_t *out) {
-  caching_allocator *self = (caching_allocator *)base;
+// Everything the thread's bins could not serve at once.
+static devbuf_status alloc_slow(caching_allocator *self, size_t requested, devbuf_memory_t *out) {
+  tcache *cache = devbuf__tcache_get(self);
+  if (DEVBUF_UNLIKELY(!cache)) return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a thread cache"));
+  tcache_add(&cache->shared_calls, 1);
   size_t size;
-  if (DEVBUF_UNLIKELY(!round_size(self, requested, &size)))
+  if (DEVBUF_UNLIKELY(!devbuf__caching_round(self, requested, &size)))
     return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "requested %zu bytes: too large to round to a page",
                                     requested));
-  uint64_t max_buffers = atomic_load_explicit(&self->max_buffers, memory_order_relaxed);
-  uint64_t live = atomic_fetch_add_explicit(&self->live, 1, memory_order_relaxed) + 1;
-  if (DEVBUF_UNLIKELY(max_buffers && live > max_buffers)) {
-    atomic_fetch_sub_explicit(&self->live, 1, memory_order_relaxed);
-    return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
-                                    "requested %zu bytes with %llu buffers live and a buffer-count limit of %llu",
-                                    requested, (unsigned long long)(live - 1), (unsigned long long)max_buffers));
-  }
-  shard *home = my_shard(self);
-  pthread_mutex_lock(&home->lock);
-  home->alloc_calls++;
-  cblock *block = cache_take(self, home, size, fit_limit(self, size));
-  if (DEVBUF_LIKELY(block != NULL)) home->cache_hits++;
-  pthread_mutex_unlock(&home->lock);
-  if (DEVBUF_LIKELY(block != NULL)) {
-    atomic_fetch_sub_explicit(&self->cached, block->size, memory_order_relaxed);
+  size_t limit = devbuf__caching_fit_limit(self, size);
+  cblock *block = devbuf__tcache_take(self, cache, size, limit); // a larger block in the bins
+  if (block) {
+    tcache_add(&cache->shared_hits, 1);
   } else {
-    devbuf_status status = alloc_slow(self, home, requested, size, &block);
+    uint64_t max_buffers = atomic_load_explicit(&self->max_buffers, memory_order_relaxed);
+    if (max_buffers) {
+      uint64_t live = atomic_fetch_add_explicit(&self->counted_live, 1, memory_order_relaxed);
+      if (live >= max_buffers) {
+        atomic_fetch_sub_explicit(&self->counted_live, 1, memory_order_relaxed);
+        return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                                        "requested %zu bytes with %llu buffers live and a buffer-count limit of %llu",
+                                        requested, (unsigned long long)live, (unsigned long long)max_buffers));
+      }
+    }
+    devbuf_status status = alloc_shared(self, cache, requested, size, limit, &block);
     if (status != DEVBUF_OK) {
-      atomic_fetch_sub_explicit(&self->live, 1, memory_order_relaxed);
+      if (max_buffers) atomic_fetch_sub_explicit(&self->counted_live, 1, memory_order_relaxed);
       return status;
     }
+    block->counted_live = max_buffers != 0;
   }
-  uint64_t active = atomic_fetch_add_explicit(&self->active, block->size, memory_order_relaxed) + block->size;
-  raise_peak(&self->peak, active);
-  out->host = block->upstream.host;
-  out->device = block->upstream.device;
-  out->size = block->size;
-  out->token = block;
+  caching_hand_out(self, cache, block, out);
   return DEVBUF_OK;
+}
+
+static devbuf_status caching_alloc(devbuf_allocator_t *base, size_t requested, devbuf_memory_t *out) {
+  caching_allocator *self = (caching_allocator *)base;
+  if (DEVBUF_LIKELY(devbuf__tcache_alloc(self, requested, out))) return DEVBUF_OK;
+  return alloc_slow(self, requested, out);
 }
 
 static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory) {
   caching_allocator *self = (caching_allocator *)base;
   cblock *block = memory->token;
-  atomic_fetch_sub_explicit(&self->active, block->size, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&self->live, 1, memory_order_relaxed);
-  block->released_at = atomic_fetch_add_explicit(&self->tick, 1, memory_order_relaxed);
-  shard *home = my_shard(self);
-  pthread_mutex_lock(&home->lock);
-  bool cached = cache_insert(self, home, block);
-  pthread_mutex_unlock(&home->lock);
-  if (DEVBUF_UNLIKELY(!cached)) {
-    give_back(self, block);
-    return;
+  if (DEVBUF_LIKELY(devbuf__tcache_free(self, block))) return;
+  tcache *cache = devbuf__tcache_get(self);
+  if (DEVBUF_LIKELY(cache != NULL)) {
+    tcache_add(&cache->live, (uint64_t)-1);
+    tcache_add(&cache->active, (uint64_t)0 - block->size);
+  } else { // no host memory for a thread cache: count the release in the shared figures
+    atomic_fetch_sub(&self->homeless_live, 1);
+    atomic_fetch_sub(&self->homeless_active, block->size);
   }
-  uint64_t total = atomic_fetch_add_explicit(&self->cached, block->size, memory_order_relaxed) + block->size;
-  uint64_t cache_limit = atomic_load_explicit(&self->cache_limit, memory_order_relaxed);
-  while (DEVBUF_UNLIKELY(cache_limit && total > cache_limit)) {
-    if (!evict_oldest(self)) break;
-    total = atomic_load_explicit(&self->cached, memory_order_relaxed);
+  if (block->counted_live) {
+    block->counted_live = false;
+    atomic_fetch_sub_explicit(&self->counted_live, 1, memory_order_relaxed);
   }
+  devbuf__caching_shard_insert(self, block);
 }
 
 // ---- statistics, options, lifetime ---------------------------------------------------
 
 static void caching_stats(devbuf_allocator_t *base, devbuf_allocator_stats_t *out) {
   caching_allocator *self = (caching_allocator *)base;
-  out->active = atomic_load(&self->active);
+  thread_sums sums = sum_threads(self);
+  raise_peak(&self->peak, sums.active);
+  out->active = sums.active;
   out->peak = atomic_load(&self->peak);
-  out->cached = atomic_load(&self->cached);
-  out->live_buffers = atomic_load(&self->live);
+  out->cached = atomic_load(&self->shard_cached) + sums.binned;
+  out->live_buffers = sums.live;
   out->system_allocs = atomic_load(&self->system_allocs);
   out->system_frees = atomic_load(&self->system_frees);
   out->failed_allocs = atomic_load(&self->failed);
-  for (int i = 0; i < SHARD_COUNT; i++) {
-    shard *s = &self->shards[i];
-    pthread_mutex_lock(&s->lock);
-    out->cache_hits += s->cache_hits;
-    out->alloc_calls += s->alloc_calls;
-    pthread_mutex_unlock(&s->lock);
-  }
+  out->cache_hits = sums.hits;
+  out->alloc_calls = sums.calls;
 }
 
 static void caching_reset_peak(devbuf_allocator_t *base) {
   caching_allocator *self = (caching_allocator *)base;
-  atomic_store(&self->peak, atomic_load(&self->active));
+  for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next)
+    atomic_store_explicit(&c->local_peak, atomic_load_explicit(&c->active, memory_order_relaxed), memory_order_relaxed);
+  atomic_store(&self->peak, sum_threads(self).active);
 }
+
+// Other threads empty their bins into the shards at their next call.
+static void request_flush(caching_allocator *self) { atomic_fetch_add(&self->flush_epoch, 1); }
 
 static void caching_clear_cache(devbuf_allocator_t *base) {
   caching_allocator *self = (caching_allocator *)base;
+  request_flush(self);
+  tcache *mine = devbuf__tcache_get(self);
+  if (mine) devbuf__tcache_flush(self, mine);
   while (evict_oldest(self)) {
   }
 }
 
 static void caching_destroy(devbuf_allocator_t *base) {
   caching_allocator *self = (caching_allocator *)base;
-  caching_clear_cache(base);
+  devbuf__tcache_detach_all(self); // the bins go to the shards ...
+  while (evict_oldest(self)) {     // ... and everything back upstream
+  }
   for (int i = 0; i < SHARD_COUNT; i++) {
     pthread_mutex_destroy(&self->shards[i].lock);
     devbuf__free(self->shards[i].buckets);
@@ -421,10 +424,12 @@ static void apply_options(caching_allocator *self, const devbuf_caching_options_
   atomic_store(&self->memory_limit, options->memory_limit);
   atomic_store(&self->cache_limit, options->cache_limit);
   atomic_store(&self->max_buffers, options->max_buffers);
+  // Limits need every free block where eviction can reach it: thread bins only without them.
+  atomic_store(&self->bins_allowed, !options->memory_limit && !options->cache_limit && !options->max_buffers);
+  request_flush(self);
 }
 
-devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
-                                               const devbuf_caching_options_t *options,
+devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream, const devbuf_caching_options_t *options,
                                                devbuf__device_link link, devbuf_allocator_t **out) {
   caching_allocator *self = devbuf__calloc(1, sizeof *self);
   if (!self) {
@@ -432,12 +437,15 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a caching allocator");
   }
   devbuf__allocator_init(&self->base, &caching_ops, upstream->device, link);
+  self->id = devbuf__next_id();
   self->upstream = upstream;
   self->page = upstream->device->page_size;
-  size_t small_classes = self->page / SMALL_GRANULE;
-  if (small_classes > MAX_SMALL_CLASSES) small_classes = MAX_SMALL_CLASSES;
-  self->small_limit = small_classes * SMALL_GRANULE;
+  self->page_shift = (unsigned)__builtin_ctzll(self->page);
+  self->small_classes = self->page / SMALL_GRANULE;
+  if (self->small_classes > MAX_SMALL_CLASSES) self->small_classes = MAX_SMALL_CLASSES;
+  self->small_limit = self->small_classes * SMALL_GRANULE;
   for (int i = 0; i < SHARD_COUNT; i++) pthread_mutex_init(&self->shards[i].lock, NULL);
+  devbuf__tcache_init_bins(self);
   apply_options(self, options);
   *out = &self->base;
   return DEVBUF_OK;
@@ -457,7 +465,9 @@ devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "set_options needs a caching allocator and options");
   caching_allocator *self = (caching_allocator *)allocator;
   apply_options(self, options);
-  while (options->cache_limit && atomic_load(&self->cached) > options->cache_limit && evict_oldest(self)) {
+  tcache *mine = devbuf__tcache_get(self);
+  if (mine) devbuf__tcache_flush(self, mine); // the caller's own bins obey at once
+  while (options->cache_limit && atomic_load(&self->shard_cached) > options->cache_limit && evict_oldest(self)) {
   }
   while (options->memory_limit && atomic_load(&self->reserved) > options->memory_limit && evict_oldest(self)) {
   }

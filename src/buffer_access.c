@@ -39,7 +39,7 @@ static devbuf_status prepare_host(devbuf_buffer_t *buffer, bool write, const cha
 // Opens an access record. Host accesses from several threads may overlap (the CPU orders
 // its own threads); they are recorded so that device work and copies can refuse to race.
 static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, const char *what, char **out_data) {
-  char *data;
+  char *data = NULL;
   devbuf_status status = prepare_host(buffer, write, what, &data);
   if (status != DEVBUF_OK) return status;
   devbuf__host_access *access = devbuf__malloc(sizeof *access);
@@ -61,7 +61,7 @@ static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, const char
 
 devbuf_status devbuf_buffer_contents(devbuf_buffer_t *buffer, const void **out_data, size_t *out_size) {
   if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "contents: out_data is NULL");
-  char *data;
+  char *data = NULL;
   devbuf_status status = open_access(buffer, false, "contents", &data);
   if (status != DEVBUF_OK) return status;
   *out_data = data;
@@ -71,7 +71,7 @@ devbuf_status devbuf_buffer_contents(devbuf_buffer_t *buffer, const void **out_d
 
 devbuf_status devbuf_buffer_contents_mut(devbuf_buffer_t *buffer, void **out_data, size_t *out_size) {
   if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "contents_mut: out_data is NULL");
-  char *data;
+  char *data = NULL;
   devbuf_status status = open_access(buffer, true, "contents_mut", &data);
   if (status != DEVBUF_OK) return status;
   *out_data = data;
@@ -126,7 +126,7 @@ static devbuf_status as_array(devbuf_buffer_t *buffer, devbuf_dtype dtype, bool 
   devbuf_status status = check_dtype(buffer, dtype, what);
   if (status != DEVBUF_OK) return status;
   if (!out) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: out_array is NULL", what);
-  char *data;
+  char *data = NULL;
   status = open_access(buffer, write, what, &data);
   if (status != DEVBUF_OK) return status;
   out->data = data;
@@ -171,7 +171,7 @@ devbuf_status devbuf_buffer_item(devbuf_buffer_t *buffer, devbuf_dtype dtype, vo
 
 devbuf_status devbuf_buffer_unsynchronized_ptr(devbuf_buffer_t *buffer, void **out_data, size_t *out_size) {
   if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unsynchronized_ptr: out_data is NULL");
-  char *data;
+  char *data = NULL;
   devbuf_status status = prepare_host(buffer, true, "unsynchronized_ptr", &data);
   if (status != DEVBUF_OK) return status;
   *out_data = data;

@@ -19,9 +19,9 @@
 #define DEVBUF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 // ---- errors (status.c) ------------------------------------------------------------------
-// Sets the thread's message and returns `status`. Never allocates.
-devbuf_status devbuf__error(devbuf_status status, const char *format, ...)
-    __attribute__((format(printf, 2, 3)));
+// Sets the thread's message (prefixed with the status name) and returns `status`. Never
+// allocates. The library's own name for devbuf_set_error.
+#define devbuf__error devbuf_set_error
 
 // ---- host memory seam (host_alloc.c) ----------------------------------------------------
 // Every host allocation the library makes for its own bookkeeping goes through here.

@@ -31,25 +31,12 @@ const char *devbuf_status_str(devbuf_status status) {
 
 const char *devbuf_last_error(void) { return error_message; }
 
-static devbuf_status set_error_v(devbuf_status status, const char *format, va_list args) {
+devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...) {
   int prefix = snprintf(error_message, sizeof error_message, "%s: ", devbuf_status_name(status));
   if (prefix < 0 || (size_t)prefix >= sizeof error_message) return status;
+  va_list args;
+  va_start(args, format);
   vsnprintf(error_message + prefix, sizeof error_message - (size_t)prefix, format, args);
-  return status;
-}
-
-devbuf_status devbuf__error(devbuf_status status, const char *format, ...) {
-  va_list args;
-  va_start(args, format);
-  set_error_v(status, format, args);
-  va_end(args);
-  return status;
-}
-
-devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...) {
-  va_list args;
-  va_start(args, format);
-  set_error_v(status, format, args);
   va_end(args);
   return status;
 }

@@ -13,7 +13,7 @@ int devbuf_cmd_info(int argc, char **argv) {
     devbuf_device_t *device = NULL;
     devbuf_status status = devbuf_device_open(specs[i], &device);
     if (status != DEVBUF_OK) {
-      printf("%-9s %s: %s\n", specs[i], devbuf_status_name(status), devbuf_last_error());
+      printf("%-9s %s\n", specs[i], devbuf_last_error()); // the message starts with the status name
       continue;
     }
     devbuf_allocator_stats_t stats;

@@ -2,7 +2,18 @@
 #include "commands.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+// jemalloc uses static TLS, which dlopen can only place when glibc reserves room for it at
+// process start: the benchmark restarts itself once with that room.
+static void reserve_static_tls(char **argv) {
+  if (getenv("GLIBC_TUNABLES")) return;
+  setenv("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=65536", 1);
+  execv("/proc/self/exe", argv);
+  unsetenv("GLIBC_TUNABLES"); // exec failed: go on without jemalloc
+}
 
 static int usage(FILE *out) {
   fprintf(out,
@@ -20,7 +31,10 @@ int main(int argc, char **argv) {
   if (argc < 2) return usage(stderr);
   const char *command = argv[1];
   if (strcmp(command, "info") == 0) return devbuf_cmd_info(argc - 1, argv + 1);
-  if (strcmp(command, "bench") == 0) return devbuf_cmd_bench(argc - 1, argv + 1);
+  if (strcmp(command, "bench") == 0) {
+    reserve_static_tls(argv);
+    return devbuf_cmd_bench(argc - 1, argv + 1);
+  }
   if (strcmp(command, "trace") == 0) return devbuf_cmd_trace(argc - 1, argv + 1);
   if (strcmp(command, "help") == 0 || strcmp(command, "--help") == 0 || strcmp(command, "-h") == 0)
     return usage(stdout);

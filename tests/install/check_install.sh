@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the build into a scratch prefix, then checks what a user gets: only devbuf_
+# symbols exported, find_package(devbuf) for both libraries, and pkg-config.
+set -euo pipefail
+build_dir=$1
+source_dir=$(cd "$(dirname "$0")" && pwd)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+cmake --install "$build_dir" --prefix "$scratch/prefix" >/dev/null
+libdir=$(ls -d "$scratch"/prefix/lib*/ | head -1)
+
+exported=$(nm -D --defined-only "$libdir/libdevbuf.so" | awk '$2 == "T" || $2 == "D" || $2 == "B" {print $3}')
+stray=$(echo "$exported" | grep -v '^devbuf_' || true)
+if [ -n "$stray" ]; then echo "exported symbols outside the API: $stray"; exit 1; fi
+echo "$exported" | grep -qx devbuf_buffer_new || { echo "devbuf_buffer_new is not exported"; exit 1; }
+echo "exports: $(echo "$exported" | wc -l) devbuf_ symbols, nothing else"
+
+cmake -S "$source_dir" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
+cmake --build "$scratch/consumer" >/dev/null
+LD_LIBRARY_PATH="$libdir" "$scratch/consumer/consumer_shared"
+"$scratch/consumer/consumer_static"
+echo "find_package(devbuf): shared and static consumers run"
+
+if command -v pkg-config >/dev/null; then
+  flags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs devbuf)
+  cc "$source_dir/consumer.c" $flags -o "$scratch/consumer_pc"
+  LD_LIBRARY_PATH="$libdir" "$scratch/consumer_pc"
+  echo "pkg-config: consumer runs"
+else
+  echo "pkg-config: not installed, that part not checked"
+fi
