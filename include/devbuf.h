@@ -62,7 +62,8 @@ extern "C" {
   X(DEVICE_FAILURE, 16, "device work failed")                                              \
   X(UNSUPPORTED, 17, "the operation is not supported by this backend or dtype")            \
   X(NOT_FOUND, 18, "no such item")                                                         \
-  X(INJECTED_FAULT, 19, "a fault injected for testing")
+  X(INJECTED_FAULT, 19, "a fault injected for testing")                                   \
+  X(CANCELLED, 20, "the work was cancelled before it ran")
 
 typedef enum devbuf_status {
 #define DEVBUF_STATUS_ENUM_(name, value, text) DEVBUF_##name = value,
@@ -375,15 +376,23 @@ DEVBUF_API int devbuf_buffer_is_cpu_accessible(const devbuf_buffer_t *buffer);
 DEVBUF_API int devbuf_buffer_in_use(const devbuf_buffer_t *buffer);
 
 // Host access (B4). Each call opens an access that stays open until
-// devbuf_buffer_end_access(buffer, pointer) closes it; allocates first if needed.
+// devbuf_buffer_end_access(buffer, pointer) closes it; allocates first if needed. While it
+// is open, submitting work that would race with it is refused (HOST_ACCESS_OPEN).
 // contents: read access. NOT_CPU_ACCESSIBLE for device-only memory; IN_USE while
 // submitted work writes the bytes. Zero-length buffers give a NULL pointer and size 0.
+// Memory reused from a released buffer whose work is still running is first waited for.
 DEVBUF_API devbuf_status devbuf_buffer_contents(devbuf_buffer_t *buffer, const void **out_data,
                                                 size_t *out_size);
 // contents_mut: write access. Also READ_ONLY for mapped files; IN_USE while submitted work
 // reads or writes the bytes.
 DEVBUF_API devbuf_status devbuf_buffer_contents_mut(devbuf_buffer_t *buffer, void **out_data,
                                                     size_t *out_size);
+// Blocking variants: wait for the conflicting submitted work to complete instead of
+// answering IN_USE (a failed work item makes them return its status).
+DEVBUF_API devbuf_status devbuf_buffer_contents_wait(devbuf_buffer_t *buffer, const void **out_data,
+                                                     size_t *out_size);
+DEVBUF_API devbuf_status devbuf_buffer_contents_mut_wait(devbuf_buffer_t *buffer, void **out_data,
+                                                         size_t *out_size);
 // Closes the access that handed out `data` through this handle. INVALID_ARGUMENT if no
 // such access is open.
 DEVBUF_API devbuf_status devbuf_buffer_end_access(devbuf_buffer_t *buffer, const void *data);
@@ -419,19 +428,120 @@ DEVBUF_API devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const voi
 DEVBUF_API devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t size);
 DEVBUF_API devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src);
 
-// Waits for the device's submitted work (B7).
+// Waits for all work submitted to the buffer's device (B7).
 DEVBUF_API devbuf_status devbuf_buffer_synchronize(devbuf_buffer_t *buffer);
+// Waits only for submitted work that uses this buffer's bytes (B7).
+DEVBUF_API devbuf_status devbuf_buffer_wait(devbuf_buffer_t *buffer);
 // The device address of the view's first byte (B8); NOT_ALLOCATED if it has no memory.
 // On the CPU it is the host address.
 DEVBUF_API devbuf_status devbuf_buffer_device_ptr(devbuf_buffer_t *buffer, uint64_t *out_address);
 // Address and length for CPU writes that the caller orders with an event (B8); no host
-// access is opened. NOT_CPU_ACCESSIBLE for device memory, READ_ONLY for mapped files.
+// access is opened and in-flight work is not checked. It first waits for the work of a
+// previous owner of reused memory. NOT_CPU_ACCESSIBLE for device memory, READ_ONLY for
+// mapped files.
 DEVBUF_API devbuf_status devbuf_buffer_unsynchronized_ptr(devbuf_buffer_t *buffer, void **out_data,
                                                           size_t *out_size);
 // One line describing the buffer, like snprintf: writes at most `capacity` bytes
 // (terminated when capacity > 0) and returns the length it needed.
 DEVBUF_API size_t devbuf_buffer_describe(const devbuf_buffer_t *buffer, char *out_text,
                                          size_t capacity);
+
+// ---------------------------------------------------------------------------------------
+// Events (E3): timelines. An event holds a counter that only grows; work and the host
+// signal values and wait for them. A failure of the work that was to signal it marks the
+// event failed: every wait then returns that failure.
+// ---------------------------------------------------------------------------------------
+
+typedef struct devbuf_event devbuf_event_t;
+
+// A new event whose value is `initial`. Caller releases.
+DEVBUF_API devbuf_status devbuf_event_create(uint64_t initial, devbuf_event_t **out_event);
+DEVBUF_API devbuf_event_t *devbuf_event_retain(devbuf_event_t *event);
+DEVBUF_API void devbuf_event_release(devbuf_event_t *event);
+// Signals `value` from the host. INVALID_ARGUMENT if it is below the current value.
+DEVBUF_API devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value);
+// Waits until the value is at least `value`: spins briefly, then blocks. timeout_ns 0
+// only checks; UINT64_MAX waits forever. TIMEOUT when the time passes first; the failure
+// status (DEVICE_FAILURE, CANCELLED, ...) if the event failed.
+DEVBUF_API devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns);
+// The current value.
+DEVBUF_API uint64_t devbuf_event_value(const devbuf_event_t *event);
+// OK, or the status of the failure that reached the event (its message goes to
+// devbuf_last_error).
+DEVBUF_API devbuf_status devbuf_event_status(const devbuf_event_t *event);
+
+// ---------------------------------------------------------------------------------------
+// Queues (E1, E2): in-order queues of device work. On the CPU each queue has a worker
+// thread, so work runs while the caller goes on. Every submission declares the buffers it
+// uses; the tracker makes work on other queues that touches the same bytes (read after
+// write, write after read, write after write) wait for it, while work on disjoint views
+// runs freely. A submission never blocks on device work.
+// ---------------------------------------------------------------------------------------
+
+typedef struct devbuf_queue devbuf_queue_t;
+
+typedef enum devbuf_access {
+  DEVBUF_ACCESS_READ = 1,
+  DEVBUF_ACCESS_WRITE = 2,
+  DEVBUF_ACCESS_READ_WRITE = 3,
+} devbuf_access;
+
+// One buffer (or view: its byte range) that a submission uses, and how.
+typedef struct devbuf_use {
+  devbuf_buffer_t *buffer;
+  devbuf_access access;
+} devbuf_use_t;
+
+// What a CPU kernel receives: the address and size of each use, in submission order, and
+// a copy of the scalar arguments.
+typedef struct devbuf_kernel_args {
+  void *const *data;
+  const size_t *sizes;
+  size_t count;
+  const void *scalars;
+  size_t scalars_size;
+} devbuf_kernel_args_t;
+
+// A CPU kernel. Returning anything but DEVBUF_OK fails the work: the message it set with
+// devbuf_set_error reaches the queue, its events and their waiters.
+typedef devbuf_status (*devbuf_cpu_kernel_fn)(const devbuf_kernel_args_t *args);
+
+// A new queue on `device`. Caller releases.
+DEVBUF_API devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_queue);
+DEVBUF_API devbuf_queue_t *devbuf_queue_retain(devbuf_queue_t *queue);
+// The last release does not wait: work already submitted still runs, and the queue goes
+// away when it is done. Use devbuf_queue_finish or devbuf_queue_cancel first to wait or stop.
+DEVBUF_API void devbuf_queue_release(devbuf_queue_t *queue);
+DEVBUF_API devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue);
+
+// Submits a CPU kernel over `uses` (use_count entries; buffers of the queue's device, each
+// allocated now if lazy) with `scalars_size` bytes of scalars copied at once. Refused
+// (nothing is submitted) with HOST_ACCESS_OPEN when a host access races with a use, with
+// INVALID_ARGUMENT for bad uses, READ_ONLY for writes to mapped files, and with the
+// original failure once the queue has failed.
+DEVBUF_API devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel,
+                                             const devbuf_use_t *uses, size_t use_count,
+                                             const void *scalars, size_t scalars_size);
+// Built-ins: fill `buffer` with a repeated pattern (pattern_size divides the buffer size),
+// and copy `src` into `dst` (equal sizes; overlapping views of one storage like memmove).
+DEVBUF_API devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer,
+                                           const void *pattern, size_t pattern_size);
+DEVBUF_API devbuf_status devbuf_queue_copy(devbuf_queue_t *queue, devbuf_buffer_t *dst,
+                                           devbuf_buffer_t *src);
+// Signals `value` on `event` when the work submitted before has completed.
+DEVBUF_API devbuf_status devbuf_queue_signal(devbuf_queue_t *queue, devbuf_event_t *event,
+                                             uint64_t value);
+// Holds the work submitted after this until `event` reaches `value`.
+DEVBUF_API devbuf_status devbuf_queue_wait(devbuf_queue_t *queue, devbuf_event_t *event,
+                                           uint64_t value);
+// Waits on the host until every submitted work item has completed; returns the queue's
+// failure, if any.
+DEVBUF_API devbuf_status devbuf_queue_finish(devbuf_queue_t *queue);
+// Drops the work not yet started (its events fail with CANCELLED) and waits for the item
+// that is running. The queue stays usable.
+DEVBUF_API devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue);
+// OK, or the failure that stopped the queue (its message goes to devbuf_last_error).
+DEVBUF_API devbuf_status devbuf_queue_status(const devbuf_queue_t *queue);
 
 #ifdef __cplusplus
 }

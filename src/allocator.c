@@ -17,12 +17,17 @@ void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocat
   atomic_init(&c->frees, 0);
   atomic_init(&c->failed, 0);
   atomic_init(&c->calls, 0);
+  pthread_mutex_init(&allocator->pending_lock, NULL);
+  allocator->pending = NULL;
+  atomic_init(&allocator->pending_bytes, 0);
+  atomic_init(&allocator->pending_count, 0);
   if (link == DEVBUF__HOLDS_DEVICE) devbuf_device_retain(device);
 }
 
 void devbuf__allocator_destroy(devbuf_allocator_t *allocator) {
   devbuf_device_t *device = allocator->device;
   devbuf__device_link link = allocator->link;
+  pthread_mutex_destroy(&allocator->pending_lock); // empty: pending storages hold references
   allocator->ops->destroy(allocator);
   if (link == DEVBUF__HOLDS_DEVICE) devbuf_device_release(device);
 }
@@ -113,6 +118,11 @@ devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator, devbuf_alloc
     stats.alloc_calls = atomic_load(&c->calls);
     stats.failed_allocs = atomic_load(&c->failed);
   }
+  // Memory of released buffers whose work still runs is back in the cache already (B10).
+  uint64_t pending_bytes = atomic_load(&allocator->pending_bytes), pending_count = atomic_load(&allocator->pending_count);
+  stats.active -= pending_bytes < stats.active ? pending_bytes : stats.active;
+  stats.cached += pending_bytes;
+  stats.live_buffers -= pending_count < stats.live_buffers ? pending_count : stats.live_buffers;
   stats.mapped = atomic_load(&allocator->device->mapped_bytes);
   *out_stats = stats;
   return DEVBUF_OK;

@@ -27,11 +27,8 @@ bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *o
   return true;
 }
 
-// Largest cached size acceptable for a request of `size` (A1): min(2 x size, size + 2 pages).
 size_t devbuf__caching_fit_limit(const caching_allocator *self, size_t size) {
-  size_t twice = size > SIZE_MAX / 2 ? SIZE_MAX : 2 * size;
-  size_t plus = size > SIZE_MAX - 2 * self->page ? SIZE_MAX : size + 2 * self->page;
-  return twice < plus ? twice : plus;
+  return devbuf__fit_limit(size, self->page);
 }
 
 // ---- cache lists (caller holds the shard lock) ---------------------------------------

@@ -183,8 +183,11 @@ size_t devbuf_buffer_describe(const devbuf_buffer_t *buffer, char *out_text, siz
 }
 
 int devbuf_buffer_in_use(const devbuf_buffer_t *buffer) {
-  // Only submitted device work can use a buffer's bytes; this build has no queues yet, so
-  // no work can be pending on any storage.
-  (void)buffer;
-  return 0;
+  return buffer && devbuf__storage_in_use(buffer->storage, buffer->offset, buffer->size);
+}
+
+devbuf_status devbuf_buffer_wait(devbuf_buffer_t *buffer) {
+  if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer is NULL");
+  devbuf__storage_wait_unused(buffer->storage, buffer->offset, buffer->size);
+  return DEVBUF_OK;
 }

@@ -36,9 +36,11 @@ static devbuf_status prepare_host(devbuf_buffer_t *buffer, bool write, const cha
   return DEVBUF_OK;
 }
 
-// Opens an access record. Host accesses from several threads may overlap (the CPU orders
-// its own threads); they are recorded so that device work and copies can refuse to race.
-static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, const char *what, char **out_data) {
+// Opens an access record once no submitted work conflicts (B4). Host accesses from several
+// threads may overlap (the CPU orders its own threads); they are recorded so that device
+// work and copies refuse to race with them.
+static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, devbuf__own_work own, const char *what,
+                                 char **out_data) {
   char *data = NULL;
   devbuf_status status = prepare_host(buffer, write, what, &data);
   if (status != DEVBUF_OK) return status;
@@ -50,7 +52,11 @@ static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, const char
   access->size = buffer->size;
   access->write = write;
   devbuf__storage *storage = buffer->storage;
-  pthread_mutex_lock(&storage->lock);
+  status = devbuf__storage_lock_idle(storage, buffer->offset, buffer->size, write, own, what);
+  if (status != DEVBUF_OK) {
+    devbuf__free(access);
+    return status;
+  }
   access->next = storage->accesses;
   storage->accesses = access;
   atomic_fetch_add(&storage->open_accesses, 1);
@@ -59,24 +65,31 @@ static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, const char
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_buffer_contents(devbuf_buffer_t *buffer, const void **out_data, size_t *out_size) {
-  if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "contents: out_data is NULL");
+static devbuf_status contents(devbuf_buffer_t *buffer, bool write, devbuf__own_work own, const char *what,
+                              void **out_data, size_t *out_size) {
+  if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: out_data is NULL", what);
   char *data = NULL;
-  devbuf_status status = open_access(buffer, false, "contents", &data);
+  devbuf_status status = open_access(buffer, write, own, what, &data);
   if (status != DEVBUF_OK) return status;
   *out_data = data;
   if (out_size) *out_size = buffer->size;
   return DEVBUF_OK;
 }
 
+devbuf_status devbuf_buffer_contents(devbuf_buffer_t *buffer, const void **out_data, size_t *out_size) {
+  return contents(buffer, false, DEVBUF__OWN_REFUSE, "contents", (void **)out_data, out_size);
+}
+
 devbuf_status devbuf_buffer_contents_mut(devbuf_buffer_t *buffer, void **out_data, size_t *out_size) {
-  if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "contents_mut: out_data is NULL");
-  char *data = NULL;
-  devbuf_status status = open_access(buffer, true, "contents_mut", &data);
-  if (status != DEVBUF_OK) return status;
-  *out_data = data;
-  if (out_size) *out_size = buffer->size;
-  return DEVBUF_OK;
+  return contents(buffer, true, DEVBUF__OWN_REFUSE, "contents_mut", out_data, out_size);
+}
+
+devbuf_status devbuf_buffer_contents_wait(devbuf_buffer_t *buffer, const void **out_data, size_t *out_size) {
+  return contents(buffer, false, DEVBUF__OWN_WAIT, "contents_wait", (void **)out_data, out_size);
+}
+
+devbuf_status devbuf_buffer_contents_mut_wait(devbuf_buffer_t *buffer, void **out_data, size_t *out_size) {
+  return contents(buffer, true, DEVBUF__OWN_WAIT, "contents_mut_wait", out_data, out_size);
 }
 
 devbuf_status devbuf_buffer_end_access(devbuf_buffer_t *buffer, const void *data) {
@@ -127,7 +140,7 @@ static devbuf_status as_array(devbuf_buffer_t *buffer, devbuf_dtype dtype, bool 
   if (status != DEVBUF_OK) return status;
   if (!out) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: out_array is NULL", what);
   char *data = NULL;
-  status = open_access(buffer, write, what, &data);
+  status = open_access(buffer, write, DEVBUF__OWN_REFUSE, what, &data);
   if (status != DEVBUF_OK) return status;
   out->data = data;
   out->dtype = dtype;
@@ -174,6 +187,11 @@ devbuf_status devbuf_buffer_unsynchronized_ptr(devbuf_buffer_t *buffer, void **o
   char *data = NULL;
   devbuf_status status = prepare_host(buffer, true, "unsynchronized_ptr", &data);
   if (status != DEVBUF_OK) return status;
+  // Only a previous owner's work on reused memory is waited for: the caller orders its own.
+  status = devbuf__storage_lock_idle(buffer->storage, buffer->offset, buffer->size, true, DEVBUF__OWN_IGNORE,
+                                     "unsynchronized_ptr");
+  if (status != DEVBUF_OK) return status;
+  pthread_mutex_unlock(&buffer->storage->lock);
   *out_data = data;
   if (out_size) *out_size = buffer->size;
   return DEVBUF_OK;

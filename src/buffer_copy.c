@@ -7,16 +7,8 @@
 // Bounce buffer size when neither side of a cross-device copy is host-accessible.
 #define STAGING_CHUNK ((size_t)4 << 20)
 
-static devbuf_status check_host_conflicts(devbuf_buffer_t *buffer, bool write, const char *what) {
-  devbuf__storage *storage = buffer->storage;
-  if (!atomic_load_explicit(&storage->open_accesses, memory_order_acquire)) return DEVBUF_OK;
-  pthread_mutex_lock(&storage->lock);
-  devbuf_status status = devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, what);
-  pthread_mutex_unlock(&storage->lock);
-  return status;
-}
-
-// Everything a copy needs from one side: a size match, write permission, memory.
+// Everything a copy needs from one side: a size match, write permission, memory, no open
+// host access to the bytes, and no submitted work on them (B6: copies wait for it).
 static devbuf_status prepare(devbuf_buffer_t *buffer, size_t size, bool write, const char *what) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: buffer is NULL", what);
   if (size != buffer->size)
@@ -25,9 +17,14 @@ static devbuf_status prepare(devbuf_buffer_t *buffer, size_t size, bool write, c
   if (write && buffer->storage->read_only)
     return devbuf__error(DEVBUF_READ_ONLY, "%s into read-only buffer %llu", what,
                          (unsigned long long)buffer->handle_id);
-  devbuf_status status = check_host_conflicts(buffer, write, what);
+  devbuf__storage *storage = buffer->storage;
+  devbuf_status status = devbuf__storage_ensure_allocated(storage);
   if (status != DEVBUF_OK) return status;
-  return devbuf__storage_ensure_allocated(buffer->storage);
+  status = devbuf__storage_lock_idle(storage, buffer->offset, buffer->size, write, DEVBUF__OWN_WAIT, what);
+  if (status != DEVBUF_OK) return status;
+  status = devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, what);
+  pthread_mutex_unlock(&storage->lock);
+  return status;
 }
 
 devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, size_t size) {

@@ -55,6 +55,10 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
   if (!device) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a device object");
   atomic_init(&device->refs, 1);
   atomic_init(&device->mapped_bytes, 0);
+  atomic_init(&device->pending_work, 0);
+  atomic_init(&device->sync_waiters, 0);
+  pthread_mutex_init(&device->work_lock, NULL);
+  pthread_cond_init(&device->work_idle, NULL);
   device->backend = entry->backend;
   device->index = index;
   if (entry->kind == DEVBUF_DEVICE_CPU)
@@ -140,6 +144,8 @@ void devbuf_device_release(devbuf_device_t *device) {
   pthread_mutex_unlock(&registry_lock);
   devbuf__allocator_destroy(device->allocator);
   if (device->backend->close) device->backend->close(device);
+  pthread_cond_destroy(&device->work_idle);
+  pthread_mutex_destroy(&device->work_lock);
   devbuf__free(device);
 }
 
@@ -151,5 +157,12 @@ devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device) { return de
 
 devbuf_status devbuf_device_synchronize(devbuf_device_t *device) {
   if (!device) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device is NULL");
+  if (atomic_load(&device->pending_work)) {
+    pthread_mutex_lock(&device->work_lock);
+    atomic_fetch_add(&device->sync_waiters, 1);
+    while (atomic_load(&device->pending_work)) pthread_cond_wait(&device->work_idle, &device->work_lock);
+    atomic_fetch_sub(&device->sync_waiters, 1);
+    pthread_mutex_unlock(&device->work_lock);
+  }
   return device->backend->synchronize ? device->backend->synchronize(device) : DEVBUF_OK;
 }

@@ -37,6 +37,13 @@ static inline bool devbuf__add_overflows(size_t a, size_t b, size_t *out) {
   return __builtin_add_overflow(a, b, out);
 }
 
+// Largest cached size acceptable for a request of `size` (A1): min(2 x size, size + 2 pages).
+static inline size_t devbuf__fit_limit(size_t size, size_t page) {
+  size_t twice = size > SIZE_MAX / 2 ? SIZE_MAX : 2 * size;
+  size_t plus = size > SIZE_MAX - 2 * page ? SIZE_MAX : size + 2 * page;
+  return twice < plus ? twice : plus;
+}
+
 // ---- backends (backend_*.c) -------------------------------------------------------------
 // A backend never sees buffers: only raw memory. Optional entries may be NULL.
 typedef struct devbuf__backend {
@@ -77,6 +84,10 @@ struct devbuf_device {
   atomic_uint_least64_t mapped_bytes;  // bytes of live file mappings on this device
   void *backend_state;                 // owned by the backend
   struct devbuf_device *next_open;     // registry list
+  atomic_uint_least64_t pending_work;  // submitted work items not completed, all queues
+  atomic_size_t sync_waiters;          // threads in devbuf_device_synchronize
+  pthread_mutex_t work_lock;           // with work_idle: synchronize's wait
+  pthread_cond_t work_idle;
 };
 
 // ---- allocators (allocator.c and friends) -----------------------------------------------
@@ -113,6 +124,11 @@ struct devbuf_allocator {
   devbuf_device_t *device;
   devbuf__device_link link;
   devbuf__counters counters;
+  // Memory of released buffers whose submitted work still runs (B10): handed back to the
+  // allocator when the work completes, or reused at once by a buffer allocated for work.
+  pthread_mutex_t pending_lock;
+  struct devbuf__storage *pending;     // list through storage->next_pending
+  atomic_uint_least64_t pending_bytes, pending_count;
 };
 
 // Initialises the common part; retains `device` for DEVBUF__HOLDS_DEVICE.
@@ -154,7 +170,9 @@ typedef struct devbuf__storage {
   bool read_only, mapped;
   atomic_int state;                    // devbuf__storage_state; ALLOCATED is final
   devbuf_memory_t memory;              // valid once state is ALLOCATED
-  pthread_mutex_t lock;                // lazy allocation and host-access list
+  pthread_mutex_t lock;                // lazy allocation, host-access list, hazard creation
+  struct devbuf__hazard *_Atomic hazard; // in-flight work on the memory; made on first submission
+  struct devbuf__storage *next_pending, *prev_pending; // allocator's pending list, once released
   devbuf__host_access *accesses;       // open host accesses
   atomic_size_t open_accesses;         // length of `accesses` (read without the lock)
 } devbuf__storage;
@@ -174,6 +192,27 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
                                      size_t size, uint32_t flags, devbuf__storage **out);
 void devbuf__storage_release(devbuf__storage *storage);
 devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage);
+// For submitted work: may reuse memory whose earlier work is still pending (ordered after it).
+devbuf_status devbuf__storage_ensure_allocated_for_work(devbuf__storage *storage);
+// The storage's hazard tracker, made if needed; NULL when out of memory. Caller holds storage->lock.
+struct devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage);
+// What a host operation does about submitted work on its bytes that was submitted through
+// this storage. (Work of a previous owner of reused memory is always waited for.)
+typedef enum devbuf__own_work {
+  DEVBUF__OWN_REFUSE, // answer IN_USE
+  DEVBUF__OWN_WAIT,   // wait for it to complete
+  DEVBUF__OWN_IGNORE, // the caller orders itself (unsynchronized_ptr)
+} devbuf__own_work;
+
+// Waits until no submitted work conflicts with host access to storage bytes
+// [offset, offset + size) (any work when `write`, writing work otherwise), treating the
+// storage's own work as `own` says. Returns holding storage->lock on success.
+devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset, size_t size, bool write,
+                                        devbuf__own_work own, const char *what);
+// Whether submitted work uses any of storage bytes [offset, offset + size).
+bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size);
+// Waits until no submitted work uses storage bytes [offset, offset + size).
+void devbuf__storage_wait_unused(devbuf__storage *storage, size_t offset, size_t size);
 // A new handle on `storage` (taking over one storage reference).
 devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_t size,
                                   devbuf_dtype dtype, const size_t *shape, size_t ndim,

@@ -1,6 +1,9 @@
 // Storage: the memory shared by a buffer and its views. Reference counted; allocated
-// lazily exactly once (B1); returns its memory to the allocator on the last release (B10).
-#include "internal.h"
+// lazily exactly once (B1). On the last release the memory goes back at once (B10): to the
+// allocator if no submitted work uses it, otherwise to the allocator's pending list, from
+// which work may reuse it (ordered after the old work by the hazard tracker) and which
+// hands it to the allocator when the old work completes.
+#include "hazard.h"
 
 #include <sys/mman.h>
 
@@ -14,6 +17,8 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
   if (!storage) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer's storage record");
   atomic_init(&storage->refs, 1);
   atomic_init(&storage->state, DEVBUF__UNALLOCATED);
+  atomic_init(&storage->hazard, NULL);
+  atomic_init(&storage->open_accesses, 0);
   storage->id = devbuf__next_id();
   storage->allocator = allocator ? devbuf_allocator_retain(allocator) : NULL;
   storage->device = allocator ? allocator->device : devbuf_device_retain(device);
@@ -24,8 +29,17 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
   return DEVBUF_OK;
 }
 
-void devbuf__storage_release(devbuf__storage *storage) {
-  if (!storage || atomic_fetch_sub_explicit(&storage->refs, 1, memory_order_acq_rel) != 1) return;
+// Frees the record itself (its memory has been handed on or given back).
+static void storage_free_record(devbuf__storage *storage) {
+  pthread_mutex_destroy(&storage->lock);
+  if (storage->allocator)
+    devbuf_allocator_release(storage->allocator);
+  else
+    devbuf_device_release(storage->device);
+  devbuf__free(storage);
+}
+
+static void storage_finalize(devbuf__storage *storage) {
   if (atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED && storage->size) {
     if (storage->mapped) {
       munmap(storage->memory.host, storage->memory.size);
@@ -35,18 +49,112 @@ void devbuf__storage_release(devbuf__storage *storage) {
       devbuf_allocator_free(storage->allocator, &storage->memory);
     }
   }
+  devbuf__hazard_destroy(atomic_load(&storage->hazard));
+  storage_free_record(storage);
+}
+
+// ---- the allocator's pending list ------------------------------------------------------
+
+static void pending_unlink_locked(devbuf_allocator_t *allocator, devbuf__storage *storage) {
+  if (storage->prev_pending)
+    storage->prev_pending->next_pending = storage->next_pending;
+  else
+    allocator->pending = storage->next_pending;
+  if (storage->next_pending) storage->next_pending->prev_pending = storage->prev_pending;
+  atomic_fetch_sub(&allocator->pending_bytes, storage->memory.size);
+  atomic_fetch_sub(&allocator->pending_count, 1);
+}
+
+static bool is_pending(const devbuf_allocator_t *allocator, const devbuf__storage *storage) {
+  return storage->prev_pending || allocator->pending == storage;
+}
+
+// The old work completed: the memory goes to the allocator.
+static void finalize_when_idle(void *context) {
+  devbuf__storage *storage = context;
+  devbuf_allocator_t *allocator = storage->allocator;
+  if (allocator) {
+    pthread_mutex_lock(&allocator->pending_lock);
+    if (is_pending(allocator, storage)) pending_unlink_locked(allocator, storage);
+    pthread_mutex_unlock(&allocator->pending_lock);
+  }
+  storage_finalize(storage);
+}
+
+static bool reusable_for_work(const devbuf__storage *storage) {
+  return storage->allocator && storage->size && !storage->mapped &&
+         atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED;
+}
+
+void devbuf__storage_release(devbuf__storage *storage) {
+  if (!storage || atomic_fetch_sub_explicit(&storage->refs, 1, memory_order_acq_rel) != 1) return;
   while (storage->accesses) { // left open by handles that were released: close them
     devbuf__host_access *access = storage->accesses;
     storage->accesses = access->next;
     devbuf__free(access);
   }
-  pthread_mutex_destroy(&storage->lock);
-  if (storage->allocator)
-    devbuf_allocator_release(storage->allocator);
-  else
-    devbuf_device_release(storage->device);
-  devbuf__free(storage);
+  devbuf__hazard *hazard = atomic_load(&storage->hazard);
+  if (!hazard) {
+    storage_finalize(storage);
+    return;
+  }
+  devbuf_allocator_t *allocator = reusable_for_work(storage) ? storage->allocator : NULL;
+  if (allocator) { // listed before it is armed: a reuser takes only armed entries
+    pthread_mutex_lock(&allocator->pending_lock);
+    storage->prev_pending = NULL;
+    storage->next_pending = allocator->pending;
+    if (allocator->pending) allocator->pending->prev_pending = storage;
+    allocator->pending = storage;
+    atomic_fetch_add(&allocator->pending_bytes, storage->memory.size);
+    atomic_fetch_add(&allocator->pending_count, 1);
+    pthread_mutex_unlock(&allocator->pending_lock);
+  }
+  pthread_mutex_lock(&hazard->lock);
+  bool busy = hazard->records != 0;
+  if (busy) {
+    hazard->on_idle = finalize_when_idle;
+    hazard->idle_ctx = storage;
+  }
+  pthread_mutex_unlock(&hazard->lock);
+  if (!busy) finalize_when_idle(storage);
 }
+
+// Moves the best fitting pending memory (and its tracker) of the allocator to `storage`.
+static bool take_pending(devbuf__storage *storage) {
+  devbuf_allocator_t *allocator = storage->allocator;
+  if (!atomic_load_explicit(&allocator->pending_count, memory_order_relaxed)) return false;
+  size_t limit = devbuf__fit_limit(storage->size, storage->device->page_size);
+  devbuf__storage *best = NULL;
+  pthread_mutex_lock(&allocator->pending_lock);
+  for (devbuf__storage *candidate = allocator->pending; candidate; candidate = candidate->next_pending) {
+    size_t size = candidate->memory.size;
+    if (size < storage->size || size > limit || (best && size >= best->memory.size)) continue;
+    devbuf__hazard *hazard = atomic_load(&candidate->hazard);
+    pthread_mutex_lock(&hazard->lock);
+    bool armed = hazard->on_idle == finalize_when_idle;
+    pthread_mutex_unlock(&hazard->lock);
+    if (armed) best = candidate;
+  }
+  if (best) {
+    devbuf__hazard *hazard = atomic_load(&best->hazard);
+    pthread_mutex_lock(&hazard->lock);
+    bool armed = hazard->on_idle == finalize_when_idle;
+    if (armed) hazard->on_idle = NULL; // its work runs on; this storage owns it now
+    pthread_mutex_unlock(&hazard->lock);
+    if (armed)
+      pending_unlink_locked(allocator, best);
+    else
+      best = NULL;
+  }
+  pthread_mutex_unlock(&allocator->pending_lock);
+  if (!best) return false;
+  storage->memory = best->memory;
+  atomic_store(&storage->hazard, atomic_load(&best->hazard));
+  storage_free_record(best);
+  return true;
+}
+
+// ---- allocation --------------------------------------------------------------------------
 
 static devbuf_status allocate_locked(devbuf__storage *storage) {
   if (storage->size == 0) return DEVBUF_OK; // B11: zero-length storage owns no memory
@@ -63,15 +171,76 @@ static devbuf_status allocate_locked(devbuf__storage *storage) {
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage) {
+static devbuf_status ensure_allocated(devbuf__storage *storage, bool for_work) {
   if (DEVBUF_LIKELY(atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED))
     return DEVBUF_OK;
   pthread_mutex_lock(&storage->lock);
   devbuf_status status = DEVBUF_OK;
   if (atomic_load_explicit(&storage->state, memory_order_relaxed) != DEVBUF__ALLOCATED) {
-    status = allocate_locked(storage);
+    // Reused memory is only clean once its old work is done: zeroed buffers do not reuse.
+    bool reused = for_work && storage->size && !(storage->flags & DEVBUF_BUFFER_ZERO) && take_pending(storage);
+    if (!reused) status = allocate_locked(storage);
     if (status == DEVBUF_OK) atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
   }
   pthread_mutex_unlock(&storage->lock);
   return status;
+}
+
+devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage) { return ensure_allocated(storage, false); }
+
+devbuf_status devbuf__storage_ensure_allocated_for_work(devbuf__storage *storage) {
+  return ensure_allocated(storage, true);
+}
+
+// ---- hazards seen from the host ----------------------------------------------------------
+
+devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage) {
+  devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
+  if (!hazard) {
+    hazard = devbuf__hazard_create();
+    atomic_store_explicit(&storage->hazard, hazard, memory_order_release);
+  }
+  return hazard;
+}
+
+devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset, size_t size, bool write,
+                                        devbuf__own_work own, const char *what) {
+  for (;;) {
+    pthread_mutex_lock(&storage->lock);
+    devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
+    if (!hazard || size == 0) return DEVBUF_OK;
+    pthread_mutex_lock(&hazard->lock);
+    devbuf__conflict conflict =
+        devbuf__hazard_conflict(hazard, offset, size, write, storage->id, own == DEVBUF__OWN_IGNORE);
+    if (conflict == DEVBUF__NO_CONFLICT) {
+      pthread_mutex_unlock(&hazard->lock);
+      return DEVBUF_OK;
+    }
+    if (conflict == DEVBUF__CONFLICT_OWN && own == DEVBUF__OWN_REFUSE) {
+      pthread_mutex_unlock(&hazard->lock);
+      pthread_mutex_unlock(&storage->lock);
+      return devbuf__error(DEVBUF_IN_USE, "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
+                           offset, offset + size, (unsigned long long)storage->id, write ? "uses" : "writes");
+    }
+    pthread_mutex_unlock(&storage->lock);
+    devbuf__hazard_wait_progress(hazard); // the storage is alive, so is its tracker
+    pthread_mutex_unlock(&hazard->lock);
+  }
+}
+
+bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size) {
+  devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
+  if (!hazard || size == 0) return false;
+  pthread_mutex_lock(&hazard->lock);
+  bool used = devbuf__hazard_overlaps(hazard, offset, size);
+  pthread_mutex_unlock(&hazard->lock);
+  return used;
+}
+
+void devbuf__storage_wait_unused(devbuf__storage *storage, size_t offset, size_t size) {
+  devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
+  if (!hazard || size == 0) return;
+  pthread_mutex_lock(&hazard->lock);
+  while (devbuf__hazard_overlaps(hazard, offset, size)) devbuf__hazard_wait_progress(hazard);
+  pthread_mutex_unlock(&hazard->lock);
 }

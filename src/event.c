@@ -1,0 +1,137 @@
+// Events (E3): timelines with a growing counter, waits that spin briefly then block, and
+// failure that reaches every waiter.
+#include "queue.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define SPIN_CHECKS 2000 // about a few microseconds before a wait blocks
+
+devbuf_status devbuf_event_create(uint64_t initial, devbuf_event_t **out_event) {
+  if (!out_event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_event is NULL");
+  devbuf_event_t *event = devbuf__calloc(1, sizeof *event);
+  if (!event) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event");
+  atomic_init(&event->refs, 1);
+  atomic_init(&event->value, initial);
+  pthread_mutex_init(&event->lock, NULL);
+  pthread_condattr_t attributes;
+  pthread_condattr_init(&attributes);
+  pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+  pthread_cond_init(&event->reached, &attributes);
+  pthread_condattr_destroy(&attributes);
+  *out_event = event;
+  return DEVBUF_OK;
+}
+
+devbuf_event_t *devbuf_event_retain(devbuf_event_t *event) {
+  if (event) atomic_fetch_add_explicit(&event->refs, 1, memory_order_relaxed);
+  return event;
+}
+
+void devbuf_event_release(devbuf_event_t *event) {
+  if (!event || atomic_fetch_sub_explicit(&event->refs, 1, memory_order_acq_rel) != 1) return;
+  pthread_cond_destroy(&event->reached);
+  pthread_mutex_destroy(&event->lock);
+  devbuf__free(event);
+}
+
+void devbuf__event_raise(devbuf_event_t *event, uint64_t value) {
+  pthread_mutex_lock(&event->lock);
+  if (value > atomic_load_explicit(&event->value, memory_order_relaxed))
+    atomic_store_explicit(&event->value, value, memory_order_release);
+  if (event->waiters) pthread_cond_broadcast(&event->reached);
+  pthread_mutex_unlock(&event->lock);
+}
+
+void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char *message) {
+  pthread_mutex_lock(&event->lock);
+  if (event->failure == DEVBUF_OK) {
+    event->failure = status;
+    snprintf(event->message, sizeof event->message, "%s", message);
+  }
+  pthread_cond_broadcast(&event->reached);
+  pthread_mutex_unlock(&event->lock);
+}
+
+devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {
+  if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
+  uint64_t current = atomic_load(&event->value);
+  if (value < current)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event value %llu is below the current %llu: timelines only grow",
+                         (unsigned long long)value, (unsigned long long)current);
+  devbuf__event_raise(event, value);
+  return DEVBUF_OK;
+}
+
+uint64_t devbuf_event_value(const devbuf_event_t *event) {
+  return event ? atomic_load_explicit(&event->value, memory_order_acquire) : 0;
+}
+
+devbuf_status devbuf_event_status(const devbuf_event_t *event) {
+  if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
+  devbuf_event_t *mutable_event = (devbuf_event_t *)event; // the lock is not part of the value
+  pthread_mutex_lock(&mutable_event->lock);
+  devbuf_status status = event->failure;
+  if (status != DEVBUF_OK) devbuf__error(status, "%s", event->message);
+  pthread_mutex_unlock(&mutable_event->lock);
+  return status;
+}
+
+static struct timespec deadline_after(uint64_t timeout_ns) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  uint64_t total = (uint64_t)now.tv_nsec + timeout_ns % 1000000000u;
+  now.tv_sec += (time_t)(timeout_ns / 1000000000u + total / 1000000000u);
+  now.tv_nsec = (long)(total % 1000000000u);
+  return now;
+}
+
+devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns, const atomic_bool *cancel) {
+  for (int spin = 0; spin < SPIN_CHECKS && timeout_ns; spin++) {
+    if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) return DEVBUF_OK;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  bool forever = timeout_ns == UINT64_MAX;
+  struct timespec deadline = forever ? (struct timespec){0} : deadline_after(timeout_ns);
+  devbuf_status status = DEVBUF_OK;
+  pthread_mutex_lock(&event->lock);
+  for (;;) {
+    if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) break;
+    if (event->failure != DEVBUF_OK) {
+      status = devbuf__error(event->failure, "%s", event->message);
+      break;
+    }
+    if (cancel && atomic_load(cancel)) {
+      status = devbuf__error(DEVBUF_CANCELLED, "the wait for event value %llu was cancelled", (unsigned long long)value);
+      break;
+    }
+    event->waiters++;
+    int result = forever ? pthread_cond_wait(&event->reached, &event->lock)
+                         : pthread_cond_timedwait(&event->reached, &event->lock, &deadline);
+    event->waiters--;
+    if (result == ETIMEDOUT && atomic_load_explicit(&event->value, memory_order_acquire) < value) {
+      status = devbuf__error(DEVBUF_TIMEOUT, "event stayed at %llu, below %llu, for %llu ns",
+                             (unsigned long long)atomic_load(&event->value), (unsigned long long)value,
+                             (unsigned long long)timeout_ns);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&event->lock);
+  return status;
+}
+
+devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns) {
+  if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
+  if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) return DEVBUF_OK;
+  if (timeout_ns == 0) {
+    devbuf_status failed = devbuf_event_status(event);
+    if (failed != DEVBUF_OK) return failed;
+    return devbuf__error(DEVBUF_TIMEOUT, "event is at %llu, below %llu", (unsigned long long)atomic_load(&event->value),
+                         (unsigned long long)value);
+  }
+  return devbuf__event_wait(event, value, timeout_ns, NULL);
+}

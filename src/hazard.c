@@ -1,0 +1,137 @@
+// The hazard tracker: records of in-flight uses, grouped by queue, and conflict checks.
+#include "hazard.h"
+#include "queue.h"
+
+devbuf__hazard *devbuf__hazard_create(void) {
+  devbuf__hazard *hazard = devbuf__calloc(1, sizeof *hazard);
+  if (!hazard) return NULL;
+  pthread_mutex_init(&hazard->lock, NULL);
+  pthread_cond_init(&hazard->progress, NULL);
+  return hazard;
+}
+
+void devbuf__hazard_destroy(devbuf__hazard *hazard) {
+  if (!hazard) return;
+  while (hazard->segments) { // empty segments are freed on removal; these never held records
+    devbuf__segment *next = hazard->segments->next;
+    devbuf__free(hazard->segments);
+    hazard->segments = next;
+  }
+  pthread_cond_destroy(&hazard->progress);
+  pthread_mutex_destroy(&hazard->lock);
+  devbuf__free(hazard);
+}
+
+static bool overlaps(const devbuf__record *record, size_t offset, size_t size) {
+  return record->offset < offset + size && offset < record->offset + record->size;
+}
+
+devbuf__conflict devbuf__hazard_conflict(const devbuf__hazard *hazard, size_t offset, size_t size, bool write,
+                                         uint64_t owner, bool ignore_own) {
+  devbuf__conflict worst = DEVBUF__NO_CONFLICT;
+  for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
+    for (const devbuf__record *record = segment->newest; record; record = record->older) {
+      if (!(write || record->write) || !overlaps(record, offset, size)) continue;
+      if (record->owner == owner) {
+        if (ignore_own) continue;
+        return DEVBUF__CONFLICT_OWN;
+      }
+      worst = DEVBUF__CONFLICT_PREVIOUS_OWNER;
+    }
+  }
+  return worst;
+}
+
+bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size) {
+  for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
+    for (const devbuf__record *record = segment->newest; record; record = record->older)
+      if (overlaps(record, offset, size)) return true;
+  return false;
+}
+
+void devbuf__hazard_wait_progress(devbuf__hazard *hazard) {
+  hazard->waiters++;
+  pthread_cond_wait(&hazard->progress, &hazard->lock);
+  hazard->waiters--;
+}
+
+static bool push_dep(devbuf__work *work, devbuf__work ***deps, size_t *count, size_t *capacity) {
+  for (size_t i = 0; i < *count; i++)
+    if ((*deps)[i] == work) return true;
+  if (*count == *capacity) {
+    size_t grown_capacity = *capacity ? 2 * *capacity : 8;
+    devbuf__work **grown = devbuf__malloc(grown_capacity * sizeof *grown);
+    if (!grown) return false;
+    for (size_t i = 0; i < *count; i++) grown[i] = (*deps)[i];
+    devbuf__free(*deps);
+    *deps = grown;
+    *capacity = grown_capacity;
+  }
+  (*deps)[(*count)++] = devbuf__work_retain(work);
+  return true;
+}
+
+bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue, devbuf__work ***deps,
+                        size_t *dep_count, size_t *dep_capacity) {
+  devbuf__segment *own = NULL;
+  for (devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
+    if (segment->queue == queue) {
+      own = segment; // same queue: already ordered
+      continue;
+    }
+    for (devbuf__record *other = segment->newest; other; other = other->older) {
+      if ((record->write || other->write) && overlaps(other, record->offset, record->size)) {
+        if (!push_dep(other->work, deps, dep_count, dep_capacity)) return false;
+        break; // older records of that queue complete before this one
+      }
+    }
+  }
+  if (!own) {
+    own = devbuf__calloc(1, sizeof *own);
+    if (!own) return false;
+    own->queue = queue;
+    own->next = hazard->segments;
+    hazard->segments = own;
+  }
+  record->segment = own;
+  record->older = own->newest;
+  record->newer = NULL;
+  if (own->newest) own->newest->newer = record;
+  own->newest = record;
+  if (!own->oldest) own->oldest = record;
+  own->count++;
+  hazard->records++;
+  return true;
+}
+
+void devbuf__hazard_remove(devbuf__hazard *hazard, devbuf__record *record) {
+  pthread_mutex_lock(&hazard->lock);
+  devbuf__segment *segment = record->segment;
+  if (record->newer)
+    record->newer->older = record->older;
+  else
+    segment->newest = record->older;
+  if (record->older)
+    record->older->newer = record->newer;
+  else
+    segment->oldest = record->newer;
+  if (--segment->count == 0) {
+    for (devbuf__segment **link = &hazard->segments; *link; link = &(*link)->next) {
+      if (*link == segment) {
+        *link = segment->next;
+        break;
+      }
+    }
+    devbuf__free(segment);
+  }
+  void (*on_idle)(void *) = NULL;
+  void *idle_ctx = NULL;
+  if (--hazard->records == 0 && hazard->on_idle) {
+    on_idle = hazard->on_idle;
+    idle_ctx = hazard->idle_ctx;
+    hazard->on_idle = NULL;
+  }
+  if (hazard->waiters) pthread_cond_broadcast(&hazard->progress);
+  pthread_mutex_unlock(&hazard->lock);
+  if (on_idle) on_idle(idle_ctx); // may destroy the hazard
+}

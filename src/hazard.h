@@ -1,0 +1,69 @@
+// The hazard tracker (E2, E4, B4, B10): which submitted work uses which bytes of a piece of
+// memory. One tracker per storage, made on its first submission; it stays with the memory
+// when the storage is released while work still runs, so that reuse is ordered after it.
+#ifndef DEVBUF_HAZARD_H
+#define DEVBUF_HAZARD_H
+
+#include "internal.h"
+
+typedef struct devbuf__work devbuf__work;
+typedef struct devbuf__segment devbuf__segment;
+
+// One use of the memory by one submitted work item.
+typedef struct devbuf__record {
+  devbuf__work *work;
+  devbuf__segment *segment;            // the records of the work's queue
+  uint64_t owner;                      // storage id of the buffer that submitted it
+  size_t offset, size;                 // bytes of the memory
+  bool write;
+  struct devbuf__record *newer, *older;
+} devbuf__record;
+
+// The in-flight records of one queue, newest first. Work of one queue runs in order, so a
+// conflict with a record implies a conflict with nothing older that matters.
+struct devbuf__segment {
+  devbuf_queue_t *queue;
+  devbuf__record *newest, *oldest;
+  size_t count;
+  devbuf__segment *next;
+};
+
+typedef struct devbuf__hazard {
+  pthread_mutex_t lock;
+  pthread_cond_t progress;             // broadcast when records complete and someone waits
+  devbuf__segment *segments;
+  size_t records;
+  size_t waiters;
+  void (*on_idle)(void *ctx);          // called once, unlocked, when records reach zero
+  void *idle_ctx;
+} devbuf__hazard;
+
+typedef enum devbuf__conflict {
+  DEVBUF__NO_CONFLICT = 0,
+  DEVBUF__CONFLICT_PREVIOUS_OWNER = 1, // work of a released buffer whose memory was reused
+  DEVBUF__CONFLICT_OWN = 2,            // work submitted through this storage
+} devbuf__conflict;
+
+devbuf__hazard *devbuf__hazard_create(void);
+void devbuf__hazard_destroy(devbuf__hazard *hazard);
+
+// Caller holds hazard->lock for the following.
+// The worst conflict of records with an access to [offset, offset + size): a write access
+// conflicts with every overlapping record, a read access with overlapping writes. With
+// `ignore_own`, records of `owner` do not count.
+devbuf__conflict devbuf__hazard_conflict(const devbuf__hazard *hazard, size_t offset, size_t size, bool write,
+                                         uint64_t owner, bool ignore_own);
+// Whether any record overlaps the range (owner or not).
+bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size);
+// Blocks until some record completes (the lock is released while waiting).
+void devbuf__hazard_wait_progress(devbuf__hazard *hazard);
+// Adds `record` for work on `queue` and appends to `deps` (retained) the newest conflicting
+// record's work of every other queue. False when no host memory is left.
+bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue,
+                        devbuf__work ***deps, size_t *dep_count, size_t *dep_capacity);
+
+// Takes the lock itself: removes a completed record; may call on_idle (after unlocking), so
+// the hazard may be gone when this returns.
+void devbuf__hazard_remove(devbuf__hazard *hazard, devbuf__record *record);
+
+#endif // DEVBUF_HAZARD_H

@@ -1,0 +1,442 @@
+// Queues (E1, E2, E5) on the CPU backend: one worker thread per queue runs work items in
+// submission order while the caller goes on. Submission records every use in the memory's
+// hazard tracker and collects the work of other queues that this item must wait for.
+#include "queue.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct devbuf_queue {
+  atomic_size_t refs;
+  devbuf_device_t *device;          // retained
+  pthread_mutex_t lock;             // everything below
+  pthread_cond_t work_available;    // the worker waits here
+  pthread_cond_t drained;           // finish and cancel wait here
+  devbuf__work *head, *tail;        // submitted, not started
+  devbuf__work *running;
+  uint64_t submitted, completed;
+  bool worker_idle;                 // the worker waits on work_available
+  bool released;                    // no references left: the worker exits once drained
+  bool worker_frees;                // ... and frees the queue itself (release did not join)
+  devbuf_status failure;            // OK until a work item fails
+  char failure_message[512];
+  pthread_t worker;
+};
+
+// ---- work items ------------------------------------------------------------------------
+
+devbuf__work *devbuf__work_retain(devbuf__work *work) {
+  atomic_fetch_add_explicit(&work->refs, 1, memory_order_relaxed);
+  return work;
+}
+
+void devbuf__work_release(devbuf__work *work) {
+  if (atomic_fetch_sub_explicit(&work->refs, 1, memory_order_acq_rel) != 1) return;
+  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i]);
+  devbuf__free(work->deps);
+  devbuf_event_release(work->event);
+  pthread_cond_destroy(&work->completed);
+  pthread_mutex_destroy(&work->lock);
+  devbuf__free(work);
+}
+
+// Layout of one allocation: the work, its uses, the kernel's address and size arrays, scalars.
+static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count, size_t scalars_size) {
+  size_t bytes = sizeof(devbuf__work) + use_count * (sizeof(devbuf__work_use) + sizeof(void *) + sizeof(size_t));
+  if (scalars_size > SIZE_MAX - bytes) return NULL;
+  devbuf__work *work = devbuf__calloc(1, bytes + scalars_size);
+  if (!work) return NULL;
+  atomic_init(&work->refs, 1);
+  atomic_init(&work->cancel, false);
+  work->kind = kind;
+  work->queue = queue;
+  work->use_count = use_count;
+  work->scalars_size = scalars_size;
+  work->scalars = (char *)work + bytes;
+  pthread_mutex_init(&work->lock, NULL);
+  pthread_cond_init(&work->completed, NULL);
+  return work;
+}
+
+static void **work_data(devbuf__work *work) { return (void **)(work->uses + work->use_count); }
+static size_t *work_sizes(devbuf__work *work) { return (size_t *)(work_data(work) + work->use_count); }
+
+static devbuf_status wait_done(devbuf__work *work) {
+  pthread_mutex_lock(&work->lock);
+  while (!work->done) {
+    work->waiters++;
+    pthread_cond_wait(&work->completed, &work->lock);
+    work->waiters--;
+  }
+  devbuf_status status = work->status;
+  pthread_mutex_unlock(&work->lock);
+  return status;
+}
+
+// ---- completion ------------------------------------------------------------------------
+
+static void device_work_done(devbuf_device_t *device) {
+  if (atomic_fetch_sub(&device->pending_work, 1) == 1 && atomic_load(&device->sync_waiters)) {
+    pthread_mutex_lock(&device->work_lock);
+    pthread_cond_broadcast(&device->work_idle);
+    pthread_mutex_unlock(&device->work_lock);
+  }
+}
+
+// Releases the uses, reports the outcome to events and dependents, counts the item done.
+static void complete(devbuf__work *work, devbuf_status status, const char *message) {
+  for (size_t i = 0; i < work->use_count; i++)
+    if (work->uses[i].hazard) devbuf__hazard_remove(work->uses[i].hazard, &work->uses[i].record);
+  if (status != DEVBUF_OK && work->kind == DEVBUF__WORK_SIGNAL) devbuf__event_fail(work->event, status, message);
+  pthread_mutex_lock(&work->lock);
+  work->done = true;
+  work->status = status;
+  if (work->waiters) pthread_cond_broadcast(&work->completed);
+  pthread_mutex_unlock(&work->lock);
+  devbuf_queue_t *queue = work->queue;
+  device_work_done(queue->device);
+  pthread_mutex_lock(&queue->lock);
+  if (++queue->completed == queue->submitted) pthread_cond_broadcast(&queue->drained);
+  pthread_mutex_unlock(&queue->lock);
+  devbuf__work_release(work);
+}
+
+// Completes, without running them, the items of a detached FIFO.
+static void complete_unrun(devbuf__work *list, devbuf_status status, const char *message) {
+  while (list) {
+    devbuf__work *next = list->next;
+    complete(list, status, message);
+    list = next;
+  }
+}
+
+// The first failure stops the queue: what was queued behind it does not run, and its
+// events fail with the same cause. Called by the worker.
+static void fail_queue(devbuf_queue_t *queue, devbuf_status status, const char *message) {
+  pthread_mutex_lock(&queue->lock);
+  if (queue->failure == DEVBUF_OK) {
+    queue->failure = status;
+    snprintf(queue->failure_message, sizeof queue->failure_message, "%s", message);
+  }
+  devbuf__work *pending = queue->head;
+  queue->head = queue->tail = NULL;
+  pthread_mutex_unlock(&queue->lock);
+  complete_unrun(pending, status, message);
+}
+
+// ---- execution (the worker thread) -----------------------------------------------------
+
+static void fill(void *data, size_t size, const void *pattern, size_t pattern_size) {
+  if (size == 0) return;
+  memcpy(data, pattern, pattern_size);
+  for (size_t done = pattern_size; done < size;) { // double the filled prefix each step
+    size_t piece = done < size - done ? done : size - done;
+    memcpy((char *)data + done, data, piece);
+    done += piece;
+  }
+}
+
+static devbuf_status run(devbuf__work *work) {
+  for (size_t i = 0; i < work->dep_count; i++) {
+    devbuf_status dep_status = wait_done(work->deps[i]);
+    if (dep_status != DEVBUF_OK)
+      return devbuf__error(DEVBUF_DEVICE_FAILURE, "work on another queue that this item waits for failed (%s)",
+                           devbuf_status_name(dep_status));
+  }
+  void **data = work_data(work);
+  size_t *sizes = work_sizes(work);
+  switch (work->kind) {
+  case DEVBUF__WORK_KERNEL: {
+    devbuf_kernel_args_t args = {data, sizes, work->use_count, work->scalars, work->scalars_size};
+    devbuf_set_error(DEVBUF_OK, "no message"); // so that a kernel failing silently reports no stale text
+    devbuf_status status = work->kernel(&args);
+    if (status != DEVBUF_OK && !strstr(devbuf_last_error(), devbuf_status_name(status)))
+      devbuf__error(status, "kernel returned %s without a message", devbuf_status_name(status));
+    return status;
+  }
+  case DEVBUF__WORK_FILL:
+    fill(data[0], sizes[0], work->scalars, work->scalars_size);
+    return DEVBUF_OK;
+  case DEVBUF__WORK_COPY:
+    if (sizes[0]) memmove(data[0], data[1], sizes[0]);
+    return DEVBUF_OK;
+  case DEVBUF__WORK_SIGNAL:
+    devbuf__event_raise(work->event, work->value);
+    return DEVBUF_OK;
+  case DEVBUF__WORK_WAIT:
+    return devbuf__event_wait(work->event, work->value, UINT64_MAX, &work->cancel);
+  }
+  return DEVBUF_OK;
+}
+
+static void queue_destroy(devbuf_queue_t *queue) {
+  pthread_cond_destroy(&queue->work_available);
+  pthread_cond_destroy(&queue->drained);
+  pthread_mutex_destroy(&queue->lock);
+  devbuf_device_release(queue->device);
+  devbuf__free(queue);
+}
+
+static void *worker_main(void *arg) {
+  devbuf_queue_t *queue = arg;
+  pthread_mutex_lock(&queue->lock);
+  for (;;) {
+    while (!queue->head && !queue->released) {
+      queue->worker_idle = true;
+      pthread_cond_wait(&queue->work_available, &queue->lock);
+      queue->worker_idle = false;
+    }
+    if (!queue->head) break; // released and drained
+    devbuf__work *work = queue->head;
+    queue->head = work->next;
+    if (!queue->head) queue->tail = NULL;
+    queue->running = work;
+    pthread_mutex_unlock(&queue->lock);
+
+    devbuf_status status = run(work);
+    if (status != DEVBUF_OK && !(status == DEVBUF_CANCELLED && atomic_load(&work->cancel))) {
+      char message[512];
+      snprintf(message, sizeof message, "%s", devbuf_last_error());
+      fail_queue(queue, status, message);
+      pthread_mutex_lock(&queue->lock);
+      queue->running = NULL;
+      pthread_mutex_unlock(&queue->lock);
+      complete(work, status, message);
+    } else {
+      pthread_mutex_lock(&queue->lock);
+      queue->running = NULL;
+      pthread_mutex_unlock(&queue->lock);
+      complete(work, status, devbuf_last_error());
+    }
+    pthread_mutex_lock(&queue->lock);
+  }
+  bool frees = queue->worker_frees;
+  pthread_mutex_unlock(&queue->lock);
+  if (frees) queue_destroy(queue);
+  return NULL;
+}
+
+// ---- the public queue API --------------------------------------------------------------
+
+devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_queue) {
+  if (!device || !out_queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_queue is NULL");
+  if (device->backend->kind != DEVBUF_DEVICE_CPU)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "%s has no queues in this build", device->spec);
+  devbuf_queue_t *queue = devbuf__calloc(1, sizeof *queue);
+  if (!queue) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a queue");
+  atomic_init(&queue->refs, 1);
+  queue->device = devbuf_device_retain(device);
+  pthread_mutex_init(&queue->lock, NULL);
+  pthread_cond_init(&queue->work_available, NULL);
+  pthread_cond_init(&queue->drained, NULL);
+  if (pthread_create(&queue->worker, NULL, worker_main, queue) != 0) {
+    queue_destroy(queue);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "cannot start a worker thread for a queue on %s", device->spec);
+  }
+  *out_queue = queue;
+  return DEVBUF_OK;
+}
+
+devbuf_queue_t *devbuf_queue_retain(devbuf_queue_t *queue) {
+  if (queue) atomic_fetch_add_explicit(&queue->refs, 1, memory_order_relaxed);
+  return queue;
+}
+
+void devbuf_queue_release(devbuf_queue_t *queue) {
+  if (!queue || atomic_fetch_sub_explicit(&queue->refs, 1, memory_order_acq_rel) != 1) return;
+  pthread_mutex_lock(&queue->lock);
+  queue->released = true;
+  bool drained = queue->completed == queue->submitted;
+  queue->worker_frees = !drained; // pending work: let it finish without blocking the caller
+  pthread_cond_signal(&queue->work_available);
+  pthread_mutex_unlock(&queue->lock);
+  if (drained) {
+    pthread_join(queue->worker, NULL);
+    queue_destroy(queue);
+  } else {
+    pthread_detach(queue->worker);
+  }
+}
+
+devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue) { return queue ? queue->device : NULL; }
+
+static devbuf_status failure_locked(const devbuf_queue_t *queue) {
+  return devbuf__error(queue->failure, "the queue failed earlier: %s", queue->failure_message);
+}
+
+devbuf_status devbuf_queue_status(const devbuf_queue_t *queue) {
+  if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
+  devbuf_queue_t *mutable_queue = (devbuf_queue_t *)queue; // the lock is not part of the value
+  pthread_mutex_lock(&mutable_queue->lock);
+  devbuf_status status = queue->failure == DEVBUF_OK ? DEVBUF_OK : failure_locked(queue);
+  pthread_mutex_unlock(&mutable_queue->lock);
+  return status;
+}
+
+devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
+  if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
+  pthread_mutex_lock(&queue->lock);
+  while (queue->completed != queue->submitted) pthread_cond_wait(&queue->drained, &queue->lock);
+  devbuf_status status = queue->failure == DEVBUF_OK ? DEVBUF_OK : failure_locked(queue);
+  pthread_mutex_unlock(&queue->lock);
+  return status;
+}
+
+devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
+  if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
+  pthread_mutex_lock(&queue->lock);
+  devbuf__work *pending = queue->head;
+  queue->head = queue->tail = NULL;
+  devbuf__work *running = queue->running;
+  if (running && running->kind == DEVBUF__WORK_WAIT) {
+    atomic_store(&running->cancel, true);
+    pthread_mutex_lock(&running->event->lock); // wake the worker out of its event wait
+    pthread_cond_broadcast(&running->event->reached);
+    pthread_mutex_unlock(&running->event->lock);
+  }
+  pthread_mutex_unlock(&queue->lock);
+  complete_unrun(pending, DEVBUF_CANCELLED, "CANCELLED: the queue was cancelled before this work ran");
+  pthread_mutex_lock(&queue->lock);
+  while (queue->completed != queue->submitted) pthread_cond_wait(&queue->drained, &queue->lock);
+  pthread_mutex_unlock(&queue->lock);
+  return DEVBUF_OK;
+}
+
+// ---- submission ------------------------------------------------------------------------
+
+// Rolls back the records of uses [0, count) of a work item that will not be queued.
+static void abandon(devbuf__work *work, size_t count) {
+  for (size_t i = 0; i < count; i++)
+    if (work->uses[i].hazard) devbuf__hazard_remove(work->uses[i].hazard, &work->uses[i].record);
+  devbuf__work_release(work);
+}
+
+static devbuf_status check_use(devbuf_queue_t *queue, const devbuf_use_t *use, size_t index) {
+  if (!use->buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "use %zu has no buffer", index);
+  if (use->access < DEVBUF_ACCESS_READ || use->access > DEVBUF_ACCESS_READ_WRITE)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "use %zu has access %d (expected 1 read, 2 write, 3 both)", index,
+                         (int)use->access);
+  devbuf__storage *storage = use->buffer->storage;
+  if (storage->device != queue->device)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "use %zu: a buffer on %s submitted to a queue on %s", index,
+                         storage->device->spec, queue->device->spec);
+  if ((use->access & DEVBUF_ACCESS_WRITE) && storage->read_only)
+    return devbuf__error(DEVBUF_READ_ONLY, "use %zu writes read-only buffer %llu", index,
+                         (unsigned long long)use->buffer->handle_id);
+  return devbuf__storage_ensure_allocated_for_work(storage);
+}
+
+// Records use `index` of `work`; HOST_ACCESS_OPEN if an open host access races with it.
+static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_use_t *use) {
+  devbuf_buffer_t *buffer = use->buffer;
+  devbuf__storage *storage = buffer->storage;
+  bool write = (use->access & DEVBUF_ACCESS_WRITE) != 0;
+  devbuf__work_use *slot = &work->uses[index];
+  work_data(work)[index] = buffer->size ? (char *)storage->memory.host + buffer->offset : NULL;
+  work_sizes(work)[index] = buffer->size;
+  if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
+  pthread_mutex_lock(&storage->lock);
+  devbuf_status status = devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, "submitting work");
+  devbuf__hazard *hazard = NULL;
+  if (status == DEVBUF_OK) {
+    hazard = devbuf__storage_hazard_locked(storage);
+    if (!hazard) status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a hazard tracker");
+  }
+  if (status == DEVBUF_OK) {
+    slot->record = (devbuf__record){.work = work, .owner = storage->id, .offset = buffer->offset,
+                                    .size = buffer->size, .write = write};
+    pthread_mutex_lock(&hazard->lock);
+    if (devbuf__hazard_add(hazard, &slot->record, work->queue, &work->deps, &work->dep_count, &work->dep_capacity))
+      slot->hazard = hazard;
+    else
+      status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
+    pthread_mutex_unlock(&hazard->lock);
+  }
+  pthread_mutex_unlock(&storage->lock);
+  return status;
+}
+
+// Validates and records every use, then queues the item (or refuses it whole).
+static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const devbuf_use_t *uses) {
+  devbuf_status status = devbuf_queue_status(queue);
+  for (size_t i = 0; i < work->use_count && status == DEVBUF_OK; i++) status = check_use(queue, &uses[i], i);
+  size_t tracked = 0;
+  for (; tracked < work->use_count && status == DEVBUF_OK; tracked++)
+    status = track_use(work, tracked, &uses[tracked]);
+  if (status != DEVBUF_OK) {
+    abandon(work, tracked);
+    return status;
+  }
+  atomic_fetch_add(&queue->device->pending_work, 1);
+  pthread_mutex_lock(&queue->lock);
+  if (queue->failure != DEVBUF_OK) { // failed while we were recording
+    status = failure_locked(queue);
+    pthread_mutex_unlock(&queue->lock);
+    device_work_done(queue->device);
+    abandon(work, tracked);
+    return status;
+  }
+  if (queue->tail)
+    queue->tail->next = work;
+  else
+    queue->head = work;
+  queue->tail = work;
+  queue->submitted++;
+  if (queue->worker_idle) pthread_cond_signal(&queue->work_available);
+  pthread_mutex_unlock(&queue->lock);
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel, const devbuf_use_t *uses,
+                                  size_t use_count, const void *scalars, size_t scalars_size) {
+  if (!queue || !kernel || (use_count && !uses) || (scalars_size && !scalars))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "submit: queue and kernel are required; uses and scalars must "
+                                                  "be given when their counts are not zero");
+  devbuf__work *work = work_new(queue, DEVBUF__WORK_KERNEL, use_count, scalars_size);
+  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a work item with %zu uses", use_count);
+  work->kernel = kernel;
+  if (scalars_size) memcpy(work->scalars, scalars, scalars_size);
+  return submit(queue, work, uses);
+}
+
+devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer, const void *pattern,
+                                size_t pattern_size) {
+  if (!queue || !buffer || !pattern || pattern_size == 0)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "fill: queue, buffer and a non-empty pattern are required");
+  if (buffer->size % pattern_size)
+    return devbuf__error(DEVBUF_SIZE_MISMATCH, "fill: a %zu-byte pattern does not divide a %zu-byte buffer",
+                         pattern_size, buffer->size);
+  devbuf__work *work = work_new(queue, DEVBUF__WORK_FILL, 1, pattern_size);
+  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a fill");
+  memcpy(work->scalars, pattern, pattern_size);
+  devbuf_use_t use = {buffer, DEVBUF_ACCESS_WRITE};
+  return submit(queue, work, &use);
+}
+
+devbuf_status devbuf_queue_copy(devbuf_queue_t *queue, devbuf_buffer_t *dst, devbuf_buffer_t *src) {
+  if (!queue || !dst || !src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copy: queue, dst and src are required");
+  if (dst->size != src->size)
+    return devbuf__error(DEVBUF_SIZE_MISMATCH, "copy of a %zu-byte buffer into a %zu-byte buffer", src->size, dst->size);
+  devbuf__work *work = work_new(queue, DEVBUF__WORK_COPY, 2, 0);
+  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a copy");
+  devbuf_use_t uses[2] = {{dst, DEVBUF_ACCESS_WRITE}, {src, DEVBUF_ACCESS_READ}};
+  return submit(queue, work, uses);
+}
+
+static devbuf_status submit_event_op(devbuf_queue_t *queue, devbuf__work_kind kind, devbuf_event_t *event,
+                                     uint64_t value) {
+  if (!queue || !event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue and event are required");
+  devbuf__work *work = work_new(queue, kind, 0, 0);
+  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event operation");
+  work->event = devbuf_event_retain(event);
+  work->value = value;
+  return submit(queue, work, NULL);
+}
+
+devbuf_status devbuf_queue_signal(devbuf_queue_t *queue, devbuf_event_t *event, uint64_t value) {
+  return submit_event_op(queue, DEVBUF__WORK_SIGNAL, event, value);
+}
+
+devbuf_status devbuf_queue_wait(devbuf_queue_t *queue, devbuf_event_t *event, uint64_t value) {
+  return submit_event_op(queue, DEVBUF__WORK_WAIT, event, value);
+}

@@ -1,0 +1,68 @@
+// Queues, work items and events (E1-E5). A work item carries everything it needs to run
+// (addresses computed at submission, scalars copied), the hazard records of its uses and
+// the work of other queues it must wait for.
+#ifndef DEVBUF_QUEUE_H
+#define DEVBUF_QUEUE_H
+
+#include "hazard.h"
+
+typedef enum devbuf__work_kind {
+  DEVBUF__WORK_KERNEL,
+  DEVBUF__WORK_FILL,
+  DEVBUF__WORK_COPY,
+  DEVBUF__WORK_SIGNAL,
+  DEVBUF__WORK_WAIT,
+} devbuf__work_kind;
+
+// One use of a work item: its record in the memory's tracker and its address.
+typedef struct devbuf__work_use {
+  devbuf__record record;
+  devbuf__hazard *hazard;   // NULL for zero-length uses
+  void *data;
+  size_t size;
+} devbuf__work_use;
+
+struct devbuf__work {
+  atomic_size_t refs;              // the queue's, plus one per dependent
+  devbuf__work_kind kind;
+  devbuf_queue_t *queue;
+  struct devbuf__work *next;       // the queue's FIFO
+  pthread_mutex_t lock;            // done/status, for dependents that wait
+  pthread_cond_t completed;
+  bool done;                       // under lock
+  size_t waiters;                  // under lock
+  devbuf_status status;            // final status (under lock once done)
+  atomic_bool cancel;              // a WAIT item is asked to stop waiting
+  devbuf__work **deps;             // retained; released once waited for
+  size_t dep_count, dep_capacity;
+  devbuf_cpu_kernel_fn kernel;
+  devbuf_event_t *event;           // SIGNAL and WAIT (retained)
+  uint64_t value;
+  void *scalars;                   // copied (kernel scalars, fill pattern)
+  size_t scalars_size;
+  size_t use_count;
+  devbuf__work_use uses[];
+};
+
+devbuf__work *devbuf__work_retain(devbuf__work *work);
+void devbuf__work_release(devbuf__work *work);
+
+struct devbuf_event {
+  atomic_size_t refs;
+  pthread_mutex_t lock;
+  pthread_cond_t reached;
+  atomic_uint_least64_t value;
+  size_t waiters;                  // under lock
+  devbuf_status failure;           // under lock; OK while healthy
+  char message[256];
+};
+
+// Raises the value (never lowers it) and wakes waiters.
+void devbuf__event_raise(devbuf_event_t *event, uint64_t value);
+// Marks the event failed with a status and message; every wait returns them from now on.
+void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char *message);
+// Waits for `value` while `*cancel` stays false (NULL: never cancelled).
+devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
+                                 const atomic_bool *cancel);
+
+#endif // DEVBUF_QUEUE_H
