@@ -94,11 +94,12 @@ static void complete(devbuf__work *work, devbuf_status status, const char *messa
   if (work->waiters) pthread_cond_broadcast(&work->completed);
   pthread_mutex_unlock(&work->lock);
   devbuf_queue_t *queue = work->queue;
-  device_work_done(queue->device);
+  devbuf_device_t *device = queue->device;
+  devbuf__work_release(work);
   pthread_mutex_lock(&queue->lock);
   if (++queue->completed == queue->submitted) pthread_cond_broadcast(&queue->drained);
-  pthread_mutex_unlock(&queue->lock);
-  devbuf__work_release(work);
+  pthread_mutex_unlock(&queue->lock); // a released, drained queue may be gone from here on
+  device_work_done(device);
 }
 
 // Completes, without running them, the items of a detached FIFO.
@@ -248,13 +249,14 @@ void devbuf_queue_release(devbuf_queue_t *queue) {
   queue->released = true;
   bool drained = queue->completed == queue->submitted;
   queue->worker_frees = !drained; // pending work: let it finish without blocking the caller
+  pthread_t worker = queue->worker;
   pthread_cond_signal(&queue->work_available);
   pthread_mutex_unlock(&queue->lock);
   if (drained) {
-    pthread_join(queue->worker, NULL);
+    pthread_join(worker, NULL);
     queue_destroy(queue);
   } else {
-    pthread_detach(queue->worker);
+    pthread_detach(worker); // the worker frees the queue
   }
 }
 

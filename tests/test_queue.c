@@ -1,0 +1,467 @@
+// Queues, events and hazard tracking on the CPU backend. Work is held back with
+// host-signalled events, never with sleeps, so every check is deterministic.
+#include "check.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+static devbuf_device_t *device;
+static devbuf_allocator_t *allocator;
+
+static devbuf_buffer_t *floats(size_t count) {
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &count, 1, DEVBUF_BUFFER_ZERO, &buffer));
+  return buffer;
+}
+
+static float read_float(devbuf_buffer_t *buffer, size_t index) {
+  float value = -1;
+  devbuf_buffer_t *one = NULL;
+  if (devbuf_buffer_view(buffer, index * 4, 4, &one) == DEVBUF_OK) devbuf_buffer_copyout(one, &value, 4);
+  devbuf_buffer_release(one);
+  return value;
+}
+
+// data[0] (written) = data[1] (read) * scale + add, elementwise; scalars {scale, add}.
+static devbuf_status axpb(const devbuf_kernel_args_t *args) {
+  const float *scalars = args->scalars;
+  float *out = args->data[0];
+  const float *in = args->data[args->count > 1 ? 1 : 0];
+  for (size_t i = 0; i < args->sizes[0] / 4; i++) out[i] = in[i] * scalars[0] + scalars[1];
+  return DEVBUF_OK;
+}
+
+static atomic_int kernel_runs;
+static devbuf_status count_runs(const devbuf_kernel_args_t *args) {
+  (void)args;
+  atomic_fetch_add(&kernel_runs, 1);
+  return DEVBUF_OK;
+}
+
+static devbuf_status failing_kernel(const devbuf_kernel_args_t *args) {
+  return devbuf_set_error(DEVBUF_DEVICE_FAILURE, "kernel found %zu bad values", args->count + 41);
+}
+
+static devbuf_status submit_axpb(devbuf_queue_t *queue, devbuf_buffer_t *out, devbuf_buffer_t *in, float scale,
+                                 float add) {
+  float scalars[2] = {scale, add};
+  devbuf_use_t uses[2] = {{out, DEVBUF_ACCESS_WRITE}, {in, DEVBUF_ACCESS_READ}};
+  return devbuf_queue_submit(queue, axpb, uses, in ? 2 : 1, scalars, sizeof scalars);
+}
+
+// ---- events ---------------------------------------------------------------------------
+
+static void test_event_holds_work(void) {
+  devbuf_queue_t *queue = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  atomic_store(&kernel_runs, 0);
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  CHECK_OK(devbuf_queue_submit(queue, count_runs, NULL, 0, NULL, 0));
+  CHECK_STATUS(devbuf_event_wait(gate, 1, 1000000), DEVBUF_TIMEOUT); // 1 ms: nothing signals it
+  CHECK_MESSAGE("below 1");
+  CHECK_EQ_U(atomic_load(&kernel_runs), 0); // held back
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_EQ_U(atomic_load(&kernel_runs), 1); // and then runs
+  CHECK_OK(devbuf_event_wait(gate, 1, 0)); // a value already reached returns at once
+  CHECK_OK(devbuf_event_wait(gate, 0, 0));
+  CHECK_STATUS(devbuf_event_wait(gate, 2, 0), DEVBUF_TIMEOUT);
+  CHECK_STATUS(devbuf_event_signal(gate, 0), DEVBUF_INVALID_ARGUMENT); // timelines only grow
+  // A queue signals; the host and another queue wait for it.
+  devbuf_queue_t *other = NULL;
+  devbuf_event_t *done = NULL;
+  CHECK_OK(devbuf_queue_create(device, &other));
+  CHECK_OK(devbuf_event_create(5, &done));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 2));
+  CHECK_OK(devbuf_queue_signal(queue, done, 7));
+  CHECK_OK(devbuf_queue_wait(other, done, 7));
+  CHECK_OK(devbuf_queue_submit(other, count_runs, NULL, 0, NULL, 0));
+  CHECK_EQ_U(devbuf_event_value(done), 5);
+  CHECK_OK(devbuf_event_signal(gate, 2));
+  CHECK_OK(devbuf_event_wait(done, 7, UINT64_MAX));
+  CHECK_OK(devbuf_queue_finish(other));
+  CHECK_EQ_U(atomic_load(&kernel_runs), 2);
+  CHECK_EQ_U(devbuf_event_value(done), 7);
+  devbuf_event_release(done);
+  devbuf_event_release(gate);
+  devbuf_queue_release(other);
+  devbuf_queue_release(queue);
+}
+
+// ---- host access while work is in flight ----------------------------------------------
+
+typedef struct waiter_args {
+  devbuf_buffer_t *buffer;
+  bool write;
+  devbuf_status status;
+  float first;
+} waiter_args;
+
+static void *blocking_access(void *arg) {
+  waiter_args *w = arg;
+  void *data = NULL;
+  w->status = w->write ? devbuf_buffer_contents_mut_wait(w->buffer, &data, NULL)
+                       : devbuf_buffer_contents_wait(w->buffer, (const void **)&data, NULL);
+  if (w->status == DEVBUF_OK) {
+    w->first = *(float *)data;
+    devbuf_buffer_end_access(w->buffer, data);
+  }
+  return NULL;
+}
+
+static void test_host_access_rules(void) {
+  devbuf_queue_t *queue = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  devbuf_buffer_t *buffer = floats(8), *left = NULL, *right = NULL, *middle = NULL, *source = floats(4);
+  CHECK_OK(devbuf_buffer_view(buffer, 0, 16, &left));
+  CHECK_OK(devbuf_buffer_view(buffer, 16, 16, &right));
+  CHECK_OK(devbuf_buffer_view(buffer, 8, 16, &middle)); // overlaps both
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  CHECK_OK(submit_axpb(queue, left, source, 1, 3)); // writes left = 3, reads source
+  const void *read = NULL;
+  void *write = NULL;
+  CHECK(devbuf_buffer_in_use(buffer) && devbuf_buffer_in_use(left) && devbuf_buffer_in_use(middle));
+  CHECK(!devbuf_buffer_in_use(right));
+  CHECK_STATUS(devbuf_buffer_contents(left, &read, NULL), DEVBUF_IN_USE);
+  CHECK_MESSAGE("submitted work writes them");
+  CHECK_STATUS(devbuf_buffer_contents(middle, &read, NULL), DEVBUF_IN_USE);
+  CHECK_STATUS(devbuf_buffer_contents_mut(buffer, &write, NULL), DEVBUF_IN_USE);
+  CHECK_OK(devbuf_buffer_contents_mut(right, &write, NULL)); // disjoint: allowed
+  CHECK_OK(devbuf_buffer_end_access(right, write));
+  // The source is only read: reading it is allowed, writing it is not.
+  CHECK_OK(devbuf_buffer_contents(source, &read, NULL));
+  CHECK_OK(devbuf_buffer_end_access(source, read));
+  CHECK_STATUS(devbuf_buffer_contents_mut(source, &write, NULL), DEVBUF_IN_USE);
+  devbuf_array_t array;
+  CHECK_STATUS(devbuf_buffer_as_array(left, DEVBUF_FLOAT32, &array), DEVBUF_IN_USE);
+  // Blocking variants return once the work completes, with its result.
+  pthread_t reader, writer;
+  waiter_args read_args = {left, false, DEVBUF_INVALID_ARGUMENT, 0};
+  waiter_args write_args = {source, true, DEVBUF_INVALID_ARGUMENT, 0};
+  pthread_create(&reader, NULL, blocking_access, &read_args);
+  pthread_create(&writer, NULL, blocking_access, &write_args);
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  pthread_join(reader, NULL);
+  pthread_join(writer, NULL);
+  CHECK_OK(read_args.status);
+  CHECK(read_args.first == 3.0f);
+  CHECK_OK(write_args.status);
+  CHECK_OK(devbuf_buffer_wait(buffer));
+  CHECK(!devbuf_buffer_in_use(buffer));
+  // HOST_ACCESS_OPEN: an open host access refuses racing work, not disjoint work.
+  CHECK_OK(devbuf_buffer_contents_mut(left, &write, NULL));
+  CHECK_STATUS(submit_axpb(queue, middle, NULL, 1, 1), DEVBUF_HOST_ACCESS_OPEN);
+  CHECK_MESSAGE("host write access to bytes [0, 16)");
+  CHECK_STATUS(submit_axpb(queue, right, left, 1, 1), DEVBUF_HOST_ACCESS_OPEN); // reading it races too
+  CHECK_OK(submit_axpb(queue, right, NULL, 0, 9)); // disjoint
+  CHECK_OK(devbuf_buffer_end_access(left, write));
+  CHECK_OK(devbuf_buffer_contents(left, &read, NULL));
+  CHECK_OK(submit_axpb(queue, right, left, 1, 1)); // reading under a read access is fine
+  CHECK_STATUS(submit_axpb(queue, left, NULL, 1, 1), DEVBUF_HOST_ACCESS_OPEN);
+  CHECK_OK(devbuf_buffer_end_access(left, read));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK(read_float(buffer, 4) == 4.0f); // right = left (3) * 1 + 1
+  // Copies wait for work instead of racing with it.
+  CHECK_OK(devbuf_queue_wait(queue, gate, 2));
+  CHECK_OK(submit_axpb(queue, right, NULL, 0, 7));
+  float got[4] = {0};
+  CHECK_OK(devbuf_event_signal(gate, 2));
+  CHECK_OK(devbuf_buffer_copyout(right, got, sizeof got)); // waits for the write
+  CHECK(got[0] == 7.0f && got[3] == 7.0f);
+  devbuf_buffer_release(left);
+  devbuf_buffer_release(right);
+  devbuf_buffer_release(middle);
+  devbuf_buffer_release(source);
+  devbuf_buffer_release(buffer);
+  devbuf_event_release(gate);
+  devbuf_queue_release(queue);
+}
+
+// ---- tracking across queues --------------------------------------------------------------
+
+static void test_cross_queue_ordering(void) {
+  devbuf_queue_t *a = NULL, *b = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_queue_create(device, &a));
+  CHECK_OK(devbuf_queue_create(device, &b));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  devbuf_buffer_t *x = floats(1024), *y = floats(1024), *low = NULL, *high = NULL;
+  CHECK_OK(devbuf_buffer_view(y, 0, 2048, &low));
+  CHECK_OK(devbuf_buffer_view(y, 2048, 2048, &high));
+  CHECK_OK(devbuf_queue_wait(a, gate, 1));
+  CHECK_OK(submit_axpb(a, x, NULL, 0, 5)); // a: x = 5 (held back)
+  CHECK_OK(submit_axpb(b, y, x, 2, 0));    // b: y = 2x, read after write: must wait for a
+  CHECK(devbuf_buffer_in_use(y));
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(b));
+  CHECK(read_float(y, 0) == 10.0f && read_float(y, 1023) == 10.0f);
+  // Write after read: a writes x while b still reads it (b held back).
+  CHECK_OK(devbuf_queue_wait(b, gate, 2));
+  CHECK_OK(submit_axpb(b, y, x, 1, 0));    // b: y = x (reads the 5s)
+  CHECK_OK(submit_axpb(a, x, NULL, 0, 6)); // a: x = 6 must wait for b's read
+  CHECK_OK(devbuf_event_signal(gate, 2));
+  CHECK_OK(devbuf_queue_finish(a));
+  CHECK_OK(devbuf_queue_finish(b));
+  CHECK(read_float(y, 7) == 5.0f && read_float(x, 7) == 6.0f);
+  // Disjoint views never wait for each other: b's write to `high` runs while a's write to
+  // `low` is held back.
+  CHECK_OK(devbuf_queue_wait(a, gate, 3));
+  CHECK_OK(submit_axpb(a, low, NULL, 0, 1));
+  CHECK_OK(submit_axpb(b, high, NULL, 0, 2));
+  CHECK_OK(devbuf_queue_finish(b)); // returns although a is still held
+  CHECK(devbuf_buffer_in_use(low) && !devbuf_buffer_in_use(high));
+  CHECK_OK(devbuf_event_signal(gate, 3));
+  CHECK_OK(devbuf_queue_finish(a));
+  CHECK(read_float(y, 0) == 1.0f && read_float(y, 512) == 2.0f);
+  // The device waits for everything.
+  CHECK_OK(devbuf_queue_wait(a, gate, 4));
+  CHECK_OK(submit_axpb(a, x, NULL, 0, 8));
+  CHECK_OK(devbuf_event_signal(gate, 4));
+  CHECK_OK(devbuf_buffer_synchronize(x));
+  CHECK(!devbuf_buffer_in_use(x) && read_float(x, 3) == 8.0f);
+  devbuf_buffer_release(low);
+  devbuf_buffer_release(high);
+  devbuf_buffer_release(x);
+  devbuf_buffer_release(y);
+  devbuf_event_release(gate);
+  devbuf_queue_release(a);
+  devbuf_queue_release(b);
+}
+
+// ---- release while in flight (B10) ------------------------------------------------------
+
+static void test_release_in_flight_and_reuse(void) {
+  devbuf_queue_t *a = NULL, *b = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_queue_create(device, &a));
+  CHECK_OK(devbuf_queue_create(device, &b));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  size_t n = 4096;
+  devbuf_buffer_t *old = floats(n), *result = floats(n);
+  uint64_t old_address = 0, new_address = 0;
+  CHECK_OK(devbuf_buffer_device_ptr(old, &old_address));
+  devbuf_allocator_stats_t before = stats_of(allocator);
+  CHECK_OK(devbuf_queue_wait(a, gate, 1));
+  CHECK_OK(submit_axpb(a, old, NULL, 0, 4));      // old = 4 (held back)
+  CHECK_OK(submit_axpb(a, result, old, 1, 0));    // result = old
+  devbuf_buffer_release(old);                     // in flight: back to the cache at once
+  devbuf_allocator_stats_t after = stats_of(allocator);
+  CHECK_EQ_U(after.active, before.active - n * 4);
+  CHECK_EQ_U(after.cached, before.cached + n * 4);
+  CHECK_EQ_U(after.live_buffers, before.live_buffers - 1);
+  // A plain CPU allocation never receives memory that work still uses.
+  devbuf_buffer_t *plain = NULL;
+  uint64_t plain_address = 0;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &n, 1, 0, &plain));
+  CHECK_OK(devbuf_buffer_device_ptr(plain, &plain_address));
+  CHECK(plain_address != old_address);
+  // A buffer for work on another queue reuses the memory, ordered after the old work.
+  devbuf_buffer_t *reused = NULL;
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_FLOAT32, &n, 1, 0, &reused));
+  CHECK_OK(submit_axpb(b, reused, NULL, 0, 9));   // write after the old write and read
+  CHECK_OK(devbuf_buffer_device_ptr(reused, &new_address));
+  CHECK(new_address == old_address);
+  CHECK(devbuf_buffer_in_use(reused));
+  // The CPU waits for the old work before it touches the reused memory.
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  const void *data = NULL;
+  CHECK_OK(devbuf_buffer_contents_wait(reused, &data, NULL));
+  CHECK(((const float *)data)[0] == 9.0f && ((const float *)data)[n - 1] == 9.0f);
+  CHECK_OK(devbuf_buffer_end_access(reused, data));
+  CHECK_OK(devbuf_queue_finish(a));
+  CHECK(read_float(result, 0) == 4.0f && read_float(result, n - 1) == 4.0f); // old work saw its own data
+  // Released again with work pending on the same queue: reused by that queue at once.
+  CHECK_OK(devbuf_queue_wait(b, gate, 2));
+  CHECK_OK(submit_axpb(b, reused, NULL, 0, 1));
+  devbuf_buffer_release(reused);
+  devbuf_buffer_t *again = NULL;
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_FLOAT32, &n, 1, 0, &again));
+  CHECK_OK(submit_axpb(b, again, NULL, 0, 2));
+  CHECK_OK(devbuf_buffer_device_ptr(again, &new_address));
+  CHECK(new_address == old_address);
+  CHECK_OK(devbuf_event_signal(gate, 2));
+  CHECK_OK(devbuf_queue_finish(b));
+  CHECK(read_float(again, 10) == 2.0f);
+  // When the work completes with nobody reusing it, the memory is plain cache again.
+  CHECK_OK(devbuf_queue_wait(a, gate, 3));
+  CHECK_OK(submit_axpb(a, again, NULL, 0, 3));
+  devbuf_buffer_release(again);
+  CHECK_OK(devbuf_event_signal(gate, 3));
+  CHECK_OK(devbuf_queue_finish(a));
+  devbuf_allocator_stats_t idle = stats_of(allocator);
+  CHECK_EQ_U(idle.live_buffers, before.live_buffers); // result and plain: as before old was released
+  devbuf_buffer_release(plain);
+  devbuf_buffer_release(result);
+  devbuf_event_release(gate);
+  devbuf_queue_release(a);
+  devbuf_queue_release(b);
+}
+
+// A chain of kernels over memory released and reused while earlier work is pending.
+static uint32_t chain_checksum(void) {
+  devbuf_queue_t *q[2] = {NULL, NULL};
+  CHECK_OK(devbuf_queue_create(device, &q[0]));
+  CHECK_OK(devbuf_queue_create(device, &q[1]));
+  size_t n = 1000;
+  devbuf_buffer_t *current = floats(n);
+  CHECK_OK(submit_axpb(q[0], current, NULL, 0, 1));
+  for (int step = 0; step < 40; step++) {
+    devbuf_buffer_t *next = NULL;
+    CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_FLOAT32, &n, 1, 0, &next));
+    CHECK_OK(submit_axpb(q[step % 2], next, current, 1.5f, (float)step));
+    devbuf_buffer_release(current); // pending: the next step's buffer may reuse it
+    current = next;
+  }
+  float values[1000];
+  CHECK_OK(devbuf_buffer_copyout(current, values, sizeof values));
+  uint32_t hash = 2166136261u;
+  const unsigned char *bytes = (const unsigned char *)values;
+  for (size_t i = 0; i < sizeof values; i++) hash = (hash ^ bytes[i]) * 16777619u;
+  devbuf_buffer_release(current);
+  devbuf_queue_release(q[0]);
+  devbuf_queue_release(q[1]);
+  return hash;
+}
+
+static void test_determinism(void) {
+  uint32_t first = chain_checksum();
+  // The expected value, computed on the host the same way.
+  float expected[1000];
+  for (size_t i = 0; i < 1000; i++) {
+    expected[i] = 1;
+    for (int step = 0; step < 40; step++) expected[i] = expected[i] * 1.5f + (float)step;
+  }
+  uint32_t hash = 2166136261u;
+  const unsigned char *bytes = (const unsigned char *)expected;
+  for (size_t i = 0; i < sizeof expected; i++) hash = (hash ^ bytes[i]) * 16777619u;
+  CHECK_EQ_U(first, hash);
+  for (int run = 0; run < 99; run++) CHECK_EQ_U(chain_checksum(), first);
+}
+
+// ---- failures ------------------------------------------------------------------------
+
+static void test_failure_propagation(void) {
+  devbuf_queue_t *queue = NULL, *other = NULL;
+  devbuf_event_t *gate = NULL, *after = NULL, *waiting = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_create(device, &other));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_event_create(0, &after));
+  CHECK_OK(devbuf_event_create(0, &waiting));
+  devbuf_buffer_t *x = floats(16), *y = floats(16);
+  atomic_store(&kernel_runs, 0);
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  devbuf_use_t use = {x, DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(queue, failing_kernel, &use, 1, NULL, 0));
+  CHECK_OK(devbuf_queue_submit(queue, count_runs, NULL, 0, NULL, 0)); // queued behind: never runs
+  CHECK_OK(devbuf_queue_signal(queue, after, 1));
+  CHECK_OK(submit_axpb(other, y, x, 1, 0)); // depends on the failing write
+  CHECK_OK(devbuf_queue_signal(other, waiting, 1));
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_STATUS(devbuf_event_wait(after, 1, UINT64_MAX), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("kernel found 42 bad values");
+  CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("kernel found 42 bad values");
+  CHECK_STATUS(devbuf_queue_status(queue), DEVBUF_DEVICE_FAILURE);
+  CHECK_STATUS(devbuf_event_status(after), DEVBUF_DEVICE_FAILURE);
+  CHECK_EQ_U(atomic_load(&kernel_runs), 0);
+  // Later work is refused with the original cause; nothing was queued.
+  CHECK_STATUS(devbuf_queue_submit(queue, count_runs, NULL, 0, NULL, 0), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("kernel found 42 bad values");
+  // The dependent work on the other queue fails too rather than read what the kernel left.
+  CHECK_STATUS(devbuf_event_wait(waiting, 1, UINT64_MAX), DEVBUF_DEVICE_FAILURE);
+  CHECK_STATUS(devbuf_queue_finish(other), DEVBUF_DEVICE_FAILURE);
+  CHECK(!devbuf_buffer_in_use(x) && !devbuf_buffer_in_use(y)); // nothing hangs on
+  devbuf_buffer_release(x);
+  devbuf_buffer_release(y);
+  devbuf_event_release(gate);
+  devbuf_event_release(after);
+  devbuf_event_release(waiting);
+  devbuf_queue_release(queue);
+  devbuf_queue_release(other);
+}
+
+static void test_destroy_and_cancel_with_pending_work(void) {
+  devbuf_event_t *gate = NULL, *done = NULL;
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_event_create(0, &done));
+  devbuf_buffer_t *x = floats(64);
+  // Released with work pending: the work still runs once the gate opens.
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  CHECK_OK(submit_axpb(queue, x, NULL, 0, 11));
+  CHECK_OK(devbuf_queue_signal(queue, done, 1));
+  devbuf_queue_release(queue);
+  CHECK(devbuf_buffer_in_use(x));
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_event_wait(done, 1, UINT64_MAX));
+  CHECK_OK(devbuf_buffer_wait(x));
+  CHECK(read_float(x, 63) == 11.0f);
+  // Cancelled: the held work never runs, its events fail with CANCELLED, the queue lives on.
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 2));
+  CHECK_OK(submit_axpb(queue, x, NULL, 0, 12));
+  CHECK_OK(devbuf_queue_signal(queue, done, 2));
+  CHECK_OK(devbuf_queue_cancel(queue));
+  CHECK_STATUS(devbuf_event_wait(done, 2, UINT64_MAX), DEVBUF_CANCELLED);
+  CHECK(!devbuf_buffer_in_use(x));
+  CHECK(read_float(x, 0) == 11.0f);
+  CHECK_OK(devbuf_queue_status(queue));
+  CHECK_OK(submit_axpb(queue, x, NULL, 0, 13));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK(read_float(x, 0) == 13.0f);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(x);
+  devbuf_event_release(gate);
+  devbuf_event_release(done);
+}
+
+static void test_submission_errors(void) {
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_buffer_t *x = floats(4), *y = floats(8);
+  devbuf_use_t bad_access = {x, (devbuf_access)0};
+  CHECK_STATUS(devbuf_queue_submit(queue, count_runs, &bad_access, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  devbuf_use_t no_buffer = {NULL, DEVBUF_ACCESS_READ};
+  CHECK_STATUS(devbuf_queue_submit(queue, count_runs, &no_buffer, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_queue_submit(queue, NULL, NULL, 0, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_queue_copy(queue, x, y), DEVBUF_SIZE_MISMATCH);
+  float pattern[3] = {1, 2, 3};
+  CHECK_STATUS(devbuf_queue_fill(queue, x, pattern, sizeof pattern), DEVBUF_SIZE_MISMATCH);
+  CHECK_OK(devbuf_queue_fill(queue, y, pattern, 8)); // 1, 2, 1, 2, ...
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK(read_float(y, 6) == 1.0f && read_float(y, 7) == 2.0f);
+  devbuf_buffer_t *low = NULL, *high = NULL;
+  CHECK_OK(devbuf_buffer_view(y, 0, 24, &low));
+  CHECK_OK(devbuf_buffer_view(y, 8, 24, &high));
+  CHECK_OK(devbuf_queue_copy(queue, high, low)); // overlapping views: like memmove
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK(read_float(y, 2) == 1.0f && read_float(y, 3) == 2.0f && read_float(y, 7) == 2.0f);
+  CHECK_OK(devbuf_queue_status(queue));
+  devbuf_buffer_release(low);
+  devbuf_buffer_release(high);
+  devbuf_buffer_release(x);
+  devbuf_buffer_release(y);
+  devbuf_queue_release(queue);
+}
+
+int main(void) {
+  if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 1;
+  allocator = devbuf_device_allocator(device);
+  RUN(test_event_holds_work);
+  RUN(test_host_access_rules);
+  RUN(test_cross_queue_ordering);
+  RUN(test_release_in_flight_and_reuse);
+  RUN(test_determinism);
+  RUN(test_failure_propagation);
+  RUN(test_destroy_and_cancel_with_pending_work);
+  RUN(test_submission_errors);
+  devbuf_device_release(device);
+  return CHECK_EXIT();
+}
