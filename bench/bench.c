@@ -88,7 +88,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
     } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else {
-      fprintf(stderr, "usage: devbuf bench [--quick] [--runs N] [--device SPEC] [--only alloc|copy|threads]\n");
+      fprintf(stderr, "usage: devbuf bench [--quick] [--runs N] [--device SPEC] [--only alloc|copy|threads|queue]\n");
       return 2;
     }
   }
@@ -101,6 +101,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
   if (!only || strcmp(only, "alloc") == 0) bench_alloc(&config);
   if (!only || strcmp(only, "copy") == 0) bench_copy(&config);
   if (!only || strcmp(only, "threads") == 0) bench_threads(&config);
+  if (!only || strcmp(only, "queue") == 0) bench_queue(&config);
   devbuf_device_release(config.device);
   return 0;
 }

@@ -37,5 +37,6 @@ void bench_touch(volatile unsigned char *p, size_t size);
 void bench_alloc(const bench_config *config);
 void bench_copy(const bench_config *config);
 void bench_threads(const bench_config *config);
+void bench_queue(const bench_config *config);
 
 #endif

@@ -52,7 +52,8 @@ static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, devbuf__ow
   access->size = buffer->size;
   access->write = write;
   devbuf__storage *storage = buffer->storage;
-  status = devbuf__storage_lock_idle(storage, buffer->offset, buffer->size, write, own, what);
+  struct devbuf__hazard *hazard = NULL;
+  status = devbuf__storage_lock_idle(storage, buffer->offset, buffer->size, write, own, what, &hazard);
   if (status != DEVBUF_OK) {
     devbuf__free(access);
     return status;
@@ -60,7 +61,7 @@ static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, devbuf__ow
   access->next = storage->accesses;
   storage->accesses = access;
   atomic_fetch_add(&storage->open_accesses, 1);
-  pthread_mutex_unlock(&storage->lock);
+  devbuf__storage_unlock(storage, hazard);
   *out_data = data;
   return DEVBUF_OK;
 }
@@ -188,10 +189,11 @@ devbuf_status devbuf_buffer_unsynchronized_ptr(devbuf_buffer_t *buffer, void **o
   devbuf_status status = prepare_host(buffer, true, "unsynchronized_ptr", &data);
   if (status != DEVBUF_OK) return status;
   // Only a previous owner's work on reused memory is waited for: the caller orders its own.
+  struct devbuf__hazard *hazard = NULL;
   status = devbuf__storage_lock_idle(buffer->storage, buffer->offset, buffer->size, true, DEVBUF__OWN_IGNORE,
-                                     "unsynchronized_ptr");
+                                     "unsynchronized_ptr", &hazard);
   if (status != DEVBUF_OK) return status;
-  pthread_mutex_unlock(&buffer->storage->lock);
+  devbuf__storage_unlock(buffer->storage, hazard);
   *out_data = data;
   if (out_size) *out_size = buffer->size;
   return DEVBUF_OK;

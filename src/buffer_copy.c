@@ -20,10 +20,11 @@ static devbuf_status prepare(devbuf_buffer_t *buffer, size_t size, bool write, c
   devbuf__storage *storage = buffer->storage;
   devbuf_status status = devbuf__storage_ensure_allocated(storage);
   if (status != DEVBUF_OK) return status;
-  status = devbuf__storage_lock_idle(storage, buffer->offset, buffer->size, write, DEVBUF__OWN_WAIT, what);
+  struct devbuf__hazard *hazard = NULL;
+  status = devbuf__storage_lock_idle(storage, buffer->offset, buffer->size, write, DEVBUF__OWN_WAIT, what, &hazard);
   if (status != DEVBUF_OK) return status;
   status = devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, what);
-  pthread_mutex_unlock(&storage->lock);
+  devbuf__storage_unlock(storage, hazard);
   return status;
 }
 

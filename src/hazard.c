@@ -104,8 +104,8 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
   return true;
 }
 
-void devbuf__hazard_remove(devbuf__hazard *hazard, devbuf__record *record) {
-  pthread_mutex_lock(&hazard->lock);
+void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record, void (**out_on_idle)(void *),
+                                  void **out_idle_ctx) {
   devbuf__segment *segment = record->segment;
   if (record->newer)
     record->newer->older = record->older;
@@ -124,13 +124,18 @@ void devbuf__hazard_remove(devbuf__hazard *hazard, devbuf__record *record) {
     }
     devbuf__free(segment);
   }
-  void (*on_idle)(void *) = NULL;
-  void *idle_ctx = NULL;
   if (--hazard->records == 0 && hazard->on_idle) {
-    on_idle = hazard->on_idle;
-    idle_ctx = hazard->idle_ctx;
+    *out_on_idle = hazard->on_idle;
+    *out_idle_ctx = hazard->idle_ctx;
     hazard->on_idle = NULL;
   }
+}
+
+void devbuf__hazard_remove(devbuf__hazard *hazard, devbuf__record *record) {
+  void (*on_idle)(void *) = NULL;
+  void *idle_ctx = NULL;
+  pthread_mutex_lock(&hazard->lock);
+  devbuf__hazard_remove_locked(hazard, record, &on_idle, &idle_ctx);
   if (hazard->waiters) pthread_cond_broadcast(&hazard->progress);
   pthread_mutex_unlock(&hazard->lock);
   if (on_idle) on_idle(idle_ctx); // may destroy the hazard

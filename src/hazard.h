@@ -62,8 +62,13 @@ void devbuf__hazard_wait_progress(devbuf__hazard *hazard);
 bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue,
                         devbuf__work ***deps, size_t *dep_count, size_t *dep_capacity);
 
-// Takes the lock itself: removes a completed record; may call on_idle (after unlocking), so
-// the hazard may be gone when this returns.
+// Removes a completed record; caller holds the lock. When the last record goes and an idle
+// callback is armed, it is disarmed and handed out: the caller calls it after unlocking.
+// Caller also wakes waiters (hazard->waiters) once done removing.
+void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record, void (**out_on_idle)(void *),
+                                  void **out_idle_ctx);
+// Takes the lock itself: removes a record, wakes waiters, may call on_idle (after
+// unlocking), so the hazard may be gone when this returns.
 void devbuf__hazard_remove(devbuf__hazard *hazard, devbuf__record *record);
 
 #endif // DEVBUF_HAZARD_H

@@ -22,6 +22,8 @@
 // Sets the thread's message (prefixed with the status name) and returns `status`. Never
 // allocates. The library's own name for devbuf_set_error.
 #define devbuf__error devbuf_set_error
+// Empties the thread's message (before calling user code whose message we may report).
+void devbuf__clear_error(void);
 
 // ---- host memory seam (host_alloc.c) ----------------------------------------------------
 // Every host allocation the library makes for its own bookkeeping goes through here.
@@ -206,9 +208,13 @@ typedef enum devbuf__own_work {
 
 // Waits until no submitted work conflicts with host access to storage bytes
 // [offset, offset + size) (any work when `write`, writing work otherwise), treating the
-// storage's own work as `own` says. Returns holding storage->lock on success.
+// storage's own work as `own` says. On success it returns holding storage->lock and, when
+// the storage has a tracker, its lock too (*out_hazard; NULL otherwise): submissions that
+// find no open host access take only the tracker's lock, so opening an access must hold
+// it. Release both with devbuf__storage_unlock.
 devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset, size_t size, bool write,
-                                        devbuf__own_work own, const char *what);
+                                        devbuf__own_work own, const char *what, struct devbuf__hazard **out_hazard);
+void devbuf__storage_unlock(devbuf__storage *storage, struct devbuf__hazard *hazard);
 // Whether submitted work uses any of storage bytes [offset, offset + size).
 bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size);
 // Waits until no submitted work uses storage bytes [offset, offset + size).

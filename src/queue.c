@@ -6,15 +6,22 @@
 #include <stdio.h>
 #include <string.h>
 
+#define BATCH 64          // items the worker takes from the FIFO at once
+#define SPIN_CHECKS 4000  // checks of a dependency's flag before blocking (a few microseconds)
+
 struct devbuf_queue {
   atomic_size_t refs;
   devbuf_device_t *device;          // retained
-  pthread_mutex_t lock;             // everything below
+  pthread_mutex_t lock;             // the fields below, unless marked atomic
   pthread_cond_t work_available;    // the worker waits here
   pthread_cond_t drained;           // finish and cancel wait here
-  devbuf__work *head, *tail;        // submitted, not started
-  devbuf__work *running;
-  uint64_t submitted, completed;
+  devbuf__work *head, *tail;        // submitted, not taken by the worker
+  devbuf__work *waiting;            // the WAIT item the worker blocks in, for cancel
+  uint64_t submitted;
+  atomic_uint_least64_t completed;  // retired items
+  atomic_size_t drain_waiters;      // threads waiting on `drained`
+  atomic_bool cancel_requested;     // drop taken items that have not started
+  atomic_bool failed;               // failure != OK, readable without the lock
   bool worker_idle;                 // the worker waits on work_available
   bool released;                    // no references left: the worker exits once drained
   bool worker_frees;                // ... and frees the queue itself (release did not join)
@@ -25,36 +32,85 @@ struct devbuf_queue {
 
 // ---- work items ------------------------------------------------------------------------
 
+// Small items (most of them) are recycled: a submission then costs no malloc, no free in
+// another thread, and no initialisation of the item's lock.
+#define POOL_USES 4
+#define POOL_SCALARS 64
+#define POOL_CAPACITY 4096
+#define POOL_ITEM_BYTES \
+  (sizeof(devbuf__work) + POOL_USES * (sizeof(devbuf__work_use) + sizeof(void *) + sizeof(size_t)) + POOL_SCALARS)
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static devbuf__work *pool;
+static size_t pool_count;
+
 devbuf__work *devbuf__work_retain(devbuf__work *work) {
   atomic_fetch_add_explicit(&work->refs, 1, memory_order_relaxed);
   return work;
 }
 
-void devbuf__work_release(devbuf__work *work) {
-  if (atomic_fetch_sub_explicit(&work->refs, 1, memory_order_acq_rel) != 1) return;
-  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i]);
+static void work_destroy(devbuf__work *work) {
   devbuf__free(work->deps);
-  devbuf_event_release(work->event);
   pthread_cond_destroy(&work->completed);
   pthread_mutex_destroy(&work->lock);
   devbuf__free(work);
+}
+
+void devbuf__work_release(devbuf__work *work) {
+  if (atomic_fetch_sub_explicit(&work->refs, 1, memory_order_acq_rel) != 1) return;
+  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i]);
+  work->dep_count = 0;
+  devbuf_event_release(work->event);
+  work->event = NULL;
+  if (work->pooled) {
+    pthread_mutex_lock(&pool_lock);
+    bool kept = pool_count < POOL_CAPACITY;
+    if (kept) {
+      work->next = pool;
+      pool = work;
+      pool_count++;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (kept) return;
+  }
+  work_destroy(work);
 }
 
 // Layout of one allocation: the work, its uses, the kernel's address and size arrays, scalars.
 static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count, size_t scalars_size) {
   size_t bytes = sizeof(devbuf__work) + use_count * (sizeof(devbuf__work_use) + sizeof(void *) + sizeof(size_t));
   if (scalars_size > SIZE_MAX - bytes) return NULL;
-  devbuf__work *work = devbuf__calloc(1, bytes + scalars_size);
-  if (!work) return NULL;
+  bool poolable = use_count <= POOL_USES && scalars_size <= POOL_SCALARS;
+  devbuf__work *work = NULL;
+  if (poolable) {
+    pthread_mutex_lock(&pool_lock);
+    work = pool;
+    if (work) {
+      pool = work->next;
+      pool_count--;
+    }
+    pthread_mutex_unlock(&pool_lock);
+  }
+  if (!work) {
+    work = devbuf__calloc(1, poolable ? POOL_ITEM_BYTES : bytes + scalars_size);
+    if (!work) return NULL;
+    work->pooled = poolable;
+    pthread_mutex_init(&work->lock, NULL);
+    pthread_cond_init(&work->completed, NULL);
+  }
   atomic_init(&work->refs, 1);
   atomic_init(&work->cancel, false);
+  atomic_init(&work->done, false);
+  atomic_init(&work->waiters, 0);
   work->kind = kind;
   work->queue = queue;
+  work->next = NULL;
+  work->status = DEVBUF_OK;
+  work->kernel = NULL;
+  work->value = 0;
   work->use_count = use_count;
   work->scalars_size = scalars_size;
   work->scalars = (char *)work + bytes;
-  pthread_mutex_init(&work->lock, NULL);
-  pthread_cond_init(&work->completed, NULL);
   return work;
 }
 
@@ -62,67 +118,107 @@ static void **work_data(devbuf__work *work) { return (void **)(work->uses + work
 static size_t *work_sizes(devbuf__work *work) { return (size_t *)(work_data(work) + work->use_count); }
 
 static devbuf_status wait_done(devbuf__work *work) {
-  pthread_mutex_lock(&work->lock);
-  while (!work->done) {
-    work->waiters++;
-    pthread_cond_wait(&work->completed, &work->lock);
-    work->waiters--;
+  for (int spin = 0; spin < SPIN_CHECKS; spin++) { // the other queue is usually about to finish it
+    if (atomic_load_explicit(&work->done, memory_order_acquire)) return work->status;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
   }
-  devbuf_status status = work->status;
+  pthread_mutex_lock(&work->lock);
+  atomic_fetch_add(&work->waiters, 1);
+  while (!atomic_load(&work->done)) pthread_cond_wait(&work->completed, &work->lock);
+  atomic_fetch_sub(&work->waiters, 1);
   pthread_mutex_unlock(&work->lock);
-  return status;
+  return work->status;
 }
 
 // ---- completion ------------------------------------------------------------------------
 
-static void device_work_done(devbuf_device_t *device) {
-  if (atomic_fetch_sub(&device->pending_work, 1) == 1 && atomic_load(&device->sync_waiters)) {
+// Retires finished (or never run) items of one queue, in order: their records leave the
+// trackers (one lock per tracker for the whole batch), their events learn of failures,
+// dependents and host waiters wake, and the counters move. Each item's status is set.
+static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
+  if (!count) return;
+  for (size_t i = 0; i < count; i++) {
+    for (size_t u = 0; u < items[i]->use_count; u++) {
+      devbuf__hazard *hazard = items[i]->uses[u].hazard;
+      if (!hazard) continue;
+      void (*on_idle)(void *) = NULL;
+      void *idle_ctx = NULL;
+      pthread_mutex_lock(&hazard->lock);
+      for (size_t j = i; j < count; j++) {
+        for (size_t v = 0; v < items[j]->use_count; v++) {
+          if (items[j]->uses[v].hazard != hazard) continue;
+          devbuf__hazard_remove_locked(hazard, &items[j]->uses[v].record, &on_idle, &idle_ctx);
+          items[j]->uses[v].hazard = NULL;
+        }
+      }
+      if (hazard->waiters) pthread_cond_broadcast(&hazard->progress);
+      pthread_mutex_unlock(&hazard->lock);
+      if (on_idle) on_idle(idle_ctx); // may destroy the hazard: no use points to it any more
+    }
+  }
+  for (size_t i = 0; i < count; i++) {
+    devbuf__work *work = items[i];
+    if (work->status != DEVBUF_OK && work->kind == DEVBUF__WORK_SIGNAL) {
+      char message[512] = "CANCELLED: the queue was cancelled before this work ran";
+      pthread_mutex_lock(&queue->lock);
+      if (work->status != DEVBUF_CANCELLED) snprintf(message, sizeof message, "%s", queue->failure_message);
+      pthread_mutex_unlock(&queue->lock);
+      devbuf__event_fail(work->event, work->status, message);
+    }
+    atomic_store(&work->done, true); // seq_cst: ordered before the load of waiters below
+    if (atomic_load(&work->waiters)) {
+      pthread_mutex_lock(&work->lock);
+      pthread_cond_broadcast(&work->completed);
+      pthread_mutex_unlock(&work->lock);
+    }
+    devbuf__work_release(work);
+  }
+  devbuf_device_t *device = queue->device;
+  atomic_fetch_add(&queue->completed, count);
+  if (atomic_load(&queue->drain_waiters)) {
+    pthread_mutex_lock(&queue->lock);
+    pthread_cond_broadcast(&queue->drained);
+    pthread_mutex_unlock(&queue->lock); // a released, drained queue may be gone from here on
+  }
+  if (atomic_fetch_sub(&device->pending_work, count) == count && atomic_load(&device->sync_waiters)) {
     pthread_mutex_lock(&device->work_lock);
     pthread_cond_broadcast(&device->work_idle);
     pthread_mutex_unlock(&device->work_lock);
   }
 }
 
-// Releases the uses, reports the outcome to events and dependents, counts the item done.
-static void complete(devbuf__work *work, devbuf_status status, const char *message) {
-  for (size_t i = 0; i < work->use_count; i++)
-    if (work->uses[i].hazard) devbuf__hazard_remove(work->uses[i].hazard, &work->uses[i].record);
-  if (status != DEVBUF_OK && work->kind == DEVBUF__WORK_SIGNAL) devbuf__event_fail(work->event, status, message);
-  pthread_mutex_lock(&work->lock);
-  work->done = true;
-  work->status = status;
-  if (work->waiters) pthread_cond_broadcast(&work->completed);
-  pthread_mutex_unlock(&work->lock);
-  devbuf_queue_t *queue = work->queue;
-  devbuf_device_t *device = queue->device;
-  devbuf__work_release(work);
-  pthread_mutex_lock(&queue->lock);
-  if (++queue->completed == queue->submitted) pthread_cond_broadcast(&queue->drained);
-  pthread_mutex_unlock(&queue->lock); // a released, drained queue may be gone from here on
-  device_work_done(device);
-}
-
-// Completes, without running them, the items of a detached FIFO.
-static void complete_unrun(devbuf__work *list, devbuf_status status, const char *message) {
+// Retires, without running them, the items of a detached FIFO, in chunks.
+static void retire_unrun(devbuf_queue_t *queue, devbuf__work *list, devbuf_status status) {
+  devbuf__work *chunk[BATCH];
+  size_t count = 0;
   while (list) {
     devbuf__work *next = list->next;
-    complete(list, status, message);
+    list->status = status;
+    chunk[count++] = list;
+    if (count == BATCH) {
+      retire(queue, chunk, count);
+      count = 0;
+    }
     list = next;
   }
+  retire(queue, chunk, count);
 }
 
 // The first failure stops the queue: what was queued behind it does not run, and its
-// events fail with the same cause. Called by the worker.
-static void fail_queue(devbuf_queue_t *queue, devbuf_status status, const char *message) {
+// events fail with the same cause. Called by the worker; returns the detached FIFO.
+static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, const char *message) {
   pthread_mutex_lock(&queue->lock);
   if (queue->failure == DEVBUF_OK) {
     queue->failure = status;
     snprintf(queue->failure_message, sizeof queue->failure_message, "%s", message);
+    atomic_store(&queue->failed, true);
   }
   devbuf__work *pending = queue->head;
   queue->head = queue->tail = NULL;
   pthread_mutex_unlock(&queue->lock);
-  complete_unrun(pending, status, message);
+  return pending;
 }
 
 // ---- execution (the worker thread) -----------------------------------------------------
@@ -149,9 +245,9 @@ static devbuf_status run(devbuf__work *work) {
   switch (work->kind) {
   case DEVBUF__WORK_KERNEL: {
     devbuf_kernel_args_t args = {data, sizes, work->use_count, work->scalars, work->scalars_size};
-    devbuf_set_error(DEVBUF_OK, "no message"); // so that a kernel failing silently reports no stale text
+    devbuf__clear_error(); // so that a kernel failing silently reports no stale text
     devbuf_status status = work->kernel(&args);
-    if (status != DEVBUF_OK && !strstr(devbuf_last_error(), devbuf_status_name(status)))
+    if (status != DEVBUF_OK && devbuf_last_error()[0] == '\0')
       devbuf__error(status, "kernel returned %s without a message", devbuf_status_name(status));
     return status;
   }
@@ -178,8 +274,59 @@ static void queue_destroy(devbuf_queue_t *queue) {
   devbuf__free(queue);
 }
 
+static bool deps_done(const devbuf__work *work) {
+  for (size_t i = 0; i < work->dep_count; i++)
+    if (!atomic_load_explicit(&work->deps[i]->done, memory_order_acquire)) return false;
+  return true;
+}
+
+// Runs a batch in order. Finished items are retired together, and always before anything
+// that may block or be observed from outside (an event operation, a wait for another
+// queue), so that nobody waits for an item that has finished but is not retired.
+static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count) {
+  size_t retired = 0;
+  for (size_t i = 0; i < count; i++) {
+    devbuf__work *work = batch[i];
+    if (atomic_load(&queue->cancel_requested)) {
+      retire(queue, batch + retired, i - retired);
+      for (size_t j = i; j < count; j++) batch[j]->status = DEVBUF_CANCELLED;
+      retire(queue, batch + i, count - i);
+      return;
+    }
+    bool visible = work->kind == DEVBUF__WORK_SIGNAL || work->kind == DEVBUF__WORK_WAIT || !deps_done(work);
+    if (visible) {
+      retire(queue, batch + retired, i - retired);
+      retired = i;
+    }
+    if (work->kind == DEVBUF__WORK_WAIT) {
+      pthread_mutex_lock(&queue->lock);
+      queue->waiting = work;
+      pthread_mutex_unlock(&queue->lock);
+    }
+    work->status = run(work);
+    if (work->kind == DEVBUF__WORK_WAIT) {
+      pthread_mutex_lock(&queue->lock);
+      queue->waiting = NULL;
+      pthread_mutex_unlock(&queue->lock);
+    }
+    if (work->status == DEVBUF_CANCELLED && atomic_load(&work->cancel)) continue; // cancel: not a failure
+    if (work->status != DEVBUF_OK) {
+      char message[512];
+      snprintf(message, sizeof message, "%s", devbuf_last_error());
+      devbuf__work *pending = fail_queue(queue, work->status, message);
+      retire(queue, batch + retired, i + 1 - retired);
+      for (size_t j = i + 1; j < count; j++) batch[j]->status = queue->failure;
+      retire(queue, batch + i + 1, count - i - 1);
+      retire_unrun(queue, pending, queue->failure);
+      return;
+    }
+  }
+  retire(queue, batch + retired, count - retired);
+}
+
 static void *worker_main(void *arg) {
   devbuf_queue_t *queue = arg;
+  devbuf__work *batch[BATCH];
   pthread_mutex_lock(&queue->lock);
   for (;;) {
     while (!queue->head && !queue->released) {
@@ -188,27 +335,14 @@ static void *worker_main(void *arg) {
       queue->worker_idle = false;
     }
     if (!queue->head) break; // released and drained
-    devbuf__work *work = queue->head;
-    queue->head = work->next;
-    if (!queue->head) queue->tail = NULL;
-    queue->running = work;
-    pthread_mutex_unlock(&queue->lock);
-
-    devbuf_status status = run(work);
-    if (status != DEVBUF_OK && !(status == DEVBUF_CANCELLED && atomic_load(&work->cancel))) {
-      char message[512];
-      snprintf(message, sizeof message, "%s", devbuf_last_error());
-      fail_queue(queue, status, message);
-      pthread_mutex_lock(&queue->lock);
-      queue->running = NULL;
-      pthread_mutex_unlock(&queue->lock);
-      complete(work, status, message);
-    } else {
-      pthread_mutex_lock(&queue->lock);
-      queue->running = NULL;
-      pthread_mutex_unlock(&queue->lock);
-      complete(work, status, devbuf_last_error());
+    size_t count = 0;
+    while (queue->head && count < BATCH) {
+      batch[count++] = queue->head;
+      queue->head = queue->head->next;
     }
+    if (!queue->head) queue->tail = NULL;
+    pthread_mutex_unlock(&queue->lock);
+    run_batch(queue, batch, count);
     pthread_mutex_lock(&queue->lock);
   }
   bool frees = queue->worker_frees;
@@ -226,6 +360,10 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   devbuf_queue_t *queue = devbuf__calloc(1, sizeof *queue);
   if (!queue) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a queue");
   atomic_init(&queue->refs, 1);
+  atomic_init(&queue->completed, 0);
+  atomic_init(&queue->drain_waiters, 0);
+  atomic_init(&queue->cancel_requested, false);
+  atomic_init(&queue->failed, false);
   queue->device = devbuf_device_retain(device);
   pthread_mutex_init(&queue->lock, NULL);
   pthread_cond_init(&queue->work_available, NULL);
@@ -247,7 +385,7 @@ void devbuf_queue_release(devbuf_queue_t *queue) {
   if (!queue || atomic_fetch_sub_explicit(&queue->refs, 1, memory_order_acq_rel) != 1) return;
   pthread_mutex_lock(&queue->lock);
   queue->released = true;
-  bool drained = queue->completed == queue->submitted;
+  bool drained = atomic_load(&queue->completed) == queue->submitted;
   queue->worker_frees = !drained; // pending work: let it finish without blocking the caller
   pthread_t worker = queue->worker;
   pthread_cond_signal(&queue->work_available);
@@ -275,10 +413,17 @@ devbuf_status devbuf_queue_status(const devbuf_queue_t *queue) {
   return status;
 }
 
+// Waits until every submitted item is retired. Caller holds queue->lock.
+static void wait_drained_locked(devbuf_queue_t *queue) {
+  atomic_fetch_add(&queue->drain_waiters, 1);
+  while (atomic_load(&queue->completed) != queue->submitted) pthread_cond_wait(&queue->drained, &queue->lock);
+  atomic_fetch_sub(&queue->drain_waiters, 1);
+}
+
 devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
   if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
   pthread_mutex_lock(&queue->lock);
-  while (queue->completed != queue->submitted) pthread_cond_wait(&queue->drained, &queue->lock);
+  wait_drained_locked(queue);
   devbuf_status status = queue->failure == DEVBUF_OK ? DEVBUF_OK : failure_locked(queue);
   pthread_mutex_unlock(&queue->lock);
   return status;
@@ -287,19 +432,21 @@ devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
 devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
   if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
   pthread_mutex_lock(&queue->lock);
+  atomic_store(&queue->cancel_requested, true); // the worker drops what it took but has not started
   devbuf__work *pending = queue->head;
   queue->head = queue->tail = NULL;
-  devbuf__work *running = queue->running;
-  if (running && running->kind == DEVBUF__WORK_WAIT) {
-    atomic_store(&running->cancel, true);
-    pthread_mutex_lock(&running->event->lock); // wake the worker out of its event wait
-    pthread_cond_broadcast(&running->event->reached);
-    pthread_mutex_unlock(&running->event->lock);
+  devbuf__work *waiting = queue->waiting;
+  if (waiting) {
+    atomic_store(&waiting->cancel, true);
+    pthread_mutex_lock(&waiting->event->lock); // wake the worker out of its event wait
+    pthread_cond_broadcast(&waiting->event->reached);
+    pthread_mutex_unlock(&waiting->event->lock);
   }
   pthread_mutex_unlock(&queue->lock);
-  complete_unrun(pending, DEVBUF_CANCELLED, "CANCELLED: the queue was cancelled before this work ran");
+  retire_unrun(queue, pending, DEVBUF_CANCELLED);
   pthread_mutex_lock(&queue->lock);
-  while (queue->completed != queue->submitted) pthread_cond_wait(&queue->drained, &queue->lock);
+  wait_drained_locked(queue);
+  atomic_store(&queue->cancel_requested, false);
   pthread_mutex_unlock(&queue->lock);
   return DEVBUF_OK;
 }
@@ -328,30 +475,45 @@ static devbuf_status check_use(devbuf_queue_t *queue, const devbuf_use_t *use, s
   return devbuf__storage_ensure_allocated_for_work(storage);
 }
 
+static devbuf_status add_record(devbuf__work *work, devbuf__work_use *slot, devbuf__hazard *hazard) {
+  if (!devbuf__hazard_add(hazard, &slot->record, work->queue, &work->deps, &work->dep_count, &work->dep_capacity))
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
+  slot->hazard = hazard;
+  return DEVBUF_OK;
+}
+
 // Records use `index` of `work`; HOST_ACCESS_OPEN if an open host access races with it.
 static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_use_t *use) {
   devbuf_buffer_t *buffer = use->buffer;
   devbuf__storage *storage = buffer->storage;
   bool write = (use->access & DEVBUF_ACCESS_WRITE) != 0;
   devbuf__work_use *slot = &work->uses[index];
+  slot->hazard = NULL;
   work_data(work)[index] = buffer->size ? (char *)storage->memory.host + buffer->offset : NULL;
   work_sizes(work)[index] = buffer->size;
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
+  slot->record = (devbuf__record){.work = work, .owner = storage->id, .offset = buffer->offset,
+                                  .size = buffer->size, .write = write};
+  // Fast path: no host access is open (they are opened holding the tracker's lock).
+  devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
+  if (hazard) {
+    pthread_mutex_lock(&hazard->lock);
+    if (!atomic_load(&storage->open_accesses)) {
+      devbuf_status status = add_record(work, slot, hazard);
+      pthread_mutex_unlock(&hazard->lock);
+      return status;
+    }
+    pthread_mutex_unlock(&hazard->lock);
+  }
   pthread_mutex_lock(&storage->lock);
   devbuf_status status = devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, "submitting work");
-  devbuf__hazard *hazard = NULL;
   if (status == DEVBUF_OK) {
     hazard = devbuf__storage_hazard_locked(storage);
     if (!hazard) status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a hazard tracker");
   }
   if (status == DEVBUF_OK) {
-    slot->record = (devbuf__record){.work = work, .owner = storage->id, .offset = buffer->offset,
-                                    .size = buffer->size, .write = write};
     pthread_mutex_lock(&hazard->lock);
-    if (devbuf__hazard_add(hazard, &slot->record, work->queue, &work->deps, &work->dep_count, &work->dep_capacity))
-      slot->hazard = hazard;
-    else
-      status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
+    status = add_record(work, slot, hazard);
     pthread_mutex_unlock(&hazard->lock);
   }
   pthread_mutex_unlock(&storage->lock);
@@ -360,7 +522,9 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
 
 // Validates and records every use, then queues the item (or refuses it whole).
 static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const devbuf_use_t *uses) {
-  devbuf_status status = devbuf_queue_status(queue);
+  // A failure is checked again under the lock before the item is queued.
+  devbuf_status status = atomic_load_explicit(&queue->failed, memory_order_relaxed) ? devbuf_queue_status(queue)
+                                                                                    : DEVBUF_OK;
   for (size_t i = 0; i < work->use_count && status == DEVBUF_OK; i++) status = check_use(queue, &uses[i], i);
   size_t tracked = 0;
   for (; tracked < work->use_count && status == DEVBUF_OK; tracked++)
@@ -369,15 +533,14 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
     abandon(work, tracked);
     return status;
   }
-  atomic_fetch_add(&queue->device->pending_work, 1);
   pthread_mutex_lock(&queue->lock);
   if (queue->failure != DEVBUF_OK) { // failed while we were recording
     status = failure_locked(queue);
     pthread_mutex_unlock(&queue->lock);
-    device_work_done(queue->device);
     abandon(work, tracked);
     return status;
   }
+  atomic_fetch_add(&queue->device->pending_work, 1);
   if (queue->tail)
     queue->tail->next = work;
   else

@@ -24,14 +24,15 @@ typedef struct devbuf__work_use {
 
 struct devbuf__work {
   atomic_size_t refs;              // the queue's, plus one per dependent
+  bool pooled;                     // a fixed-size item that returns to the pool
   devbuf__work_kind kind;
   devbuf_queue_t *queue;
   struct devbuf__work *next;       // the queue's FIFO
-  pthread_mutex_t lock;            // done/status, for dependents that wait
+  pthread_mutex_t lock;            // with `completed`: dependents that block
   pthread_cond_t completed;
-  bool done;                       // under lock
-  size_t waiters;                  // under lock
-  devbuf_status status;            // final status (under lock once done)
+  atomic_bool done;                // set (release) once retired; status is final then
+  atomic_size_t waiters;           // threads blocked on `completed`
+  devbuf_status status;
   atomic_bool cancel;              // a WAIT item is asked to stop waiting
   devbuf__work **deps;             // retained; released once waited for
   size_t dep_count, dep_capacity;

@@ -31,6 +31,8 @@ const char *devbuf_status_str(devbuf_status status) {
 
 const char *devbuf_last_error(void) { return error_message; }
 
+void devbuf__clear_error(void) { error_message[0] = '\0'; }
+
 devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...) {
   int prefix = snprintf(error_message, sizeof error_message, "%s: ", devbuf_status_name(status));
   if (prefix < 0 || (size_t)prefix >= sizeof error_message) return status;

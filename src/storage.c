@@ -204,21 +204,19 @@ devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage) {
 }
 
 devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset, size_t size, bool write,
-                                        devbuf__own_work own, const char *what) {
+                                        devbuf__own_work own, const char *what, devbuf__hazard **out_hazard) {
   for (;;) {
     pthread_mutex_lock(&storage->lock);
     devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
-    if (!hazard || size == 0) return DEVBUF_OK;
+    *out_hazard = hazard;
+    if (!hazard) return DEVBUF_OK;
     pthread_mutex_lock(&hazard->lock);
-    devbuf__conflict conflict =
-        devbuf__hazard_conflict(hazard, offset, size, write, storage->id, own == DEVBUF__OWN_IGNORE);
-    if (conflict == DEVBUF__NO_CONFLICT) {
-      pthread_mutex_unlock(&hazard->lock);
-      return DEVBUF_OK;
-    }
+    devbuf__conflict conflict = size ? devbuf__hazard_conflict(hazard, offset, size, write, storage->id,
+                                                               own == DEVBUF__OWN_IGNORE)
+                                     : DEVBUF__NO_CONFLICT;
+    if (conflict == DEVBUF__NO_CONFLICT) return DEVBUF_OK;
     if (conflict == DEVBUF__CONFLICT_OWN && own == DEVBUF__OWN_REFUSE) {
-      pthread_mutex_unlock(&hazard->lock);
-      pthread_mutex_unlock(&storage->lock);
+      devbuf__storage_unlock(storage, hazard);
       return devbuf__error(DEVBUF_IN_USE, "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
                            offset, offset + size, (unsigned long long)storage->id, write ? "uses" : "writes");
     }
@@ -226,6 +224,11 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset,
     devbuf__hazard_wait_progress(hazard); // the storage is alive, so is its tracker
     pthread_mutex_unlock(&hazard->lock);
   }
+}
+
+void devbuf__storage_unlock(devbuf__storage *storage, devbuf__hazard *hazard) {
+  if (hazard) pthread_mutex_unlock(&hazard->lock);
+  pthread_mutex_unlock(&storage->lock);
 }
 
 bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size) {

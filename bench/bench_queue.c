@@ -1,0 +1,140 @@
+// Queue benchmark: 100,000 small kernels, each using 3 buffers, on one queue, against a
+// minimal pthread work queue that runs the same kernel without any tracking; then the same
+// kernels alternating between 2 queues so that every item waits for the other queue.
+#include "bench.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MAX_RUNS 101
+
+static devbuf_status add3(const devbuf_kernel_args_t *args) {
+  float *c = args->data[2];
+  const float *a = args->data[0], *b = args->data[1];
+  c[0] += a[0] + b[0];
+  return DEVBUF_OK;
+}
+
+// ---- the baseline: a mutex, a condition variable and a FIFO -----------------------------
+
+typedef struct plain_item {
+  float *a, *b, *c;
+  struct plain_item *next;
+} plain_item;
+
+typedef struct plain_queue {
+  pthread_mutex_t lock;
+  pthread_cond_t available, drained;
+  plain_item *head, *tail;
+  size_t pending;
+  int idle, stop;
+  pthread_t worker;
+} plain_queue;
+
+static void *plain_worker(void *arg) {
+  plain_queue *q = arg;
+  pthread_mutex_lock(&q->lock);
+  for (;;) {
+    while (!q->head && !q->stop) {
+      q->idle = 1;
+      pthread_cond_wait(&q->available, &q->lock);
+      q->idle = 0;
+    }
+    if (!q->head) break;
+    plain_item *item = q->head;
+    q->head = item->next;
+    if (!q->head) q->tail = NULL;
+    pthread_mutex_unlock(&q->lock);
+    item->c[0] += item->a[0] + item->b[0];
+    free(item);
+    pthread_mutex_lock(&q->lock);
+    if (--q->pending == 0) pthread_cond_broadcast(&q->drained);
+  }
+  pthread_mutex_unlock(&q->lock);
+  return NULL;
+}
+
+static double time_plain(size_t items, float *a, float *b, float *c) {
+  plain_queue q = {.head = NULL};
+  pthread_mutex_init(&q.lock, NULL);
+  pthread_cond_init(&q.available, NULL);
+  pthread_cond_init(&q.drained, NULL);
+  pthread_create(&q.worker, NULL, plain_worker, &q);
+  uint64_t start = bench_now_ns();
+  for (size_t i = 0; i < items; i++) {
+    plain_item *item = malloc(sizeof *item);
+    *item = (plain_item){a, b, c, NULL};
+    pthread_mutex_lock(&q.lock);
+    if (q.tail)
+      q.tail->next = item;
+    else
+      q.head = item;
+    q.tail = item;
+    q.pending++;
+    if (q.idle) pthread_cond_signal(&q.available);
+    pthread_mutex_unlock(&q.lock);
+  }
+  pthread_mutex_lock(&q.lock);
+  while (q.pending) pthread_cond_wait(&q.drained, &q.lock);
+  q.stop = 1;
+  pthread_cond_signal(&q.available);
+  pthread_mutex_unlock(&q.lock);
+  uint64_t elapsed = bench_now_ns() - start;
+  pthread_join(q.worker, NULL);
+  pthread_cond_destroy(&q.available);
+  pthread_cond_destroy(&q.drained);
+  pthread_mutex_destroy(&q.lock);
+  return (double)elapsed / (double)items;
+}
+
+// ---- devbuf ------------------------------------------------------------------------------
+
+// ns per item: `items` kernels over a, b (read) and c (written), on queues[i % queue_count].
+static double time_devbuf(devbuf_queue_t **queues, int queue_count, size_t items, devbuf_buffer_t **buffers) {
+  devbuf_use_t uses[3] = {{buffers[0], DEVBUF_ACCESS_READ}, {buffers[1], DEVBUF_ACCESS_READ},
+                          {buffers[2], DEVBUF_ACCESS_READ_WRITE}};
+  uint64_t start = bench_now_ns();
+  for (size_t i = 0; i < items; i++) {
+    if (devbuf_queue_submit(queues[i % (size_t)queue_count], add3, uses, 3, NULL, 0) != DEVBUF_OK) {
+      fprintf(stderr, "bench: %s\n", devbuf_last_error());
+      return -1;
+    }
+  }
+  for (int q = 0; q < queue_count; q++) devbuf_queue_finish(queues[q]);
+  return (double)(bench_now_ns() - start) / (double)items;
+}
+
+void bench_queue(const bench_config *config) {
+  size_t items = config->quick ? 20000 : 100000;
+  int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
+  devbuf_allocator_t *allocator = devbuf_device_allocator(config->device);
+  devbuf_buffer_t *buffers[3] = {NULL, NULL, NULL};
+  devbuf_queue_t *queues[2] = {NULL, NULL};
+  size_t count = 16;
+  int ok = devbuf_queue_create(config->device, &queues[0]) == DEVBUF_OK &&
+           devbuf_queue_create(config->device, &queues[1]) == DEVBUF_OK;
+  for (int i = 0; i < 3 && ok; i++)
+    ok = devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &count, 1, DEVBUF_BUFFER_ZERO, &buffers[i]) == DEVBUF_OK;
+  float plain_memory[3][16] = {{0}};
+  double plain[MAX_RUNS], one[MAX_RUNS], two[MAX_RUNS];
+  for (int r = 0; r < runs && ok; r++) {
+    plain[r] = time_plain(items, plain_memory[0], plain_memory[1], plain_memory[2]);
+    one[r] = time_devbuf(queues, 1, items, buffers);
+    two[r] = time_devbuf(queues, 2, items, buffers);
+  }
+  if (ok) {
+    double p = bench_median(plain, runs), o = bench_median(one, runs), t = bench_median(two, runs);
+    printf("== %zu kernels using 3 buffers each: ns per item (submit to completion) ==\n", items);
+    printf("   untracked pthread queue   %8.1f\n", p);
+    printf("   devbuf, 1 queue           %8.1f  %5.2fx untracked  %s (target <= 1000 ns and <= 1.5x)\n", o, o / p,
+           o <= 1000 && o / p <= 1.5 ? "met" : "MISSED");
+    printf("   devbuf, 2 queues          %8.1f  every item waits for the other queue: +%.1f ns per wait\n\n", t,
+           t - o);
+  } else {
+    printf("== queue benchmark skipped: %s ==\n\n", devbuf_last_error());
+  }
+  for (int i = 0; i < 3; i++) devbuf_buffer_release(buffers[i]);
+  devbuf_queue_release(queues[0]);
+  devbuf_queue_release(queues[1]);
+}
