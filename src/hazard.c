@@ -26,17 +26,29 @@ static bool overlaps(const devbuf__record *record, size_t offset, size_t size) {
   return record->offset < offset + size && offset < record->offset + record->size;
 }
 
+// The newest record of `list` that overlaps [offset, offset + size), or NULL.
+static const devbuf__record *newest_overlap(const devbuf__record_list *list, size_t offset, size_t size) {
+  if (!list->count || list->high <= offset || offset + size <= list->low) return NULL;
+  for (const devbuf__record *record = list->newest; record; record = record->older)
+    if (overlaps(record, offset, size)) return record;
+  return NULL;
+}
+
 devbuf__conflict devbuf__hazard_conflict(const devbuf__hazard *hazard, size_t offset, size_t size, bool write,
                                          uint64_t owner, bool ignore_own) {
   devbuf__conflict worst = DEVBUF__NO_CONFLICT;
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
-    for (const devbuf__record *record = segment->newest; record; record = record->older) {
-      if (!(write || record->write) || !overlaps(record, offset, size)) continue;
-      if (record->owner == owner) {
-        if (ignore_own) continue;
-        return DEVBUF__CONFLICT_OWN;
+    for (int kind = 0; kind < (write ? 2 : 1); kind++) {
+      const devbuf__record_list *list = kind == 0 ? &segment->writes : &segment->reads;
+      if (!list->count || list->high <= offset || offset + size <= list->low) continue;
+      for (const devbuf__record *record = list->newest; record; record = record->older) {
+        if (!overlaps(record, offset, size)) continue;
+        if (record->owner == owner) {
+          if (ignore_own) continue;
+          return DEVBUF__CONFLICT_OWN;
+        }
+        worst = DEVBUF__CONFLICT_PREVIOUS_OWNER;
       }
-      worst = DEVBUF__CONFLICT_PREVIOUS_OWNER;
     }
   }
   return worst;
@@ -44,8 +56,7 @@ devbuf__conflict devbuf__hazard_conflict(const devbuf__hazard *hazard, size_t of
 
 bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size) {
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
-    for (const devbuf__record *record = segment->newest; record; record = record->older)
-      if (overlaps(record, offset, size)) return true;
+    if (newest_overlap(&segment->writes, offset, size) || newest_overlap(&segment->reads, offset, size)) return true;
   return false;
 }
 
@@ -79,12 +90,10 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
       own = segment; // same queue: already ordered
       continue;
     }
-    for (devbuf__record *other = segment->newest; other; other = other->older) {
-      if ((record->write || other->write) && overlaps(other, record->offset, record->size)) {
-        if (!push_dep(other->work, deps, dep_count, dep_capacity)) return false;
-        break; // older records of that queue complete before this one
-      }
-    }
+    const devbuf__record *write = newest_overlap(&segment->writes, record->offset, record->size);
+    const devbuf__record *read = record->write ? newest_overlap(&segment->reads, record->offset, record->size) : NULL;
+    if (write && !push_dep(write->work, deps, dep_count, dep_capacity)) return false;
+    if (read && !push_dep(read->work, deps, dep_count, dep_capacity)) return false;
   }
   if (!own) {
     own = devbuf__calloc(1, sizeof *own);
@@ -93,13 +102,15 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
     own->next = hazard->segments;
     hazard->segments = own;
   }
+  devbuf__record_list *list = record->write ? &own->writes : &own->reads;
+  if (list->count == 0 || record->offset < list->low) list->low = record->offset;
+  if (list->count == 0 || record->offset + record->size > list->high) list->high = record->offset + record->size;
   record->segment = own;
-  record->older = own->newest;
+  record->older = list->newest;
   record->newer = NULL;
-  if (own->newest) own->newest->newer = record;
-  own->newest = record;
-  if (!own->oldest) own->oldest = record;
-  own->count++;
+  if (list->newest) list->newest->newer = record;
+  list->newest = record;
+  list->count++;
   hazard->records++;
   return true;
 }
@@ -107,15 +118,14 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
 void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record, void (**out_on_idle)(void *),
                                   void **out_idle_ctx) {
   devbuf__segment *segment = record->segment;
+  devbuf__record_list *list = record->write ? &segment->writes : &segment->reads;
   if (record->newer)
     record->newer->older = record->older;
   else
-    segment->newest = record->older;
-  if (record->older)
-    record->older->newer = record->newer;
-  else
-    segment->oldest = record->newer;
-  if (--segment->count == 0) {
+    list->newest = record->older;
+  if (record->older) record->older->newer = record->newer;
+  list->count--;
+  if (segment->reads.count + segment->writes.count == 0) {
     for (devbuf__segment **link = &hazard->segments; *link; link = &(*link)->next) {
       if (*link == segment) {
         *link = segment->next;

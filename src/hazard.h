@@ -19,12 +19,19 @@ typedef struct devbuf__record {
   struct devbuf__record *newer, *older;
 } devbuf__record;
 
-// The in-flight records of one queue, newest first. Work of one queue runs in order, so a
-// conflict with a record implies a conflict with nothing older that matters.
+// The in-flight records of one queue, newest first, reads and writes apart: a read only
+// has to look among writes. Work of one queue runs in order, so only the newest
+// conflicting record of a queue matters. Each list also keeps the byte range its records
+// have covered since it was last empty, so that disjoint views are told apart at once.
+typedef struct devbuf__record_list {
+  devbuf__record *newest;
+  size_t count;
+  size_t low, high;                    // covered bytes [low, high) (never shrinks while count > 0)
+} devbuf__record_list;
+
 struct devbuf__segment {
   devbuf_queue_t *queue;
-  devbuf__record *newest, *oldest;
-  size_t count;
+  devbuf__record_list reads, writes;
   devbuf__segment *next;
 };
 

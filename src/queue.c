@@ -3,11 +3,13 @@
 // hazard tracker and collects the work of other queues that this item must wait for.
 #include "queue.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
 #define BATCH 64          // items the worker takes from the FIFO at once
-#define SPIN_CHECKS 4000  // checks of a dependency's flag before blocking (a few microseconds)
+#define SPIN_CHECKS 100   // checks of a dependency's flag before yielding ...
+#define YIELDS 64         // ... and yields before blocking
 
 struct devbuf_queue {
   atomic_size_t refs;
@@ -118,11 +120,17 @@ static void **work_data(devbuf__work *work) { return (void **)(work->uses + work
 static size_t *work_sizes(devbuf__work *work) { return (size_t *)(work_data(work) + work->use_count); }
 
 static devbuf_status wait_done(devbuf__work *work) {
-  for (int spin = 0; spin < SPIN_CHECKS; spin++) { // the other queue is usually about to finish it
+  // The other queue is usually about to finish it: spin a little, then give the core away
+  // (on a busy machine the other worker may need it), and only then sleep.
+  for (int spin = 0; spin < SPIN_CHECKS + YIELDS; spin++) {
     if (atomic_load_explicit(&work->done, memory_order_acquire)) return work->status;
+    if (spin >= SPIN_CHECKS) {
+      sched_yield();
+    } else {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    }
   }
   pthread_mutex_lock(&work->lock);
   atomic_fetch_add(&work->waiters, 1);
