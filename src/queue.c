@@ -93,10 +93,13 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
     }
     pthread_mutex_unlock(&pool_lock);
   }
-  if (!work) {
-    work = devbuf__calloc(1, poolable ? POOL_ITEM_BYTES : bytes + scalars_size);
+  if (!work) { // every field is set below or before use: no need to clear the whole item
+    work = devbuf__malloc(poolable ? POOL_ITEM_BYTES : bytes + scalars_size);
     if (!work) return NULL;
     work->pooled = poolable;
+    work->deps = NULL;
+    work->dep_count = work->dep_capacity = 0;
+    work->event = NULL;
     pthread_mutex_init(&work->lock, NULL);
     pthread_cond_init(&work->completed, NULL);
   }
