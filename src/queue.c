@@ -58,24 +58,45 @@ static void work_destroy(devbuf__work *work) {
   devbuf__free(work);
 }
 
-void devbuf__work_release(devbuf__work *work) {
+// Drops a reference; an item whose last reference goes is cleaned and, if it is a pooled
+// one, appended to *recycled (for one push to the pool) instead of being freed.
+static void work_unref(devbuf__work *work, devbuf__work **recycled) {
   if (atomic_fetch_sub_explicit(&work->refs, 1, memory_order_acq_rel) != 1) return;
-  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i]);
+  for (size_t i = 0; i < work->dep_count; i++) work_unref(work->deps[i], recycled);
   work->dep_count = 0;
   devbuf_event_release(work->event);
   work->event = NULL;
   if (work->pooled) {
-    pthread_mutex_lock(&pool_lock);
-    bool kept = pool_count < POOL_CAPACITY;
-    if (kept) {
-      work->next = pool;
-      pool = work;
-      pool_count++;
-    }
-    pthread_mutex_unlock(&pool_lock);
-    if (kept) return;
+    work->next = *recycled;
+    *recycled = work;
+  } else {
+    work_destroy(work);
   }
-  work_destroy(work);
+}
+
+// Gives a list of cleaned items to the pool in one step; what does not fit is freed.
+static void pool_return(devbuf__work *recycled) {
+  if (!recycled) return;
+  pthread_mutex_lock(&pool_lock);
+  while (recycled && pool_count < POOL_CAPACITY) {
+    devbuf__work *next = recycled->next;
+    recycled->next = pool;
+    pool = recycled;
+    pool_count++;
+    recycled = next;
+  }
+  pthread_mutex_unlock(&pool_lock);
+  while (recycled) {
+    devbuf__work *next = recycled->next;
+    work_destroy(recycled);
+    recycled = next;
+  }
+}
+
+void devbuf__work_release(devbuf__work *work) {
+  devbuf__work *recycled = NULL;
+  work_unref(work, &recycled);
+  pool_return(recycled);
 }
 
 // Layout of one allocation: the work, its uses, the kernel's address and size arrays, scalars.
@@ -169,6 +190,7 @@ static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
       if (on_idle) on_idle(idle_ctx); // may destroy the hazard: no use points to it any more
     }
   }
+  devbuf__work *recycled = NULL;
   for (size_t i = 0; i < count; i++) {
     devbuf__work *work = items[i];
     if (work->status != DEVBUF_OK && work->kind == DEVBUF__WORK_SIGNAL) {
@@ -184,8 +206,9 @@ static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
       pthread_cond_broadcast(&work->completed);
       pthread_mutex_unlock(&work->lock);
     }
-    devbuf__work_release(work);
+    work_unref(work, &recycled);
   }
+  pool_return(recycled);
   devbuf_device_t *device = queue->device;
   atomic_fetch_add(&queue->completed, count);
   if (atomic_load(&queue->drain_waiters)) {
