@@ -17,7 +17,7 @@ void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocat
   atomic_init(&c->frees, 0);
   atomic_init(&c->failed, 0);
   atomic_init(&c->calls, 0);
-  pthread_mutex_init(&allocator->pending_lock, NULL);
+  devbuf__mutex_init(&allocator->pending_lock);
   allocator->pending = NULL;
   atomic_init(&allocator->pending_bytes, 0);
   atomic_init(&allocator->pending_count, 0);

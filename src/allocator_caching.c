@@ -441,7 +441,7 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream, con
   self->small_classes = self->page / SMALL_GRANULE;
   if (self->small_classes > MAX_SMALL_CLASSES) self->small_classes = MAX_SMALL_CLASSES;
   self->small_limit = self->small_classes * SMALL_GRANULE;
-  for (int i = 0; i < SHARD_COUNT; i++) pthread_mutex_init(&self->shards[i].lock, NULL);
+  for (int i = 0; i < SHARD_COUNT; i++) devbuf__mutex_init(&self->shards[i].lock);
   devbuf__tcache_init_bins(self);
   apply_options(self, options);
   *out = &self->base;

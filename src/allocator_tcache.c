@@ -13,7 +13,7 @@ typedef struct slot {
   tcache *cache;
 } slot;
 
-static pthread_mutex_t global_lock = PTHREAD_MUTEX_INITIALIZER; // nodes' owner/adopted fields
+static pthread_mutex_t global_lock = DEVBUF__MUTEX_INITIALIZER; // nodes' owner/adopted fields
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 // initial-exec: the hot path reads these with one instruction, not a __tls_get_addr call.

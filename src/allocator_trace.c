@@ -83,7 +83,7 @@ devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const ch
   fprintf(file, "%s\n", TRACE_HEADER);
   devbuf__allocator_init(&self->base, &trace_ops, upstream->device, DEVBUF__HOLDS_DEVICE);
   self->upstream = devbuf_allocator_retain(upstream);
-  pthread_mutex_init(&self->lock, NULL);
+  devbuf__mutex_init(&self->lock);
   self->file = file;
   self->next_id = 1;
   *out_allocator = &self->base;

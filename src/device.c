@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t registry_lock = DEVBUF__MUTEX_INITIALIZER;
 static devbuf_device_t *open_devices;
 
 typedef struct backend_entry {
@@ -57,7 +57,7 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
   atomic_init(&device->mapped_bytes, 0);
   atomic_init(&device->pending_work, 0);
   atomic_init(&device->sync_waiters, 0);
-  pthread_mutex_init(&device->work_lock, NULL);
+  devbuf__mutex_init(&device->work_lock);
   pthread_cond_init(&device->work_idle, NULL);
   device->backend = entry->backend;
   device->index = index;

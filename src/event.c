@@ -15,7 +15,7 @@ devbuf_status devbuf_event_create(uint64_t initial, devbuf_event_t **out_event) 
   if (!event) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event");
   atomic_init(&event->refs, 1);
   atomic_init(&event->value, initial);
-  pthread_mutex_init(&event->lock, NULL);
+  devbuf__mutex_init(&event->lock);
   pthread_condattr_t attributes;
   pthread_condattr_init(&attributes);
   pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);

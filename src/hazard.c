@@ -5,7 +5,7 @@
 devbuf__hazard *devbuf__hazard_create(void) {
   devbuf__hazard *hazard = devbuf__calloc(1, sizeof *hazard);
   if (!hazard) return NULL;
-  pthread_mutex_init(&hazard->lock, NULL);
+  devbuf__mutex_init(&hazard->lock);
   pthread_cond_init(&hazard->progress, NULL);
   return hazard;
 }

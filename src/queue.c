@@ -42,7 +42,7 @@ struct devbuf_queue {
 #define POOL_ITEM_BYTES \
   (sizeof(devbuf__work) + POOL_USES * (sizeof(devbuf__work_use) + sizeof(void *) + sizeof(size_t)) + POOL_SCALARS)
 
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t pool_lock = DEVBUF__MUTEX_INITIALIZER;
 static devbuf__work *pool;
 static size_t pool_count;
 
@@ -121,7 +121,7 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
     work->deps = NULL;
     work->dep_count = work->dep_capacity = 0;
     work->event = NULL;
-    pthread_mutex_init(&work->lock, NULL);
+    devbuf__mutex_init(&work->lock);
     pthread_cond_init(&work->completed, NULL);
   }
   atomic_init(&work->refs, 1);
@@ -399,7 +399,7 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   atomic_init(&queue->cancel_requested, false);
   atomic_init(&queue->failed, false);
   queue->device = devbuf_device_retain(device);
-  pthread_mutex_init(&queue->lock, NULL);
+  devbuf__mutex_init(&queue->lock);
   pthread_cond_init(&queue->work_available, NULL);
   pthread_cond_init(&queue->drained, NULL);
   if (pthread_create(&queue->worker, NULL, worker_main, queue) != 0) {

@@ -24,7 +24,7 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
   storage->device = allocator ? allocator->device : devbuf_device_retain(device);
   storage->size = size;
   storage->flags = flags;
-  pthread_mutex_init(&storage->lock, NULL);
+  devbuf__mutex_init(&storage->lock);
   *out = storage;
   return DEVBUF_OK;
 }
