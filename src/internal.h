@@ -34,17 +34,7 @@ void devbuf__free(void *pointer);
 // ---- locks ------------------------------------------------------------------------------
 // Every lock of the library is held for a few instructions: an adaptive mutex spins a little
 // before it sleeps, so a short wait never costs two system calls.
-static inline void devbuf__mutex_init(pthread_mutex_t *mutex) {
-#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
-  pthread_mutexattr_t attributes;
-  pthread_mutexattr_init(&attributes);
-  pthread_mutexattr_settype(&attributes, PTHREAD_MUTEX_ADAPTIVE_NP);
-  pthread_mutex_init(mutex, &attributes);
-  pthread_mutexattr_destroy(&attributes);
-#else
-  pthread_mutex_init(mutex, NULL);
-#endif
-}
+void devbuf__mutex_init(pthread_mutex_t *mutex);
 #ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
 #define DEVBUF__MUTEX_INITIALIZER PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
 #else
