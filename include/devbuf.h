@@ -346,8 +346,11 @@ DEVBUF_API devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_d
                                                devbuf_buffer_t **out_view);
 
 DEVBUF_API devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer);
-// Drops a reference. The last reference to a storage returns its memory to the allocator
-// at once.
+// Drops a reference. The last reference to a storage returns its memory at once (B10): to
+// the allocator's cache when no submitted work uses it; otherwise to the allocator's
+// pending memory (counted as cached, not active), which a buffer allocated by a submission
+// may reuse at once (its work is ordered after the old work, and the CPU waits for it) and
+// which joins the cache when the old work completes. The CPU never gets it before then.
 DEVBUF_API void devbuf_buffer_release(devbuf_buffer_t *buffer);
 
 // Allocates the storage if it has no memory yet. When threads race, exactly one allocates.
@@ -387,8 +390,8 @@ DEVBUF_API devbuf_status devbuf_buffer_contents(devbuf_buffer_t *buffer, const v
 // reads or writes the bytes.
 DEVBUF_API devbuf_status devbuf_buffer_contents_mut(devbuf_buffer_t *buffer, void **out_data,
                                                     size_t *out_size);
-// Blocking variants: wait for the conflicting submitted work to complete instead of
-// answering IN_USE (a failed work item makes them return its status).
+// Blocking variants: wait for the conflicting submitted work to complete (or fail, or be
+// cancelled: the queue and its events report that) instead of answering IN_USE.
 DEVBUF_API devbuf_status devbuf_buffer_contents_wait(devbuf_buffer_t *buffer, const void **out_data,
                                                      size_t *out_size);
 DEVBUF_API devbuf_status devbuf_buffer_contents_mut_wait(devbuf_buffer_t *buffer, void **out_data,
@@ -424,6 +427,8 @@ DEVBUF_API devbuf_status devbuf_buffer_item(devbuf_buffer_t *buffer, devbuf_dtyp
 
 // Copies (B6). Byte sizes must match (SIZE_MISMATCH). They work on every backend and
 // across backends; copies between overlapping views of one storage behave like memmove.
+// They wait for submitted work on their bytes, answer HOST_ACCESS_OPEN for bytes under an
+// open host access, and while they run, racing submissions are refused.
 DEVBUF_API devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, size_t size);
 DEVBUF_API devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t size);
 DEVBUF_API devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src);

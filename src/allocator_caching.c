@@ -186,7 +186,7 @@ static bool evict_oldest(caching_allocator *self) {
   }
 }
 
-void devbuf__caching_shard_insert(caching_allocator *self, cblock *block) {
+void devbuf__caching_shard_insert(caching_allocator *self, cblock *block, bool enforce_cache_limit) {
   block->released_at = atomic_fetch_add_explicit(&self->tick, 1, memory_order_relaxed);
   shard *home = my_shard(self);
   pthread_mutex_lock(&home->lock);
@@ -197,7 +197,7 @@ void devbuf__caching_shard_insert(caching_allocator *self, cblock *block) {
     return;
   }
   uint64_t total = atomic_fetch_add_explicit(&self->shard_cached, block->size, memory_order_relaxed) + block->size;
-  uint64_t cache_limit = atomic_load_explicit(&self->cache_limit, memory_order_relaxed);
+  uint64_t cache_limit = enforce_cache_limit ? atomic_load_explicit(&self->cache_limit, memory_order_relaxed) : 0;
   while (DEVBUF_UNLIKELY(cache_limit && total > cache_limit)) {
     if (!evict_oldest(self)) break;
     total = atomic_load_explicit(&self->shard_cached, memory_order_relaxed);
@@ -355,7 +355,7 @@ static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory
     block->counted_live = false;
     atomic_fetch_sub_explicit(&self->counted_live, 1, memory_order_relaxed);
   }
-  devbuf__caching_shard_insert(self, block);
+  devbuf__caching_shard_insert(self, block, true);
 }
 
 // ---- statistics, options, lifetime ---------------------------------------------------
@@ -389,7 +389,7 @@ static void caching_clear_cache(devbuf_allocator_t *base) {
   caching_allocator *self = (caching_allocator *)base;
   request_flush(self);
   tcache *mine = devbuf__tcache_get(self);
-  if (mine) devbuf__tcache_flush(self, mine);
+  if (mine) devbuf__tcache_flush(self, mine, true);
   while (evict_oldest(self)) {
   }
 }
@@ -463,7 +463,7 @@ devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator
   caching_allocator *self = (caching_allocator *)allocator;
   apply_options(self, options);
   tcache *mine = devbuf__tcache_get(self);
-  if (mine) devbuf__tcache_flush(self, mine); // the caller's own bins obey at once
+  if (mine) devbuf__tcache_flush(self, mine, true); // the caller's own bins obey at once
   while (options->cache_limit && atomic_load(&self->shard_cached) > options->cache_limit && evict_oldest(self)) {
   }
   while (options->memory_limit && atomic_load(&self->reserved) > options->memory_limit && evict_oldest(self)) {

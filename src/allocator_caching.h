@@ -95,7 +95,9 @@ typedef struct caching_allocator {
 // allocator_caching.c
 bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out);
 size_t devbuf__caching_fit_limit(const caching_allocator *self, size_t size);
-void devbuf__caching_shard_insert(caching_allocator *self, cblock *block); // into the caller's shard
+// Into the caller's shard. With `enforce_cache_limit` false no block is given back (no
+// upstream call), for callers that hold the thread caches' global lock.
+void devbuf__caching_shard_insert(caching_allocator *self, cblock *block, bool enforce_cache_limit);
 void devbuf__caching_observe_peak(caching_allocator *self);
 
 // allocator_tcache.c
@@ -114,8 +116,9 @@ tcache *devbuf__tcache_get(caching_allocator *self);
 // The smallest block of [size, limit] bytes in the thread's bins, or NULL.
 cblock *devbuf__tcache_take(caching_allocator *self, tcache *cache, size_t size, size_t limit);
 // Moves every block in the bins into the shared pool, least recently released first.
-// Owner thread only (or under the global lock once the owner thread is gone).
-void devbuf__tcache_flush(caching_allocator *self, tcache *cache);
+// Owner thread only, or under the global lock once the owner thread is gone (then
+// `enforce_cache_limit` is false, so that nothing calls upstream while the lock is held).
+void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool enforce_cache_limit);
 // Called when the allocator is destroyed: detaches every thread cache.
 void devbuf__tcache_detach_all(caching_allocator *self);
 

@@ -44,7 +44,7 @@ static int by_release(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-void devbuf__tcache_flush(caching_allocator *self, tcache *cache) {
+void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool enforce_cache_limit) {
   size_t total = 0;
   for (size_t c = 0; c < self->bin_count; c++) total += atomic_load_explicit(&cache->bin_count[c], memory_order_relaxed);
   if (!total) return;
@@ -60,12 +60,12 @@ void devbuf__tcache_flush(caching_allocator *self, tcache *cache) {
       if (blocks)
         blocks[n++] = block;
       else
-        devbuf__caching_shard_insert(self, block); // no memory to sort: any order will do
+        devbuf__caching_shard_insert(self, block, enforce_cache_limit); // no memory to sort: any order
     }
   }
   if (!blocks) return;
   qsort(blocks, n, sizeof *blocks, by_release);
-  for (size_t i = 0; i < n; i++) devbuf__caching_shard_insert(self, blocks[i]);
+  for (size_t i = 0; i < n; i++) devbuf__caching_shard_insert(self, blocks[i], enforce_cache_limit);
   devbuf__free(blocks);
 }
 
@@ -75,7 +75,7 @@ static void release_slot(slot *s) {
   tcache *cache = s->cache;
   if (cache) {
     if (cache->owner) {
-      devbuf__tcache_flush(cache->owner, cache);
+      devbuf__tcache_flush(cache->owner, cache, false); // under the global lock
       cache->adopted = false; // counters stay: the next thread adopts them
     } else {
       devbuf__free(cache);
@@ -150,7 +150,7 @@ static void obey_flush_requests(caching_allocator *self, tcache *cache) {
   uint64_t epoch = atomic_load_explicit(&self->flush_epoch, memory_order_acquire);
   if (epoch == cache->seen_epoch) return;
   cache->seen_epoch = epoch;
-  devbuf__tcache_flush(self, cache);
+  devbuf__tcache_flush(self, cache, true);
   cache->bins_on = atomic_load(&self->bins_allowed);
 }
 
@@ -223,7 +223,7 @@ void devbuf__tcache_detach_all(caching_allocator *self) {
   atomic_store_explicit(&self->threads, NULL, memory_order_release);
   while (cache) {
     tcache *next = cache->next;
-    devbuf__tcache_flush(self, cache); // no thread uses the allocator any more
+    devbuf__tcache_flush(self, cache, false); // no thread uses the allocator any more
     if (cache->adopted)
       cache->owner = NULL; // the thread frees it when it exits or needs the slot
     else

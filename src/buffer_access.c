@@ -66,6 +66,45 @@ static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, devbuf__ow
   return DEVBUF_OK;
 }
 
+devbuf_status devbuf__host_operation_begin(devbuf__storage *storage, size_t offset, size_t size, bool write,
+                                           const char *what, devbuf__host_access **out_access) {
+  devbuf__host_access *access = devbuf__malloc(sizeof *access);
+  if (!access) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory for an access record", what);
+  *access = (devbuf__host_access){.handle = NULL, .data = NULL, .offset = offset, .size = size, .write = write};
+  struct devbuf__hazard *hazard = NULL;
+  devbuf_status status = devbuf__storage_lock_idle(storage, offset, size, write, DEVBUF__OWN_WAIT, what, &hazard);
+  if (status != DEVBUF_OK) {
+    devbuf__free(access);
+    return status;
+  }
+  status = devbuf__check_host_conflicts(storage, offset, size, write, what);
+  if (status == DEVBUF_OK) {
+    access->next = storage->accesses;
+    storage->accesses = access;
+    atomic_fetch_add(&storage->open_accesses, 1);
+  }
+  devbuf__storage_unlock(storage, hazard);
+  if (status != DEVBUF_OK) {
+    devbuf__free(access);
+    return status;
+  }
+  *out_access = access;
+  return DEVBUF_OK;
+}
+
+void devbuf__host_operation_end(devbuf__storage *storage, devbuf__host_access *access) {
+  pthread_mutex_lock(&storage->lock);
+  for (devbuf__host_access **link = &storage->accesses; *link; link = &(*link)->next) {
+    if (*link == access) {
+      *link = access->next;
+      atomic_fetch_sub(&storage->open_accesses, 1);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&storage->lock);
+  devbuf__free(access);
+}
+
 static devbuf_status contents(devbuf_buffer_t *buffer, bool write, devbuf__own_work own, const char *what,
                               void **out_data, size_t *out_size) {
   if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: out_data is NULL", what);

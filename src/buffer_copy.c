@@ -7,9 +7,8 @@
 // Bounce buffer size when neither side of a cross-device copy is host-accessible.
 #define STAGING_CHUNK ((size_t)4 << 20)
 
-// Everything a copy needs from one side: a size match, write permission, memory, no open
-// host access to the bytes, and no submitted work on them (B6: copies wait for it).
-static devbuf_status prepare(devbuf_buffer_t *buffer, size_t size, bool write, const char *what) {
+// What a copy needs from one side before it starts: a size match, write permission, memory.
+static devbuf_status check_side(devbuf_buffer_t *buffer, size_t size, bool write, const char *what) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: buffer is NULL", what);
   if (size != buffer->size)
     return devbuf__error(DEVBUF_SIZE_MISMATCH, "%s of %zu bytes with a %zu-byte buffer (%llu)", what, size,
@@ -17,31 +16,40 @@ static devbuf_status prepare(devbuf_buffer_t *buffer, size_t size, bool write, c
   if (write && buffer->storage->read_only)
     return devbuf__error(DEVBUF_READ_ONLY, "%s into read-only buffer %llu", what,
                          (unsigned long long)buffer->handle_id);
-  devbuf__storage *storage = buffer->storage;
-  devbuf_status status = devbuf__storage_ensure_allocated(storage);
-  if (status != DEVBUF_OK) return status;
-  struct devbuf__hazard *hazard = NULL;
-  status = devbuf__storage_lock_idle(storage, buffer->offset, buffer->size, write, DEVBUF__OWN_WAIT, what, &hazard);
-  if (status != DEVBUF_OK) return status;
-  status = devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, what);
-  devbuf__storage_unlock(storage, hazard);
-  return status;
+  return devbuf__storage_ensure_allocated(buffer->storage);
+}
+
+// A copy is a host operation (B6): it waits for conflicting submitted work, refuses bytes
+// under an open host access, and holds an access of its own while it runs, so that no
+// submission races with it.
+static devbuf_status begin(devbuf_buffer_t *buffer, bool write, const char *what, devbuf__host_access **out) {
+  return devbuf__host_operation_begin(buffer->storage, buffer->offset, buffer->size, write, what, out);
 }
 
 devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, size_t size) {
-  devbuf_status status = prepare(buffer, size, true, "copyin");
+  devbuf_status status = check_side(buffer, size, true, "copyin");
   if (status != DEVBUF_OK || size == 0) return status;
   if (!src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copyin: src is NULL");
+  devbuf__host_access *access = NULL;
+  status = begin(buffer, true, "copyin", &access);
+  if (status != DEVBUF_OK) return status;
   devbuf__storage *storage = buffer->storage;
-  return storage->device->backend->write(storage->device, &storage->memory, buffer->offset, src, size);
+  status = storage->device->backend->write(storage->device, &storage->memory, buffer->offset, src, size);
+  devbuf__host_operation_end(storage, access);
+  return status;
 }
 
 devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t size) {
-  devbuf_status status = prepare(buffer, size, false, "copyout");
+  devbuf_status status = check_side(buffer, size, false, "copyout");
   if (status != DEVBUF_OK || size == 0) return status;
   if (!dst) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copyout: dst is NULL");
+  devbuf__host_access *access = NULL;
+  status = begin(buffer, false, "copyout", &access);
+  if (status != DEVBUF_OK) return status;
   devbuf__storage *storage = buffer->storage;
-  return storage->device->backend->read(storage->device, &storage->memory, buffer->offset, dst, size);
+  status = storage->device->backend->read(storage->device, &storage->memory, buffer->offset, dst, size);
+  devbuf__host_operation_end(storage, access);
+  return status;
 }
 
 // Between devices: through whichever side the CPU can address, else via a bounce buffer.
@@ -70,11 +78,28 @@ static devbuf_status copy_across(devbuf__storage *dst, size_t dst_offset, devbuf
 
 devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src) {
   if (!src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copy_from: src is NULL");
-  devbuf_status status = prepare(dst, src->size, true, "copy_from (destination)");
-  if (status == DEVBUF_OK) status = prepare(src, dst->size, false, "copy_from (source)");
+  devbuf_status status = check_side(dst, src->size, true, "copy_from (destination)");
+  if (status == DEVBUF_OK) status = check_side(src, dst->size, false, "copy_from (source)");
   if (status != DEVBUF_OK || dst->size == 0) return status;
   devbuf__storage *to = dst->storage, *from = src->storage;
+  devbuf__host_access *dst_access = NULL, *src_access = NULL;
+  if (to == from) { // one access over both views: they may overlap
+    size_t low = dst->offset < src->offset ? dst->offset : src->offset;
+    size_t high = dst->offset > src->offset ? dst->offset + dst->size : src->offset + src->size;
+    status = devbuf__host_operation_begin(to, low, high - low, true, "copy_from", &dst_access);
+  } else {
+    status = begin(dst, true, "copy_from (destination)", &dst_access);
+    if (status == DEVBUF_OK) {
+      status = begin(src, false, "copy_from (source)", &src_access);
+      if (status != DEVBUF_OK) devbuf__host_operation_end(to, dst_access);
+    }
+  }
+  if (status != DEVBUF_OK) return status;
   if (to->device == from->device)
-    return to->device->backend->copy(to->device, &to->memory, dst->offset, &from->memory, src->offset, dst->size);
-  return copy_across(to, dst->offset, from, src->offset, dst->size);
+    status = to->device->backend->copy(to->device, &to->memory, dst->offset, &from->memory, src->offset, dst->size);
+  else
+    status = copy_across(to, dst->offset, from, src->offset, dst->size);
+  devbuf__host_operation_end(to, dst_access);
+  if (src_access) devbuf__host_operation_end(from, src_access);
+  return status;
 }

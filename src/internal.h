@@ -100,6 +100,7 @@ struct devbuf_device {
   atomic_size_t sync_waiters;          // threads in devbuf_device_synchronize
   pthread_mutex_t work_lock;           // with work_idle: synchronize's wait
   pthread_cond_t work_idle;
+  pthread_mutex_t submit_lock;         // one submission at a time records its uses (queue.c)
 };
 
 // ---- allocators (allocator.c and friends) -----------------------------------------------
@@ -225,6 +226,13 @@ typedef enum devbuf__own_work {
 devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset, size_t size, bool write,
                                         devbuf__own_work own, const char *what, struct devbuf__hazard **out_hazard);
 void devbuf__storage_unlock(devbuf__storage *storage, struct devbuf__hazard *hazard);
+// A host operation on storage bytes [offset, offset + size) that runs while no submitted
+// work conflicts and no other host access does, and that submissions must not race with
+// while it runs (copies): opens an access record, waiting for work first. Close with
+// devbuf__host_operation_end.
+devbuf_status devbuf__host_operation_begin(devbuf__storage *storage, size_t offset, size_t size, bool write,
+                                           const char *what, devbuf__host_access **out_access);
+void devbuf__host_operation_end(devbuf__storage *storage, devbuf__host_access *access);
 // Whether submitted work uses any of storage bytes [offset, offset + size).
 bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size);
 // Waits until no submitted work uses storage bytes [offset, offset + size).

@@ -267,13 +267,25 @@ static void fill(void *data, size_t size, const void *pattern, size_t pattern_si
   }
 }
 
-static devbuf_status run(devbuf__work *work) {
+// Waits for the work of other queues this item depends on, then lets go of it, so that
+// finished work never keeps a chain of older work alive.
+static devbuf_status wait_deps(devbuf__work *work) {
+  devbuf_status failed = DEVBUF_OK;
   for (size_t i = 0; i < work->dep_count; i++) {
     devbuf_status dep_status = wait_done(work->deps[i]);
-    if (dep_status != DEVBUF_OK)
-      return devbuf__error(DEVBUF_DEVICE_FAILURE, "work on another queue that this item waits for failed (%s)",
-                           devbuf_status_name(dep_status));
+    if (dep_status != DEVBUF_OK && failed == DEVBUF_OK) failed = dep_status;
   }
+  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i]);
+  work->dep_count = 0;
+  if (failed != DEVBUF_OK)
+    return devbuf__error(DEVBUF_DEVICE_FAILURE, "work on another queue that this item waits for failed (%s)",
+                         devbuf_status_name(failed));
+  return DEVBUF_OK;
+}
+
+static devbuf_status run(devbuf__work *work) {
+  devbuf_status dep_status = wait_deps(work);
+  if (dep_status != DEVBUF_OK) return dep_status;
   void **data = work_data(work);
   size_t *sizes = work_sizes(work);
   switch (work->kind) {
@@ -335,6 +347,7 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
     if (work->kind == DEVBUF__WORK_WAIT) {
       pthread_mutex_lock(&queue->lock);
       queue->waiting = work;
+      if (atomic_load(&queue->cancel_requested)) atomic_store(&work->cancel, true); // cancel came first
       pthread_mutex_unlock(&queue->lock);
     }
     work->status = run(work);
@@ -487,10 +500,13 @@ devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
 
 // ---- submission ------------------------------------------------------------------------
 
-// Rolls back the records of uses [0, count) of a work item that will not be queued.
+// Rolls back the records of uses [0, count) of a work item that will not be queued. (The
+// submission lock keeps other submissions from having seen them; done is set anyway, so
+// that nothing could ever wait for this item.)
 static void abandon(devbuf__work *work, size_t count) {
   for (size_t i = 0; i < count; i++)
     if (work->uses[i].hazard) devbuf__hazard_remove(work->uses[i].hazard, &work->uses[i].record);
+  atomic_store(&work->done, true);
   devbuf__work_release(work);
 }
 
@@ -560,11 +576,21 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   devbuf_status status = atomic_load_explicit(&queue->failed, memory_order_relaxed) ? devbuf_queue_status(queue)
                                                                                     : DEVBUF_OK;
   for (size_t i = 0; i < work->use_count && status == DEVBUF_OK; i++) status = check_use(queue, &uses[i], i);
+  if (status != DEVBUF_OK) {
+    abandon(work, 0);
+    return status;
+  }
+  // One submission at a time per device, from the first record to the enqueue: then the
+  // records of a queue are in queue order, and no two submissions can each find the other's
+  // records and wait for each other.
+  devbuf_device_t *device = queue->device;
+  pthread_mutex_lock(&device->submit_lock);
   size_t tracked = 0;
   for (; tracked < work->use_count && status == DEVBUF_OK; tracked++)
     status = track_use(work, tracked, &uses[tracked]);
   if (status != DEVBUF_OK) {
     abandon(work, tracked);
+    pthread_mutex_unlock(&device->submit_lock);
     return status;
   }
   pthread_mutex_lock(&queue->lock);
@@ -572,6 +598,7 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
     status = failure_locked(queue);
     pthread_mutex_unlock(&queue->lock);
     abandon(work, tracked);
+    pthread_mutex_unlock(&device->submit_lock);
     return status;
   }
   atomic_fetch_add(&queue->device->pending_work, 1);
@@ -583,6 +610,7 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   queue->submitted++;
   if (queue->worker_idle) pthread_cond_signal(&queue->work_available);
   pthread_mutex_unlock(&queue->lock);
+  pthread_mutex_unlock(&device->submit_lock);
   return DEVBUF_OK;
 }
 

@@ -451,6 +451,54 @@ static void test_submission_errors(void) {
   devbuf_queue_release(queue);
 }
 
+// Two threads submit to two queues, each item writing the same two buffers, in opposite
+// orders: every item must wait for the other queue's earlier ones, no two may wait for
+// each other, and no increment may be lost.
+static devbuf_status increment_both(const devbuf_kernel_args_t *args) {
+  ((float *)args->data[0])[0] += 1;
+  ((float *)args->data[1])[0] += 1;
+  return DEVBUF_OK;
+}
+
+typedef struct submitter_args {
+  devbuf_queue_t *queue;
+  devbuf_buffer_t *first, *second;
+  int items;
+  devbuf_status status;
+} submitter_args;
+
+static void *submitter(void *arg) {
+  submitter_args *a = arg;
+  devbuf_use_t uses[2] = {{a->first, DEVBUF_ACCESS_READ_WRITE}, {a->second, DEVBUF_ACCESS_READ_WRITE}};
+  a->status = DEVBUF_OK;
+  for (int i = 0; i < a->items && a->status == DEVBUF_OK; i++)
+    a->status = devbuf_queue_submit(a->queue, increment_both, uses, 2, NULL, 0);
+  return NULL;
+}
+
+static void test_concurrent_submitters(void) {
+  devbuf_queue_t *q0 = NULL, *q1 = NULL;
+  CHECK_OK(devbuf_queue_create(device, &q0));
+  CHECK_OK(devbuf_queue_create(device, &q1));
+  devbuf_buffer_t *x = floats(1), *y = floats(1);
+  submitter_args a = {q0, x, y, 20000, DEVBUF_OK}, b = {q1, y, x, 20000, DEVBUF_OK};
+  pthread_t ta, tb;
+  pthread_create(&ta, NULL, submitter, &a);
+  pthread_create(&tb, NULL, submitter, &b);
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  CHECK_OK(a.status);
+  CHECK_OK(b.status);
+  CHECK_OK(devbuf_queue_finish(q0));
+  CHECK_OK(devbuf_queue_finish(q1));
+  CHECK(read_float(x, 0) == 40000.0f);
+  CHECK(read_float(y, 0) == 40000.0f);
+  devbuf_buffer_release(x);
+  devbuf_buffer_release(y);
+  devbuf_queue_release(q0);
+  devbuf_queue_release(q1);
+}
+
 int main(void) {
   if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 1;
   allocator = devbuf_device_allocator(device);
@@ -462,6 +510,7 @@ int main(void) {
   RUN(test_failure_propagation);
   RUN(test_destroy_and_cancel_with_pending_work);
   RUN(test_submission_errors);
+  RUN(test_concurrent_submitters);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }
