@@ -27,10 +27,6 @@ bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *o
   return true;
 }
 
-size_t devbuf__caching_fit_limit(const caching_allocator *self, size_t size) {
-  return devbuf__fit_limit(size, self->page);
-}
-
 // ---- cache lists (caller holds the shard lock) ---------------------------------------
 
 static void list_push(cblock **head, cblock *block) {
@@ -307,7 +303,7 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, devbu
   if (DEVBUF_UNLIKELY(!devbuf__caching_round(self, requested, &size)))
     return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "requested %zu bytes: too large to round to a page",
                                     requested));
-  size_t limit = devbuf__caching_fit_limit(self, size);
+  size_t limit = devbuf__fit_limit(size, self->page);
   cblock *block = devbuf__tcache_take(self, cache, size, limit); // a larger block in the bins
   if (block) {
     tcache_add(&cache->shared_hits, 1);

@@ -94,7 +94,6 @@ typedef struct caching_allocator {
 
 // allocator_caching.c
 bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out);
-size_t devbuf__caching_fit_limit(const caching_allocator *self, size_t size);
 // Into the caller's shard. With `enforce_cache_limit` false no block is given back (no
 // upstream call), for callers that hold the thread caches' global lock.
 void devbuf__caching_shard_insert(caching_allocator *self, cblock *block, bool enforce_cache_limit);

@@ -36,48 +36,23 @@ static devbuf_status prepare_host(devbuf_buffer_t *buffer, bool write, const cha
   return DEVBUF_OK;
 }
 
-// Opens an access record once no submitted work conflicts (B4). Host accesses from several
-// threads may overlap (the CPU orders its own threads); they are recorded so that device
-// work and copies refuse to race with them.
-static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, devbuf__own_work own, const char *what,
-                                 char **out_data) {
-  char *data = NULL;
-  devbuf_status status = prepare_host(buffer, write, what, &data);
-  if (status != DEVBUF_OK) return status;
+// Records a host access once no submitted work conflicts (B4), treating the storage's own
+// work as `own` says. With `exclusive`, other open host accesses that conflict refuse it
+// (HOST_ACCESS_OPEN): copies need that; host pointers from several threads may overlap, as
+// the CPU orders its own threads. Recorded accesses make racing submissions refuse.
+static devbuf_status record_access(devbuf__storage *storage, const devbuf__host_access *wanted, devbuf__own_work own,
+                                   bool exclusive, const char *what, devbuf__host_access **out_access) {
   devbuf__host_access *access = devbuf__malloc(sizeof *access);
   if (!access) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory for an access record", what);
-  access->handle = buffer;
-  access->data = data;
-  access->offset = buffer->offset;
-  access->size = buffer->size;
-  access->write = write;
-  devbuf__storage *storage = buffer->storage;
+  *access = *wanted;
   struct devbuf__hazard *hazard = NULL;
-  status = devbuf__storage_lock_idle(storage, buffer->offset, buffer->size, write, own, what, &hazard);
+  devbuf_status status =
+      devbuf__storage_lock_idle(storage, access->offset, access->size, access->write, own, what, &hazard);
   if (status != DEVBUF_OK) {
     devbuf__free(access);
     return status;
   }
-  access->next = storage->accesses;
-  storage->accesses = access;
-  atomic_fetch_add(&storage->open_accesses, 1);
-  devbuf__storage_unlock(storage, hazard);
-  *out_data = data;
-  return DEVBUF_OK;
-}
-
-devbuf_status devbuf__host_operation_begin(devbuf__storage *storage, size_t offset, size_t size, bool write,
-                                           const char *what, devbuf__host_access **out_access) {
-  devbuf__host_access *access = devbuf__malloc(sizeof *access);
-  if (!access) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory for an access record", what);
-  *access = (devbuf__host_access){.handle = NULL, .data = NULL, .offset = offset, .size = size, .write = write};
-  struct devbuf__hazard *hazard = NULL;
-  devbuf_status status = devbuf__storage_lock_idle(storage, offset, size, write, DEVBUF__OWN_WAIT, what, &hazard);
-  if (status != DEVBUF_OK) {
-    devbuf__free(access);
-    return status;
-  }
-  status = devbuf__check_host_conflicts(storage, offset, size, write, what);
+  if (exclusive) status = devbuf__check_host_conflicts(storage, access->offset, access->size, access->write, what);
   if (status == DEVBUF_OK) {
     access->next = storage->accesses;
     storage->accesses = access;
@@ -88,8 +63,26 @@ devbuf_status devbuf__host_operation_begin(devbuf__storage *storage, size_t offs
     devbuf__free(access);
     return status;
   }
-  *out_access = access;
+  if (out_access) *out_access = access;
   return DEVBUF_OK;
+}
+
+static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, devbuf__own_work own, const char *what,
+                                 char **out_data) {
+  char *data = NULL;
+  devbuf_status status = prepare_host(buffer, write, what, &data);
+  if (status != DEVBUF_OK) return status;
+  devbuf__host_access wanted = {
+      .handle = buffer, .data = data, .offset = buffer->offset, .size = buffer->size, .write = write};
+  status = record_access(buffer->storage, &wanted, own, false, what, NULL);
+  if (status == DEVBUF_OK) *out_data = data;
+  return status;
+}
+
+devbuf_status devbuf__host_operation_begin(devbuf__storage *storage, size_t offset, size_t size, bool write,
+                                           const char *what, devbuf__host_access **out_access) {
+  devbuf__host_access wanted = {.offset = offset, .size = size, .write = write};
+  return record_access(storage, &wanted, DEVBUF__OWN_WAIT, true, what, out_access);
 }
 
 void devbuf__host_operation_end(devbuf__storage *storage, devbuf__host_access *access) {
