@@ -548,6 +548,137 @@ DEVBUF_API devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue);
 // OK, or the failure that stopped the queue (its message goes to devbuf_last_error).
 DEVBUF_API devbuf_status devbuf_queue_status(const devbuf_queue_t *queue);
 
+// ---------------------------------------------------------------------------------------
+// Weight files: safetensors (https://github.com/huggingface/safetensors), read strictly.
+// A file is 8 bytes of little-endian header length N, N bytes of JSON header, then the
+// tensors' bytes. Every rule of the reference reader is enforced: N at most 100,000,000
+// and inside the file; a JSON object whose members are tensors {"dtype", "shape",
+// "data_offsets"} and an optional "__metadata__" map of strings; known dtype names; valid
+// UTF-8; no duplicate names; shape x dtype size equal to the offsets' span (sub-byte
+// tensors in whole bytes); offsets inside the data, with no overlaps and no holes. A file
+// that breaks one is refused with FORMAT_ERROR naming the tensor and the values.
+// ---------------------------------------------------------------------------------------
+
+typedef struct devbuf_tensor_file devbuf_tensor_file_t;
+
+// The largest header the reader accepts, as in the reference reader.
+#define DEVBUF_SAFETENSORS_MAX_HEADER 100000000u
+
+typedef struct devbuf_tensor_info {
+  const char *name;     // UTF-8, valid while the table lives
+  devbuf_dtype dtype;
+  size_t ndim;
+  const size_t *shape;  // ndim entries, valid while the table lives
+  uint64_t begin, end;  // byte offsets within the data section
+  uint64_t file_offset; // where the tensor's bytes start in the file
+} devbuf_tensor_info_t;
+
+// Options of devbuf_safetensors_load (all fields may be zero).
+enum {
+  // Writable copies from the device's allocator even where zero-copy views are possible.
+  DEVBUF_LOAD_COPY = 1u << 0,
+};
+typedef struct devbuf_load_options {
+  uint32_t flags; // DEVBUF_LOAD_*
+  // Called on the loading thread as each tensor's buffer becomes ready, in file order
+  // (`buffer` is borrowed; retain it to keep it). Optional.
+  void (*on_tensor)(void *context, size_t index, const devbuf_tensor_info_t *info,
+                    devbuf_buffer_t *buffer);
+  void *context;
+} devbuf_load_options_t;
+
+// Loads the file at `path` as a table of named buffers on `device`. On a CPU-accessible
+// device (without DEVBUF_LOAD_COPY) each tensor is a zero-copy, read-only view of one
+// read-only mapping of the file (B9); elsewhere each is a buffer from the device's
+// allocator filled by a staged copy. Buffers outlive the table (retain them) and the file.
+// IO_ERROR for files that cannot be opened or mapped, FORMAT_ERROR for a broken file,
+// UNSUPPORTED for ndim > DEVBUF_MAX_NDIM.
+DEVBUF_API devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path,
+                                                 const devbuf_load_options_t *options,
+                                                 devbuf_tensor_file_t **out_file);
+// Reads and validates only the header of the file at `path` (the data is not read): a
+// table without buffers.
+DEVBUF_API devbuf_status devbuf_safetensors_inspect(const char *path, devbuf_tensor_file_t **out_file);
+// Validates a whole file image held in memory: a table without buffers.
+DEVBUF_API devbuf_status devbuf_safetensors_parse(const void *data, size_t size,
+                                                  devbuf_tensor_file_t **out_file);
+DEVBUF_API void devbuf_tensor_file_release(devbuf_tensor_file_t *file);
+
+// Tensors are numbered 0..count-1 in the order of their bytes in the file.
+DEVBUF_API size_t devbuf_tensor_file_count(const devbuf_tensor_file_t *file);
+DEVBUF_API devbuf_status devbuf_tensor_file_info(const devbuf_tensor_file_t *file, size_t index,
+                                                 devbuf_tensor_info_t *out_info);
+// The index of the tensor called `name`; NOT_FOUND naming it if there is none.
+DEVBUF_API devbuf_status devbuf_tensor_file_find(const devbuf_tensor_file_t *file, const char *name,
+                                                 size_t *out_index);
+// The tensor's buffer, borrowed (valid while the table lives; retain it to keep it); NULL
+// for tables made by inspect/parse, or an index out of range.
+DEVBUF_API devbuf_buffer_t *devbuf_tensor_file_buffer(const devbuf_tensor_file_t *file, size_t index);
+// The header's "__metadata__" entries, in file order; strings valid while the table lives.
+DEVBUF_API size_t devbuf_tensor_file_metadata_count(const devbuf_tensor_file_t *file);
+DEVBUF_API devbuf_status devbuf_tensor_file_metadata(const devbuf_tensor_file_t *file, size_t index,
+                                                     const char **out_key, const char **out_value);
+// The value of metadata `key`, or NULL.
+DEVBUF_API const char *devbuf_tensor_file_metadata_get(const devbuf_tensor_file_t *file,
+                                                       const char *key);
+// Byte sizes: the header (N), the data section, the whole file.
+DEVBUF_API uint64_t devbuf_tensor_file_header_size(const devbuf_tensor_file_t *file);
+DEVBUF_API uint64_t devbuf_tensor_file_data_size(const devbuf_tensor_file_t *file);
+
+typedef struct devbuf_named_buffer {
+  const char *name;        // UTF-8, unique, not "__metadata__"
+  devbuf_buffer_t *buffer; // any device; its dtype and shape are written
+} devbuf_named_buffer_t;
+typedef struct devbuf_metadata_entry {
+  const char *key, *value; // UTF-8
+} devbuf_metadata_entry_t;
+
+// Writes `count` buffers and optional metadata to `path` atomically: a temporary file in
+// the same folder is written, synced and renamed over `path`, so readers see the old file
+// or the whole new one. Tensors are laid out by decreasing element size, then name, after
+// a header padded to 8 bytes, so that every tensor is aligned to its element size. Each
+// buffer is read like devbuf_buffer_copyout (waiting for work that writes it).
+DEVBUF_API devbuf_status devbuf_safetensors_write(const char *path, const devbuf_named_buffer_t *tensors,
+                                                  size_t count, const devbuf_metadata_entry_t *metadata,
+                                                  size_t metadata_count);
+
+// ---------------------------------------------------------------------------------------
+// DLPack 1.x interop (https://dmlc.github.io/dlpack/latest/). The structures are those of
+// dlpack.h, which callers include themselves; devbuf only names them here.
+// ---------------------------------------------------------------------------------------
+
+struct DLManagedTensor;
+struct DLManagedTensorVersioned;
+
+// Export flags.
+enum {
+  // Export for reading only: the tensor carries DLPack's read-only flag and holds a read
+  // access instead of a write access (mapped files are always exported read-only).
+  DEVBUF_DLPACK_READ_ONLY = 1u << 0,
+};
+
+// Exports a buffer or view as a DLPack tensor (version 1.1) of its dtype and shape, with
+// C-order strides and the view's byte offset. The tensor keeps the storage alive and holds
+// a host access (B4: write unless read-only, waiting first for conflicting work) until the
+// consumer calls its deleter, so submitted work cannot race with the consumer. Device-only
+// memory is exported without a host access, with its device address. Buffers are allocated
+// first if needed.
+DEVBUF_API devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_t flags,
+                                                           struct DLManagedTensorVersioned **out_tensor);
+// The same as a legacy (unversioned) DLManagedTensor, which has no read-only flag.
+DEVBUF_API devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags,
+                                                 struct DLManagedTensor **out_tensor);
+// Imports a DLPack tensor without copying: a buffer over its memory that calls the
+// producer's deleter when its last view is released. Only compact row-major tensors (strides
+// NULL or C-order; any stride on dimensions of size 1) of one lane of a devbuf dtype on a
+// device devbuf can open are accepted; otherwise UNSUPPORTED naming the field, and
+// ownership stays with the caller. A versioned tensor of another major version is refused;
+// its read-only flag makes the buffer read-only.
+DEVBUF_API devbuf_status devbuf_buffer_from_dlpack_versioned(struct DLManagedTensorVersioned *tensor,
+                                                             devbuf_buffer_t **out_buffer);
+DEVBUF_API devbuf_status devbuf_buffer_from_dlpack(struct DLManagedTensor *tensor,
+                                                   devbuf_buffer_t **out_buffer);
+
 #ifdef __cplusplus
 }
 #endif

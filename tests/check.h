@@ -98,4 +98,21 @@ static inline devbuf_allocator_stats_t stats_of(devbuf_allocator_t *allocator) {
   return stats;
 }
 
+// The whole file at `path` in malloc'd memory (NULL if it cannot be read); caller frees.
+static inline unsigned char *test_read_file(const char *path, size_t *out_size) {
+  FILE *file = fopen(path, "rb");
+  if (!file) return NULL;
+  fseek(file, 0, SEEK_END);
+  long size = ftell(file);
+  fseek(file, 0, SEEK_SET);
+  unsigned char *bytes = size >= 0 ? malloc((size_t)size + 1) : NULL;
+  if (bytes && fread(bytes, 1, (size_t)size, file) != (size_t)size) {
+    free(bytes);
+    bytes = NULL;
+  }
+  fclose(file);
+  *out_size = bytes ? (size_t)size : 0;
+  return bytes;
+}
+
 #endif

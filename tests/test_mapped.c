@@ -10,26 +10,10 @@
 
 static devbuf_device_t *device;
 
-static unsigned char *read_whole(const char *path, size_t *out_size) {
-  FILE *file = fopen(path, "rb");
-  if (!file) return NULL;
-  fseek(file, 0, SEEK_END);
-  long size = ftell(file);
-  fseek(file, 0, SEEK_SET);
-  unsigned char *bytes = malloc((size_t)size + 1);
-  if (bytes && fread(bytes, 1, (size_t)size, file) != (size_t)size) {
-    free(bytes);
-    bytes = NULL;
-  }
-  fclose(file);
-  *out_size = (size_t)size;
-  return bytes;
-}
-
 static void test_map_shared_file(void) {
   const char *path = DEVBUF_TESTDATA "/safetensors/burn/mnist.safetensors";
   size_t expected_size = 0;
-  unsigned char *expected = read_whole(path, &expected_size);
+  unsigned char *expected = test_read_file(path, &expected_size);
   CHECK(expected != NULL && expected_size > 1000000);
   if (!expected) return;
   devbuf_allocator_stats_t before = stats_of(devbuf_device_allocator(device));

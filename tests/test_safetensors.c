@@ -1,0 +1,412 @@
+// safetensors: files written by other projects load zero-copy and bit-exact; every hostile
+// file of the corpus is refused by every entry point with the expected status and message;
+// the writer round-trips every dtype, lays tensors out aligned, and replaces files
+// atomically.
+#include "check.h"
+
+#include <dirent.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef DEVBUF_TESTDATA
+#error "DEVBUF_TESTDATA must name the shared testdata folder"
+#endif
+#ifndef DEVBUF_CORPUS
+#error "DEVBUF_CORPUS must name the tests' corpus folder"
+#endif
+
+static devbuf_device_t *device;
+static char scratch[64]; // a private folder for written files
+
+static const char *const shared_files[] = {
+    "burn/batch_norm2d.safetensors",  "burn/boolean.safetensors",       "burn/buffer.safetensors",
+    "burn/complex_nested.safetensors", "burn/conv1d.safetensors",       "burn/conv2d.safetensors",
+    "burn/conv_transpose1d.safetensors", "burn/conv_transpose2d.safetensors", "burn/embedding.safetensors",
+    "burn/enum_depthwise_false.safetensors", "burn/enum_depthwise_true.safetensors",
+    "burn/group_norm.safetensors",    "burn/integer.safetensors",       "burn/key_remap.safetensors",
+    "burn/key_remap_chained.safetensors", "burn/layer_norm.safetensors", "burn/linear.safetensors",
+    "burn/linear_with_bias.safetensors", "burn/missing_module_field.safetensors", "burn/mnist.safetensors",
+    "burn/non_contiguous_indexes.safetensors", "safetensors-cpp/model.safetensors",
+};
+
+// Every tensor of a real file: a read-only view inside one page-aligned mapping, with the
+// file's own bytes at the header's offsets.
+static void check_shared_file(const char *relative) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/safetensors/%s", DEVBUF_TESTDATA, relative);
+  size_t file_size;
+  unsigned char *expected = test_read_file(path, &file_size);
+  CHECK(expected != NULL);
+  if (!expected) return;
+  devbuf_tensor_file_t *file = NULL;
+  CHECK_OK(devbuf_safetensors_load(device, path, NULL, &file));
+  if (!file) {
+    fprintf(stderr, "  file %s\n", relative);
+    free(expected);
+    return;
+  }
+  CHECK(devbuf_tensor_file_count(file) > 0);
+  CHECK_EQ_U(8 + devbuf_tensor_file_header_size(file) + devbuf_tensor_file_data_size(file), file_size);
+  const unsigned char *base = NULL;
+  for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
+    devbuf_tensor_info_t info;
+    CHECK_OK(devbuf_tensor_file_info(file, i, &info));
+    devbuf_buffer_t *buffer = devbuf_tensor_file_buffer(file, i);
+    CHECK(buffer && devbuf_buffer_dtype(buffer) == info.dtype && devbuf_buffer_ndim(buffer) == info.ndim);
+    CHECK_EQ_U(devbuf_buffer_size(buffer), info.end - info.begin);
+    CHECK(devbuf_buffer_is_read_only(buffer) && devbuf_buffer_is_mapped(buffer));
+    const void *data;
+    size_t size;
+    CHECK_OK(devbuf_buffer_contents(buffer, &data, &size));
+    if (size) {
+      const unsigned char *mapping = (const unsigned char *)data - info.file_offset;
+      if (!base) base = mapping;
+      CHECK(mapping == base); // one mapping for the whole file
+      CHECK(memcmp(data, expected + info.file_offset, size) == 0);
+    }
+    CHECK_OK(devbuf_buffer_end_access(buffer, data));
+    void *write;
+    CHECK_STATUS(devbuf_buffer_contents_mut(buffer, &write, NULL), DEVBUF_READ_ONLY);
+    size_t found;
+    CHECK_OK(devbuf_tensor_file_find(file, info.name, &found));
+    CHECK_EQ_U(found, i);
+  }
+  CHECK(base && (uintptr_t)base % (uintptr_t)devbuf_device_page_size(device) == 0);
+  // inspect and parse give the same table without reading tensors into buffers
+  devbuf_tensor_file_t *inspected = NULL, *parsed = NULL;
+  CHECK_OK(devbuf_safetensors_inspect(path, &inspected));
+  CHECK_OK(devbuf_safetensors_parse(expected, file_size, &parsed));
+  CHECK_EQ_U(devbuf_tensor_file_count(inspected), devbuf_tensor_file_count(file));
+  CHECK_EQ_U(devbuf_tensor_file_count(parsed), devbuf_tensor_file_count(file));
+  CHECK(devbuf_tensor_file_buffer(inspected, 0) == NULL);
+  for (size_t i = 0; inspected && parsed && i < devbuf_tensor_file_count(file); i++) {
+    devbuf_tensor_info_t a, b, c;
+    devbuf_tensor_file_info(file, i, &a);
+    devbuf_tensor_file_info(inspected, i, &b);
+    devbuf_tensor_file_info(parsed, i, &c);
+    CHECK(strcmp(a.name, b.name) == 0 && strcmp(a.name, c.name) == 0);
+    CHECK(a.begin == b.begin && a.end == c.end && a.dtype == b.dtype && a.ndim == c.ndim);
+  }
+  devbuf_tensor_file_release(inspected);
+  devbuf_tensor_file_release(parsed);
+  devbuf_tensor_file_release(file);
+  free(expected);
+}
+
+static void test_shared_files(void) {
+  for (size_t i = 0; i < sizeof shared_files / sizeof *shared_files; i++) check_shared_file(shared_files[i]);
+}
+
+// What the files are known to hold (their READMEs and writers).
+static void test_shared_file_contents(void) {
+  devbuf_tensor_file_t *file = NULL;
+  CHECK_OK(devbuf_safetensors_load(device, DEVBUF_TESTDATA "/safetensors/burn/mnist.safetensors", NULL, &file));
+  CHECK_EQ_U(devbuf_tensor_file_count(file), 20);
+  size_t f32 = 0, i64 = 0;
+  for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(file, i, &info);
+    f32 += info.dtype == DEVBUF_FLOAT32;
+    i64 += info.dtype == DEVBUF_INT64;
+    if (info.dtype == DEVBUF_INT64) CHECK_EQ_U(info.ndim, 0); // num_batches_tracked scalars
+  }
+  CHECK(f32 > 0 && i64 > 0 && f32 + i64 == 20);
+  devbuf_tensor_file_release(file);
+
+  CHECK_OK(devbuf_safetensors_load(device, DEVBUF_TESTDATA "/safetensors/safetensors-cpp/model.safetensors", NULL,
+                                   &file));
+  CHECK_EQ_U(devbuf_tensor_file_count(file), 2);
+  for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(file, i, &info);
+    CHECK(info.dtype == DEVBUF_FLOAT64);
+  }
+  devbuf_tensor_file_release(file);
+
+  CHECK_STATUS(devbuf_safetensors_load(device, DEVBUF_TESTDATA "/safetensors/safetensors-cpp/bad_abuse_attempt_1.safetensors",
+                                       NULL, &file),
+               DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("runs past the end of the 88-byte file");
+  CHECK(file == NULL);
+}
+
+static devbuf_status status_named(const char *name) {
+  for (int s = 0; s <= DEVBUF_CANCELLED; s++)
+    if (strcmp(devbuf_status_name((devbuf_status)s), name) == 0) return (devbuf_status)s;
+  return (devbuf_status)-1;
+}
+
+// Every hostile file is refused by load, inspect and parse alike.
+static void test_hostile_corpus(void) {
+  FILE *expect = fopen(DEVBUF_CORPUS "/safetensors/expect.txt", "r");
+  CHECK(expect != NULL);
+  if (!expect) return;
+  char line[512];
+  size_t checked = 0;
+  while (fgets(line, sizeof line, expect)) {
+    if (line[0] == '#') continue;
+    line[strcspn(line, "\n")] = '\0';
+    char *name = strtok(line, " ");
+    char *status_text = strtok(NULL, " ");
+    char *phrase = strtok(NULL, "");
+    if (!name || !status_text || !phrase) continue;
+    devbuf_status expected = status_named(status_text);
+    char path[512];
+    snprintf(path, sizeof path, "%s/safetensors/%s", DEVBUF_CORPUS, name);
+    check_current = name;
+    devbuf_tensor_file_t *file = NULL;
+    CHECK_STATUS(devbuf_safetensors_load(device, path, NULL, &file), expected);
+    CHECK_MESSAGE(phrase);
+    CHECK(file == NULL);
+    CHECK_STATUS(devbuf_safetensors_inspect(path, &file), expected);
+    CHECK_MESSAGE(phrase);
+    size_t size;
+    unsigned char *bytes = test_read_file(path, &size);
+    CHECK(bytes != NULL);
+    CHECK_STATUS(devbuf_safetensors_parse(bytes ? bytes : (unsigned char *)"", size, &file), expected);
+    CHECK_MESSAGE(phrase);
+    // Every prefix of a hostile file is refused too, and nothing reads past it.
+    for (size_t cut = 0; bytes && cut < size && cut < 4096; cut += 1 + cut / 16) {
+      unsigned char *prefix = malloc(cut ? cut : 1);
+      memcpy(prefix, bytes, cut);
+      devbuf_status status = devbuf_safetensors_parse(prefix, cut, &file);
+      CHECK(status != DEVBUF_OK || file != NULL);
+      devbuf_tensor_file_release(file);
+      file = NULL;
+      free(prefix);
+    }
+    free(bytes);
+    checked++;
+  }
+  fclose(expect);
+  check_current = "test_hostile_corpus";
+  // Every corpus file is listed.
+  size_t files = 0;
+  DIR *folder = opendir(DEVBUF_CORPUS "/safetensors");
+  for (struct dirent *entry; folder && (entry = readdir(folder));)
+    files += strstr(entry->d_name, ".safetensors") != NULL;
+  if (folder) closedir(folder);
+  CHECK_EQ_U(files, checked);
+  CHECK(checked >= 40);
+}
+
+// A tensor's bytes: a deterministic pattern of `seed`.
+static void fill_pattern(unsigned char *bytes, size_t size, unsigned seed) {
+  uint32_t x = 2166136261u ^ seed;
+  for (size_t i = 0; i < size; i++) {
+    x = x * 16777619u + 12345u;
+    bytes[i] = (unsigned char)(x >> 24);
+  }
+}
+
+static devbuf_buffer_t *pattern_buffer(devbuf_dtype dtype, const size_t *shape, size_t ndim, unsigned seed) {
+  devbuf_buffer_t *buffer = NULL;
+  if (devbuf_buffer_allocate(devbuf_device_allocator(device), dtype, shape, ndim, 0, &buffer) != DEVBUF_OK) {
+    fprintf(stderr, "cannot allocate: %s\n", devbuf_last_error());
+    exit(1);
+  }
+  size_t size = devbuf_buffer_size(buffer);
+  unsigned char *bytes = malloc(size ? size : 1);
+  fill_pattern(bytes, size, seed);
+  CHECK_OK(devbuf_buffer_copyin(buffer, bytes, size));
+  free(bytes);
+  return buffer;
+}
+
+static int buffers_equal(devbuf_buffer_t *a, devbuf_buffer_t *b) {
+  size_t size = devbuf_buffer_size(a);
+  if (size != devbuf_buffer_size(b) || devbuf_buffer_dtype(a) != devbuf_buffer_dtype(b) ||
+      devbuf_buffer_ndim(a) != devbuf_buffer_ndim(b))
+    return 0;
+  if (devbuf_buffer_ndim(a) &&
+      memcmp(devbuf_buffer_shape(a), devbuf_buffer_shape(b), devbuf_buffer_ndim(a) * sizeof(size_t)) != 0)
+    return 0;
+  unsigned char *x = malloc(size + 1), *y = malloc(size + 1);
+  int equal = devbuf_buffer_copyout(a, x, size) == DEVBUF_OK && devbuf_buffer_copyout(b, y, size) == DEVBUF_OK &&
+              memcmp(x, y, size) == 0;
+  free(x);
+  free(y);
+  return equal;
+}
+
+// Every dtype, scalars, empty tensors and unicode names survive a write and a load bit-exact.
+static void test_write_round_trip(void) {
+  enum { TENSORS = DEVBUF_DTYPE_COUNT + 3 };
+  devbuf_named_buffer_t tensors[TENSORS];
+  char names[TENSORS][32];
+  for (int d = 0; d < DEVBUF_DTYPE_COUNT; d++) {
+    size_t shape[2] = {3, 8}; // 24 elements: whole bytes for 4- and 6-bit types
+    snprintf(names[d], sizeof names[d], "layer.%s", devbuf_dtype_name((devbuf_dtype)d));
+    tensors[d] = (devbuf_named_buffer_t){names[d], pattern_buffer((devbuf_dtype)d, shape, 2, (unsigned)d)};
+  }
+  size_t empty_shape[2] = {0, 5};
+  tensors[DEVBUF_DTYPE_COUNT] = (devbuf_named_buffer_t){"empty", pattern_buffer(DEVBUF_FLOAT32, empty_shape, 2, 90)};
+  tensors[DEVBUF_DTYPE_COUNT + 1] = (devbuf_named_buffer_t){"scalar", pattern_buffer(DEVBUF_INT64, NULL, 0, 91)};
+  size_t odd_shape[1] = {3};
+  tensors[DEVBUF_DTYPE_COUNT + 2] =
+      (devbuf_named_buffer_t){"\xc3\xa9t\xc3\xa9 \"quoted\"\\\t\xf0\x9f\x98\x80", pattern_buffer(DEVBUF_UINT8, odd_shape, 1, 92)};
+  devbuf_metadata_entry_t metadata[] = {{"format", "pt"}, {"note", "line\nbreak \"q\" \xe2\x82\xac"}};
+  char path[128];
+  snprintf(path, sizeof path, "%s/round.safetensors", scratch);
+  CHECK_OK(devbuf_safetensors_write(path, tensors, TENSORS, metadata, 2));
+
+  devbuf_tensor_file_t *file = NULL;
+  CHECK_OK(devbuf_safetensors_load(device, path, NULL, &file));
+  CHECK_EQ_U(devbuf_tensor_file_count(file), TENSORS);
+  CHECK_EQ_U((8 + devbuf_tensor_file_header_size(file)) % 8, 0);
+  for (size_t i = 0; i < TENSORS; i++) {
+    size_t index = SIZE_MAX;
+    CHECK_OK(devbuf_tensor_file_find(file, tensors[i].name, &index));
+    devbuf_buffer_t *loaded = devbuf_tensor_file_buffer(file, index);
+    CHECK(loaded && buffers_equal(loaded, tensors[i].buffer));
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(file, index, &info);
+    unsigned bytes = devbuf_dtype_bits(info.dtype) / 8;
+    if (bytes) CHECK_EQ_U(info.file_offset % bytes, 0); // aligned to its element
+  }
+  CHECK_EQ_U(devbuf_tensor_file_metadata_count(file), 2);
+  CHECK(devbuf_tensor_file_metadata_get(file, "note") &&
+        strcmp(devbuf_tensor_file_metadata_get(file, "note"), metadata[1].value) == 0);
+  const char *key, *value;
+  CHECK_OK(devbuf_tensor_file_metadata(file, 0, &key, &value));
+  CHECK(strcmp(key, "format") == 0 && strcmp(value, "pt") == 0);
+  CHECK_STATUS(devbuf_tensor_file_metadata(file, 2, &key, &value), DEVBUF_OUT_OF_RANGE);
+  size_t index;
+  CHECK_STATUS(devbuf_tensor_file_find(file, "absent", &index), DEVBUF_NOT_FOUND);
+  CHECK_MESSAGE("no tensor named 'absent'");
+
+  // Buffers outlive the table, and the file itself.
+  devbuf_tensor_file_find(file, "scalar", &index);
+  devbuf_buffer_t *kept = devbuf_buffer_retain(devbuf_tensor_file_buffer(file, index));
+  devbuf_tensor_file_release(file);
+  CHECK_EQ_U(unlink(path), 0);
+  CHECK(buffers_equal(kept, tensors[DEVBUF_DTYPE_COUNT + 1].buffer));
+  devbuf_buffer_release(kept);
+  for (size_t i = 0; i < TENSORS; i++) devbuf_buffer_release(tensors[i].buffer);
+}
+
+typedef struct seen_tensors {
+  size_t calls, last_index;
+  int in_order;
+} seen_tensors;
+
+static void on_tensor(void *context, size_t index, const devbuf_tensor_info_t *info, devbuf_buffer_t *buffer) {
+  seen_tensors *seen = context;
+  seen->in_order &= index == seen->calls && buffer != NULL && info->name != NULL;
+  seen->calls++;
+}
+
+// DEVBUF_LOAD_COPY gives writable buffers from the allocator, equal to the file's bytes.
+static void test_load_copies(void) {
+  const char *path = DEVBUF_TESTDATA "/safetensors/burn/mnist.safetensors";
+  devbuf_tensor_file_t *mapped = NULL, *copied = NULL;
+  seen_tensors seen = {.in_order = 1};
+  devbuf_load_options_t options = {.flags = DEVBUF_LOAD_COPY, .on_tensor = on_tensor, .context = &seen};
+  CHECK_OK(devbuf_safetensors_load(device, path, NULL, &mapped));
+  CHECK_OK(devbuf_safetensors_load(device, path, &options, &copied));
+  CHECK_EQ_U(seen.calls, devbuf_tensor_file_count(copied));
+  CHECK(seen.in_order);
+  for (size_t i = 0; copied && i < devbuf_tensor_file_count(copied); i++) {
+    devbuf_buffer_t *copy = devbuf_tensor_file_buffer(copied, i);
+    CHECK(!devbuf_buffer_is_read_only(copy) && !devbuf_buffer_is_mapped(copy));
+    CHECK(devbuf_buffer_allocator(copy) == devbuf_device_allocator(device));
+    CHECK(buffers_equal(copy, devbuf_tensor_file_buffer(mapped, i)));
+  }
+  devbuf_load_options_t bad = {.flags = 1u << 7};
+  devbuf_tensor_file_t *file;
+  CHECK_STATUS(devbuf_safetensors_load(device, path, &bad, &file), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_safetensors_load(device, "/nonexistent/x.safetensors", NULL, &file), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("/nonexistent/x.safetensors");
+  devbuf_tensor_file_release(mapped);
+  devbuf_tensor_file_release(copied);
+}
+
+static size_t files_in_scratch(void) {
+  size_t count = 0;
+  DIR *folder = opendir(scratch);
+  for (struct dirent *entry; folder && (entry = readdir(folder));) count += entry->d_name[0] != '.';
+  if (folder) closedir(folder);
+  return count;
+}
+
+// Refused arguments leave nothing behind; a write that fails half-way leaves the old file
+// whole and no temporary file.
+static void test_write_errors_and_atomicity(void) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/atomic.safetensors", scratch);
+  size_t shape[1] = {1000};
+  devbuf_buffer_t *good = pattern_buffer(DEVBUF_FLOAT32, shape, 1, 7);
+  devbuf_named_buffer_t one[] = {{"w", good}};
+  CHECK_OK(devbuf_safetensors_write(path, one, 1, NULL, 0));
+  size_t before_size;
+  unsigned char *before = test_read_file(path, &before_size);
+  size_t files = files_in_scratch();
+
+  devbuf_named_buffer_t twice[] = {{"w", good}, {"w", good}};
+  CHECK_STATUS(devbuf_safetensors_write(path, twice, 2, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("tensor 'w' is given twice");
+  devbuf_named_buffer_t reserved[] = {{"__metadata__", good}};
+  CHECK_STATUS(devbuf_safetensors_write(path, reserved, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  devbuf_named_buffer_t bad_name[] = {{"w\xff", good}};
+  CHECK_STATUS(devbuf_safetensors_write(path, bad_name, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("not valid UTF-8");
+  devbuf_named_buffer_t no_buffer[] = {{"w", NULL}};
+  CHECK_STATUS(devbuf_safetensors_write(path, no_buffer, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  devbuf_metadata_entry_t same_key[] = {{"k", "1"}, {"k", "2"}};
+  CHECK_STATUS(devbuf_safetensors_write(path, one, 1, same_key, 2), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_safetensors_write("/nonexistent-folder/x.safetensors", one, 1, NULL, 0), DEVBUF_IO_ERROR);
+
+  // The second tensor's memory cannot be allocated: the write fails after the first.
+  devbuf_allocator_t *failing = NULL;
+  CHECK_OK(devbuf_fault_adaptor_create(devbuf_device_allocator(device), 1, DEVBUF_FAULT_PERSISTENT, &failing));
+  devbuf_buffer_t *lazy = NULL;
+  CHECK_OK(devbuf_buffer_new(failing, DEVBUF_FLOAT32, shape, 1, 0, &lazy));
+  devbuf_named_buffer_t half[] = {{"a", good}, {"b", lazy}};
+  CHECK_STATUS(devbuf_safetensors_write(path, half, 2, NULL, 0), DEVBUF_INJECTED_FAULT);
+  size_t after_size;
+  unsigned char *after = test_read_file(path, &after_size);
+  CHECK(after && before && after_size == before_size && memcmp(after, before, before_size) == 0);
+  CHECK_EQ_U(files_in_scratch(), files); // no temporary file left
+  struct stat info;
+  CHECK(stat(path, &info) == 0 && (info.st_mode & 0777) != 0600); // the umask's mode, not mkstemp's
+  free(before);
+  free(after);
+  devbuf_buffer_release(lazy);
+  devbuf_allocator_release(failing);
+  devbuf_buffer_release(good);
+  unlink(path);
+}
+
+// An empty table is a valid file ("{}" padded), and so is metadata alone.
+static void test_empty_files(void) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/empty.safetensors", scratch);
+  CHECK_OK(devbuf_safetensors_write(path, NULL, 0, NULL, 0));
+  devbuf_tensor_file_t *file = NULL;
+  CHECK_OK(devbuf_safetensors_load(device, path, NULL, &file));
+  CHECK_EQ_U(devbuf_tensor_file_count(file), 0);
+  devbuf_tensor_file_release(file);
+  devbuf_metadata_entry_t metadata[] = {{"only", "metadata"}};
+  CHECK_OK(devbuf_safetensors_write(path, NULL, 0, metadata, 1));
+  CHECK_OK(devbuf_safetensors_inspect(path, &file));
+  CHECK(strcmp(devbuf_tensor_file_metadata_get(file, "only"), "metadata") == 0);
+  devbuf_tensor_file_release(file);
+  unlink(path);
+}
+
+int main(void) {
+  if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 1;
+  snprintf(scratch, sizeof scratch, "/tmp/devbuf-safetensors-XXXXXX");
+  if (!mkdtemp(scratch)) return 1;
+  RUN(test_shared_files);
+  RUN(test_shared_file_contents);
+  RUN(test_hostile_corpus);
+  RUN(test_write_round_trip);
+  RUN(test_load_copies);
+  RUN(test_write_errors_and_atomicity);
+  RUN(test_empty_files);
+  rmdir(scratch);
+  devbuf_device_release(device);
+  return CHECK_EXIT();
+}
