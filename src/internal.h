@@ -181,6 +181,10 @@ typedef struct devbuf__storage {
   size_t size;                         // bytes
   uint32_t flags;                      // DEVBUF_BUFFER_* given at creation
   bool read_only, mapped;
+  // Memory that no allocator owns (mapped files, DLPack imports) is given back by this,
+  // with `external`, when the storage goes.
+  void (*release_external)(struct devbuf__storage *storage);
+  void *external;
   atomic_int state;                    // devbuf__storage_state; ALLOCATED is final
   devbuf_memory_t memory;              // valid once state is ALLOCATED
   pthread_mutex_t lock;                // lazy allocation, host-access list, hazard creation

@@ -8,6 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static void unmap_file(devbuf__storage *storage) {
+  if (!storage->size) return;
+  munmap(storage->memory.host, storage->memory.size);
+  size_t page = storage->device->page_size;
+  atomic_fetch_sub(&storage->device->mapped_bytes, (storage->memory.size + page - 1) & ~(page - 1));
+}
+
 devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path, devbuf_buffer_t **out_buffer) {
   if (!device || !path || !out_buffer)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "map_file: device, path and out_buffer are required");
@@ -42,6 +49,7 @@ devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path, 
   }
   storage->mapped = true;
   storage->read_only = true;
+  storage->release_external = unmap_file;
   storage->memory.host = address;
   storage->memory.device = (uint64_t)(uintptr_t)address;
   storage->memory.size = size;

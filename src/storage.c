@@ -5,8 +5,6 @@
 // hands it to the allocator when the old work completes.
 #include "hazard.h"
 
-#include <sys/mman.h>
-
 static atomic_uint_least64_t id_counter = 1;
 
 uint64_t devbuf__next_id(void) { return atomic_fetch_add_explicit(&id_counter, 1, memory_order_relaxed); }
@@ -40,15 +38,11 @@ static void storage_free_record(devbuf__storage *storage) {
 }
 
 static void storage_finalize(devbuf__storage *storage) {
-  if (atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED && storage->size) {
-    if (storage->mapped) {
-      munmap(storage->memory.host, storage->memory.size);
-      size_t page = storage->device->page_size;
-      atomic_fetch_sub(&storage->device->mapped_bytes, (storage->memory.size + page - 1) & ~(page - 1));
-    } else {
-      devbuf_allocator_free(storage->allocator, &storage->memory);
-    }
-  }
+  if (storage->release_external)
+    storage->release_external(storage);
+  else if (storage->allocator && storage->size &&
+           atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED)
+    devbuf_allocator_free(storage->allocator, &storage->memory);
   devbuf__hazard_destroy(atomic_load(&storage->hazard));
   storage_free_record(storage);
 }
