@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# devbuf's main job on the CPU: build, list the devices, run a short benchmark.
+# devbuf's main job on the CPU: build, list the devices, then load a weight file into
+# buffers and checksum every tensor. Without arguments it loads the sample model that the
+# build writes (build/release/sample-model.safetensors); give a .safetensors file (and any
+# `devbuf load` options, such as --device SPEC) to load that instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEVBUF_BUILD_TESTS=OFF >/dev/null
-cmake --build build/release --target devbuf_tool >build/release/build.log 2>&1 || { tail -30 build/release/build.log; exit 1; }
+cmake --build build/release --target devbuf_tool sample_model >build/release/build.log 2>&1 || { tail -30 build/release/build.log; exit 1; }
 build/release/devbuf info
 echo
-build/release/devbuf bench --quick "$@"
+build/release/devbuf load --verify "$@"

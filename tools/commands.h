@@ -5,5 +5,8 @@
 int devbuf_cmd_info(int argc, char **argv);
 int devbuf_cmd_bench(int argc, char **argv);
 int devbuf_cmd_trace(int argc, char **argv);
+int devbuf_cmd_inspect(int argc, char **argv);
+int devbuf_cmd_load(int argc, char **argv);
+int devbuf_cmd_sample(int argc, char **argv);
 
 #endif

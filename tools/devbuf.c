@@ -19,8 +19,13 @@ static int usage(FILE *out) {
   fprintf(out,
           "usage: devbuf <command> [options]\n"
           "  info                     devices this build can open, and why others cannot\n"
-          "  bench [--quick] [--device SPEC]\n"
-          "                           allocator and copy benchmarks, side by side with malloc/memcpy\n"
+          "  inspect FILE [--json]    the tensors of a safetensors file (name, dtype, shape, bytes, offsets)\n"
+          "  load [FILE] [--device SPEC] [--verify] [--copy]\n"
+          "                           load a safetensors file into buffers, timed; --verify checksums\n"
+          "                           every tensor; without FILE, the build's sample model\n"
+          "  sample FILE [--mib N]    write a sample model of about N MiB (default 64)\n"
+          "  bench [--quick] [--device SPEC] [--only alloc|copy|threads|queue|load]\n"
+          "                           benchmarks, side by side with malloc/memcpy/read and Python\n"
           "  trace replay FILE [--device SPEC] [--memory-limit BYTES]\n"
           "                           replay an allocation trace against a caching allocator\n"
           "  help                     this text\n");
@@ -36,6 +41,9 @@ int main(int argc, char **argv) {
     return devbuf_cmd_bench(argc - 1, argv + 1);
   }
   if (strcmp(command, "trace") == 0) return devbuf_cmd_trace(argc - 1, argv + 1);
+  if (strcmp(command, "inspect") == 0) return devbuf_cmd_inspect(argc - 1, argv + 1);
+  if (strcmp(command, "load") == 0) return devbuf_cmd_load(argc - 1, argv + 1);
+  if (strcmp(command, "sample") == 0) return devbuf_cmd_sample(argc - 1, argv + 1);
   if (strcmp(command, "help") == 0 || strcmp(command, "--help") == 0 || strcmp(command, "-h") == 0)
     return usage(stdout);
   fprintf(stderr, "devbuf: unknown command '%s'\n", command);

@@ -1,0 +1,114 @@
+// devbuf inspect FILE [--json]: the tensors of a safetensors file, from its header alone.
+#include "commands.h"
+#include "devbuf.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void print_shape(const devbuf_tensor_info_t *info, FILE *out) {
+  fputc('[', out);
+  for (size_t d = 0; d < info->ndim; d++) fprintf(out, d ? ", %zu" : "%zu", info->shape[d]);
+  fputc(']', out);
+}
+
+// A JSON string: quotes, backslashes and control characters escaped; UTF-8 passes through.
+static void print_json_string(const char *s, FILE *out) {
+  fputc('"', out);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(out, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(out, "\\u%04x", c);
+    else
+      fputc(c, out);
+  }
+  fputc('"', out);
+}
+
+static void print_json(const char *path, const devbuf_tensor_file_t *file, FILE *out) {
+  fprintf(out, "{\n  \"file\": ");
+  print_json_string(path, out);
+  fprintf(out, ",\n  \"header_size\": %llu,\n  \"data_size\": %llu,\n  \"metadata\": {",
+          (unsigned long long)devbuf_tensor_file_header_size(file), (unsigned long long)devbuf_tensor_file_data_size(file));
+  for (size_t i = 0; i < devbuf_tensor_file_metadata_count(file); i++) {
+    const char *key, *value;
+    devbuf_tensor_file_metadata(file, i, &key, &value);
+    fprintf(out, i ? ", " : "");
+    print_json_string(key, out);
+    fprintf(out, ": ");
+    print_json_string(value, out);
+  }
+  fprintf(out, "},\n  \"tensors\": [");
+  for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(file, i, &info);
+    fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
+    print_json_string(info.name, out);
+    fprintf(out, ", \"dtype\": \"%s\", \"shape\": ", devbuf_dtype_safetensors_name(info.dtype));
+    print_shape(&info, out);
+    fprintf(out, ", \"bytes\": %llu, \"data_offsets\": [%llu, %llu], \"file_offset\": %llu}",
+            (unsigned long long)(info.end - info.begin), (unsigned long long)info.begin,
+            (unsigned long long)info.end, (unsigned long long)info.file_offset);
+  }
+  fprintf(out, "%s]\n}\n", devbuf_tensor_file_count(file) ? "\n  " : "");
+}
+
+static void print_table(const char *path, const devbuf_tensor_file_t *file, FILE *out) {
+  size_t count = devbuf_tensor_file_count(file);
+  fprintf(out, "%s: %zu tensors, header %llu bytes, data %llu bytes\n", path, count,
+          (unsigned long long)devbuf_tensor_file_header_size(file), (unsigned long long)devbuf_tensor_file_data_size(file));
+  for (size_t i = 0; i < devbuf_tensor_file_metadata_count(file); i++) {
+    const char *key, *value;
+    devbuf_tensor_file_metadata(file, i, &key, &value);
+    fprintf(out, "  metadata %s = %s\n", key, value);
+  }
+  size_t width = 4;
+  for (size_t i = 0; i < count; i++) {
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(file, i, &info);
+    size_t length = strlen(info.name);
+    if (length > width) width = length < 60 ? length : 60;
+  }
+  fprintf(out, "  %-*s  %-11s %-20s %14s  %s\n", (int)width, "name", "dtype", "shape", "bytes", "offsets");
+  for (size_t i = 0; i < count; i++) {
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(file, i, &info);
+    char shape[64] = "[";
+    size_t used = 1;
+    for (size_t d = 0; d < info.ndim && used < sizeof shape; d++)
+      used += (size_t)snprintf(shape + used, sizeof shape - used, d ? ", %zu" : "%zu", info.shape[d]);
+    if (used < sizeof shape - 1) strcat(shape, "]");
+    fprintf(out, "  %-*s  %-11s %-20s %14llu  [%llu, %llu)\n", (int)width, info.name,
+            devbuf_dtype_safetensors_name(info.dtype), shape, (unsigned long long)(info.end - info.begin),
+            (unsigned long long)info.begin, (unsigned long long)info.end);
+  }
+}
+
+int devbuf_cmd_inspect(int argc, char **argv) {
+  const char *path = NULL;
+  int json = 0, bad = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0)
+      json = 1;
+    else if (!path && argv[i][0] != '-')
+      path = argv[i];
+    else
+      bad = 1;
+  }
+  if (!path || bad) {
+    fprintf(stderr, "usage: devbuf inspect FILE [--json]\n");
+    return 2;
+  }
+  devbuf_tensor_file_t *file;
+  if (devbuf_safetensors_inspect(path, &file) != DEVBUF_OK) {
+    fprintf(stderr, "devbuf inspect: %s: %s\n", path, devbuf_last_error());
+    return 1;
+  }
+  if (json)
+    print_json(path, file, stdout);
+  else
+    print_table(path, file, stdout);
+  devbuf_tensor_file_release(file);
+  return 0;
+}

@@ -1,0 +1,183 @@
+// devbuf load [FILE] [--device SPEC] [--verify] [--copy]: a safetensors file into buffers,
+// timed; with --verify, a checksum of every tensor. Without FILE, the build's sample model.
+#include "checksum.h"
+#include "commands.h"
+#include "devbuf.h"
+#include "sample_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef DEVBUF_SAMPLE_MODEL
+#define DEVBUF_SAMPLE_MODEL "sample-model.safetensors"
+#endif
+#define SAMPLE_BYTES (64u << 20)
+
+static double seconds_now(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+// A one-line bar on stderr, redrawn in place; only on a terminal.
+typedef struct progress {
+  int enabled;
+  const char *label;
+  int last_percent;
+} progress;
+
+static void progress_show(progress *bar, double fraction) {
+  if (!bar->enabled) return;
+  int percent = (int)(fraction * 100.0 + 0.5);
+  if (percent == bar->last_percent) return;
+  bar->last_percent = percent;
+  int filled = percent * 30 / 100;
+  fprintf(stderr, "\r%-9s [%.*s%*s] %3d%%", bar->label, filled, "##############################", 30 - filled, "",
+          percent);
+  if (percent == 100) fputc('\n', stderr);
+  fflush(stderr);
+}
+
+typedef struct load_watch {
+  double start, first_tensor;
+  uint64_t bytes_done, bytes_total;
+  progress bar;
+} load_watch;
+
+static void on_tensor(void *context, size_t index, const devbuf_tensor_info_t *info, devbuf_buffer_t *buffer) {
+  (void)buffer;
+  load_watch *watch = context;
+  if (index == 0) watch->first_tensor = seconds_now();
+  watch->bytes_done += info->end - info->begin;
+  progress_show(&watch->bar, watch->bytes_total ? (double)watch->bytes_done / (double)watch->bytes_total : 1.0);
+}
+
+// The checksum of a tensor's bytes, read in place when the CPU can, else copied out.
+static devbuf_status tensor_checksum(devbuf_buffer_t *buffer, uint64_t *out) {
+  if (devbuf_buffer_is_cpu_accessible(buffer)) {
+    const void *data;
+    size_t size;
+    devbuf_status status = devbuf_buffer_contents_wait(buffer, &data, &size);
+    if (status != DEVBUF_OK) return status;
+    *out = devbuf_tool_checksum(data, size);
+    return devbuf_buffer_end_access(buffer, data);
+  }
+  size_t size = devbuf_buffer_size(buffer);
+  void *copy = malloc(size ? size : 1);
+  if (!copy) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "no host memory to check %zu bytes", size);
+  devbuf_status status = devbuf_buffer_copyout(buffer, copy, size);
+  if (status == DEVBUF_OK) *out = devbuf_tool_checksum(copy, size);
+  free(copy);
+  return status;
+}
+
+static int ensure_sample(const char *path) {
+  struct stat info;
+  if (stat(path, &info) == 0) return 0;
+  printf("writing a sample model (%u MiB) to %s\n", SAMPLE_BYTES >> 20, path);
+  if (devbuf_tool_write_sample(path, SAMPLE_BYTES) != DEVBUF_OK) {
+    fprintf(stderr, "devbuf load: cannot write the sample model: %s\n", devbuf_last_error());
+    return 1;
+  }
+  return 0;
+}
+
+static int usage(void) {
+  fprintf(stderr, "usage: devbuf load [FILE] [--device SPEC] [--verify] [--copy]\n");
+  return 2;
+}
+
+int devbuf_cmd_load(int argc, char **argv) {
+  const char *path = NULL, *spec = "cpu";
+  int verify = 0, copy = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--verify") == 0)
+      verify = 1;
+    else if (strcmp(argv[i], "--copy") == 0)
+      copy = 1;
+    else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+      spec = argv[++i];
+    else if (!path && argv[i][0] != '-')
+      path = argv[i];
+    else
+      return usage();
+  }
+  if (!path) {
+    path = DEVBUF_SAMPLE_MODEL;
+    if (ensure_sample(path) != 0) return 1;
+  }
+  devbuf_device_t *device;
+  if (devbuf_device_open(spec, &device) != DEVBUF_OK) {
+    fprintf(stderr, "devbuf load: %s\n", devbuf_last_error());
+    return 1;
+  }
+  int terminal = isatty(STDERR_FILENO);
+  load_watch watch = {.bar = {terminal, "loading", -1}};
+  devbuf_tensor_file_t *header;
+  if (devbuf_safetensors_inspect(path, &header) == DEVBUF_OK) { // for the bar's total only
+    watch.bytes_total = devbuf_tensor_file_data_size(header);
+    devbuf_tensor_file_release(header);
+  }
+  devbuf_load_options_t options = {.flags = copy ? DEVBUF_LOAD_COPY : 0, .on_tensor = on_tensor, .context = &watch};
+  devbuf_tensor_file_t *file;
+  watch.start = seconds_now();
+  if (devbuf_safetensors_load(device, path, &options, &file) != DEVBUF_OK) {
+    if (terminal) fputc('\n', stderr);
+    fprintf(stderr, "devbuf load: %s: %s\n", path, devbuf_last_error());
+    devbuf_device_release(device);
+    return 1;
+  }
+  double loaded = seconds_now();
+  size_t count = devbuf_tensor_file_count(file);
+  uint64_t bytes = devbuf_tensor_file_data_size(file);
+  int zero_copy = count && devbuf_buffer_is_mapped(devbuf_tensor_file_buffer(file, 0));
+  printf("loaded %zu tensors, %.1f MiB, from %s onto %s (%s)\n", count, (double)bytes / (1 << 20), path,
+         devbuf_device_spec(device), zero_copy ? "zero-copy views of one read-only mapping" : "copies");
+  if (count)
+    printf("  first tensor after %.3f ms; all after %.3f ms\n", (watch.first_tensor - watch.start) * 1e3,
+           (loaded - watch.start) * 1e3);
+  if (!zero_copy && loaded > watch.start)
+    printf("  %.2f GB/s\n", (double)bytes / (loaded - watch.start) * 1e-9);
+
+  int failed = 0;
+  if (verify) {
+    uint64_t *sums = calloc(count ? count : 1, sizeof *sums);
+    progress bar = {terminal, "verifying", -1};
+    uint64_t done = 0;
+    double start = seconds_now();
+    for (size_t i = 0; sums && i < count && !failed; i++) {
+      devbuf_buffer_t *buffer = devbuf_tensor_file_buffer(file, i);
+      if (tensor_checksum(buffer, &sums[i]) != DEVBUF_OK) {
+        fprintf(stderr, "devbuf load: checksum of tensor %zu: %s\n", i, devbuf_last_error());
+        failed = 1;
+      }
+      done += devbuf_buffer_size(buffer);
+      progress_show(&bar, bytes ? (double)done / (double)bytes : 1.0);
+    }
+    double took = seconds_now() - start;
+    if (!failed && sums) {
+      printf("  checksummed %.1f MiB in %.3f ms: %.2f GB/s; end to end %.3f ms\n", (double)bytes / (1 << 20),
+             took * 1e3, took > 0 ? (double)bytes / took * 1e-9 : 0.0, (seconds_now() - watch.start) * 1e3);
+      printf("  %-16s  %-5s %-18s %s\n", "checksum", "dtype", "shape", "name");
+      for (size_t i = 0; i < count; i++) {
+        devbuf_tensor_info_t info;
+        devbuf_tensor_file_info(file, i, &info);
+        char shape[64] = "[";
+        size_t used = 1;
+        for (size_t d = 0; d < info.ndim && used < sizeof shape; d++)
+          used += (size_t)snprintf(shape + used, sizeof shape - used, d ? ",%zu" : "%zu", info.shape[d]);
+        if (used < sizeof shape - 1) strcat(shape, "]");
+        printf("  %016llx  %-5s %-18s %s\n", (unsigned long long)sums[i], devbuf_dtype_safetensors_name(info.dtype),
+               shape, info.name);
+      }
+    }
+    free(sums);
+  }
+  devbuf_tensor_file_release(file);
+  devbuf_device_release(device);
+  return failed;
+}
