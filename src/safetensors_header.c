@@ -363,7 +363,7 @@ devbuf_status devbuf_safetensors_parse(const void *data, size_t size, devbuf_ten
   *out_file = NULL;
   if (size < 8)
     return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors: the image has %zu bytes, too few for the 8-byte header length", size);
-  uint64_t header_size;
+  uint64_t header_size = 0;
   devbuf_status status = devbuf__safetensors_header_length(data, size, &header_size);
   if (status != DEVBUF_OK) return status;
   return devbuf__safetensors_parse_header((const char *)data + 8, header_size, size - 8 - header_size, out_file);
