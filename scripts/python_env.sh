@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# A Python environment for the cross-checks: pinned numpy and safetensors from PyPI in
+# build/pyenv. When it cannot be made (no Python, no network), the Python tests skip and
+# say why; nothing else depends on it.
+cd "$(dirname "$0")/.."
+NUMPY=numpy==2.2.6
+SAFETENSORS=safetensors==0.8.0
+env=build/pyenv
+if [ -x "$env/bin/python3" ] && "$env/bin/python3" -c "
+import numpy, safetensors, sys
+sys.exit(not (numpy.__version__ == '${NUMPY#*==}' and safetensors.__version__ == '${SAFETENSORS#*==}'))" 2>/dev/null; then
+  exit 0
+fi
+if ! command -v python3 >/dev/null; then
+  echo "python_env: no python3; the Python cross-checks will skip"
+  exit 0
+fi
+rm -rf "$env"
+mkdir -p build
+if ! python3 -m venv "$env" >build/pyenv.log 2>&1 ||
+   ! "$env/bin/pip" install -q "$NUMPY" "$SAFETENSORS" >>build/pyenv.log 2>&1; then
+  echo "python_env: cannot install $NUMPY $SAFETENSORS (see build/pyenv.log); the Python cross-checks will skip"
+  rm -rf "$env"
+fi
+exit 0
