@@ -10,6 +10,11 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v clang >/dev/null || need+=(clang)
 command -v python3 >/dev/null || need+=(python3)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v python3 >/dev/null && ! python3 -c "import venv, ensurepip" 2>/dev/null && need+=(python3-venv)
+# clang's libFuzzer runtime
+if command -v clang >/dev/null; then
+  clang -print-file-name=libclang_rt.fuzzer-x86_64.a | grep -q / || need+=(libclang-rt-14-dev)
+fi
 # gcc's sanitizer runtimes (ASan, UBSan, TSan)
 if command -v gcc >/dev/null; then
   for lib in libasan.so libubsan.so libtsan.so; do
