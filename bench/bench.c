@@ -87,8 +87,10 @@ int devbuf_cmd_bench(int argc, char **argv) {
       }
     } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
+    } else if (strcmp(argv[i], "--load") == 0) {
+      only = "load";
     } else {
-      fprintf(stderr, "usage: devbuf bench [--quick] [--runs N] [--device SPEC] [--only alloc|copy|threads|queue]\n");
+      fprintf(stderr, "usage: devbuf bench [--quick] [--runs N] [--device SPEC] [--only alloc|copy|threads|queue|load] [--load]\n");
       return 2;
     }
   }
@@ -102,6 +104,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
   if (!only || strcmp(only, "copy") == 0) bench_copy(&config);
   if (!only || strcmp(only, "threads") == 0) bench_threads(&config);
   if (!only || strcmp(only, "queue") == 0) bench_queue(&config);
+  if (!only || strcmp(only, "load") == 0) bench_load(&config);
   devbuf_device_release(config.device);
   return 0;
 }

@@ -38,5 +38,6 @@ void bench_alloc(const bench_config *config);
 void bench_copy(const bench_config *config);
 void bench_threads(const bench_config *config);
 void bench_queue(const bench_config *config);
+void bench_load(const bench_config *config);
 
 #endif

@@ -1,9 +1,9 @@
 // devbuf load [FILE] [--device SPEC] [--verify] [--copy]: a safetensors file into buffers,
-// timed; with --verify, a checksum of every tensor. Without FILE, the build's sample model.
-#include "checksum.h"
+// timed; with --verify, a checksum of every tensor (on every core). Without FILE, the build's sample model.
 #include "commands.h"
 #include "devbuf.h"
 #include "sample_model.h"
+#include "verify.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,23 +56,8 @@ static void on_tensor(void *context, size_t index, const devbuf_tensor_info_t *i
   progress_show(&watch->bar, watch->bytes_total ? (double)watch->bytes_done / (double)watch->bytes_total : 1.0);
 }
 
-// The checksum of a tensor's bytes, read in place when the CPU can, else copied out.
-static devbuf_status tensor_checksum(devbuf_buffer_t *buffer, uint64_t *out) {
-  if (devbuf_buffer_is_cpu_accessible(buffer)) {
-    const void *data;
-    size_t size;
-    devbuf_status status = devbuf_buffer_contents_wait(buffer, &data, &size);
-    if (status != DEVBUF_OK) return status;
-    *out = devbuf_tool_checksum(data, size);
-    return devbuf_buffer_end_access(buffer, data);
-  }
-  size_t size = devbuf_buffer_size(buffer);
-  void *copy = malloc(size ? size : 1);
-  if (!copy) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "no host memory to check %zu bytes", size);
-  devbuf_status status = devbuf_buffer_copyout(buffer, copy, size);
-  if (status == DEVBUF_OK) *out = devbuf_tool_checksum(copy, size);
-  free(copy);
-  return status;
+static void on_verified(void *context, uint64_t done, uint64_t total) {
+  progress_show(context, total ? (double)done / (double)total : 1.0);
 }
 
 static int ensure_sample(const char *path) {
@@ -147,16 +132,10 @@ int devbuf_cmd_load(int argc, char **argv) {
   if (verify) {
     uint64_t *sums = calloc(count ? count : 1, sizeof *sums);
     progress bar = {terminal, "verifying", -1};
-    uint64_t done = 0;
     double start = seconds_now();
-    for (size_t i = 0; sums && i < count && !failed; i++) {
-      devbuf_buffer_t *buffer = devbuf_tensor_file_buffer(file, i);
-      if (tensor_checksum(buffer, &sums[i]) != DEVBUF_OK) {
-        fprintf(stderr, "devbuf load: checksum of tensor %zu: %s\n", i, devbuf_last_error());
-        failed = 1;
-      }
-      done += devbuf_buffer_size(buffer);
-      progress_show(&bar, bytes ? (double)done / (double)bytes : 1.0);
+    if (!sums || devbuf_tool_verify(file, sums, 0, on_verified, &bar) != DEVBUF_OK) {
+      fprintf(stderr, "devbuf load: verify: %s\n", sums ? devbuf_last_error() : "out of memory");
+      failed = 1;
     }
     double took = seconds_now() - start;
     if (!failed && sums) {

@@ -38,6 +38,26 @@ static devbuf_status add(sample *s, const char *name, devbuf_dtype dtype, size_t
   return DEVBUF_OK;
 }
 
+#define LAYERS 8
+
+// Rows of a projection (in units of hidden: gate and up are 8/3 h, kept to multiples of 64).
+static size_t projection_rows(size_t hidden, size_t rows, size_t cols) { return hidden * rows / cols / 64 * 64; }
+
+static const struct {
+  const char *name;
+  size_t rows, cols;
+} projections[] = {{"self_attn.q_proj", 1, 1}, {"self_attn.k_proj", 1, 1}, {"self_attn.v_proj", 1, 1},
+                   {"self_attn.o_proj", 1, 1}, {"mlp.gate_proj", 8, 3},    {"mlp.up_proj", 8, 3},
+                   {"mlp.down_proj", 1, 1}};
+
+// The file's data bytes for hidden size `hidden` (what devbuf_tool_write_sample lays out).
+static size_t model_bytes(size_t hidden) {
+  size_t layer = 2 * hidden * 4; // two f32 norms
+  for (size_t p = 0; p < sizeof projections / sizeof *projections; p++)
+    layer += projection_rows(hidden, projections[p].rows, projections[p].cols) * hidden * 2;
+  return LAYERS * layer + 2 * (4 * hidden) * hidden * 2 + 2048 * 8 + hidden * 4;
+}
+
 devbuf_status devbuf_tool_write_sample(const char *path, size_t bytes) {
   devbuf_device_t *device;
   devbuf_status status = devbuf_device_open("cpu", &device);
@@ -49,27 +69,17 @@ devbuf_status devbuf_tool_write_sample(const char *path, size_t bytes) {
   }
   s->allocator = devbuf_device_allocator(device);
   s->noise = 0x2545f4914f6cdd1dull;
-  // Hidden size h, 8 layers; a layer holds 12 h^2 bf16 weights (24 h^2 bytes), the
-  // embedding 8 h^2 bytes: pick h so the total is close to `bytes`.
-  size_t target = bytes < (1u << 20) ? (1u << 20) : bytes;
+  size_t target = bytes < (1u << 20) ? (1u << 20) : bytes; // the largest model that fits
   size_t hidden = 64;
-  while ((8 * 24 + 8) * (hidden + 64) * (hidden + 64) <= target) hidden += 64;
+  while (model_bytes(hidden + 64) <= target) hidden += 64;
   size_t vocab = 4 * hidden;
   char name[64];
-  status = add(s, "model.embed_tokens.weight", DEVBUF_BFLOAT16, vocab, hidden);
+  status = add(s, "model.embed_tokens.weight", DEVBUF_FLOAT16, vocab, hidden);
   if (status == DEVBUF_OK) status = add(s, "model.position_ids", DEVBUF_INT64, 2048, 0);
-  static const struct {
-    const char *name;
-    size_t rows, cols; // in units of hidden
-  } projections[] = {{"self_attn.q_proj", 1, 1}, {"self_attn.k_proj", 1, 1}, {"self_attn.v_proj", 1, 1},
-                     {"self_attn.o_proj", 1, 1}, {"mlp.gate_proj", 8, 3},    {"mlp.up_proj", 8, 3},
-                     {"mlp.down_proj", 1, 1}};
-  for (int layer = 0; status == DEVBUF_OK && layer < 8; layer++) {
+  for (int layer = 0; status == DEVBUF_OK && layer < LAYERS; layer++) {
     for (size_t p = 0; status == DEVBUF_OK && p < sizeof projections / sizeof *projections; p++) {
       snprintf(name, sizeof name, "model.layers.%d.%s.weight", layer, projections[p].name);
-      // gate/up are (8/3) h x h; down is h x (8/3) h, stored as h x h here to keep shapes whole
-      size_t rows = hidden * projections[p].rows / projections[p].cols / 64 * 64;
-      status = add(s, name, DEVBUF_BFLOAT16, rows, hidden);
+      status = add(s, name, DEVBUF_FLOAT16, projection_rows(hidden, projections[p].rows, projections[p].cols), hidden);
     }
     snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", layer);
     if (status == DEVBUF_OK) status = add(s, name, DEVBUF_FLOAT32, hidden, 0);
@@ -77,7 +87,7 @@ devbuf_status devbuf_tool_write_sample(const char *path, size_t bytes) {
     if (status == DEVBUF_OK) status = add(s, name, DEVBUF_FLOAT32, hidden, 0);
   }
   if (status == DEVBUF_OK) status = add(s, "model.norm.weight", DEVBUF_FLOAT32, hidden, 0);
-  if (status == DEVBUF_OK) status = add(s, "lm_head.weight", DEVBUF_BFLOAT16, vocab, hidden);
+  if (status == DEVBUF_OK) status = add(s, "lm_head.weight", DEVBUF_FLOAT16, vocab, hidden);
   devbuf_metadata_entry_t metadata[] = {{"format", "pt"}, {"generator", "devbuf sample model"}};
   if (status == DEVBUF_OK) status = devbuf_safetensors_write(path, s->tensors, s->count, metadata, 2);
   for (size_t i = 0; i < s->count; i++) devbuf_buffer_release(s->tensors[i].buffer);

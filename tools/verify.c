@@ -1,0 +1,108 @@
+// The parallel verification of verify.h.
+#include "verify.h"
+#include "checksum.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct sized {
+  size_t size, index;
+} sized;
+
+typedef struct job {
+  const devbuf_tensor_file_t *file;
+  uint64_t *sums;
+  sized *order; // tensors, largest first
+  size_t count;
+  atomic_size_t next;
+  atomic_uint_least64_t done;
+  atomic_int failed;
+  devbuf_status status;
+  char message[512];
+  pthread_mutex_t lock;
+} job;
+
+// The checksum of a tensor's bytes, read in place when the CPU can, else copied out.
+static devbuf_status tensor_checksum(devbuf_buffer_t *buffer, uint64_t *out) {
+  if (devbuf_buffer_is_cpu_accessible(buffer)) {
+    const void *data;
+    size_t size;
+    devbuf_status status = devbuf_buffer_contents_wait(buffer, &data, &size);
+    if (status != DEVBUF_OK) return status;
+    *out = devbuf_tool_checksum(data, size);
+    return devbuf_buffer_end_access(buffer, data);
+  }
+  size_t size = devbuf_buffer_size(buffer);
+  void *copy = malloc(size ? size : 1);
+  if (!copy) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "no host memory to check %zu bytes", size);
+  devbuf_status status = devbuf_buffer_copyout(buffer, copy, size);
+  if (status == DEVBUF_OK) *out = devbuf_tool_checksum(copy, size);
+  free(copy);
+  return status;
+}
+
+// Takes tensors until none is left; the calling thread also reports progress.
+static void work(job *j, void (*progress)(void *context, uint64_t done, uint64_t total), void *context) {
+  for (size_t n; !atomic_load(&j->failed) && (n = atomic_fetch_add(&j->next, 1)) < j->count;) {
+    size_t index = j->order[n].index;
+    devbuf_buffer_t *buffer = devbuf_tensor_file_buffer(j->file, index);
+    devbuf_status status = tensor_checksum(buffer, &j->sums[index]);
+    if (status != DEVBUF_OK) {
+      pthread_mutex_lock(&j->lock);
+      if (!atomic_exchange(&j->failed, 1)) { // the message is thread-local: keep the first
+        j->status = status;
+        const char *message = devbuf_last_error(), *text = strstr(message, ": "); // after "STATUS: "
+        strncpy(j->message, text ? text + 2 : message, sizeof j->message - 1);
+      }
+      pthread_mutex_unlock(&j->lock);
+      break;
+    }
+    uint64_t done = atomic_fetch_add(&j->done, devbuf_buffer_size(buffer)) + devbuf_buffer_size(buffer);
+    if (progress) progress(context, done, devbuf_tensor_file_data_size(j->file));
+  }
+}
+
+static void *worker(void *argument) {
+  work(argument, NULL, NULL);
+  return NULL;
+}
+
+static int larger_first(const void *a, const void *b) {
+  const sized *x = a, *y = b;
+  return (x->size < y->size) - (x->size > y->size);
+}
+
+devbuf_status devbuf_tool_verify(const devbuf_tensor_file_t *file, uint64_t *sums, unsigned threads,
+                                 void (*progress)(void *context, uint64_t done, uint64_t total), void *context) {
+  size_t count = devbuf_tensor_file_count(file);
+  if (!threads) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (unsigned)cpus;
+  }
+  job j = {.file = file, .sums = sums, .count = count, .status = DEVBUF_OK};
+  j.order = malloc((count ? count : 1) * sizeof *j.order);
+  pthread_t *workers = malloc(threads * sizeof *workers);
+  if (!j.order || !workers) {
+    free(j.order);
+    free(workers);
+    return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "no memory to verify %zu tensors", count);
+  }
+  for (size_t i = 0; i < count; i++) j.order[i] = (sized){devbuf_buffer_size(devbuf_tensor_file_buffer(file, i)), i};
+  qsort(j.order, count, sizeof *j.order, larger_first);
+  pthread_mutex_init(&j.lock, NULL);
+  unsigned started = 0;
+  for (; started + 1 < threads; started++)
+    if (pthread_create(&workers[started], NULL, worker, &j) != 0) break;
+  work(&j, progress, context);
+  for (unsigned i = 0; i < started; i++) pthread_join(workers[i], NULL);
+  uint64_t total = devbuf_tensor_file_data_size(file);
+  if (progress && !atomic_load(&j.failed)) progress(context, total, total);
+  pthread_mutex_destroy(&j.lock);
+  free(j.order);
+  free(workers);
+  if (atomic_load(&j.failed)) return devbuf_set_error(j.status, "%s", j.message);
+  return DEVBUF_OK;
+}
