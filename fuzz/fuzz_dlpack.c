@@ -5,6 +5,7 @@
 #include "devbuf.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,13 +46,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   deleted = 0;
   devbuf_buffer_t *buffer = NULL;
   devbuf_status status;
+  // The tensors live as long as the buffers that own them.
+  DLManagedTensorVersioned versioned = {.version = {header[3] % 3, 1}, .deleter = delete_versioned, .dl_tensor = t};
+  DLManagedTensor legacy = {.dl_tensor = t, .deleter = delete_legacy};
   if (header[0] & 1) {
-    DLManagedTensorVersioned tensor = {.version = {header[3] % 3, 1}, .deleter = delete_versioned, .dl_tensor = t};
-    take(&data, &size, &tensor.flags, sizeof tensor.flags);
-    status = devbuf_buffer_from_dlpack_versioned(&tensor, &buffer);
+    take(&data, &size, &versioned.flags, sizeof versioned.flags);
+    status = devbuf_buffer_from_dlpack_versioned(&versioned, &buffer);
   } else {
-    DLManagedTensor tensor = {.dl_tensor = t, .deleter = delete_legacy};
-    status = devbuf_buffer_from_dlpack(&tensor, &buffer);
+    status = devbuf_buffer_from_dlpack(&legacy, &buffer);
   }
   if (status != DEVBUF_OK) {
     if (buffer || deleted) abort();
@@ -62,13 +64,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (devbuf_buffer_device_ptr(buffer, &address) == DEVBUF_OK && address >= (uintptr_t)backing &&
       address + devbuf_buffer_size(buffer) <= (uintptr_t)backing + sizeof backing) {
     static unsigned char copy[sizeof backing];
-    if (devbuf_buffer_copyout(buffer, copy, devbuf_buffer_size(buffer)) != DEVBUF_OK) abort();
+    if (devbuf_buffer_copyout(buffer, copy, devbuf_buffer_size(buffer)) != DEVBUF_OK) {
+      fprintf(stderr, "copyout: %s\n", devbuf_last_error());
+      abort();
+    }
   }
   devbuf_buffer_t *view = NULL;
   if (devbuf_buffer_size(buffer) && devbuf_buffer_view(buffer, 0, devbuf_buffer_size(buffer), &view) != DEVBUF_OK)
     abort();
   devbuf_buffer_release(buffer);
-  if (deleted) abort(); // the view still holds it
+  if (view && deleted) abort(); // the view still holds it
   devbuf_buffer_release(view);
   if (deleted != 1) abort();
   return 0;
