@@ -146,6 +146,23 @@ typedef enum devbuf_device_kind {
   DEVBUF_DEVICE_CUDA = 3,
 } devbuf_device_kind;
 
+// Kinds of memory a device's allocators hand out.
+typedef enum devbuf_memory_kind {
+  DEVBUF_MEMORY_DEVICE = 0,       // the device's own memory (on the CPU, host memory)
+  DEVBUF_MEMORY_HOST_VISIBLE = 1, // addressed by the device and the CPU alike (host access follows B4)
+} devbuf_memory_kind;
+
+// What a device is, as its driver reports it.
+typedef struct devbuf_device_info {
+  const char *name;            // valid while the device lives
+  const char *version;         // the driver's version text ("OpenCL 3.0 PoCL ..."); "" if none
+  uint64_t global_memory;      // bytes
+  uint64_t max_allocation;     // the largest single allocation, in bytes
+  size_t alignment;            // of allocations, and of views handed to kernels
+  int host_unified;            // device memory is host memory
+  uint64_t svm_capabilities;   // OpenCL shared virtual memory bits (0: none)
+} devbuf_device_info_t;
+
 // Opens a device by spec: "cpu" (also "cpu:0"), "opencl:N", "cuda:N". Opening a spec
 // twice hands out the same device (one caching allocator per device). A backend that is
 // not built or whose driver is missing answers UNAVAILABLE with the reason; a malformed
@@ -163,6 +180,10 @@ DEVBUF_API size_t devbuf_device_page_size(const devbuf_device_t *device);
 // The device's caching allocator, borrowed: valid while the device lives; retain it to
 // keep it longer.
 DEVBUF_API devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device);
+// The caching allocator of one kind of memory, borrowed like devbuf_device_allocator. On
+// devices whose own memory the CPU addresses (the CPU), both kinds are the same allocator.
+DEVBUF_API devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device, devbuf_memory_kind kind);
+DEVBUF_API devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_info_t *out_info);
 // Waits until all work submitted to the device has completed.
 DEVBUF_API devbuf_status devbuf_device_synchronize(devbuf_device_t *device);
 
@@ -527,6 +548,35 @@ DEVBUF_API devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue);
 DEVBUF_API devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel,
                                              const devbuf_use_t *uses, size_t use_count,
                                              const void *scalars, size_t scalars_size);
+// Device programs (OpenCL C source on opencl:N). Built once per device, source and
+// options, and cached: building the same source again hands out the same build. A build
+// that fails answers DEVICE_FAILURE with the compiler's log in the message. The CPU runs C
+// functions instead (devbuf_queue_submit): UNSUPPORTED there.
+typedef struct devbuf_program devbuf_program_t;
+DEVBUF_API devbuf_status devbuf_program_build(devbuf_device_t *device, const char *source,
+                                              const char *options, devbuf_program_t **out_program);
+DEVBUF_API devbuf_program_t *devbuf_program_retain(devbuf_program_t *program);
+DEVBUF_API void devbuf_program_release(devbuf_program_t *program);
+
+// The grid of a launch: `dims` (1 to 3) global sizes, and local sizes (all 0: the driver
+// chooses).
+typedef struct devbuf_launch {
+  unsigned dims;
+  size_t global[3];
+  size_t local[3];
+} devbuf_launch_t;
+// A scalar argument: its bytes are copied at submission.
+typedef struct devbuf_arg {
+  const void *data;
+  size_t size;
+} devbuf_arg_t;
+// Launches kernel `name` of `program`: its arguments are the uses' buffers (each view as
+// a buffer of its own bytes; a view's offset must be a multiple of the device's alignment,
+// INVALID_ARGUMENT otherwise), then the scalars, in order. Ordered like every submission;
+// a launch the driver refuses fails the queue as a failing kernel does.
+DEVBUF_API devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program, const char *name,
+                                             const devbuf_launch_t *launch, const devbuf_use_t *uses,
+                                             size_t use_count, const devbuf_arg_t *args, size_t arg_count);
 // Built-ins: fill `buffer` with a repeated pattern (pattern_size divides the buffer size),
 // and copy `src` into `dst` (equal sizes; overlapping views of one storage like memmove).
 DEVBUF_API devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer,

@@ -9,6 +9,7 @@ void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocat
   allocator->ops = ops;
   allocator->device = device;
   allocator->link = link;
+  allocator->memory_kind = DEVBUF_MEMORY_DEVICE;
   devbuf__counters *c = &allocator->counters;
   atomic_init(&c->active, 0);
   atomic_init(&c->peak, 0);
@@ -144,7 +145,7 @@ void devbuf_allocator_clear_cache(devbuf_allocator_t *allocator) {
 // ---- the backend's raw allocator ----------------------------------------------------------
 
 static devbuf_status raw_alloc(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
-  return self->device->backend->raw_alloc(self->device, size, out);
+  return self->device->backend->raw_alloc(self->device, self->memory_kind, size, out);
 }
 
 static void raw_free(devbuf_allocator_t *self, const devbuf_memory_t *memory) {
@@ -160,19 +161,20 @@ static const devbuf__allocator_ops raw_ops = {
     .destroy = plain_destroy,
 };
 
-devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, bool borrow_device,
+devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memory_kind kind, bool borrow_device,
                                            devbuf_allocator_t **out) {
   devbuf_allocator_t *allocator = devbuf__malloc(sizeof *allocator);
   if (!allocator) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an allocator object");
   devbuf__allocator_init(allocator, &raw_ops, device,
                          borrow_device ? DEVBUF__BORROWS_DEVICE : DEVBUF__HOLDS_DEVICE);
+  allocator->memory_kind = kind;
   *out = allocator;
   return DEVBUF_OK;
 }
 
 devbuf_status devbuf_device_raw_allocator(devbuf_device_t *device, devbuf_allocator_t **out_allocator) {
   if (!device || !out_allocator) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_allocator is NULL");
-  return devbuf__raw_allocator_create(device, false, out_allocator);
+  return devbuf__raw_allocator_create(device, DEVBUF_MEMORY_DEVICE, false, out_allocator);
 }
 
 // ---- allocators supplied by users ------------------------------------------------------

@@ -27,6 +27,7 @@ static devbuf_status wrapper_create(devbuf_allocator_t *upstream, const devbuf__
   wrapper *self = devbuf__calloc(1, size);
   if (!self) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a %s adaptor", ops->kind);
   devbuf__allocator_init(&self->base, ops, upstream->device, DEVBUF__HOLDS_DEVICE);
+  self->base.memory_kind = upstream->memory_kind;
   self->upstream = devbuf_allocator_retain(upstream);
   *out = self;
   return DEVBUF_OK;

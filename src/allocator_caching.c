@@ -430,6 +430,7 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream, con
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a caching allocator");
   }
   devbuf__allocator_init(&self->base, &caching_ops, upstream->device, link);
+  self->base.memory_kind = upstream->memory_kind;
   self->id = devbuf__next_id();
   self->upstream = upstream;
   self->page = upstream->device->page_size;

@@ -82,6 +82,7 @@ devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const ch
   }
   fprintf(file, "%s\n", TRACE_HEADER);
   devbuf__allocator_init(&self->base, &trace_ops, upstream->device, DEVBUF__HOLDS_DEVICE);
+  self->base.memory_kind = upstream->memory_kind;
   self->upstream = devbuf_allocator_retain(upstream);
   devbuf__mutex_init(&self->lock);
   self->file = file;

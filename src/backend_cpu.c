@@ -40,10 +40,15 @@ static devbuf_status cpu_open(devbuf_device_t *device, int index) {
   long page = sysconf(_SC_PAGESIZE);
   device->page_size = page > 0 ? (size_t)page : 4096;
   device->host_accessible = true;
+  device->global_memory = (uint64_t)sysconf(_SC_PHYS_PAGES) * device->page_size;
+  device->max_allocation = device->global_memory;
+  device->alignment = CPU_MIN_ALIGNMENT;
+  device->unified_memory = true;
   return DEVBUF_OK;
 }
 
-static devbuf_status cpu_raw_alloc(devbuf_device_t *device, size_t size, devbuf_memory_t *out) {
+static devbuf_status cpu_raw_alloc(devbuf_device_t *device, devbuf_memory_kind kind, size_t size, devbuf_memory_t *out) {
+  (void)kind; // host memory is visible to the host
   void *pointer = NULL;
   if (size >= CPU_MMAP_THRESHOLD) {
     size_t rounded = (size + device->page_size - 1) & ~(device->page_size - 1);

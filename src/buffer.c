@@ -140,7 +140,7 @@ uint64_t devbuf_buffer_handle_id(const devbuf_buffer_t *buffer) { return buffer 
 int devbuf_buffer_is_mapped(const devbuf_buffer_t *buffer) { return buffer && buffer->storage->mapped; }
 int devbuf_buffer_is_read_only(const devbuf_buffer_t *buffer) { return buffer && buffer->storage->read_only; }
 int devbuf_buffer_is_cpu_accessible(const devbuf_buffer_t *buffer) {
-  return buffer && buffer->storage->device->host_accessible;
+  return buffer && devbuf__storage_host_accessible(buffer->storage);
 }
 
 size_t devbuf_buffer_count(const devbuf_buffer_t *buffer) {

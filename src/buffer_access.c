@@ -24,7 +24,7 @@ devbuf_status devbuf__check_host_conflicts(devbuf__storage *storage, size_t offs
 static devbuf_status prepare_host(devbuf_buffer_t *buffer, bool write, const char *what, char **out_data) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: buffer is NULL", what);
   devbuf__storage *storage = buffer->storage;
-  if (!storage->device->host_accessible)
+  if (!devbuf__storage_host_accessible(storage))
     return devbuf__error(DEVBUF_NOT_CPU_ACCESSIBLE, "%s: buffer %llu lives in %s memory the CPU cannot access; use copies",
                          what, (unsigned long long)buffer->handle_id, storage->device->spec);
   if (write && storage->read_only)

@@ -56,10 +56,10 @@ devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t s
 static devbuf_status copy_across(devbuf__storage *dst, size_t dst_offset, devbuf__storage *src, size_t src_offset,
                                  size_t size) {
   devbuf_device_t *dst_device = dst->device, *src_device = src->device;
-  if (src_device->host_accessible)
+  if (devbuf__storage_host_accessible(src))
     return dst_device->backend->write(dst_device, &dst->memory, dst_offset,
                                       (const char *)src->memory.host + src_offset, size);
-  if (dst_device->host_accessible)
+  if (devbuf__storage_host_accessible(dst))
     return src_device->backend->read(src_device, &src->memory, src_offset, (char *)dst->memory.host + dst_offset,
                                      size);
   size_t chunk = size < STAGING_CHUNK ? size : STAGING_CHUNK;

@@ -17,7 +17,7 @@ typedef struct backend_entry {
 
 static const backend_entry known_backends[] = {
     {"cpu", DEVBUF_DEVICE_CPU, &devbuf__backend_cpu},
-    {"opencl", DEVBUF_DEVICE_OPENCL, NULL},
+    {"opencl", DEVBUF_DEVICE_OPENCL, &devbuf__backend_opencl},
     {"cuda", DEVBUF_DEVICE_CUDA, NULL},
 };
 
@@ -50,6 +50,15 @@ static devbuf_status parse_spec(const char *spec, const backend_entry **out_entr
   return DEVBUF_OK;
 }
 
+// A caching allocator of one kind of memory, part of the device.
+static devbuf_status embedded_allocator(devbuf_device_t *device, devbuf_memory_kind kind, devbuf_allocator_t **out) {
+  devbuf_allocator_t *raw = NULL;
+  devbuf_status status = devbuf__raw_allocator_create(device, kind, true, &raw);
+  if (status != DEVBUF_OK) return status;
+  devbuf_caching_options_t no_limits = {0};
+  return devbuf__caching_allocator_create(raw, &no_limits, DEVBUF__EMBEDDED, out);
+}
+
 static devbuf_status device_create(const backend_entry *entry, int index, devbuf_device_t **out) {
   devbuf_device_t *device = devbuf__calloc(1, sizeof *device);
   if (!device) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a device object");
@@ -71,13 +80,12 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
     devbuf__free(device);
     return status;
   }
-  devbuf_allocator_t *raw = NULL;
-  status = devbuf__raw_allocator_create(device, true, &raw);
-  if (status == DEVBUF_OK) {
-    devbuf_caching_options_t no_limits = {0};
-    status = devbuf__caching_allocator_create(raw, &no_limits, DEVBUF__EMBEDDED, &device->allocator);
-  }
+  status = embedded_allocator(device, DEVBUF_MEMORY_DEVICE, &device->allocator);
+  device->host_allocator = device->allocator;
+  if (status == DEVBUF_OK && !device->host_accessible)
+    status = embedded_allocator(device, DEVBUF_MEMORY_HOST_VISIBLE, &device->host_allocator);
   if (status != DEVBUF_OK) {
+    if (device->allocator) devbuf__allocator_destroy(device->allocator);
     if (entry->backend->close) entry->backend->close(device);
     devbuf__free(device);
     return status;
@@ -143,6 +151,7 @@ void devbuf_device_release(devbuf_device_t *device) {
     }
   }
   pthread_mutex_unlock(&registry_lock);
+  if (device->host_allocator != device->allocator) devbuf__allocator_destroy(device->host_allocator);
   devbuf__allocator_destroy(device->allocator);
   if (device->backend->close) device->backend->close(device);
   pthread_cond_destroy(&device->work_idle);
@@ -156,6 +165,26 @@ const char *devbuf_device_spec(const devbuf_device_t *device) { return device->s
 const char *devbuf_device_name(const devbuf_device_t *device) { return device->name; }
 size_t devbuf_device_page_size(const devbuf_device_t *device) { return device->page_size; }
 devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device) { return device->allocator; }
+
+devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device, devbuf_memory_kind kind) {
+  if (!device) return NULL;
+  return kind == DEVBUF_MEMORY_HOST_VISIBLE ? device->host_allocator : kind == DEVBUF_MEMORY_DEVICE ? device->allocator
+                                                                                                    : NULL;
+}
+
+devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_info_t *out_info) {
+  if (!device || !out_info) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device_info: device and out_info are required");
+  *out_info = (devbuf_device_info_t){
+      .name = device->name,
+      .version = device->version,
+      .global_memory = device->global_memory,
+      .max_allocation = device->max_allocation,
+      .alignment = device->alignment,
+      .host_unified = device->unified_memory,
+      .svm_capabilities = device->svm_capabilities,
+  };
+  return DEVBUF_OK;
+}
 
 devbuf_status devbuf_device_synchronize(devbuf_device_t *device) {
   if (!device) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device is NULL");

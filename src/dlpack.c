@@ -57,7 +57,8 @@ static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export
   if (status != DEVBUF_OK) return status;
   devbuf__storage *storage = buffer->storage;
   bool read_only = (flags & DEVBUF_DLPACK_READ_ONLY) || storage->read_only;
-  if (storage->device->host_accessible && buffer->size) {
+  bool host = devbuf__storage_host_accessible(storage);
+  if (host && buffer->size) {
     if (read_only) {
       status = devbuf_buffer_contents_wait(buffer, &record->access, NULL);
     } else {
@@ -78,7 +79,7 @@ static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export
   }
   // DLPack wants the allocation's address with the view's offset apart.
   *out = (DLTensor){
-      .data = storage->device->host_accessible ? storage->memory.host : (void *)(uintptr_t)storage->memory.device,
+      .data = host ? storage->memory.host : (void *)(uintptr_t)storage->memory.device,
       .device = {dl_device_type(storage->device), storage->device->index},
       .ndim = (int32_t)buffer->ndim,
       .dtype = {code, bits, 1},

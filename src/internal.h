@@ -57,6 +57,15 @@ static inline size_t devbuf__fit_limit(size_t size, size_t page) {
 }
 
 // ---- backends (backend_*.c) -------------------------------------------------------------
+typedef struct devbuf__work devbuf__work;
+
+// A program built for a device (devbuf_program_build): the backend's object, shared.
+struct devbuf_program {
+  atomic_size_t refs;
+  devbuf_device_t *device; // retained
+  void *backend_program;   // the backend's cached build
+};
+
 // A backend never sees buffers: only raw memory. Optional entries may be NULL.
 typedef struct devbuf__backend {
   const char *name;        // "cpu", "opencl", "cuda"
@@ -65,7 +74,7 @@ typedef struct devbuf__backend {
   // UNAVAILABLE with the reason when the driver or device is missing.
   devbuf_status (*open)(devbuf_device_t *device, int index);
   void (*close)(devbuf_device_t *device); // (optional)
-  devbuf_status (*raw_alloc)(devbuf_device_t *device, size_t size, devbuf_memory_t *out);
+  devbuf_status (*raw_alloc)(devbuf_device_t *device, devbuf_memory_kind kind, size_t size, devbuf_memory_t *out);
   void (*raw_free)(devbuf_device_t *device, const devbuf_memory_t *memory);
   // Copies between host memory and device memory, and within the device. `offset` is
   // in bytes from the start of the memory. Ranges of one memory may overlap (memmove).
@@ -79,9 +88,22 @@ typedef struct devbuf__backend {
   devbuf_status (*zero)(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
                         size_t size);
   devbuf_status (*synchronize)(devbuf_device_t *device); // (optional)
+  // Queues of devices whose work is not run by the CPU (optional, all or none): a device
+  // queue made with the devbuf queue, and the execution of fill, copy and launch items on
+  // it, returning once the item has completed on the device.
+  devbuf_status (*queue_create)(devbuf_device_t *device, void **out_queue);
+  void (*queue_destroy)(devbuf_device_t *device, void *queue);
+  devbuf_status (*run)(devbuf_device_t *device, void *queue, devbuf__work *work);
+  // Programs (optional): build (cached by source and options), release, and whether a
+  // kernel of that name exists.
+  devbuf_status (*program_build)(devbuf_device_t *device, const char *source, const char *options,
+                                 void **out_program);
+  void (*program_release)(devbuf_device_t *device, void *program);
+  devbuf_status (*program_has_kernel)(devbuf_device_t *device, void *program, const char *name);
 } devbuf__backend;
 
 extern const devbuf__backend devbuf__backend_cpu;
+extern const devbuf__backend devbuf__backend_opencl;
 
 // ---- devices (device.c) -----------------------------------------------------------------
 struct devbuf_device {
@@ -91,8 +113,15 @@ struct devbuf_device {
   char spec[32];                       // canonical spec, e.g. "cpu"
   char name[128];                      // filled by the backend
   size_t page_size;                    // granularity of large blocks, a power of two
-  bool host_accessible;                // raw memory has a CPU address
+  bool host_accessible;                // device memory has a CPU address
+  char version[96];                    // the driver's version text ("OpenCL 3.0 PoCL ...")
+  uint64_t global_memory, max_allocation;
+  size_t alignment;                    // of allocations and of views passed to kernels
+  bool unified_memory;                 // device and host share physical memory
+  uint64_t svm_capabilities;           // OpenCL SVM bits; 0 where there is no SVM
   devbuf_allocator_t *allocator;       // the device's caching allocator (embedded)
+  devbuf_allocator_t *host_allocator;  // host-visible memory (the same as `allocator` when
+                                       // device memory is host-accessible)
   atomic_uint_least64_t mapped_bytes;  // bytes of live file mappings on this device
   void *backend_state;                 // owned by the backend
   struct devbuf_device *next_open;     // registry list
@@ -136,6 +165,7 @@ struct devbuf_allocator {
   const devbuf__allocator_ops *ops;
   devbuf_device_t *device;
   devbuf__device_link link;
+  devbuf_memory_kind memory_kind;      // what its memory is (raw allocators decide; others inherit)
   devbuf__counters counters;
   // Memory of released buffers whose submitted work still runs (B10): handed back to the
   // allocator when the work completes, or reused at once by a buffer allocated for work.
@@ -151,8 +181,12 @@ void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocat
 void devbuf__allocator_destroy(devbuf_allocator_t *allocator);
 // The raw allocator of a device's backend. With `borrow_device` it holds no reference to
 // the device (for the device's own caching allocator).
-devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, bool borrow_device,
+devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memory_kind kind, bool borrow_device,
                                            devbuf_allocator_t **out);
+// Whether the CPU can address the memory of `allocator`.
+static inline bool devbuf__allocator_host_accessible(const devbuf_allocator_t *allocator) {
+  return allocator->device->host_accessible || allocator->memory_kind == DEVBUF_MEMORY_HOST_VISIBLE;
+}
 // A caching allocator that takes over the caller's reference to `upstream`.
 devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
                                                const devbuf_caching_options_t *options,
@@ -193,6 +227,11 @@ typedef struct devbuf__storage {
   devbuf__host_access *accesses;       // open host accesses
   atomic_size_t open_accesses;         // length of `accesses` (read without the lock)
 } devbuf__storage;
+
+// Whether the CPU can address the storage's memory.
+static inline bool devbuf__storage_host_accessible(const devbuf__storage *storage) {
+  return storage->allocator ? devbuf__allocator_host_accessible(storage->allocator) : storage->device->host_accessible;
+}
 
 struct devbuf_buffer {
   atomic_size_t refs;

@@ -14,6 +14,7 @@
 struct devbuf_queue {
   atomic_size_t refs;
   devbuf_device_t *device;          // retained
+  void *device_queue;               // the backend's queue, for devices with their own
   pthread_mutex_t lock;             // the fields below, unless marked atomic
   pthread_cond_t work_available;    // the worker waits here
   pthread_cond_t drained;           // finish and cancel wait here
@@ -66,6 +67,8 @@ static void work_unref(devbuf__work *work, devbuf__work **recycled) {
   work->dep_count = 0;
   devbuf_event_release(work->event);
   work->event = NULL;
+  devbuf_program_release(work->program);
+  work->program = NULL;
   if (work->pooled) {
     work->next = *recycled;
     *recycled = work;
@@ -121,6 +124,7 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
     work->deps = NULL;
     work->dep_count = work->dep_capacity = 0;
     work->event = NULL;
+    work->program = NULL;
     devbuf__mutex_init(&work->lock);
     pthread_cond_init(&work->completed, NULL);
   }
@@ -286,6 +290,9 @@ static devbuf_status wait_deps(devbuf__work *work) {
 static devbuf_status run(devbuf__work *work) {
   devbuf_status dep_status = wait_deps(work);
   if (dep_status != DEVBUF_OK) return dep_status;
+  devbuf_queue_t *queue = work->queue;
+  if (queue->device_queue && work->kind != DEVBUF__WORK_SIGNAL && work->kind != DEVBUF__WORK_WAIT)
+    return queue->device->backend->run(queue->device, queue->device_queue, work);
   void **data = work_data(work);
   size_t *sizes = work_sizes(work);
   switch (work->kind) {
@@ -308,11 +315,14 @@ static devbuf_status run(devbuf__work *work) {
     return DEVBUF_OK;
   case DEVBUF__WORK_WAIT:
     return devbuf__event_wait(work->event, work->value, UINT64_MAX, &work->cancel);
+  case DEVBUF__WORK_LAUNCH: // only devices with their own queues accept launches
+    return devbuf__error(DEVBUF_UNSUPPORTED, "%s cannot launch device programs", queue->device->spec);
   }
   return DEVBUF_OK;
 }
 
 static void queue_destroy(devbuf_queue_t *queue) {
+  if (queue->device_queue) queue->device->backend->queue_destroy(queue->device, queue->device_queue);
   pthread_cond_destroy(&queue->work_available);
   pthread_cond_destroy(&queue->drained);
   pthread_mutex_destroy(&queue->lock);
@@ -402,9 +412,15 @@ static void *worker_main(void *arg) {
 
 devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_queue) {
   if (!device || !out_queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_queue is NULL");
-  if (device->backend->kind != DEVBUF_DEVICE_CPU)
+  if (device->backend->kind != DEVBUF_DEVICE_CPU && !device->backend->queue_create)
     return devbuf__error(DEVBUF_UNSUPPORTED, "%s has no queues in this build", device->spec);
+  void *device_queue = NULL;
+  if (device->backend->queue_create) {
+    devbuf_status status = device->backend->queue_create(device, &device_queue);
+    if (status != DEVBUF_OK) return status;
+  }
   devbuf_queue_t *queue = devbuf__calloc(1, sizeof *queue);
+  if (!queue && device_queue) device->backend->queue_destroy(device, device_queue);
   if (!queue) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a queue");
   atomic_init(&queue->refs, 1);
   atomic_init(&queue->completed, 0);
@@ -412,6 +428,7 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   atomic_init(&queue->cancel_requested, false);
   atomic_init(&queue->failed, false);
   queue->device = devbuf_device_retain(device);
+  queue->device_queue = device_queue;
   devbuf__mutex_init(&queue->lock);
   pthread_cond_init(&queue->work_available, NULL);
   pthread_cond_init(&queue->drained, NULL);
@@ -539,8 +556,11 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   bool write = (use->access & DEVBUF_ACCESS_WRITE) != 0;
   devbuf__work_use *slot = &work->uses[index];
   slot->hazard = NULL;
-  work_data(work)[index] = buffer->size ? (char *)storage->memory.host + buffer->offset : NULL;
+  work_data(work)[index] = buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
   work_sizes(work)[index] = buffer->size;
+  slot->memory = &storage->memory;
+  slot->offset = buffer->offset;
+  slot->size = buffer->size;
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
   slot->record = (devbuf__record){.work = work, .owner = storage->id, .offset = buffer->offset,
                                   .size = buffer->size, .write = write};
@@ -619,6 +639,9 @@ devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn ke
   if (!queue || !kernel || (use_count && !uses) || (scalars_size && !scalars))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "submit: queue and kernel are required; uses and scalars must "
                                                   "be given when their counts are not zero");
+  if (queue->device_queue)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "submit: C kernels run on the CPU; %s runs programs (devbuf_queue_launch)",
+                         queue->device->spec);
   devbuf__work *work = work_new(queue, DEVBUF__WORK_KERNEL, use_count, scalars_size);
   if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a work item with %zu uses", use_count);
   work->kernel = kernel;
@@ -647,6 +670,51 @@ devbuf_status devbuf_queue_copy(devbuf_queue_t *queue, devbuf_buffer_t *dst, dev
   devbuf__work *work = work_new(queue, DEVBUF__WORK_COPY, 2, 0);
   if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a copy");
   devbuf_use_t uses[2] = {{dst, DEVBUF_ACCESS_WRITE}, {src, DEVBUF_ACCESS_READ}};
+  return submit(queue, work, uses);
+}
+
+devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program, const char *name,
+                                  const devbuf_launch_t *launch, const devbuf_use_t *uses, size_t use_count,
+                                  const devbuf_arg_t *args, size_t arg_count) {
+  if (!queue || !program || !name || !launch || (use_count && !uses) || (arg_count && !args))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: queue, program, name and launch are required; uses and "
+                                                  "args must be given when their counts are not zero");
+  if (program->device != queue->device)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: a program built for %s on a queue of %s",
+                         program->device->spec, queue->device->spec);
+  if (launch->dims < 1 || launch->dims > 3)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: %u dimensions (1 to 3)", launch->dims);
+  for (unsigned d = 0; d < launch->dims; d++)
+    if (launch->global[d] == 0 || (launch->local[0] && (launch->local[d] == 0 || launch->global[d] % launch->local[d])))
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: dimension %u: global size %zu, local size %zu (the local "
+                           "size must divide the global size)", d, launch->global[d], launch->local[d]);
+  for (size_t i = 0; i < use_count; i++)
+    if (uses[i].buffer && uses[i].buffer->offset % queue->device->alignment)
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: use %zu is a view at byte %zu; %s passes views to kernels at "
+                           "multiples of %zu bytes", i, uses[i].buffer->offset, queue->device->spec,
+                           queue->device->alignment);
+  devbuf_status status = queue->device->backend->program_has_kernel(queue->device, program->backend_program, name);
+  if (status != DEVBUF_OK) return status;
+  size_t bytes = arg_count * sizeof(size_t), name_size = strlen(name) + 1;
+  for (size_t i = 0; i < arg_count; i++) {
+    if (!args[i].data || !args[i].size)
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: argument %zu has no bytes", i);
+    bytes += args[i].size;
+  }
+  devbuf__work *work = work_new(queue, DEVBUF__WORK_LAUNCH, use_count, bytes + name_size);
+  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a launch with %zu uses", use_count);
+  size_t *sizes = work->scalars;
+  char *bytes_at = (char *)(sizes + arg_count);
+  for (size_t i = 0; i < arg_count; i++) {
+    sizes[i] = args[i].size;
+    memcpy(bytes_at, args[i].data, args[i].size);
+    bytes_at += args[i].size;
+  }
+  memcpy(bytes_at, name, name_size);
+  work->kernel_name = bytes_at;
+  work->arg_count = arg_count;
+  work->launch = *launch;
+  work->program = devbuf_program_retain(program);
   return submit(queue, work, uses);
 }
 

@@ -12,14 +12,15 @@ typedef enum devbuf__work_kind {
   DEVBUF__WORK_COPY,
   DEVBUF__WORK_SIGNAL,
   DEVBUF__WORK_WAIT,
+  DEVBUF__WORK_LAUNCH, // a device program's kernel
 } devbuf__work_kind;
 
 // One use of a work item: its record in the memory's tracker and its address.
 typedef struct devbuf__work_use {
   devbuf__record record;
   devbuf__hazard *hazard;   // NULL for zero-length uses
-  void *data;
-  size_t size;
+  const devbuf_memory_t *memory; // the storage's memory (alive until the item retires, B10)
+  size_t offset, size;           // the view's bytes within it
 } devbuf__work_use;
 
 struct devbuf__work {
@@ -39,8 +40,12 @@ struct devbuf__work {
   devbuf_cpu_kernel_fn kernel;
   devbuf_event_t *event;           // SIGNAL and WAIT (retained)
   uint64_t value;
-  void *scalars;                   // copied (kernel scalars, fill pattern)
+  void *scalars;                   // copied (kernel scalars, fill pattern; launch arguments)
   size_t scalars_size;
+  devbuf_program_t *program;       // LAUNCH (retained)
+  const char *kernel_name;         // LAUNCH: inside `scalars`, after the arguments
+  devbuf_launch_t launch;          // LAUNCH
+  size_t arg_count;                // LAUNCH: sizes at `scalars`, then the bytes of each
   size_t use_count;
   devbuf__work_use uses[];
 };
