@@ -715,7 +715,8 @@ enum {
 // first if needed.
 DEVBUF_API devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_t flags,
                                                            struct DLManagedTensorVersioned **out_tensor);
-// The same as a legacy (unversioned) DLManagedTensor, which has no read-only flag.
+// The same as a legacy (unversioned) DLManagedTensor, which has no read-only flag: READ_ONLY
+// for read-only memory (mapped files), which only the versioned export can describe.
 DEVBUF_API devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags,
                                                  struct DLManagedTensor **out_tensor);
 // Imports a DLPack tensor without copying: a buffer over its memory that calls the

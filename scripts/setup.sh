@@ -15,6 +15,10 @@ command -v python3 >/dev/null && ! python3 -c "import venv, ensurepip" 2>/dev/nu
 if command -v clang >/dev/null; then
   clang -print-file-name=libclang_rt.fuzzer-x86_64.a | grep -q / || need+=(libclang-rt-14-dev)
 fi
+# OpenCL on the CPU (PoCL) and the ICD loader, for the OpenCL backend's tests
+if [ ! -e /etc/OpenCL/vendors/pocl.icd ] || ! ldconfig -p 2>/dev/null | grep -q 'libOpenCL.so.1 '; then
+  need+=(pocl-opencl-icd ocl-icd-libopencl1)
+fi
 # gcc's sanitizer runtimes (ASan, UBSan, TSan)
 if command -v gcc >/dev/null; then
   for lib in libasan.so libubsan.so libtsan.so; do

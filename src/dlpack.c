@@ -117,6 +117,12 @@ devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags, s
   *out_tensor = NULL;
   export_record *record = devbuf__calloc(1, sizeof *record);
   if (!record) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "dlpack export: no host memory for a tensor record");
+  if (buffer && buffer->storage->read_only) {
+    devbuf__free(record);
+    return devbuf__error(DEVBUF_READ_ONLY, "dlpack export: buffer %llu is read-only and a legacy DLManagedTensor "
+                         "cannot say so; use devbuf_buffer_to_dlpack_versioned",
+                         (unsigned long long)buffer->handle_id);
+  }
   DLManagedTensor *tensor = &record->tensor.legacy;
   bool read_only;
   devbuf_status status = export_fill(buffer, flags, record, &tensor->dl_tensor, &read_only);
@@ -207,18 +213,20 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only, void 
   status = devbuf__shape_bytes(dtype, shape, (size_t)tensor->ndim, &bytes, NULL);
   if (status != DEVBUF_OK) return status;
   if (tensor->strides && !empty) {
-    int64_t expected = 1;
+    uint64_t expected = 1; // elements; a stride past INT64_MAX matches no int64_t stride
     for (int32_t d = tensor->ndim; d-- > 0;) {
-      if (shape[d] != 1 && tensor->strides[d] != expected)
+      if (shape[d] != 1 && (tensor->strides[d] < 0 || (uint64_t)tensor->strides[d] != expected))
         return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: strides[%d] is %lld where a compact row-major "
-                             "tensor has %lld; copy it to a contiguous tensor first", (int)d,
-                             (long long)tensor->strides[d], (long long)expected);
-      expected *= (int64_t)shape[d]; // cannot overflow: the byte size did not
+                             "tensor has %llu; copy it to a contiguous tensor first", (int)d,
+                             (long long)tensor->strides[d], (unsigned long long)expected);
+      if (__builtin_mul_overflow(expected, (uint64_t)shape[d], &expected)) expected = UINT64_MAX;
     }
   }
   uintptr_t address;
+  size_t extent; // byte_offset + bytes: the storage, when data is a handle rather than an address
   if (__builtin_add_overflow((uintptr_t)tensor->data, tensor->byte_offset, &address) ||
-      (bytes && __builtin_add_overflow(address, bytes, &(uintptr_t){0})))
+      (bytes && __builtin_add_overflow(address, bytes, &(uintptr_t){0})) ||
+      __builtin_add_overflow(tensor->byte_offset, bytes, &extent))
     return devbuf__error(DEVBUF_OVERFLOW, "dlpack import: data %p + byte_offset %llu + %zu bytes overflows",
                          tensor->data, (unsigned long long)tensor->byte_offset, bytes);
   if (!tensor->data && bytes)
@@ -226,16 +234,20 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only, void 
   devbuf_device_t *device;
   status = import_device(tensor->device, &device);
   if (status != DEVBUF_OK) return status;
+  // Host memory is addressed at data + byte_offset; device memory (a cl_mem, say) is a
+  // handle, so the view keeps the offset.
+  bool host = device->host_accessible;
+  size_t view_offset = host ? 0 : (size_t)tensor->byte_offset;
   devbuf__storage *storage;
-  status = devbuf__storage_create(NULL, device, bytes, 0, &storage);
+  status = devbuf__storage_create(NULL, device, host ? bytes : extent, 0, &storage);
   devbuf_device_release(device); // the storage holds its own reference
   if (status != DEVBUF_OK) return status;
   storage->read_only = read_only;
-  storage->memory.host = device->host_accessible ? (void *)address : NULL;
-  storage->memory.device = (uint64_t)address;
-  storage->memory.size = bytes;
+  storage->memory.host = host ? (void *)address : NULL;
+  storage->memory.device = host ? (uint64_t)address : (uint64_t)(uintptr_t)tensor->data;
+  storage->memory.size = storage->size;
   atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
-  status = devbuf__buffer_wrap(storage, 0, bytes, dtype, shape, (size_t)tensor->ndim, out_buffer);
+  status = devbuf__buffer_wrap(storage, view_offset, bytes, dtype, shape, (size_t)tensor->ndim, out_buffer);
   if (status != DEVBUF_OK) return status; // the tensor stays the caller's
   storage->release_external = release;
   storage->external = managed;
@@ -243,6 +255,7 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only, void 
 }
 
 devbuf_status devbuf_buffer_from_dlpack_versioned(struct DLManagedTensorVersioned *tensor, devbuf_buffer_t **out_buffer) {
+  if (out_buffer) *out_buffer = NULL;
   if (!tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: tensor is NULL");
   if (tensor->version.major != DEVBUF_DLPACK_MAJOR)
     return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: DLPack version %u.%u; devbuf reads %d.x",

@@ -169,8 +169,8 @@ static devbuf_status run_launch(devbuf_device_t *device, cl_command_queue queue,
   cl_uint index = 0;
   for (size_t u = 0; u < work->use_count && status == DEVBUF_OK; u++, index++) {
     devbuf__work_use *use = &work->uses[u];
-    cl_mem mem = devbuf__cl_mem(use->memory);
-    if (use->offset || use->size != use->memory->size) {
+    cl_mem mem = devbuf__cl_mem(&use->memory);
+    if (use->offset || use->size != use->memory.size) {
       cl_buffer_region region = {use->offset, use->size ? use->size : 1};
       mem = view_count < 64 ? cl->clCreateSubBuffer(mem, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &code)
                             : NULL;
@@ -211,10 +211,10 @@ static devbuf_status run_launch(devbuf_device_t *device, cl_command_queue queue,
 devbuf_status devbuf__opencl_run(devbuf_device_t *device, void *queue, devbuf__work *work) {
   switch (work->kind) {
   case DEVBUF__WORK_FILL:
-    return devbuf__opencl_fill(device, queue, work->uses[0].memory, work->uses[0].offset, work->uses[0].size,
+    return devbuf__opencl_fill(device, queue, &work->uses[0].memory, work->uses[0].offset, work->uses[0].size,
                                work->scalars, work->scalars_size);
   case DEVBUF__WORK_COPY:
-    return devbuf__opencl_copy(device, queue, work->uses[0].memory, work->uses[0].offset, work->uses[1].memory,
+    return devbuf__opencl_copy(device, queue, &work->uses[0].memory, work->uses[0].offset, &work->uses[1].memory,
                                work->uses[1].offset, work->uses[0].size);
   case DEVBUF__WORK_LAUNCH:
     return run_launch(device, queue, work);

@@ -558,7 +558,7 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   slot->hazard = NULL;
   work_data(work)[index] = buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
   work_sizes(work)[index] = buffer->size;
-  slot->memory = &storage->memory;
+  slot->memory = storage->memory;
   slot->offset = buffer->offset;
   slot->size = buffer->size;
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order

@@ -19,7 +19,8 @@ typedef enum devbuf__work_kind {
 typedef struct devbuf__work_use {
   devbuf__record record;
   devbuf__hazard *hazard;   // NULL for zero-length uses
-  const devbuf_memory_t *memory; // the storage's memory (alive until the item retires, B10)
+  devbuf_memory_t memory;        // a copy: the memory outlives the item (B10), but the storage
+                                 // record holding it may be handed on while the item waits
   size_t offset, size;           // the view's bytes within it
 } devbuf__work_use;
 

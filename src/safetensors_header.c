@@ -206,7 +206,8 @@ static devbuf_status parse_members(parser *p) {
   devbuf__json *json = &p->json;
   devbuf_tensor_file_t *file = p->file;
   if (json->size == 0 || json->text[0] != '{')
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: does not start with '{'");
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: does not start with '{' (byte 0 is 0x%02x)",
+                         json->size ? (unsigned)(unsigned char)json->text[0] : 0u);
   json->pos = 1;
   bool more = true;
   devbuf_status status = DEVBUF_OK;

@@ -30,7 +30,9 @@ devbuf_status devbuf_safetensors_inspect(const char *path, devbuf_tensor_file_t 
   if (fd < 0) return devbuf__error(DEVBUF_IO_ERROR, "cannot open '%.200s': %s", path, strerror(errno));
   struct stat info;
   devbuf_status status = DEVBUF_OK;
-  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode))
+  if (fstat(fd, &info) != 0)
+    status = devbuf__error(DEVBUF_IO_ERROR, "cannot stat '%.200s': %s", path, strerror(errno));
+  else if (!S_ISREG(info.st_mode))
     status = devbuf__error(DEVBUF_IO_ERROR, "'%.200s' is not a regular file", path);
   uint64_t file_size = status == DEVBUF_OK ? (uint64_t)info.st_size : 0;
   if (status == DEVBUF_OK && file_size < 8)

@@ -78,6 +78,8 @@ static void test_export_describes_buffer(void) {
   CHECK_OK(devbuf_buffer_to_dlpack_versioned(mapped, 0, &tensor));
   CHECK(tensor->flags & DEVBUF_DL_FLAG_READ_ONLY);
   tensor->deleter(tensor);
+  CHECK_STATUS(devbuf_buffer_to_dlpack(mapped, 0, &legacy), DEVBUF_READ_ONLY); // it could not say so
+  CHECK(legacy == NULL);
   CHECK_STATUS(devbuf_buffer_to_dlpack_versioned(mapped, 1u << 5, &tensor), DEVBUF_INVALID_ARGUMENT);
   devbuf_buffer_release(mapped);
   devbuf_buffer_release(view);
@@ -187,6 +189,24 @@ static void test_import_refusals(void) {
   REFUSED((p.shape[0] = INT64_MAX, p.shape[1] = 4), DEVBUF_OVERFLOW, "");
   REFUSED(p.versioned.dl_tensor.device.device_type = DEVBUF_DL_CUDA, DEVBUF_UNAVAILABLE, "cuda");
 #undef REFUSED
+  // Strides whose running product passes INT64_MAX are checked without overflow.
+  producer_init(&p);
+  p.versioned.dl_tensor.dtype = (DLDataType){DEVBUF_DL_UINT, 8, 1};
+  p.shape[0] = 2, p.shape[1] = INT64_C(1) << 62;
+  p.strides[0] = INT64_C(1) << 62, p.strides[1] = 1;
+  CHECK_OK(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer)); // what the producer claims
+  devbuf_buffer_release(buffer);
+  CHECK_EQ_U(p.deleted, 1);
+  producer_init(&p);
+  p.versioned.dl_tensor.dtype = (DLDataType){DEVBUF_DL_UINT, 8, 1};
+  p.shape[0] = 4, p.shape[1] = INT64_C(1) << 61;
+  p.strides[0] = INT64_MIN, p.strides[1] = 1;
+  buffer = NULL;
+  CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), DEVBUF_UNSUPPORTED);
+  p.versioned.version.major = 9;
+  buffer = (devbuf_buffer_t *)&p; // a stale value the failure must clear
+  CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), DEVBUF_UNSUPPORTED);
+  CHECK(buffer == NULL && p.deleted == 0);
   CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(NULL, &buffer), DEVBUF_INVALID_ARGUMENT);
   CHECK_STATUS(devbuf_buffer_from_dlpack(NULL, &buffer), DEVBUF_INVALID_ARGUMENT);
 }

@@ -1,6 +1,7 @@
 // devbuf inspect FILE [--json]: the tensors of a safetensors file, from its header alone.
 #include "commands.h"
 #include "devbuf.h"
+#include "printable.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -56,12 +57,16 @@ static void print_json(const char *path, const devbuf_tensor_file_t *file, FILE 
 
 static void print_table(const char *path, const devbuf_tensor_file_t *file, FILE *out) {
   size_t count = devbuf_tensor_file_count(file);
-  fprintf(out, "%s: %zu tensors, header %llu bytes, data %llu bytes\n", path, count,
+  char safe_path[512];
+  fprintf(out, "%s: %zu tensors, header %llu bytes, data %llu bytes\n",
+          devbuf_tool_printable(path, safe_path, sizeof safe_path), count,
           (unsigned long long)devbuf_tensor_file_header_size(file), (unsigned long long)devbuf_tensor_file_data_size(file));
   for (size_t i = 0; i < devbuf_tensor_file_metadata_count(file); i++) {
     const char *key, *value;
     devbuf_tensor_file_metadata(file, i, &key, &value);
-    fprintf(out, "  metadata %s = %s\n", key, value);
+    char safe_key[256], safe_value[1024];
+    fprintf(out, "  metadata %s = %s\n", devbuf_tool_printable(key, safe_key, sizeof safe_key),
+            devbuf_tool_printable(value, safe_value, sizeof safe_value));
   }
   size_t width = 4;
   for (size_t i = 0; i < count; i++) {
@@ -79,7 +84,9 @@ static void print_table(const char *path, const devbuf_tensor_file_t *file, FILE
     for (size_t d = 0; d < info.ndim && used < sizeof shape; d++)
       used += (size_t)snprintf(shape + used, sizeof shape - used, d ? ", %zu" : "%zu", info.shape[d]);
     if (used < sizeof shape - 1) strcat(shape, "]");
-    fprintf(out, "  %-*s  %-11s %-20s %14llu  [%llu, %llu)\n", (int)width, info.name,
+    char name[256];
+    fprintf(out, "  %-*s  %-11s %-20s %14llu  [%llu, %llu)\n", (int)width,
+            devbuf_tool_printable(info.name, name, sizeof name),
             devbuf_dtype_safetensors_name(info.dtype), shape, (unsigned long long)(info.end - info.begin),
             (unsigned long long)info.begin, (unsigned long long)info.end);
   }

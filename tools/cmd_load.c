@@ -2,6 +2,7 @@
 // timed; with --verify, a checksum of every tensor (on every core). Without FILE, the build's sample model.
 #include "commands.h"
 #include "devbuf.h"
+#include "printable.h"
 #include "sample_model.h"
 #include "verify.h"
 
@@ -150,8 +151,9 @@ int devbuf_cmd_load(int argc, char **argv) {
         for (size_t d = 0; d < info.ndim && used < sizeof shape; d++)
           used += (size_t)snprintf(shape + used, sizeof shape - used, d ? ",%zu" : "%zu", info.shape[d]);
         if (used < sizeof shape - 1) strcat(shape, "]");
+        char name[256];
         printf("  %016llx  %-5s %-18s %s\n", (unsigned long long)sums[i], devbuf_dtype_safetensors_name(info.dtype),
-               shape, info.name);
+               shape, devbuf_tool_printable(info.name, name, sizeof name));
       }
     }
     free(sums);

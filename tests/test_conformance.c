@@ -1,0 +1,301 @@
+// The conformance suite: what every backend must do the same way, run against the device
+// named on the command line (`test_conformance cpu`, `test_conformance opencl:0`). A device
+// that cannot be opened is reported as skipped, with the reason.
+#include "check.h"
+
+#include <stdint.h>
+
+static devbuf_device_t *device;
+static devbuf_allocator_t *allocator; // the device's own memory
+
+static devbuf_buffer_t *new_bytes(devbuf_allocator_t *from, size_t size, uint32_t flags) {
+  devbuf_buffer_t *buffer = NULL;
+  if (devbuf_buffer_allocate(from, DEVBUF_UINT8, &size, 1, flags, &buffer) != DEVBUF_OK) {
+    fprintf(stderr, "cannot allocate %zu bytes: %s\n", size, devbuf_last_error());
+    exit(1);
+  }
+  return buffer;
+}
+
+static void pattern(unsigned char *bytes, size_t size, unsigned seed) {
+  for (size_t i = 0; i < size; i++) bytes[i] = (unsigned char)(i * 31 + seed * 7 + (i >> 8));
+}
+
+// Reads a buffer back through a copy (works whether or not the CPU can address it).
+static unsigned char *read_back(devbuf_buffer_t *buffer) {
+  size_t size = devbuf_buffer_size(buffer);
+  unsigned char *bytes = malloc(size + 1);
+  CHECK_OK(devbuf_buffer_copyout(buffer, bytes, size));
+  return bytes;
+}
+
+// A caching allocator over the device's raw allocator reuses its memory exactly.
+static void test_caching_reuse(void) {
+  devbuf_allocator_t *raw = NULL, *counted = NULL, *caching = NULL;
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  CHECK_OK(devbuf_stats_adaptor_create(raw, &counted));
+  CHECK_OK(devbuf_caching_allocator_create(counted, NULL, &caching));
+  for (int i = 0; i < 2000; i++) {
+    devbuf_buffer_t *buffer = new_bytes(caching, 4096, 0);
+    devbuf_buffer_release(buffer);
+  }
+  devbuf_allocator_stats_t raw_stats = stats_of(counted), stats = stats_of(caching);
+  CHECK_EQ_U(raw_stats.system_allocs, 1);
+  CHECK_EQ_U(stats.active, 0);
+  CHECK_EQ_U(stats.cached, 4096);
+  devbuf_allocator_clear_cache(caching);
+  CHECK_EQ_U(stats_of(caching).cached, 0);
+  CHECK_EQ_U(stats_of(counted).system_frees, 1);
+  devbuf_allocator_release(caching);
+  devbuf_allocator_release(counted);
+  devbuf_allocator_release(raw);
+}
+
+static void test_copies(void) {
+  enum { SIZE = 1 << 16 };
+  unsigned char *source = malloc(SIZE), *back;
+  pattern(source, SIZE, 1);
+  devbuf_buffer_t *buffer = new_bytes(allocator, SIZE, 0);
+  CHECK_OK(devbuf_buffer_copyin(buffer, source, SIZE));
+  back = read_back(buffer);
+  CHECK(memcmp(back, source, SIZE) == 0);
+  free(back);
+  // Views at any offset, both ways.
+  devbuf_buffer_t *view;
+  CHECK_OK(devbuf_buffer_view(buffer, 1001, 3000, &view));
+  unsigned char piece[3000];
+  CHECK_OK(devbuf_buffer_copyout(view, piece, sizeof piece));
+  CHECK(memcmp(piece, source + 1001, sizeof piece) == 0);
+  memset(piece, 0xab, sizeof piece);
+  CHECK_OK(devbuf_buffer_copyin(view, piece, sizeof piece));
+  memset(source + 1001, 0xab, sizeof piece);
+  back = read_back(buffer);
+  CHECK(memcmp(back, source, SIZE) == 0);
+  free(back);
+  // Overlapping views of one storage behave like memmove, in both directions.
+  devbuf_buffer_t *low, *high;
+  CHECK_OK(devbuf_buffer_view(buffer, 0, SIZE - 100, &low));
+  CHECK_OK(devbuf_buffer_view(buffer, 100, SIZE - 100, &high));
+  CHECK_OK(devbuf_buffer_copy_from(high, low));
+  memmove(source + 100, source, SIZE - 100);
+  back = read_back(buffer);
+  CHECK(memcmp(back, source, SIZE) == 0);
+  free(back);
+  CHECK_OK(devbuf_buffer_copy_from(low, high));
+  memmove(source, source + 100, SIZE - 100);
+  back = read_back(buffer);
+  CHECK(memcmp(back, source, SIZE) == 0);
+  free(back);
+  // Across devices, and between the device's two kinds of memory.
+  devbuf_device_t *cpu;
+  CHECK_OK(devbuf_device_open("cpu", &cpu));
+  devbuf_buffer_t *on_cpu = new_bytes(devbuf_device_allocator(cpu), SIZE, 0);
+  devbuf_buffer_t *visible = new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), SIZE, 0);
+  CHECK_OK(devbuf_buffer_copy_from(on_cpu, buffer));
+  CHECK_OK(devbuf_buffer_copy_from(visible, on_cpu));
+  pattern(source, SIZE, 2);
+  CHECK_OK(devbuf_buffer_copyin(on_cpu, source, SIZE));
+  CHECK_OK(devbuf_buffer_copy_from(buffer, on_cpu));
+  back = read_back(buffer);
+  CHECK(memcmp(back, source, SIZE) == 0);
+  free(back);
+  CHECK_STATUS(devbuf_buffer_copy_from(view, on_cpu), DEVBUF_SIZE_MISMATCH);
+  devbuf_buffer_release(visible);
+  devbuf_buffer_release(on_cpu);
+  devbuf_device_release(cpu);
+  devbuf_buffer_release(low);
+  devbuf_buffer_release(high);
+  devbuf_buffer_release(view);
+  devbuf_buffer_release(buffer);
+  free(source);
+}
+
+static void test_zero_and_lazy(void) {
+  devbuf_buffer_t *dirty = new_bytes(allocator, 8192, 0);
+  unsigned char ones[8192];
+  memset(ones, 0xff, sizeof ones);
+  CHECK_OK(devbuf_buffer_copyin(dirty, ones, sizeof ones));
+  devbuf_buffer_release(dirty); // its memory is cached, dirty
+  devbuf_buffer_t *zeroed = new_bytes(allocator, 8192, DEVBUF_BUFFER_ZERO);
+  unsigned char *back = read_back(zeroed);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < 8192; i++) nonzero += back[i] != 0;
+  CHECK_EQ_U(nonzero, 0);
+  free(back);
+  devbuf_buffer_release(zeroed);
+  size_t size = 100;
+  devbuf_buffer_t *lazy = NULL;
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_UINT8, &size, 1, 0, &lazy));
+  CHECK(!devbuf_buffer_is_allocated(lazy));
+  CHECK_OK(devbuf_buffer_copyin(lazy, ones, 100));
+  CHECK(devbuf_buffer_is_allocated(lazy));
+  devbuf_buffer_release(lazy);
+}
+
+// Device memory is host-addressable only where the device's memory is host memory; the
+// host-visible kind always is, under the same rules (B4).
+static void test_host_access(void) {
+  devbuf_buffer_t *own = new_bytes(allocator, 256, 0);
+  const void *data;
+  size_t size;
+  devbuf_status expected = devbuf_buffer_is_cpu_accessible(own) ? DEVBUF_OK : DEVBUF_NOT_CPU_ACCESSIBLE;
+  CHECK(devbuf_device_kind_of(device) != DEVBUF_DEVICE_CPU || expected == DEVBUF_OK);
+  CHECK_STATUS(devbuf_buffer_contents(own, &data, &size), expected);
+  if (expected == DEVBUF_OK) devbuf_buffer_end_access(own, data);
+  uint64_t address;
+  CHECK_OK(devbuf_buffer_device_ptr(own, &address));
+  devbuf_buffer_release(own);
+
+  devbuf_buffer_t *visible = new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), 256, 0);
+  CHECK(devbuf_buffer_is_cpu_accessible(visible));
+  void *writable;
+  CHECK_OK(devbuf_buffer_contents_mut(visible, &writable, &size));
+  memset(writable, 0x5c, size);
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  unsigned char one = 1;
+  CHECK_STATUS(devbuf_queue_fill(queue, visible, &one, 1), DEVBUF_HOST_ACCESS_OPEN);
+  CHECK_OK(devbuf_buffer_end_access(visible, writable));
+  devbuf_buffer_t *half;
+  CHECK_OK(devbuf_buffer_view(visible, 128, 128, &half));
+  CHECK_OK(devbuf_queue_fill(queue, half, &one, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_OK(devbuf_buffer_contents(visible, &data, &size));
+  const unsigned char *bytes = data;
+  CHECK(bytes[0] == 0x5c && bytes[127] == 0x5c && bytes[128] == 1 && bytes[255] == 1); // the device's fill
+  devbuf_buffer_end_access(visible, data);
+  devbuf_buffer_release(half);
+  devbuf_buffer_release(visible);
+  devbuf_queue_release(queue);
+}
+
+static void test_queue_fill_copy(void) {
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_buffer_t *a = new_bytes(allocator, 4096, 0), *b = new_bytes(allocator, 4096, 0);
+  uint32_t word = 0xdeadbeef;
+  CHECK_OK(devbuf_queue_fill(queue, a, &word, 4));
+  devbuf_buffer_t *tail;
+  CHECK_OK(devbuf_buffer_view(a, 4000, 96, &tail));
+  unsigned char odd[3] = {1, 2, 3};
+  CHECK_OK(devbuf_queue_fill(queue, tail, odd, 3)); // a pattern drivers do not fill natively
+  CHECK_OK(devbuf_queue_copy(queue, b, a));
+  CHECK_OK(devbuf_queue_finish(queue));
+  unsigned char *back = read_back(b);
+  uint32_t first;
+  memcpy(&first, back, 4);
+  CHECK(first == 0xdeadbeef && back[4000] == 1 && back[4001] == 2 && back[4002] == 3 && back[4095] == 3);
+  free(back);
+  CHECK_STATUS(devbuf_queue_fill(queue, a, odd, 3), DEVBUF_SIZE_MISMATCH);
+  devbuf_buffer_release(tail);
+  devbuf_buffer_release(a);
+  devbuf_buffer_release(b);
+  devbuf_queue_release(queue);
+}
+
+// Work behind an event does not run until the host signals it; two queues order their
+// conflicting work (RAW and WAR) and not their disjoint work.
+static void test_events_and_hazards(void) {
+  devbuf_queue_t *first, *second;
+  CHECK_OK(devbuf_queue_create(device, &first));
+  CHECK_OK(devbuf_queue_create(device, &second));
+  devbuf_event_t *go;
+  CHECK_OK(devbuf_event_create(0, &go));
+  devbuf_buffer_t *a = new_bytes(allocator, 1024, 0), *b = new_bytes(allocator, 1024, 0);
+  unsigned char seven = 7, nine = 9;
+  CHECK_OK(devbuf_queue_fill(first, b, &nine, 1));
+  CHECK_OK(devbuf_queue_wait(first, go, 1));
+  CHECK_OK(devbuf_queue_fill(first, a, &seven, 1)); // held back by the event
+  CHECK_OK(devbuf_queue_copy(second, b, a));         // RAW on a: waits for the fill
+  CHECK(devbuf_buffer_in_use(a) && devbuf_buffer_in_use(b));
+  CHECK_STATUS(devbuf_event_wait(go, 1, 1000000), DEVBUF_TIMEOUT);
+  CHECK_OK(devbuf_event_signal(go, 1));
+  CHECK_OK(devbuf_queue_finish(second));
+  unsigned char *back = read_back(b);
+  CHECK(back[0] == 7 && back[1023] == 7);
+  free(back);
+  // WAR: a copy reads a, then another queue overwrites a: the copy sees the old bytes.
+  CHECK_OK(devbuf_queue_wait(first, go, 2));
+  CHECK_OK(devbuf_queue_copy(first, b, a));
+  CHECK_OK(devbuf_queue_fill(second, a, &nine, 1));
+  CHECK_OK(devbuf_event_signal(go, 2));
+  CHECK_OK(devbuf_device_synchronize(device));
+  back = read_back(b);
+  CHECK(back[0] == 7);
+  free(back);
+  back = read_back(a);
+  CHECK(back[0] == 9);
+  free(back);
+  CHECK(!devbuf_buffer_in_use(a) && !devbuf_buffer_in_use(b));
+  devbuf_buffer_release(a);
+  devbuf_buffer_release(b);
+  devbuf_event_release(go);
+  devbuf_queue_release(first);
+  devbuf_queue_release(second);
+}
+
+// Memory released while work uses it is reused by new work in order, and never early.
+static void test_release_in_flight(void) {
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_event_t *go;
+  CHECK_OK(devbuf_event_create(0, &go));
+  devbuf_buffer_t *old = new_bytes(allocator, 65536, 0);
+  unsigned char one = 1, two = 2;
+  CHECK_OK(devbuf_queue_wait(queue, go, 1));
+  CHECK_OK(devbuf_queue_fill(queue, old, &one, 1));
+  devbuf_buffer_release(old); // work still pending on it
+  devbuf_buffer_t *reused = NULL;
+  size_t size = 65536;
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_UINT8, &size, 1, 0, &reused));
+  CHECK_OK(devbuf_queue_fill(queue, reused, &two, 1)); // may take the old memory, ordered after
+  CHECK_OK(devbuf_event_signal(go, 1));
+  unsigned char *back = read_back(reused); // waits for the work
+  CHECK(back[0] == 2 && back[65535] == 2);
+  free(back);
+  devbuf_buffer_release(reused);
+  devbuf_event_release(go);
+  devbuf_queue_release(queue);
+}
+
+static void test_cancel(void) {
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_event_t *go, *done;
+  CHECK_OK(devbuf_event_create(0, &go));
+  CHECK_OK(devbuf_event_create(0, &done));
+  devbuf_buffer_t *a = new_bytes(allocator, 256, 0);
+  unsigned char five = 5;
+  CHECK_OK(devbuf_queue_wait(queue, go, 1));
+  CHECK_OK(devbuf_queue_fill(queue, a, &five, 1));
+  CHECK_OK(devbuf_queue_signal(queue, done, 1));
+  CHECK_OK(devbuf_queue_cancel(queue));
+  CHECK_STATUS(devbuf_event_wait(done, 1, UINT64_MAX), DEVBUF_CANCELLED);
+  CHECK(!devbuf_buffer_in_use(a));
+  CHECK_OK(devbuf_queue_fill(queue, a, &five, 1)); // the queue stays usable
+  CHECK_OK(devbuf_queue_finish(queue));
+  devbuf_buffer_release(a);
+  devbuf_event_release(go);
+  devbuf_event_release(done);
+  devbuf_queue_release(queue);
+}
+
+int main(int argc, char **argv) {
+  const char *spec = argc > 1 ? argv[1] : "cpu";
+  if (devbuf_device_open(spec, &device) != DEVBUF_OK) {
+    printf("SKIP: %s: %s\n", spec, devbuf_last_error());
+    return SKIP_EXIT_CODE;
+  }
+  allocator = devbuf_device_allocator(device);
+  printf("conformance on %s (%s)\n", devbuf_device_spec(device), devbuf_device_name(device));
+  RUN(test_caching_reuse);
+  RUN(test_copies);
+  RUN(test_zero_and_lazy);
+  RUN(test_host_access);
+  RUN(test_queue_fill_copy);
+  RUN(test_events_and_hazards);
+  RUN(test_release_in_flight);
+  RUN(test_cancel);
+  devbuf_device_release(device);
+  return CHECK_EXIT();
+}

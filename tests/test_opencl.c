@@ -1,0 +1,181 @@
+// What only the OpenCL backend does: device facts, the size limit of one allocation,
+// programs (built once, the build log on failure), kernels over views, a refused launch
+// failing its queue like a failing kernel. With `--expect-unavailable REASON`, it checks
+// instead that opencl:0 answers UNAVAILABLE naming REASON (run with no ICD loader, or with
+// an empty vendors folder).
+#include "check.h"
+
+#include <stdint.h>
+
+static devbuf_device_t *device;
+
+static const char *source =
+    "__kernel void scale(__global float *out, __global const float *in, float factor) {\n"
+    "  size_t i = get_global_id(0);\n"
+    "  out[i] = in[i] * factor;\n"
+    "}\n"
+    "__kernel void add_one(__global int *data) { data[get_global_id(0)] += 1; }\n";
+
+static devbuf_status cpu_kernel(const devbuf_kernel_args_t *args) {
+  (void)args;
+  return DEVBUF_OK;
+}
+
+static void test_device_facts(void) {
+  devbuf_device_info_t info;
+  CHECK_OK(devbuf_device_info(device, &info));
+  CHECK(strstr(info.version, "OpenCL") != NULL);
+  CHECK(info.global_memory > 0 && info.max_allocation > 0 && info.max_allocation <= info.global_memory);
+  CHECK(info.alignment >= 1 && (info.alignment & (info.alignment - 1)) == 0);
+  CHECK(devbuf_device_kind_of(device) == DEVBUF_DEVICE_OPENCL);
+  CHECK(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE) != devbuf_device_allocator(device));
+}
+
+static void test_oversize_allocation(void) {
+  devbuf_device_info_t info;
+  devbuf_device_info(device, &info);
+  size_t size = (size_t)info.max_allocation + 4096;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_STATUS(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer),
+               DEVBUF_OUT_OF_MEMORY);
+  char expected[64];
+  snprintf(expected, sizeof expected, "at most %llu bytes", (unsigned long long)info.max_allocation);
+  CHECK_MESSAGE(expected);
+  CHECK(buffer == NULL);
+}
+
+static void test_device_memory_is_not_host_memory(void) {
+  size_t size = 64;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_FLOAT32, &size, 1, 0, &buffer));
+  const void *data;
+  void *writable;
+  CHECK_STATUS(devbuf_buffer_contents(buffer, &data, NULL), DEVBUF_NOT_CPU_ACCESSIBLE);
+  CHECK_MESSAGE("opencl:0");
+  CHECK_STATUS(devbuf_buffer_contents_mut(buffer, &writable, NULL), DEVBUF_NOT_CPU_ACCESSIBLE);
+  devbuf_array_t array;
+  CHECK_STATUS(devbuf_buffer_as_array(buffer, DEVBUF_FLOAT32, &array), DEVBUF_NOT_CPU_ACCESSIBLE);
+  CHECK_STATUS(devbuf_buffer_unsynchronized_ptr(buffer, &writable, NULL), DEVBUF_NOT_CPU_ACCESSIBLE);
+  devbuf_buffer_release(buffer);
+}
+
+static void test_programs_and_kernels(void) {
+  devbuf_program_t *program = NULL, *again = NULL;
+  CHECK_OK(devbuf_program_build(device, source, NULL, &program));
+  CHECK_OK(devbuf_program_build(device, source, NULL, &again)); // from the cache
+  if (!program || !again) return;
+  enum { N = 1024 };
+  size_t shape = 2 * N;
+  devbuf_buffer_t *in = NULL, *out = NULL;
+  devbuf_allocator_t *allocator = devbuf_device_allocator(device);
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &shape, 1, 0, &in));
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &shape, 1, DEVBUF_BUFFER_ZERO, &out));
+  float values[2 * N];
+  for (int i = 0; i < 2 * N; i++) values[i] = (float)i;
+  CHECK_OK(devbuf_buffer_copyin(in, values, sizeof values));
+  // The second halves, as views: the kernel sees each view as a buffer of its own.
+  devbuf_buffer_t *in_half, *out_half;
+  CHECK_OK(devbuf_buffer_view(in, N * sizeof(float), N * sizeof(float), &in_half));
+  CHECK_OK(devbuf_buffer_view(out, N * sizeof(float), N * sizeof(float), &out_half));
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  float factor = 0.5f;
+  devbuf_use_t uses[2] = {{out_half, DEVBUF_ACCESS_WRITE}, {in_half, DEVBUF_ACCESS_READ}};
+  devbuf_arg_t args[1] = {{&factor, sizeof factor}};
+  devbuf_launch_t launch = {1, {N, 1, 1}, {0, 0, 0}};
+  CHECK_OK(devbuf_queue_launch(queue, again, "scale", &launch, uses, 2, args, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  float back[2 * N];
+  CHECK_OK(devbuf_buffer_copyout(out, back, sizeof back));
+  size_t wrong = 0;
+  for (int i = 0; i < 2 * N; i++) wrong += back[i] != (i < N ? 0.0f : (float)i * 0.5f);
+  CHECK_EQ_U(wrong, 0);
+
+  // Refusals at submission: an unknown kernel, a misaligned view, bad sizes.
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "absent", &launch, uses, 2, args, 1), DEVBUF_NOT_FOUND);
+  CHECK_MESSAGE("absent");
+  devbuf_buffer_t *odd;
+  CHECK_OK(devbuf_buffer_view(in, 4, 16, &odd));
+  devbuf_use_t odd_use = {odd, DEVBUF_ACCESS_READ_WRITE};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &launch, &odd_use, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("multiples of");
+  devbuf_launch_t uneven = {1, {100, 1, 1}, {64, 0, 0}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &uneven, uses, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_queue_submit(queue, cpu_kernel, uses, 1, NULL, 0), DEVBUF_UNSUPPORTED);
+  devbuf_buffer_release(odd);
+
+  // A launch the driver refuses (a missing argument) fails the queue with its cause; what
+  // was queued behind it never runs, and its events fail too.
+  devbuf_event_t *go, *after;
+  CHECK_OK(devbuf_event_create(0, &go));
+  CHECK_OK(devbuf_event_create(0, &after));
+  CHECK_OK(devbuf_queue_wait(queue, go, 1)); // hold the launch back until all is queued
+  CHECK_OK(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, NULL, 0));
+  CHECK_OK(devbuf_queue_signal(queue, after, 1));
+  CHECK_OK(devbuf_event_signal(go, 1));
+  CHECK_STATUS(devbuf_event_wait(after, 1, 60000000000ull), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("scale");
+  CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, args, 1), DEVBUF_DEVICE_FAILURE);
+  CHECK(!devbuf_buffer_in_use(out));
+  devbuf_event_release(go);
+  devbuf_event_release(after);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(in_half);
+  devbuf_buffer_release(out_half);
+  devbuf_buffer_release(in);
+  devbuf_buffer_release(out);
+  devbuf_program_release(program);
+  devbuf_program_release(again);
+}
+
+static void test_build_failure_carries_the_log(void) {
+  devbuf_program_t *program = NULL;
+  CHECK_STATUS(devbuf_program_build(device, "__kernel void broken(__global int *x) { x[0] = ; }", NULL, &program),
+               DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("build log");
+  CHECK_MESSAGE("error");
+  CHECK(program == NULL);
+  devbuf_device_t *cpu;
+  CHECK_OK(devbuf_device_open("cpu", &cpu));
+  CHECK_STATUS(devbuf_program_build(cpu, source, NULL, &program), DEVBUF_UNSUPPORTED);
+  devbuf_device_release(cpu);
+}
+
+static void test_dlpack_of_device_memory(void) {
+  size_t size = 16;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_INT32, &size, 1, 0, &buffer));
+  struct DLManagedTensorVersioned *tensor = NULL;
+  CHECK_OK(devbuf_buffer_to_dlpack_versioned(buffer, 0, &tensor));
+  devbuf_buffer_t *imported = NULL;
+  CHECK_OK(devbuf_buffer_from_dlpack_versioned(tensor, &imported)); // an opencl tensor comes back to opencl:0
+  CHECK(imported && devbuf_buffer_device(imported) == device && !devbuf_buffer_is_cpu_accessible(imported));
+  int32_t values[16] = {1, 2, 3}, back[16];
+  CHECK_OK(devbuf_buffer_copyin(imported, values, sizeof values));
+  CHECK_OK(devbuf_buffer_copyout(buffer, back, sizeof back));
+  CHECK(back[2] == 3);
+  devbuf_buffer_release(imported);
+  devbuf_buffer_release(buffer);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0) {
+    CHECK_STATUS(devbuf_device_open("opencl:0", &device), DEVBUF_UNAVAILABLE);
+    CHECK_MESSAGE(argv[2]);
+    printf("%s\n", devbuf_last_error());
+    return CHECK_EXIT();
+  }
+  if (devbuf_device_open("opencl:0", &device) != DEVBUF_OK) {
+    printf("SKIP: %s\n", devbuf_last_error());
+    return SKIP_EXIT_CODE;
+  }
+  RUN(test_device_facts);
+  RUN(test_oversize_allocation);
+  RUN(test_device_memory_is_not_host_memory);
+  RUN(test_programs_and_kernels);
+  RUN(test_build_failure_carries_the_log);
+  RUN(test_dlpack_of_device_memory);
+  devbuf_device_release(device);
+  return CHECK_EXIT();
+}
