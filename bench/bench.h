@@ -39,5 +39,7 @@ void bench_copy(const bench_config *config);
 void bench_threads(const bench_config *config);
 void bench_queue(const bench_config *config);
 void bench_load(const bench_config *config);
+// OpenCL devices: allocation and copies against the driver's own calls.
+void bench_opencl(const bench_config *config);
 
 #endif
