@@ -39,6 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   take(&data, &size, &t.dtype, sizeof t.dtype);
   take(&data, &size, &t.device, sizeof t.device);
   if (header[2] & 4) t.device = (DLDevice){DEVBUF_DL_CPU, 0};
+  // The data of a device tensor is a driver handle (a cl_mem): a fuzzed one would only test
+  // the driver. Device tensors are imported as CPU ones instead.
+  if (t.device.device_type == DEVBUF_DL_OPENCL || t.device.device_type == DEVBUF_DL_CUDA)
+    t.device.device_type = DEVBUF_DL_CPU;
   uint16_t offset;
   take(&data, &size, &offset, sizeof offset);
   t.byte_offset = header[2] & 8 ? UINT64_MAX - offset : offset;
@@ -61,7 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   // Read the bytes only where the claimed memory really is the backing array.
   uint64_t address;
-  if (devbuf_buffer_device_ptr(buffer, &address) == DEVBUF_OK && address >= (uintptr_t)backing &&
+  if (devbuf_buffer_is_cpu_accessible(buffer) && devbuf_buffer_device_ptr(buffer, &address) == DEVBUF_OK &&
+      address >= (uintptr_t)backing &&
       address + devbuf_buffer_size(buffer) <= (uintptr_t)backing + sizeof backing) {
     static unsigned char copy[sizeof backing];
     if (devbuf_buffer_copyout(buffer, copy, devbuf_buffer_size(buffer)) != DEVBUF_OK) {
