@@ -118,6 +118,7 @@ static devbuf_status find_device(const devbuf__opencl_api *cl, int index, cl_pla
     if (cl->clGetDeviceIDs(ids[p], CL_DEVICE_TYPE_ALL, 0, NULL, &count) != CL_SUCCESS) continue;
     if (index < seen + (int)count) {
       cl_device_id devices[256];
+      if (index - seen >= 256) break; // more devices on one platform than devbuf numbers
       if (count > 256) count = 256;
       cl->clGetDeviceIDs(ids[p], CL_DEVICE_TYPE_ALL, count, devices, NULL);
       *out_platform = ids[p];
@@ -194,6 +195,11 @@ static devbuf_status opencl_raw_alloc(devbuf_device_t *device, devbuf_memory_kin
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s allocates at most %llu bytes at once (CL_DEVICE_MAX_MEM_ALLOC_SIZE); "
                          "%zu requested", device->spec, (unsigned long long)device->max_allocation, size);
   bool host_visible = kind == DEVBUF_MEMORY_HOST_VISIBLE;
+  // Host-visible memory stays mapped while the device uses it, which OpenCL only allows
+  // where device and host share memory; elsewhere it would need a map around every access.
+  if (host_visible && !device->unified_memory)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "%s: host-visible memory needs a device with host-unified memory "
+                         "(CL_DEVICE_HOST_UNIFIED_MEMORY); use device memory and copies", device->spec);
   cl_int code = CL_SUCCESS;
   cl_mem mem = cl->clCreateBuffer(state->context, CL_MEM_READ_WRITE | (host_visible ? CL_MEM_ALLOC_HOST_PTR : 0), size,
                                   NULL, &code);
@@ -245,50 +251,66 @@ static devbuf_status opencl_read(devbuf_device_t *device, const devbuf_memory_t 
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf__opencl_copy(devbuf_device_t *device, cl_command_queue queue, const devbuf_memory_t *dst,
-                                  size_t dst_offset, const devbuf_memory_t *src, size_t src_offset, size_t size) {
+// Waits on the host for `count` events (staged operations cannot hand them to the driver).
+static devbuf_status wait_all(const devbuf__opencl_api *cl, cl_uint count, const cl_event *waits) {
+  if (!count) return DEVBUF_OK;
+  cl_int code = cl->clWaitForEvents(count, waits);
+  return code == CL_SUCCESS ? DEVBUF_OK : devbuf__opencl_error(code, "work this item waits for failed");
+}
+
+devbuf_status devbuf__opencl_enqueue_copy(devbuf_device_t *device, cl_command_queue queue, const devbuf_memory_t *dst,
+                                          size_t dst_offset, const devbuf_memory_t *src, size_t src_offset,
+                                          size_t size, cl_uint wait_count, const cl_event *waits, cl_event *out_event) {
   devbuf__opencl_device *state = devbuf__opencl_of(device);
   const devbuf__opencl_api *cl = state->cl;
-  if (size == 0) return DEVBUF_OK;
+  *out_event = NULL;
   bool overlap = dst->device == src->device && dst_offset < src_offset + size && src_offset < dst_offset + size;
-  if (overlap) { // OpenCL refuses overlapping copies within one buffer: stage through the host
+  if (size == 0 || overlap) { // OpenCL refuses overlapping copies within one buffer: stage through the host
+    devbuf_status status = wait_all(cl, wait_count, waits);
+    if (status != DEVBUF_OK || size == 0) return status;
     void *staging = devbuf__malloc(size);
     if (!staging) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte copy", device->spec, size);
-    devbuf_status status = opencl_read(device, src, src_offset, staging, size);
+    status = opencl_read(device, src, src_offset, staging, size);
     if (status == DEVBUF_OK) status = opencl_write(device, dst, dst_offset, staging, size);
     devbuf__free(staging);
     return status;
   }
-  cl_event done = NULL;
   cl_int code = cl->clEnqueueCopyBuffer(queue, devbuf__cl_mem(src), devbuf__cl_mem(dst), src_offset, dst_offset, size,
-                                        0, NULL, &done);
+                                        wait_count, wait_count ? waits : NULL, out_event);
   if (code != CL_SUCCESS) return devbuf__opencl_error(code, "%s: copying %zu bytes", device->spec, size);
-  return devbuf__opencl_wait(cl, done, "a copy");
+  return DEVBUF_OK;
 }
 
 static devbuf_status opencl_copy(devbuf_device_t *device, const devbuf_memory_t *dst, size_t dst_offset,
                                  const devbuf_memory_t *src, size_t src_offset, size_t size) {
-  return devbuf__opencl_copy(device, devbuf__opencl_of(device)->transfers, dst, dst_offset, src, src_offset, size);
+  cl_event done;
+  devbuf_status status = devbuf__opencl_enqueue_copy(device, devbuf__opencl_of(device)->transfers, dst, dst_offset, src,
+                                                     src_offset, size, 0, NULL, &done);
+  if (status != DEVBUF_OK || !done) return status;
+  devbuf__opencl_of(device)->cl->clFlush(devbuf__opencl_of(device)->transfers);
+  return devbuf__opencl_wait(devbuf__opencl_of(device)->cl, done, "a copy");
 }
 
-devbuf_status devbuf__opencl_fill(devbuf_device_t *device, cl_command_queue queue, const devbuf_memory_t *dst,
-                                  size_t offset, size_t size, const void *pattern, size_t pattern_size) {
+devbuf_status devbuf__opencl_enqueue_fill(devbuf_device_t *device, cl_command_queue queue, const devbuf_memory_t *dst,
+                                          size_t offset, size_t size, const void *pattern, size_t pattern_size,
+                                          cl_uint wait_count, const cl_event *waits, cl_event *out_event) {
   devbuf__opencl_device *state = devbuf__opencl_of(device);
-  if (size == 0) return DEVBUF_OK;
+  *out_event = NULL;
   bool native = pattern_size <= 128 && (pattern_size & (pattern_size - 1)) == 0 && offset % pattern_size == 0;
-  if (!native) { // the driver fills only power-of-two patterns at aligned offsets: write it out
+  if (size == 0 || !native) { // the driver fills only power-of-two patterns at aligned offsets: write it out
+    devbuf_status status = wait_all(state->cl, wait_count, waits);
+    if (status != DEVBUF_OK || size == 0) return status;
     char *bytes = devbuf__malloc(size);
     if (!bytes) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte fill", device->spec, size);
     for (size_t done = 0; done < size; done += pattern_size) memcpy(bytes + done, pattern, pattern_size);
-    devbuf_status status = opencl_write(device, dst, offset, bytes, size);
+    status = opencl_write(device, dst, offset, bytes, size);
     devbuf__free(bytes);
     return status;
   }
-  cl_event done = NULL;
-  cl_int code = state->cl->clEnqueueFillBuffer(queue, devbuf__cl_mem(dst), pattern, pattern_size, offset, size, 0, NULL,
-                                               &done);
+  cl_int code = state->cl->clEnqueueFillBuffer(queue, devbuf__cl_mem(dst), pattern, pattern_size, offset, size,
+                                               wait_count, wait_count ? waits : NULL, out_event);
   if (code != CL_SUCCESS) return devbuf__opencl_error(code, "%s: filling %zu bytes", device->spec, size);
-  return devbuf__opencl_wait(state->cl, done, "a fill");
+  return DEVBUF_OK;
 }
 
 static devbuf_status opencl_zero(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset, size_t size) {
@@ -297,7 +319,12 @@ static devbuf_status opencl_zero(devbuf_device_t *device, const devbuf_memory_t 
     return DEVBUF_OK;
   }
   static const unsigned char zero = 0;
-  return devbuf__opencl_fill(device, devbuf__opencl_of(device)->transfers, dst, offset, size, &zero, 1);
+  cl_event done;
+  devbuf_status status = devbuf__opencl_enqueue_fill(device, devbuf__opencl_of(device)->transfers, dst, offset, size,
+                                                     &zero, 1, 0, NULL, &done);
+  if (status != DEVBUF_OK || !done) return status;
+  devbuf__opencl_of(device)->cl->clFlush(devbuf__opencl_of(device)->transfers);
+  return devbuf__opencl_wait(devbuf__opencl_of(device)->cl, done, "a fill");
 }
 
 static devbuf_status opencl_synchronize(devbuf_device_t *device) {
@@ -321,6 +348,8 @@ const devbuf__backend devbuf__backend_opencl = {
     .queue_create = devbuf__opencl_queue_create,
     .queue_destroy = devbuf__opencl_queue_destroy,
     .run = devbuf__opencl_run,
+    .event_release = devbuf__opencl_event_release,
+    .cancel_wait = devbuf__opencl_cancel_wait,
     .program_build = devbuf__opencl_program_build,
     .program_release = devbuf__opencl_program_release,
     .program_has_kernel = devbuf__opencl_program_has_kernel,

@@ -79,7 +79,9 @@ static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export
   }
   // DLPack wants the allocation's address with the view's offset apart.
   *out = (DLTensor){
-      .data = host ? storage->memory.host : (void *)(uintptr_t)storage->memory.device,
+      // A device tensor's data is the driver's handle (a cl_mem), even for memory the CPU
+      // can also address: that is what consumers of the device type expect.
+      .data = storage->device->host_accessible ? storage->memory.host : (void *)(uintptr_t)storage->memory.device,
       .device = {dl_device_type(storage->device), storage->device->index},
       .ndim = (int32_t)buffer->ndim,
       .dtype = {code, bits, 1},

@@ -30,19 +30,60 @@ devbuf_event_t *devbuf_event_retain(devbuf_event_t *event) {
   return event;
 }
 
+// Calls the watches of a detached list with `status`.
+static void notify(devbuf__event_watch *watches, devbuf_status status) {
+  while (watches) {
+    devbuf__event_watch *next = watches->next;
+    watches->reached(watches->context, status);
+    devbuf__free(watches);
+    watches = next;
+  }
+}
+
+devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
+                                        void (*reached)(void *context, devbuf_status status), void *context) {
+  devbuf__event_watch *watch = devbuf__malloc(sizeof *watch);
+  if (!watch) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to watch an event");
+  *watch = (devbuf__event_watch){value, reached, context, NULL};
+  pthread_mutex_lock(&event->lock);
+  devbuf_status now = event->failure;
+  bool ready = atomic_load_explicit(&event->value, memory_order_acquire) >= value;
+  if (!ready && now == DEVBUF_OK) {
+    watch->next = event->watches;
+    event->watches = watch;
+    watch = NULL;
+  }
+  pthread_mutex_unlock(&event->lock);
+  if (watch) notify(watch, ready ? DEVBUF_OK : now);
+  return DEVBUF_OK;
+}
+
 void devbuf_event_release(devbuf_event_t *event) {
   if (!event || atomic_fetch_sub_explicit(&event->refs, 1, memory_order_acq_rel) != 1) return;
+  notify(event->watches, DEVBUF_CANCELLED);
   pthread_cond_destroy(&event->reached);
   pthread_mutex_destroy(&event->lock);
   devbuf__free(event);
 }
 
 void devbuf__event_raise(devbuf_event_t *event, uint64_t value) {
+  devbuf__event_watch *reached = NULL;
   pthread_mutex_lock(&event->lock);
   if (value > atomic_load_explicit(&event->value, memory_order_relaxed))
     atomic_store_explicit(&event->value, value, memory_order_release);
   if (event->waiters) pthread_cond_broadcast(&event->reached);
+  for (devbuf__event_watch **link = &event->watches; *link;) {
+    devbuf__event_watch *watch = *link;
+    if (watch->value <= value) {
+      *link = watch->next;
+      watch->next = reached;
+      reached = watch;
+    } else {
+      link = &watch->next;
+    }
+  }
   pthread_mutex_unlock(&event->lock);
+  notify(reached, DEVBUF_OK); // outside the lock: a watch may call into a driver
 }
 
 void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char *message) {
@@ -52,7 +93,10 @@ void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char 
     snprintf(event->message, sizeof event->message, "%s", message);
   }
   pthread_cond_broadcast(&event->reached);
+  devbuf__event_watch *all = event->watches;
+  event->watches = NULL;
   pthread_mutex_unlock(&event->lock);
+  notify(all, event->failure);
 }
 
 devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {

@@ -89,11 +89,16 @@ typedef struct devbuf__backend {
                         size_t size);
   devbuf_status (*synchronize)(devbuf_device_t *device); // (optional)
   // Queues of devices whose work is not run by the CPU (optional, all or none): a device
-  // queue made with the devbuf queue, and the execution of fill, copy and launch items on
-  // it, returning once the item has completed on the device.
+  // queue made with the devbuf queue; the execution of an item (fill, copy, launch, wait
+  // for an event) on it, which waits for the item's dependencies (on the device where it
+  // can, leaving the driver's event in work->device_event for items that depend on it) and
+  // returns once the item has completed; the release of such an event; and waking a wait
+  // item that devbuf_queue_cancel cancels.
   devbuf_status (*queue_create)(devbuf_device_t *device, void **out_queue);
   void (*queue_destroy)(devbuf_device_t *device, void *queue);
   devbuf_status (*run)(devbuf_device_t *device, void *queue, devbuf__work *work);
+  void (*event_release)(devbuf_device_t *device, void *event);
+  void (*cancel_wait)(devbuf_device_t *device, void *queue);
   // Programs (optional): build (cached by source and options), release, and whether a
   // kernel of that name exists.
   devbuf_status (*program_build)(devbuf_device_t *device, const char *source, const char *options,

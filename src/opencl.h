@@ -34,16 +34,22 @@ devbuf_status devbuf__opencl_error(cl_int code, const char *format, ...) __attri
 // the command ended with an error status.
 devbuf_status devbuf__opencl_wait(const devbuf__opencl_api *cl, cl_event event, const char *what);
 
-// Fill and copy on a command queue, waiting for completion (opencl_backend.c).
-devbuf_status devbuf__opencl_fill(devbuf_device_t *device, cl_command_queue queue, const devbuf_memory_t *dst,
-                                  size_t offset, size_t size, const void *pattern, size_t pattern_size);
-devbuf_status devbuf__opencl_copy(devbuf_device_t *device, cl_command_queue queue, const devbuf_memory_t *dst,
-                                  size_t dst_offset, const devbuf_memory_t *src, size_t src_offset, size_t size);
+// Fill and copy enqueued on `queue` after `waits`; *out_event is the command's event, or
+// NULL when the work was done at once on the host (staged patterns and overlapping copies,
+// after waiting for `waits` there).
+devbuf_status devbuf__opencl_enqueue_fill(devbuf_device_t *device, cl_command_queue queue, const devbuf_memory_t *dst,
+                                          size_t offset, size_t size, const void *pattern, size_t pattern_size,
+                                          cl_uint wait_count, const cl_event *waits, cl_event *out_event);
+devbuf_status devbuf__opencl_enqueue_copy(devbuf_device_t *device, cl_command_queue queue, const devbuf_memory_t *dst,
+                                          size_t dst_offset, const devbuf_memory_t *src, size_t src_offset,
+                                          size_t size, cl_uint wait_count, const cl_event *waits, cl_event *out_event);
 
 // Queues and programs (opencl_queue.c): the backend's entries.
 devbuf_status devbuf__opencl_queue_create(devbuf_device_t *device, void **out_queue);
 void devbuf__opencl_queue_destroy(devbuf_device_t *device, void *queue);
 devbuf_status devbuf__opencl_run(devbuf_device_t *device, void *queue, devbuf__work *work);
+void devbuf__opencl_event_release(devbuf_device_t *device, void *event);
+void devbuf__opencl_cancel_wait(devbuf_device_t *device, void *queue);
 devbuf_status devbuf__opencl_program_build(devbuf_device_t *device, const char *source, const char *options,
                                            void **out_program);
 void devbuf__opencl_program_release(devbuf_device_t *device, void *program);

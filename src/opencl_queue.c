@@ -1,25 +1,80 @@
 // OpenCL queues and programs. Each devbuf queue owns an in-order cl_command_queue; its
-// worker enqueues an item (fill, copy, kernel) there and returns when the item's completion
-// callback fires, so the tracker retires it exactly when the device is done with it.
+// worker enqueues an item there and returns when the item's completion callback fires, so
+// the tracker retires it exactly when the device is done with it. An item that depends on
+// work of another queue waits for that work's cl_event on the device; a wait for a
+// host-signalled event is a marker behind an OpenCL user event that the event completes.
 // Programs are built once per device, source and options, and shared.
 #include "opencl.h"
 #include "queue.h"
 
 #include <string.h>
 
+// A user event that one devbuf event value, or cancel, completes (whichever comes first).
+typedef struct gate {
+  const devbuf__opencl_api *cl;
+  cl_event user;
+  atomic_bool settled;
+  atomic_int refs; // the event's watch and the waiting worker
+} gate;
+
+typedef struct opencl_queue {
+  cl_command_queue queue;
+  pthread_mutex_t lock; // `waiting`
+  gate *waiting;        // the gate the worker waits behind, for cancel
+} opencl_queue;
+
+static void gate_open(gate *g) {
+  // Always CL_COMPLETE: whether the wait succeeded is decided on the host, and a failed user
+  // event would fail the commands behind it in the in-order queue.
+  if (!atomic_exchange(&g->settled, true)) g->cl->clSetUserEventStatus(g->user, CL_COMPLETE);
+}
+
+static void gate_unref(gate *g) {
+  if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+  g->cl->clReleaseEvent(g->user);
+  devbuf__free(g);
+}
+
+static void gate_reached(void *context, devbuf_status status) {
+  (void)status;
+  gate_open(context);
+  gate_unref(context);
+}
+
 devbuf_status devbuf__opencl_queue_create(devbuf_device_t *device, void **out_queue) {
   devbuf__opencl_device *state = devbuf__opencl_of(device);
+  opencl_queue *q = devbuf__calloc(1, sizeof *q);
+  if (!q) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a queue");
   cl_int code = CL_SUCCESS;
-  cl_command_queue queue = state->cl->clCreateCommandQueue(state->context, state->id, 0, &code);
-  if (!queue) return devbuf__opencl_error(code, "%s: clCreateCommandQueue", device->spec);
-  *out_queue = queue;
+  q->queue = state->cl->clCreateCommandQueue(state->context, state->id, 0, &code);
+  if (!q->queue) {
+    devbuf__free(q);
+    return devbuf__opencl_error(code, "%s: clCreateCommandQueue", device->spec);
+  }
+  pthread_mutex_init(&q->lock, NULL);
+  *out_queue = q;
   return DEVBUF_OK;
 }
 
 void devbuf__opencl_queue_destroy(devbuf_device_t *device, void *queue) {
   const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
-  cl->clFinish(queue);
-  cl->clReleaseCommandQueue(queue);
+  opencl_queue *q = queue;
+  cl->clFinish(q->queue);
+  cl->clReleaseCommandQueue(q->queue);
+  pthread_mutex_destroy(&q->lock);
+  devbuf__free(q);
+}
+
+void devbuf__opencl_cancel_wait(devbuf_device_t *device, void *queue) {
+  (void)device;
+  opencl_queue *q = queue;
+  pthread_mutex_lock(&q->lock);
+  if (q->waiting) gate_open(q->waiting);
+  pthread_mutex_unlock(&q->lock);
+}
+
+void devbuf__opencl_event_release(devbuf_device_t *device, void *event) {
+  devbuf__opencl_of(device)->cl->clReleaseEvent(event);
 }
 
 // ---- programs ------------------------------------------------------------------------------
@@ -155,25 +210,30 @@ devbuf_status devbuf__opencl_program_has_kernel(devbuf_device_t *device, void *b
 // ---- running work items --------------------------------------------------------------------
 
 // A kernel: the uses as buffers of their own bytes (sub-buffers for views that do not start
-// at the storage's start), then the scalars.
-static devbuf_status run_launch(devbuf_device_t *device, cl_command_queue queue, devbuf__work *work) {
+// at the storage's start), then the scalars. Enqueued after `waits`.
+static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue queue, devbuf__work *work,
+                                    cl_uint wait_count, const cl_event *waits, cl_event *out_event) {
   devbuf__opencl_device *state = devbuf__opencl_of(device);
   const devbuf__opencl_api *cl = state->cl;
   devbuf__opencl_program *p = work->program->backend_program;
   cl_int code = CL_SUCCESS;
   cl_kernel kernel = cl->clCreateKernel(p->program, work->kernel_name, &code); // one per launch: no shared args
   if (!kernel) return devbuf__opencl_error(code, "%s: kernel '%.100s'", device->spec, work->kernel_name);
-  cl_mem views[64];
+  cl_mem stack_views[16], *views = stack_views;
+  if (work->use_count > 16 && !(views = devbuf__malloc(work->use_count * sizeof *views))) {
+    cl->clReleaseKernel(kernel);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu kernel arguments", work->use_count);
+  }
   size_t view_count = 0;
   devbuf_status status = DEVBUF_OK;
   cl_uint index = 0;
   for (size_t u = 0; u < work->use_count && status == DEVBUF_OK; u++, index++) {
     devbuf__work_use *use = &work->uses[u];
-    cl_mem mem = devbuf__cl_mem(&use->memory);
-    if (use->offset || use->size != use->memory.size) {
-      cl_buffer_region region = {use->offset, use->size ? use->size : 1};
-      mem = view_count < 64 ? cl->clCreateSubBuffer(mem, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &code)
-                            : NULL;
+    // A zero-length use is tracked by nothing, so its memory may be gone: the kernel gets NULL.
+    cl_mem mem = use->size ? devbuf__cl_mem(&use->memory) : NULL;
+    if (use->size && (use->offset || use->size != use->memory.size)) {
+      cl_buffer_region region = {use->offset, use->size};
+      mem = cl->clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &code); // flags: the parent's
       if (!mem) {
         status = devbuf__opencl_error(code, "%s: a view of %zu bytes at %zu for argument %u", device->spec, use->size,
                                       use->offset, index);
@@ -194,31 +254,132 @@ static devbuf_status run_launch(devbuf_device_t *device, cl_command_queue queue,
     bytes += sizes[a];
   }
   if (status == DEVBUF_OK) {
-    cl_event done = NULL;
     const devbuf_launch_t *launch = &work->launch;
     code = cl->clEnqueueNDRangeKernel(queue, kernel, launch->dims, NULL, launch->global,
-                                      launch->local[0] ? launch->local : NULL, 0, NULL, &done);
+                                      launch->local[0] ? launch->local : NULL, wait_count, wait_count ? waits : NULL,
+                                      out_event);
     if (code != CL_SUCCESS)
       status = devbuf__opencl_error(code, "%s: launching kernel '%.100s'", device->spec, work->kernel_name);
-    else
-      status = devbuf__opencl_wait(cl, done, "a kernel");
   }
+  // Kernel and views may go now: the driver keeps what an enqueued command uses.
   for (size_t v = 0; v < view_count; v++) cl->clReleaseMemObject(views[v]);
+  if (views != stack_views) devbuf__free(views);
   cl->clReleaseKernel(kernel);
   return status;
 }
 
-devbuf_status devbuf__opencl_run(devbuf_device_t *device, void *queue, devbuf__work *work) {
-  switch (work->kind) {
-  case DEVBUF__WORK_FILL:
-    return devbuf__opencl_fill(device, queue, &work->uses[0].memory, work->uses[0].offset, work->uses[0].size,
-                               work->scalars, work->scalars_size);
-  case DEVBUF__WORK_COPY:
-    return devbuf__opencl_copy(device, queue, &work->uses[0].memory, work->uses[0].offset, &work->uses[1].memory,
-                               work->uses[1].offset, work->uses[0].size);
-  case DEVBUF__WORK_LAUNCH:
-    return run_launch(device, queue, work);
-  default:
-    return devbuf__error(DEVBUF_UNSUPPORTED, "%s cannot run this work item", device->spec);
+// The events of the work `work` depends on: those already enqueued on this device are
+// handed to the driver (retained, *out_count of them); the rest are waited for on the host.
+static devbuf_status gather_deps(devbuf_device_t *device, devbuf__work *work, cl_event *waits, cl_uint *out_count) {
+  const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
+  devbuf_status failed = DEVBUF_OK;
+  cl_uint count = 0;
+  for (size_t i = 0; i < work->dep_count; i++) {
+    devbuf__work *dep = work->deps[i];
+    devbuf_status dep_status = DEVBUF_OK;
+    cl_event event = atomic_load_explicit(&dep->device_event, memory_order_acquire);
+    if (atomic_load_explicit(&dep->done, memory_order_acquire))
+      dep_status = dep->status;
+    else if (event && dep->event_device == device)
+      cl->clRetainEvent(waits[count++] = event); // alive while we hold `dep`, ours from here
+    else
+      dep_status = devbuf__work_wait_done(dep);
+    if (dep_status != DEVBUF_OK && failed == DEVBUF_OK) failed = dep_status;
   }
+  devbuf__work_release_deps(work);
+  *out_count = count;
+  if (failed != DEVBUF_OK)
+    return devbuf__error(DEVBUF_DEVICE_FAILURE, "work on another queue that this item waits for failed (%s)",
+                         devbuf_status_name(failed));
+  return DEVBUF_OK;
+}
+
+// A wait for a host-signalled event value: a marker behind a user event that the value
+// (or cancel) completes.
+static devbuf_status enqueue_wait(devbuf_device_t *device, opencl_queue *q, devbuf__work *work, cl_event *out_event) {
+  devbuf__opencl_device *state = devbuf__opencl_of(device);
+  gate *g = devbuf__malloc(sizeof *g);
+  if (!g) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event wait");
+  cl_int code = CL_SUCCESS;
+  g->cl = state->cl;
+  g->user = state->cl->clCreateUserEvent(state->context, &code);
+  if (!g->user) {
+    devbuf__free(g);
+    return devbuf__opencl_error(code, "%s: clCreateUserEvent", device->spec);
+  }
+  atomic_init(&g->settled, false);
+  atomic_init(&g->refs, 2);
+  pthread_mutex_lock(&q->lock);
+  q->waiting = g;
+  pthread_mutex_unlock(&q->lock);
+  if (devbuf__event_watch_value(work->event, work->value, gate_reached, g) != DEVBUF_OK) {
+    gate_open(g); // no watch: the host decides below
+    gate_unref(g);
+  }
+  if (atomic_load(&work->cancel)) gate_open(g); // cancelled before the gate was there
+  code = state->cl->clEnqueueMarkerWithWaitList(q->queue, 1, &g->user, out_event);
+  devbuf_status status = DEVBUF_OK;
+  if (code != CL_SUCCESS) {
+    gate_open(g);
+    status = devbuf__opencl_error(code, "%s: a marker for an event wait", device->spec);
+  }
+  return status;
+}
+
+// After the marker of a wait: forget the gate, and say how the wait ended.
+static devbuf_status finish_wait(opencl_queue *q, devbuf__work *work, devbuf_status status) {
+  pthread_mutex_lock(&q->lock);
+  gate *g = q->waiting;
+  q->waiting = NULL;
+  pthread_mutex_unlock(&q->lock);
+  if (g) gate_unref(g);
+  if (status != DEVBUF_OK) return status;
+  if (atomic_load(&work->cancel))
+    return devbuf__error(DEVBUF_CANCELLED, "the wait for event value %llu was cancelled", (unsigned long long)work->value);
+  if (devbuf_event_value(work->event) >= work->value) return DEVBUF_OK;
+  return devbuf_event_status(work->event); // it failed: its cause and message
+}
+
+devbuf_status devbuf__opencl_run(devbuf_device_t *device, void *queue, devbuf__work *work) {
+  const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
+  opencl_queue *q = queue;
+  cl_event stack_waits[16], *waits = stack_waits;
+  if (work->dep_count > 16 && !(waits = devbuf__malloc(work->dep_count * sizeof *waits)))
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu dependencies", work->dep_count);
+  cl_uint wait_count = 0;
+  devbuf_status status = gather_deps(device, work, waits, &wait_count);
+  cl_event done = NULL;
+  if (status == DEVBUF_OK) {
+    switch (work->kind) {
+    case DEVBUF__WORK_FILL:
+      status = devbuf__opencl_enqueue_fill(device, q->queue, &work->uses[0].memory, work->uses[0].offset,
+                                           work->uses[0].size, work->scalars, work->scalars_size, wait_count, waits,
+                                           &done);
+      break;
+    case DEVBUF__WORK_COPY:
+      status = devbuf__opencl_enqueue_copy(device, q->queue, &work->uses[0].memory, work->uses[0].offset,
+                                           &work->uses[1].memory, work->uses[1].offset, work->uses[0].size, wait_count,
+                                           waits, &done);
+      break;
+    case DEVBUF__WORK_LAUNCH:
+      status = enqueue_launch(device, q->queue, work, wait_count, waits, &done);
+      break;
+    case DEVBUF__WORK_WAIT:
+      status = enqueue_wait(device, q, work, &done);
+      break;
+    default:
+      status = devbuf__error(DEVBUF_UNSUPPORTED, "%s cannot run this work item", device->spec);
+    }
+  }
+  for (cl_uint i = 0; i < wait_count; i++) cl->clReleaseEvent(waits[i]); // the driver keeps what it needs
+  if (waits != stack_waits) devbuf__free(waits);
+  if (done) { // dependents on other queues may wait for it on the device from now on
+    cl->clFlush(q->queue); // submitted: only then is completion (and the callback) promised
+    cl->clRetainEvent(done);
+    work->event_device = devbuf_device_retain(device);
+    atomic_store_explicit(&work->device_event, done, memory_order_release);
+    status = devbuf__opencl_wait(cl, done, work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command");
+  }
+  if (work->kind == DEVBUF__WORK_WAIT) status = finish_wait(q, work, status);
+  return status;
 }

@@ -69,6 +69,12 @@ static void work_unref(devbuf__work *work, devbuf__work **recycled) {
   work->event = NULL;
   devbuf_program_release(work->program);
   work->program = NULL;
+  void *device_event = atomic_exchange_explicit(&work->device_event, NULL, memory_order_acquire);
+  if (device_event) {
+    work->event_device->backend->event_release(work->event_device, device_event);
+    devbuf_device_release(work->event_device);
+    work->event_device = NULL;
+  }
   if (work->pooled) {
     work->next = *recycled;
     *recycled = work;
@@ -125,6 +131,8 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
     work->dep_count = work->dep_capacity = 0;
     work->event = NULL;
     work->program = NULL;
+    atomic_init(&work->device_event, NULL);
+    work->event_device = NULL;
     devbuf__mutex_init(&work->lock);
     pthread_cond_init(&work->completed, NULL);
   }
@@ -147,7 +155,7 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
 static void **work_data(devbuf__work *work) { return (void **)(work->uses + work->use_count); }
 static size_t *work_sizes(devbuf__work *work) { return (size_t *)(work_data(work) + work->use_count); }
 
-static devbuf_status wait_done(devbuf__work *work) {
+devbuf_status devbuf__work_wait_done(devbuf__work *work) {
   // The other queue is usually about to finish it: spin a little, then give the core away
   // (on a busy machine the other worker may need it), and only then sleep.
   for (int spin = 0; spin < SPIN_CHECKS + YIELDS; spin++) {
@@ -271,16 +279,20 @@ static void fill(void *data, size_t size, const void *pattern, size_t pattern_si
   }
 }
 
+void devbuf__work_release_deps(devbuf__work *work) {
+  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i]);
+  work->dep_count = 0;
+}
+
 // Waits for the work of other queues this item depends on, then lets go of it, so that
 // finished work never keeps a chain of older work alive.
 static devbuf_status wait_deps(devbuf__work *work) {
   devbuf_status failed = DEVBUF_OK;
   for (size_t i = 0; i < work->dep_count; i++) {
-    devbuf_status dep_status = wait_done(work->deps[i]);
+    devbuf_status dep_status = devbuf__work_wait_done(work->deps[i]);
     if (dep_status != DEVBUF_OK && failed == DEVBUF_OK) failed = dep_status;
   }
-  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i]);
-  work->dep_count = 0;
+  devbuf__work_release_deps(work);
   if (failed != DEVBUF_OK)
     return devbuf__error(DEVBUF_DEVICE_FAILURE, "work on another queue that this item waits for failed (%s)",
                          devbuf_status_name(failed));
@@ -288,11 +300,12 @@ static devbuf_status wait_deps(devbuf__work *work) {
 }
 
 static devbuf_status run(devbuf__work *work) {
+  devbuf_queue_t *queue = work->queue;
+  // A device queue's backend waits for dependencies itself, on the device where it can.
+  if (queue->device_queue && work->kind != DEVBUF__WORK_SIGNAL)
+    return queue->device->backend->run(queue->device, queue->device_queue, work);
   devbuf_status dep_status = wait_deps(work);
   if (dep_status != DEVBUF_OK) return dep_status;
-  devbuf_queue_t *queue = work->queue;
-  if (queue->device_queue && work->kind != DEVBUF__WORK_SIGNAL && work->kind != DEVBUF__WORK_WAIT)
-    return queue->device->backend->run(queue->device, queue->device_queue, work);
   void **data = work_data(work);
   size_t *sizes = work_sizes(work);
   switch (work->kind) {
@@ -505,6 +518,7 @@ devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
     pthread_mutex_lock(&waiting->event->lock); // wake the worker out of its event wait
     pthread_cond_broadcast(&waiting->event->reached);
     pthread_mutex_unlock(&waiting->event->lock);
+    if (queue->device_queue) queue->device->backend->cancel_wait(queue->device, queue->device_queue);
   }
   pthread_mutex_unlock(&queue->lock);
   retire_unrun(queue, pending, DEVBUF_CANCELLED);

@@ -36,6 +36,8 @@ struct devbuf__work {
   atomic_size_t waiters;           // threads blocked on `completed`
   devbuf_status status;
   atomic_bool cancel;              // a WAIT item is asked to stop waiting
+  void *_Atomic device_event;      // device queues: the driver's event once enqueued (run)
+  devbuf_device_t *event_device;   // ... and its device (retained), which releases it
   devbuf__work **deps;             // retained; released once waited for
   size_t dep_count, dep_capacity;
   devbuf_cpu_kernel_fn kernel;
@@ -53,6 +55,20 @@ struct devbuf__work {
 
 devbuf__work *devbuf__work_retain(devbuf__work *work);
 void devbuf__work_release(devbuf__work *work);
+// Waits on the host until `work` has retired; its status.
+devbuf_status devbuf__work_wait_done(devbuf__work *work);
+// Lets go of the work items `work` depends on, once it no longer needs them.
+void devbuf__work_release_deps(devbuf__work *work);
+
+// A callback for when an event reaches a value: OK then, or the event's failure (or
+// CANCELLED when the event goes first). Lets device queues wait for host signals on the
+// device (OpenCL user events) instead of on a thread.
+typedef struct devbuf__event_watch {
+  uint64_t value;
+  void (*reached)(void *context, devbuf_status status);
+  void *context;
+  struct devbuf__event_watch *next;
+} devbuf__event_watch;
 
 struct devbuf_event {
   atomic_size_t refs;
@@ -62,7 +78,12 @@ struct devbuf_event {
   size_t waiters;                  // under lock
   devbuf_status failure;           // under lock; OK while healthy
   char message[256];
+  devbuf__event_watch *watches;    // under lock
 };
+
+// Calls `reached` once the event reaches `value` (at once if it has), or fails.
+devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
+                                        void (*reached)(void *context, devbuf_status status), void *context);
 
 // Raises the value (never lowers it) and wakes waiters.
 void devbuf__event_raise(devbuf_event_t *event, uint64_t value);

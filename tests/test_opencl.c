@@ -3,6 +3,7 @@
 // failing its queue like a failing kernel. With `--expect-unavailable REASON`, it checks
 // instead that opencl:0 answers UNAVAILABLE naming REASON (run with no ICD loader, or with
 // an empty vendors folder).
+#include "../src/dlpack_abi.h"
 #include "check.h"
 
 #include <stdint.h>
@@ -14,7 +15,8 @@ static const char *source =
     "  size_t i = get_global_id(0);\n"
     "  out[i] = in[i] * factor;\n"
     "}\n"
-    "__kernel void add_one(__global int *data) { data[get_global_id(0)] += 1; }\n";
+    "__kernel void add_one(__global int *data) { data[get_global_id(0)] += 1; }\n"
+    "__kernel void ignore(__global int *unused) { }\n";
 
 static devbuf_status cpu_kernel(const devbuf_kernel_args_t *args) {
   (void)args;
@@ -142,11 +144,40 @@ static void test_build_failure_carries_the_log(void) {
   devbuf_device_release(cpu);
 }
 
+// A zero-length view is passed as NULL (nothing keeps its memory): even once the memory has
+// gone back to the driver, the launch runs.
+static void test_zero_length_view_launch(void) {
+  devbuf_program_t *program = NULL;
+  CHECK_OK(devbuf_program_build(device, source, NULL, &program));
+  if (!program) return;
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_event_t *go;
+  CHECK_OK(devbuf_event_create(0, &go));
+  size_t size = 4096;
+  devbuf_allocator_t *allocator = devbuf_device_allocator(device);
+  devbuf_buffer_t *buffer = NULL, *empty = NULL;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_INT32, &size, 1, 0, &buffer));
+  CHECK_OK(devbuf_buffer_view(buffer, 4096, 0, &empty));
+  devbuf_use_t use = {empty, DEVBUF_ACCESS_READ};
+  devbuf_launch_t launch = {1, {1, 1, 1}, {0, 0, 0}};
+  CHECK_OK(devbuf_queue_wait(queue, go, 1));
+  CHECK_OK(devbuf_queue_launch(queue, program, "ignore", &launch, &use, 1, NULL, 0));
+  devbuf_buffer_release(empty);
+  devbuf_buffer_release(buffer);
+  devbuf_allocator_clear_cache(allocator);
+  CHECK_OK(devbuf_event_signal(go, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  devbuf_event_release(go);
+  devbuf_queue_release(queue);
+  devbuf_program_release(program);
+}
+
 static void test_dlpack_of_device_memory(void) {
   size_t size = 16;
   devbuf_buffer_t *buffer = NULL;
   CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_INT32, &size, 1, 0, &buffer));
-  struct DLManagedTensorVersioned *tensor = NULL;
+  DLManagedTensorVersioned *tensor = NULL;
   CHECK_OK(devbuf_buffer_to_dlpack_versioned(buffer, 0, &tensor));
   devbuf_buffer_t *imported = NULL;
   CHECK_OK(devbuf_buffer_from_dlpack_versioned(tensor, &imported)); // an opencl tensor comes back to opencl:0
@@ -154,6 +185,19 @@ static void test_dlpack_of_device_memory(void) {
   int32_t values[16] = {1, 2, 3}, back[16];
   CHECK_OK(devbuf_buffer_copyin(imported, values, sizeof values));
   CHECK_OK(devbuf_buffer_copyout(buffer, back, sizeof back));
+  CHECK(back[2] == 3);
+  devbuf_buffer_release(imported);
+  devbuf_buffer_release(buffer);
+  // Host-visible memory of an OpenCL device is still an OpenCL tensor: its data is the cl_mem.
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), DEVBUF_INT32, &size,
+                                  1, 0, &buffer));
+  CHECK_OK(devbuf_buffer_copyin(buffer, values, sizeof values));
+  CHECK_OK(devbuf_buffer_to_dlpack_versioned(buffer, 0, &tensor));
+  uint64_t handle;
+  devbuf_buffer_device_ptr(buffer, &handle);
+  CHECK(tensor->dl_tensor.device.device_type == DEVBUF_DL_OPENCL && tensor->dl_tensor.data == (void *)(uintptr_t)handle);
+  CHECK_OK(devbuf_buffer_from_dlpack_versioned(tensor, &imported));
+  CHECK_OK(devbuf_buffer_copyout(imported, back, sizeof back)); // a cl_mem the driver accepts
   CHECK(back[2] == 3);
   devbuf_buffer_release(imported);
   devbuf_buffer_release(buffer);
@@ -175,6 +219,7 @@ int main(int argc, char **argv) {
   RUN(test_device_memory_is_not_host_memory);
   RUN(test_programs_and_kernels);
   RUN(test_build_failure_carries_the_log);
+  RUN(test_zero_length_view_launch);
   RUN(test_dlpack_of_device_memory);
   devbuf_device_release(device);
   return CHECK_EXIT();
