@@ -146,12 +146,8 @@ int devbuf_cmd_load(int argc, char **argv) {
       for (size_t i = 0; i < count; i++) {
         devbuf_tensor_info_t info;
         devbuf_tensor_file_info(file, i, &info);
-        char shape[64] = "[";
-        size_t used = 1;
-        for (size_t d = 0; d < info.ndim && used < sizeof shape; d++)
-          used += (size_t)snprintf(shape + used, sizeof shape - used, d ? ",%zu" : "%zu", info.shape[d]);
-        if (used < sizeof shape - 1) strcat(shape, "]");
-        char name[256];
+        char shape[64], name[256];
+        devbuf_tool_shape_text(info.shape, info.ndim, ",", shape, sizeof shape);
         printf("  %016llx  %-5s %-18s %s\n", (unsigned long long)sums[i], devbuf_dtype_safetensors_name(info.dtype),
                shape, devbuf_tool_printable(info.name, name, sizeof name));
       }

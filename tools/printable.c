@@ -1,4 +1,4 @@
-// The escaping of printable.h.
+// The text helpers of printable.h.
 #include "printable.h"
 
 #include <stdio.h>
@@ -17,5 +17,14 @@ const char *devbuf_tool_printable(const char *text, char *out, size_t capacity) 
     }
   }
   out[used] = '\0';
+  return out;
+}
+
+const char *devbuf_tool_shape_text(const size_t *shape, size_t ndim, const char *separator, char *out,
+                                   size_t capacity) {
+  size_t used = (size_t)snprintf(out, capacity, "[");
+  for (size_t d = 0; d < ndim && used < capacity; d++)
+    used += (size_t)snprintf(out + used, capacity - used, "%s%zu", d ? separator : "", shape[d]);
+  if (used < capacity) snprintf(out + used, capacity - used, "]");
   return out;
 }
