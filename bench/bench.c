@@ -100,8 +100,11 @@ int devbuf_cmd_bench(int argc, char **argv) {
   }
   printf("devbuf bench on %s (%s); every figure is the median of %d runs\n\n", devbuf_device_spec(config.device),
          devbuf_device_name(config.device), config.runs);
-  if (devbuf_device_kind_of(config.device) == DEVBUF_DEVICE_OPENCL) {
-    bench_opencl(&config);
+  if (devbuf_device_kind_of(config.device) != DEVBUF_DEVICE_CPU) {
+    if (devbuf_device_kind_of(config.device) == DEVBUF_DEVICE_OPENCL)
+      bench_opencl(&config);
+    else
+      bench_cuda(&config);
     devbuf_device_release(config.device);
     return 0;
   }

@@ -41,5 +41,7 @@ void bench_queue(const bench_config *config);
 void bench_load(const bench_config *config);
 // OpenCL devices: allocation and copies against the driver's own calls.
 void bench_opencl(const bench_config *config);
+// CUDA devices: allocation against cuMemAlloc, the stream-ordered pool and PyTorch; copies.
+void bench_cuda(const bench_config *config);
 
 #endif

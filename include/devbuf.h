@@ -149,7 +149,9 @@ typedef enum devbuf_device_kind {
 // Kinds of memory a device's allocators hand out.
 typedef enum devbuf_memory_kind {
   DEVBUF_MEMORY_DEVICE = 0,       // the device's own memory (on the CPU, host memory)
-  DEVBUF_MEMORY_HOST_VISIBLE = 1, // addressed by the device and the CPU alike (host access follows B4)
+  DEVBUF_MEMORY_HOST_VISIBLE = 1, // addressed by the device and the CPU alike (host access follows B4);
+                                  // on CUDA, pinned host memory the device maps
+  DEVBUF_MEMORY_MANAGED = 2,      // CUDA managed (unified) memory, migrating on demand (B4 applies)
 } devbuf_memory_kind;
 
 // What a device is, as its driver reports it.
@@ -180,8 +182,9 @@ DEVBUF_API size_t devbuf_device_page_size(const devbuf_device_t *device);
 // The device's caching allocator, borrowed: valid while the device lives; retain it to
 // keep it longer.
 DEVBUF_API devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device);
-// The caching allocator of one kind of memory, borrowed like devbuf_device_allocator. On
-// devices whose own memory the CPU addresses (the CPU), both kinds are the same allocator.
+// The caching allocator of one kind of memory, borrowed like devbuf_device_allocator; NULL
+// for a kind the device does not have (managed memory outside CUDA). On devices whose own
+// memory the CPU addresses (the CPU), every kind is the same allocator.
 DEVBUF_API devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device, devbuf_memory_kind kind);
 DEVBUF_API devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_info_t *out_info);
 // Waits until all work submitted to the device has completed.
@@ -548,10 +551,11 @@ DEVBUF_API devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue);
 DEVBUF_API devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel,
                                              const devbuf_use_t *uses, size_t use_count,
                                              const void *scalars, size_t scalars_size);
-// Device programs (OpenCL C source on opencl:N). Built once per device, source and
-// options, and cached: building the same source again hands out the same build. A build
-// that fails answers DEVICE_FAILURE with the compiler's log in the message. The CPU runs C
-// functions instead (devbuf_queue_submit): UNSUPPORTED there.
+// Device programs. On opencl:N, `source` is OpenCL C, built once per device, source and
+// options, and cached (building the same source again hands out the same build); a build
+// that fails answers DEVICE_FAILURE with the compiler's log in the message. On cuda:N,
+// `source` is PTX text or a cubin/fatbin image, loaded as a module (options must be empty).
+// The CPU runs C functions instead (devbuf_queue_submit): UNSUPPORTED there.
 typedef struct devbuf_program devbuf_program_t;
 DEVBUF_API devbuf_status devbuf_program_build(devbuf_device_t *device, const char *source,
                                               const char *options, devbuf_program_t **out_program);

@@ -18,7 +18,7 @@ typedef struct backend_entry {
 static const backend_entry known_backends[] = {
     {"cpu", DEVBUF_DEVICE_CPU, &devbuf__backend_cpu},
     {"opencl", DEVBUF_DEVICE_OPENCL, &devbuf__backend_opencl},
-    {"cuda", DEVBUF_DEVICE_CUDA, NULL},
+    {"cuda", DEVBUF_DEVICE_CUDA, &devbuf__backend_cuda},
 };
 
 // Splits "kind[:N]" into its backend entry and index.
@@ -84,7 +84,12 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
   device->host_allocator = device->allocator;
   if (status == DEVBUF_OK && !device->host_accessible)
     status = embedded_allocator(device, DEVBUF_MEMORY_HOST_VISIBLE, &device->host_allocator);
+  device->managed_allocator = device->host_accessible ? device->allocator : NULL;
+  if (status == DEVBUF_OK && device->managed_memory)
+    status = embedded_allocator(device, DEVBUF_MEMORY_MANAGED, &device->managed_allocator);
   if (status != DEVBUF_OK) {
+    if (device->host_allocator && device->host_allocator != device->allocator)
+      devbuf__allocator_destroy(device->host_allocator);
     if (device->allocator) devbuf__allocator_destroy(device->allocator);
     if (entry->backend->close) entry->backend->close(device);
     devbuf__free(device);
@@ -151,6 +156,8 @@ void devbuf_device_release(devbuf_device_t *device) {
     }
   }
   pthread_mutex_unlock(&registry_lock);
+  if (device->managed_allocator && device->managed_allocator != device->allocator)
+    devbuf__allocator_destroy(device->managed_allocator);
   if (device->host_allocator != device->allocator) devbuf__allocator_destroy(device->host_allocator);
   devbuf__allocator_destroy(device->allocator);
   if (device->backend->close) device->backend->close(device);
@@ -168,8 +175,12 @@ devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device) { return de
 
 devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device, devbuf_memory_kind kind) {
   if (!device) return NULL;
-  return kind == DEVBUF_MEMORY_HOST_VISIBLE ? device->host_allocator : kind == DEVBUF_MEMORY_DEVICE ? device->allocator
-                                                                                                    : NULL;
+  switch (kind) {
+  case DEVBUF_MEMORY_DEVICE: return device->allocator;
+  case DEVBUF_MEMORY_HOST_VISIBLE: return device->host_allocator;
+  case DEVBUF_MEMORY_MANAGED: return device->managed_allocator;
+  }
+  return NULL;
 }
 
 devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_info_t *out_info) {

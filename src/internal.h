@@ -109,6 +109,7 @@ typedef struct devbuf__backend {
 
 extern const devbuf__backend devbuf__backend_cpu;
 extern const devbuf__backend devbuf__backend_opencl;
+extern const devbuf__backend devbuf__backend_cuda;
 
 // ---- devices (device.c) -----------------------------------------------------------------
 struct devbuf_device {
@@ -123,10 +124,12 @@ struct devbuf_device {
   uint64_t global_memory, max_allocation;
   size_t alignment;                    // of allocations and of views passed to kernels
   bool unified_memory;                 // device and host share physical memory
+  bool managed_memory;                 // the device has CUDA managed memory
   uint64_t svm_capabilities;           // OpenCL SVM bits; 0 where there is no SVM
   devbuf_allocator_t *allocator;       // the device's caching allocator (embedded)
   devbuf_allocator_t *host_allocator;  // host-visible memory (the same as `allocator` when
                                        // device memory is host-accessible)
+  devbuf_allocator_t *managed_allocator; // managed memory; NULL without it
   atomic_uint_least64_t mapped_bytes;  // bytes of live file mappings on this device
   void *backend_state;                 // owned by the backend
   struct devbuf_device *next_open;     // registry list
@@ -190,7 +193,7 @@ devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memor
                                            devbuf_allocator_t **out);
 // Whether the CPU can address the memory of `allocator`.
 static inline bool devbuf__allocator_host_accessible(const devbuf_allocator_t *allocator) {
-  return allocator->device->host_accessible || allocator->memory_kind == DEVBUF_MEMORY_HOST_VISIBLE;
+  return allocator->device->host_accessible || allocator->memory_kind != DEVBUF_MEMORY_DEVICE;
 }
 // A caching allocator that takes over the caller's reference to `upstream`.
 devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,

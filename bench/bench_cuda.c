@@ -1,0 +1,148 @@
+// CUDA benchmark (devbuf bench --device cuda:N), side by side in one process:
+//   allocation: a cached devbuf buffer (allocate + release) against cuMemAlloc/cuMemFree and
+//               against the stream-ordered pool (cuMemAllocAsync/cuMemFreeAsync on one
+//               stream, synchronized), 4 KiB to 1 GiB; and PyTorch's caching allocator
+//               (torch.empty + del) when python3 has torch;
+//   copies:     pinned host to device and back against the driver's own pinned copies, and
+//               pageable copyin against pinned.
+#include "../src/cuda_backend.h"
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_RUNS 101
+
+static double time_devbuf(devbuf_allocator_t *allocator, size_t size, size_t iterations) {
+  uint64_t start = 0;
+  for (size_t i = 0; i <= iterations; i++) {
+    if (i == 1) start = bench_now_ns();
+    devbuf_buffer_t *buffer;
+    if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK) return -1;
+    devbuf_buffer_release(buffer);
+  }
+  return (double)(bench_now_ns() - start) / (double)iterations;
+}
+
+static double time_driver(const devbuf__cuda_device *cuda, size_t size, size_t iterations, bool pool) {
+  const devbuf__cuda_api *cu = cuda->cu;
+  uint64_t start = 0;
+  for (size_t i = 0; i <= iterations; i++) {
+    if (i == 1) start = bench_now_ns();
+    CUdeviceptr p;
+    if (pool) {
+      if (cu->cuMemAllocAsync(&p, size, cuda->transfers) != CUDA_SUCCESS) return -1;
+      cu->cuMemFreeAsync(p, cuda->transfers);
+    } else {
+      if (cu->cuMemAlloc(&p, size) != CUDA_SUCCESS) return -1;
+      cu->cuMemFree(p);
+    }
+  }
+  if (pool) cu->cuStreamSynchronize(cuda->transfers);
+  return (double)(bench_now_ns() - start) / (double)iterations;
+}
+
+// ns per torch.empty + del of `size` bytes on cuda:0, or negative without torch.
+static double time_torch(size_t size, size_t iterations) {
+  char command[700];
+  snprintf(command, sizeof command,
+           "python3 -c 'import time, torch\n"
+           "n = %zu\n"
+           "x = torch.empty(n, dtype=torch.uint8, device=\"cuda\"); del x\n"
+           "t = time.perf_counter()\n"
+           "for _ in range(%zu):\n"
+           "    x = torch.empty(n, dtype=torch.uint8, device=\"cuda\"); del x\n"
+           "print((time.perf_counter() - t) / %zu * 1e9)' 2>/dev/null",
+           size, iterations, iterations);
+  FILE *pipe = popen(command, "r");
+  double ns = -1;
+  if (pipe) {
+    if (fscanf(pipe, "%lf", &ns) != 1) ns = -1;
+    pclose(pipe);
+  }
+  return ns;
+}
+
+static void bench_cuda_alloc(const bench_config *config, const devbuf__cuda_device *cuda) {
+  static const size_t sizes[] = {4u << 10, 1u << 20, 64u << 20, 1u << 30};
+  int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
+  printf("== cached allocation + release: ns per pair (targets: >= 100x cuMemAlloc, >= 1x the pool) ==\n");
+  printf("   %9s %10s %12s %8s %12s %8s %10s %8s\n", "size", "devbuf", "cuMemAlloc", "ratio", "async pool", "ratio",
+         "torch", "ratio");
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+    double ours[MAX_RUNS], plain[MAX_RUNS], pool[MAX_RUNS];
+    size_t iterations = sizes[s] >= (64u << 20) ? 200 : 5000;
+    for (int r = 0; r < runs; r++) {
+      plain[r] = time_driver(cuda, sizes[s], iterations / 20 + 1, false);
+      pool[r] = time_driver(cuda, sizes[s], iterations, true);
+      ours[r] = time_devbuf(devbuf_device_allocator(config->device), sizes[s], iterations);
+    }
+    double a = bench_median(ours, runs), b = bench_median(plain, runs), c = bench_median(pool, runs);
+    double t = time_torch(sizes[s], iterations);
+    printf("   %8zuK %10.1f %12.1f %7.0fx %12.1f %7.2fx", sizes[s] >> 10, a, b, b / a, c, c / a);
+    if (t > 0)
+      printf(" %10.1f %7.2fx\n", t, t / a);
+    else
+      printf(" %10s\n", "n/a");
+  }
+  printf("\n");
+}
+
+static void bench_cuda_copy(const bench_config *config, const devbuf__cuda_device *cuda) {
+  const devbuf__cuda_api *cu = cuda->cu;
+  size_t size = (size_t)256 << 20;
+  int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
+  devbuf_buffer_t *buffer = NULL, *pinned = NULL;
+  unsigned char *pageable = malloc(size);
+  CUdeviceptr plain = 0;
+  if (!pageable || cu->cuMemAlloc(&plain, size) != CUDA_SUCCESS ||
+      devbuf_buffer_allocate(devbuf_device_allocator(config->device), DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK ||
+      devbuf_buffer_allocate(devbuf_device_allocator_for(config->device, DEVBUF_MEMORY_HOST_VISIBLE), DEVBUF_UINT8, &size,
+                             1, 0, &pinned) != DEVBUF_OK) {
+    printf("== copies: skipped (%s) ==\n\n", devbuf_last_error());
+    free(pageable);
+    return;
+  }
+  void *host;
+  devbuf_buffer_unsynchronized_ptr(pinned, &host, NULL);
+  memset(host, 1, size);
+  memset(pageable, 2, size);
+  double driver_in[MAX_RUNS], driver_out[MAX_RUNS], ours_in[MAX_RUNS], ours_out[MAX_RUNS], page_in[MAX_RUNS];
+  for (int r = 0; r < runs; r++) {
+    uint64_t t0 = bench_now_ns();
+    cu->cuMemcpy(plain, (CUdeviceptr)(uintptr_t)host, size);
+    uint64_t t1 = bench_now_ns();
+    cu->cuMemcpy((CUdeviceptr)(uintptr_t)host, plain, size);
+    uint64_t t2 = bench_now_ns();
+    devbuf_buffer_copy_from(buffer, pinned);
+    uint64_t t3 = bench_now_ns();
+    devbuf_buffer_copy_from(pinned, buffer);
+    uint64_t t4 = bench_now_ns();
+    devbuf_buffer_copyin(buffer, pageable, size);
+    uint64_t t5 = bench_now_ns();
+    driver_in[r] = (double)(t1 - t0), driver_out[r] = (double)(t2 - t1), ours_in[r] = (double)(t3 - t2);
+    ours_out[r] = (double)(t4 - t3), page_in[r] = (double)(t5 - t4);
+  }
+  double gb = (double)size * 1e-9;
+  double di = bench_median(driver_in, runs), dout = bench_median(driver_out, runs), oi = bench_median(ours_in, runs),
+         oo = bench_median(ours_out, runs), pi = bench_median(page_in, runs);
+  printf("== copies of 256 MiB: GB/s ==\n");
+  printf("   host->device pinned: driver %7.2f  devbuf %7.2f  %5.2fx (target >= 0.90x)\n", gb / (di * 1e-9),
+         gb / (oi * 1e-9), di / oi);
+  printf("   device->host pinned: driver %7.2f  devbuf %7.2f  %5.2fx (target >= 0.90x)\n", gb / (dout * 1e-9),
+         gb / (oo * 1e-9), dout / oo);
+  printf("   host->device pageable copyin %7.2f  %5.2fx of devbuf pinned (target >= 0.80x)\n\n", gb / (pi * 1e-9),
+         oi / pi);
+  devbuf_buffer_release(buffer);
+  devbuf_buffer_release(pinned);
+  cu->cuMemFree(plain);
+  free(pageable);
+}
+
+void bench_cuda(const bench_config *config) {
+  const devbuf__cuda_device *cuda = devbuf__cuda_of(config->device);
+  devbuf__cuda_enter(config->device);
+  bench_cuda_alloc(config, cuda);
+  bench_cuda_copy(config, cuda);
+}

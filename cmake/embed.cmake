@@ -1,0 +1,7 @@
+# Writes a C file holding the bytes of INPUT as `const unsigned char NAME[]` and its size as
+# `const size_t NAME_size`: cmake -DINPUT=... -DOUTPUT=... -DNAME=... -P embed.cmake
+file(READ "${INPUT}" bytes HEX)
+string(LENGTH "${bytes}" length)
+math(EXPR size "${length} / 2")
+string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${bytes}")
+file(WRITE "${OUTPUT}" "#include <stddef.h>\nconst unsigned char ${NAME}[] = {${bytes}};\nconst size_t ${NAME}_size = ${size};\n")

@@ -1,0 +1,236 @@
+// The CUDA backend: devices through the driver API loaded at run time, each in its primary
+// context. Memory comes in three kinds, each through its own caching allocator with 2 MiB
+// granularity for large blocks: device memory (cuMemAlloc), pinned host memory the device
+// maps (cuMemAllocHost) and managed memory (cuMemAllocManaged). With unified addressing
+// every kind has one address that copies can use from either side.
+#include "cuda_backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CUDA_PAGE ((size_t)2 << 20)
+
+devbuf_status devbuf__cuda_error(const devbuf__cuda_api *cu, CUresult code, const char *format, ...) {
+  char what[300];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(what, sizeof what, format, args);
+  va_end(args);
+  const char *name = NULL;
+  if (cu) cu->cuGetErrorName(code, &name);
+  return devbuf__error(code == CUDA_ERROR_OUT_OF_MEMORY ? DEVBUF_OUT_OF_MEMORY : DEVBUF_DEVICE_FAILURE, "%s: %s (%d)",
+                       what, name ? name : "CUDA error", code);
+}
+
+devbuf_status devbuf__cuda_enter(devbuf_device_t *device) {
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  CUresult code = state->cu->cuCtxSetCurrent(state->context);
+  return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(state->cu, code, "%s: cuCtxSetCurrent", device->spec);
+}
+
+// ---- completion through host functions ------------------------------------------------------
+
+typedef struct completion {
+  pthread_mutex_t lock;
+  pthread_cond_t done_signal;
+  bool done;
+} completion;
+
+static void on_complete(void *context) {
+  completion *c = context;
+  pthread_mutex_lock(&c->lock);
+  c->done = true;
+  pthread_cond_signal(&c->done_signal);
+  pthread_mutex_unlock(&c->lock);
+}
+
+devbuf_status devbuf__cuda_wait(devbuf_device_t *device, CUstream stream, const char *what) {
+  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
+  completion c = {.done = false};
+  pthread_mutex_init(&c.lock, NULL);
+  pthread_cond_init(&c.done_signal, NULL);
+  CUresult code = cu->cuLaunchHostFunc(stream, on_complete, &c);
+  if (code == CUDA_SUCCESS) {
+    pthread_mutex_lock(&c.lock);
+    while (!c.done) pthread_cond_wait(&c.done_signal, &c.lock);
+    pthread_mutex_unlock(&c.lock);
+  }
+  pthread_cond_destroy(&c.done_signal);
+  pthread_mutex_destroy(&c.lock);
+  // A failure of the work itself shows on the stream once it is done.
+  if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(stream);
+  if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "%s: %s", device->spec, what);
+  return DEVBUF_OK;
+}
+
+// ---- devices -------------------------------------------------------------------------------
+
+static int attribute(const devbuf__cuda_api *cu, CUdevice id, int which) {
+  int value = 0;
+  if (cu->cuDeviceGetAttribute(&value, which, id) != CUDA_SUCCESS) value = 0;
+  return value;
+}
+
+static void cuda_close(devbuf_device_t *device) {
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  if (!state) return;
+  if (state->transfers) {
+    state->cu->cuCtxSetCurrent(state->context);
+    state->cu->cuStreamDestroy(state->transfers);
+  }
+  if (state->context) state->cu->cuDevicePrimaryCtxRelease(state->id);
+  devbuf__free(state);
+  device->backend_state = NULL;
+}
+
+static devbuf_status cuda_open(devbuf_device_t *device, int index) {
+  const char *reason = NULL;
+  const devbuf__cuda_api *cu = devbuf__cuda_load(&reason);
+  if (!cu) return devbuf__error(DEVBUF_UNAVAILABLE, "cuda:%d: %s", index, reason);
+  int count = 0;
+  CUresult code = cu->cuDeviceGetCount(&count);
+  if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "cuda:%d: cuDeviceGetCount", index);
+  if (index >= count)
+    return devbuf__error(DEVBUF_UNAVAILABLE, "cuda:%d does not exist: the driver sees %d device(s)", index, count);
+  devbuf__cuda_device *state = devbuf__calloc(1, sizeof *state);
+  if (!state) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a CUDA device");
+  state->cu = cu;
+  device->backend_state = state;
+  devbuf_status status = DEVBUF_OK;
+  code = cu->cuDeviceGet(&state->id, index);
+  if (code == CUDA_SUCCESS) code = cu->cuDevicePrimaryCtxRetain(&state->context, state->id);
+  if (code == CUDA_SUCCESS) code = cu->cuCtxSetCurrent(state->context);
+  if (code == CUDA_SUCCESS) code = cu->cuStreamCreate(&state->transfers, CU_STREAM_NON_BLOCKING);
+  if (code != CUDA_SUCCESS) status = devbuf__cuda_error(cu, code, "cuda:%d: opening the device", index);
+  if (status == DEVBUF_OK && !attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING))
+    status = devbuf__error(DEVBUF_UNAVAILABLE, "cuda:%d has no unified addressing, which devbuf needs", index);
+  if (status != DEVBUF_OK) {
+    cuda_close(device);
+    return status;
+  }
+  char name[96] = "";
+  cu->cuDeviceGetName(name, (int)sizeof name - 1, state->id);
+  snprintf(device->name, sizeof device->name, "%.80s (sm_%d%d)", name,
+           attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+           attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+  int driver = 0;
+  cu->cuDriverGetVersion(&driver);
+  snprintf(device->version, sizeof device->version, "CUDA driver %d.%d", driver / 1000, driver % 1000 / 10);
+  size_t total = 0;
+  cu->cuDeviceTotalMem(&total, state->id);
+  device->global_memory = total;
+  device->max_allocation = total;
+  device->alignment = 256; // cuMemAlloc's alignment, and what kernels may assume of a view
+  device->unified_memory = attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_INTEGRATED) != 0;
+  device->managed_memory = attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) != 0;
+  device->page_size = CUDA_PAGE;
+  device->host_accessible = false;
+  return DEVBUF_OK;
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+static devbuf_status cuda_raw_alloc(devbuf_device_t *device, devbuf_memory_kind kind, size_t size,
+                                    devbuf_memory_t *out) {
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  const devbuf__cuda_api *cu = state->cu;
+  devbuf_status status = devbuf__cuda_enter(device);
+  if (status != DEVBUF_OK) return status;
+  CUdeviceptr address = 0;
+  void *host = NULL;
+  CUresult code;
+  if (kind == DEVBUF_MEMORY_HOST_VISIBLE) {
+    code = cu->cuMemAllocHost(&host, size);
+    if (code == CUDA_SUCCESS) address = (CUdeviceptr)(uintptr_t)host; // unified addressing: one address
+  } else if (kind == DEVBUF_MEMORY_MANAGED) {
+    code = cu->cuMemAllocManaged(&address, size, CU_MEM_ATTACH_GLOBAL);
+    host = (void *)(uintptr_t)address;
+  } else {
+    code = cu->cuMemAlloc(&address, size);
+  }
+  if (code != CUDA_SUCCESS)
+    return devbuf__cuda_error(cu, code, "%s: allocating %zu bytes of %s memory", device->spec, size,
+                              kind == DEVBUF_MEMORY_HOST_VISIBLE ? "pinned host" : kind == DEVBUF_MEMORY_MANAGED ? "managed"
+                                                                                                            : "device");
+  *out = (devbuf_memory_t){.host = host, .device = address, .size = size, .token = (void *)(uintptr_t)kind};
+  return DEVBUF_OK;
+}
+
+static void cuda_raw_free(devbuf_device_t *device, const devbuf_memory_t *memory) {
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  if (devbuf__cuda_enter(device) != DEVBUF_OK) return;
+  if ((uintptr_t)memory->token == DEVBUF_MEMORY_HOST_VISIBLE)
+    state->cu->cuMemFreeHost(memory->host);
+  else
+    state->cu->cuMemFree(memory->device);
+}
+
+// One synchronous copy between any two addresses (unified addressing); overlapping ranges
+// go through the host, since the driver does not promise memmove.
+static devbuf_status copy_addresses(devbuf_device_t *device, CUdeviceptr dst, CUdeviceptr src, size_t size) {
+  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
+  devbuf_status status = devbuf__cuda_enter(device);
+  if (status != DEVBUF_OK || size == 0) return status;
+  if (dst < src + size && src < dst + size) {
+    void *staging = devbuf__malloc(size);
+    if (!staging) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte copy", device->spec, size);
+    CUresult code = cu->cuMemcpy((CUdeviceptr)(uintptr_t)staging, src, size);
+    if (code == CUDA_SUCCESS) code = cu->cuMemcpy(dst, (CUdeviceptr)(uintptr_t)staging, size);
+    devbuf__free(staging);
+    return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
+  }
+  CUresult code = cu->cuMemcpy(dst, src, size);
+  return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
+}
+
+static devbuf_status cuda_write(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset, const void *src,
+                                size_t size) {
+  return copy_addresses(device, dst->device + offset, (CUdeviceptr)(uintptr_t)src, size);
+}
+
+static devbuf_status cuda_read(devbuf_device_t *device, const devbuf_memory_t *src, size_t offset, void *dst,
+                               size_t size) {
+  return copy_addresses(device, (CUdeviceptr)(uintptr_t)dst, src->device + offset, size);
+}
+
+static devbuf_status cuda_copy(devbuf_device_t *device, const devbuf_memory_t *dst, size_t dst_offset,
+                               const devbuf_memory_t *src, size_t src_offset, size_t size) {
+  return copy_addresses(device, dst->device + dst_offset, src->device + src_offset, size);
+}
+
+static devbuf_status cuda_zero(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset, size_t size) {
+  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
+  devbuf_status status = devbuf__cuda_enter(device);
+  if (status != DEVBUF_OK) return status;
+  CUresult code = cu->cuMemsetD8(dst->device + offset, 0, size);
+  return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: zeroing %zu bytes", device->spec, size);
+}
+
+static devbuf_status cuda_synchronize(devbuf_device_t *device) {
+  devbuf_status status = devbuf__cuda_enter(device);
+  if (status != DEVBUF_OK) return status;
+  return devbuf__cuda_wait(device, devbuf__cuda_of(device)->transfers, "synchronize");
+}
+
+const devbuf__backend devbuf__backend_cuda = {
+    .name = "cuda",
+    .kind = DEVBUF_DEVICE_CUDA,
+    .open = cuda_open,
+    .close = cuda_close,
+    .raw_alloc = cuda_raw_alloc,
+    .raw_free = cuda_raw_free,
+    .write = cuda_write,
+    .read = cuda_read,
+    .copy = cuda_copy,
+    .zero = cuda_zero,
+    .synchronize = cuda_synchronize,
+    .queue_create = devbuf__cuda_queue_create,
+    .queue_destroy = devbuf__cuda_queue_destroy,
+    .run = devbuf__cuda_run,
+    .event_release = devbuf__cuda_event_release,
+    .cancel_wait = devbuf__cuda_cancel_wait,
+    .program_build = devbuf__cuda_program_build,
+    .program_release = devbuf__cuda_program_release,
+    .program_has_kernel = devbuf__cuda_program_has_kernel,
+};

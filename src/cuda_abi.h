@@ -1,0 +1,90 @@
+// The part of the CUDA driver API devbuf calls, declared from NVIDIA's documentation so
+// that the library builds without the CUDA toolkit and loads libcuda.so.1 at run time.
+// Each entry point is resolved by its versioned symbol name (cuMemAlloc_v2 and so on).
+#ifndef DEVBUF_CUDA_ABI_H
+#define DEVBUF_CUDA_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef uint64_t CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+
+enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_STUB_LIBRARY = 34,
+  CUDA_ERROR_NO_DEVICE = 100,
+  CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
+  CUDA_ERROR_NOT_FOUND = 500,
+};
+
+enum {
+  CU_STREAM_NON_BLOCKING = 0x1,
+  CU_EVENT_DISABLE_TIMING = 0x2,
+  CU_MEM_ATTACH_GLOBAL = 0x1,
+};
+
+enum {
+  CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT = 14,
+  CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
+  CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+  CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
+};
+
+// X(return, field, symbol, parameters)
+#define DEVBUF_CUDA_FUNCTIONS(X)                                                                          \
+  X(CUresult, cuInit, "cuInit", (unsigned))                                                               \
+  X(CUresult, cuDriverGetVersion, "cuDriverGetVersion", (int *))                                          \
+  X(CUresult, cuGetErrorName, "cuGetErrorName", (CUresult, const char **))                                \
+  X(CUresult, cuDeviceGetCount, "cuDeviceGetCount", (int *))                                              \
+  X(CUresult, cuDeviceGet, "cuDeviceGet", (CUdevice *, int))                                              \
+  X(CUresult, cuDeviceGetName, "cuDeviceGetName", (char *, int, CUdevice))                                \
+  X(CUresult, cuDeviceTotalMem, "cuDeviceTotalMem_v2", (size_t *, CUdevice))                              \
+  X(CUresult, cuDeviceGetAttribute, "cuDeviceGetAttribute", (int *, int, CUdevice))                       \
+  X(CUresult, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))              \
+  X(CUresult, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))                      \
+  X(CUresult, cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                            \
+  X(CUresult, cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                       \
+  X(CUresult, cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                                   \
+  X(CUresult, cuMemAllocHost, "cuMemAllocHost_v2", (void **, size_t))                                     \
+  X(CUresult, cuMemFreeHost, "cuMemFreeHost", (void *))                                                   \
+  X(CUresult, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", (CUdeviceptr *, void *, unsigned)) \
+  X(CUresult, cuMemAllocManaged, "cuMemAllocManaged", (CUdeviceptr *, size_t, unsigned))                  \
+  X(CUresult, cuMemcpy, "cuMemcpy", (CUdeviceptr, CUdeviceptr, size_t))                                   \
+  X(CUresult, cuMemcpyAsync, "cuMemcpyAsync", (CUdeviceptr, CUdeviceptr, size_t, CUstream))               \
+  X(CUresult, cuMemsetD8, "cuMemsetD8_v2", (CUdeviceptr, unsigned char, size_t))                          \
+  X(CUresult, cuMemsetD8Async, "cuMemsetD8Async", (CUdeviceptr, unsigned char, size_t, CUstream))         \
+  X(CUresult, cuStreamCreate, "cuStreamCreate", (CUstream *, unsigned))                                   \
+  X(CUresult, cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                                          \
+  X(CUresult, cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                     \
+  X(CUresult, cuStreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned))                      \
+  X(CUresult, cuLaunchHostFunc, "cuLaunchHostFunc", (CUstream, void (*)(void *), void *))                 \
+  X(CUresult, cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                      \
+  X(CUresult, cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                        \
+  X(CUresult, cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                             \
+  X(CUresult, cuModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                           \
+  X(CUresult, cuModuleUnload, "cuModuleUnload", (CUmodule))                                               \
+  X(CUresult, cuModuleGetFunction, "cuModuleGetFunction", (CUfunction *, CUmodule, const char *))         \
+  X(CUresult, cuLaunchKernel, "cuLaunchKernel",                                                           \
+    (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **,  \
+     void **))                                                                                            \
+  X(CUresult, cuMemAllocAsync, "cuMemAllocAsync", (CUdeviceptr *, size_t, CUstream))                      \
+  X(CUresult, cuMemFreeAsync, "cuMemFreeAsync", (CUdeviceptr, CUstream))
+
+typedef struct devbuf__cuda_api {
+#define DEVBUF_CUDA_POINTER_(ret, field, symbol, params) ret(*field) params;
+  DEVBUF_CUDA_FUNCTIONS(DEVBUF_CUDA_POINTER_)
+#undef DEVBUF_CUDA_POINTER_
+} devbuf__cuda_api;
+
+#endif

@@ -1,0 +1,41 @@
+// The CUDA backend's shared pieces: the loaded driver API, the per-device state, errors.
+#ifndef DEVBUF_CUDA_BACKEND_H
+#define DEVBUF_CUDA_BACKEND_H
+
+#include "cuda_abi.h"
+#include "internal.h"
+
+// The driver's entry points, loaded and initialised (cuInit) on first use; NULL without a
+// usable driver, with the reason.
+const devbuf__cuda_api *devbuf__cuda_load(const char **out_reason);
+
+typedef struct devbuf__cuda_device {
+  const devbuf__cuda_api *cu;
+  CUdevice id;
+  CUcontext context; // the device's primary context
+  CUstream transfers; // copies outside queues
+} devbuf__cuda_device;
+
+static inline devbuf__cuda_device *devbuf__cuda_of(const devbuf_device_t *device) { return device->backend_state; }
+
+// Makes the device's context current on the calling thread (every entry point calls it).
+devbuf_status devbuf__cuda_enter(devbuf_device_t *device);
+// Sets an error naming what failed and the CUDA code and name; OUT_OF_MEMORY for
+// allocation failures, DEVICE_FAILURE otherwise.
+devbuf_status devbuf__cuda_error(const devbuf__cuda_api *cu, CUresult code, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+// Waits for everything enqueued on `stream` so far through a host function enqueued behind it.
+devbuf_status devbuf__cuda_wait(devbuf_device_t *device, CUstream stream, const char *what);
+
+// Queues and programs (cuda_queue.c).
+devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue);
+void devbuf__cuda_queue_destroy(devbuf_device_t *device, void *queue);
+devbuf_status devbuf__cuda_run(devbuf_device_t *device, void *queue, devbuf__work *work);
+void devbuf__cuda_event_release(devbuf_device_t *device, void *event);
+void devbuf__cuda_cancel_wait(devbuf_device_t *device, void *queue);
+devbuf_status devbuf__cuda_program_build(devbuf_device_t *device, const char *source, const char *options,
+                                         void **out_program);
+void devbuf__cuda_program_release(devbuf_device_t *device, void *program);
+devbuf_status devbuf__cuda_program_has_kernel(devbuf_device_t *device, void *program, const char *name);
+
+#endif

@@ -1,0 +1,49 @@
+// Finds the CUDA driver at run time (libcuda.so.1, or DEVBUF_CUDA_LIBRARY), resolves every
+// entry point by its versioned name and initialises it, once per process. The toolkit's
+// stub library, which answers CUDA_ERROR_STUB_LIBRARY, counts as no driver.
+#include "cuda_backend.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static devbuf__cuda_api api;
+static char load_failure[300]; // empty once loaded
+
+static void load(void) {
+  const char *path = getenv("DEVBUF_CUDA_LIBRARY");
+  if (!path || !*path) path = "libcuda.so.1";
+  void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    snprintf(load_failure, sizeof load_failure, "cannot load the CUDA driver %s: %s", path, dlerror());
+    return;
+  }
+#define DEVBUF_CUDA_RESOLVE_(ret, field, symbol, params)                                              \
+  api.field = (ret(*) params)dlsym(library, symbol);                                                  \
+  if (!api.field) {                                                                                   \
+    snprintf(load_failure, sizeof load_failure, "%s lacks %s (a CUDA 11.2 or newer driver is needed)", \
+             path, symbol);                                                                           \
+    return;                                                                                           \
+  }
+  DEVBUF_CUDA_FUNCTIONS(DEVBUF_CUDA_RESOLVE_)
+#undef DEVBUF_CUDA_RESOLVE_
+  CUresult code = api.cuInit(0);
+  if (code == CUDA_ERROR_STUB_LIBRARY) {
+    snprintf(load_failure, sizeof load_failure,
+             "%s is the CUDA toolkit's stub library (CUDA_ERROR_STUB_LIBRARY): no NVIDIA driver is installed", path);
+  } else if (code == CUDA_ERROR_NO_DEVICE) {
+    snprintf(load_failure, sizeof load_failure, "the CUDA driver found no device (CUDA_ERROR_NO_DEVICE)");
+  } else if (code != CUDA_SUCCESS) {
+    const char *name = NULL;
+    api.cuGetErrorName(code, &name);
+    snprintf(load_failure, sizeof load_failure, "cuInit failed: %s (%d)", name ? name : "unknown error", code);
+  }
+  // The library stays loaded for the life of the process: the driver keeps threads in it.
+}
+
+const devbuf__cuda_api *devbuf__cuda_load(const char **out_reason) {
+  pthread_once(&load_once, load);
+  *out_reason = load_failure;
+  return load_failure[0] ? NULL : &api;
+}

@@ -1,0 +1,11 @@
+// Kernels of the CUDA tests, compiled by nvcc at build time (SASS for sm_80 and sm_90, PTX
+// for later GPUs) and embedded in test_cuda as a fatbin.
+extern "C" __global__ void scale(float *out, const float *in, float factor, unsigned long long n) {
+  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * factor;
+}
+
+extern "C" __global__ void add_one(int *data, unsigned long long n) {
+  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  if (i < n) data[i] += 1;
+}

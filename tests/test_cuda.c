@@ -1,0 +1,145 @@
+// What only the CUDA backend does: device facts, the three memory kinds and their host
+// access, 2 MiB granularity, kernels from the fatbin nvcc built, a refused launch failing
+// its queue. With `--expect-unavailable REASON`, it checks instead that cuda:0 answers
+// UNAVAILABLE naming REASON (no driver; the toolkit's stub library).
+#include "check.h"
+
+#include <stdint.h>
+
+#ifdef DEVBUF_TEST_FATBIN
+extern const unsigned char devbuf_test_fatbin[];
+extern const size_t devbuf_test_fatbin_size;
+#endif
+
+static devbuf_device_t *device;
+
+static void test_device_facts(void) {
+  devbuf_device_info_t info;
+  CHECK_OK(devbuf_device_info(device, &info));
+  CHECK(strstr(info.version, "CUDA") != NULL && info.global_memory > 0);
+  CHECK_EQ_U(devbuf_device_page_size(device), 2u << 20);
+  CHECK(devbuf_device_kind_of(device) == DEVBUF_DEVICE_CUDA);
+}
+
+static void test_memory_kinds(void) {
+  devbuf_memory_kind kinds[3] = {DEVBUF_MEMORY_DEVICE, DEVBUF_MEMORY_HOST_VISIBLE, DEVBUF_MEMORY_MANAGED};
+  for (int k = 0; k < 3; k++) {
+    devbuf_allocator_t *allocator = devbuf_device_allocator_for(device, kinds[k]);
+    CHECK(allocator != NULL);
+    if (!allocator) continue;
+    size_t size = 1000;
+    devbuf_buffer_t *buffer = NULL;
+    CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_INT32, &size, 1, DEVBUF_BUFFER_ZERO, &buffer));
+    int32_t values[1000], back[1000];
+    for (int i = 0; i < 1000; i++) values[i] = i * 3;
+    CHECK_OK(devbuf_buffer_copyin(buffer, values, sizeof values));
+    CHECK_OK(devbuf_buffer_copyout(buffer, back, sizeof back));
+    CHECK(memcmp(values, back, sizeof back) == 0);
+    const void *data;
+    devbuf_status expected = kinds[k] == DEVBUF_MEMORY_DEVICE ? DEVBUF_NOT_CPU_ACCESSIBLE : DEVBUF_OK;
+    CHECK_STATUS(devbuf_buffer_contents(buffer, &data, NULL), expected);
+    if (expected == DEVBUF_OK) {
+      CHECK(((const int32_t *)data)[999] == 2997);
+      devbuf_buffer_end_access(buffer, data);
+    }
+    devbuf_buffer_release(buffer);
+  }
+}
+
+// Large blocks are 2 MiB granules: 3 MiB takes 4 MiB, and a 3.5 MiB request reuses it.
+static void test_granularity(void) {
+  devbuf_allocator_t *allocator = devbuf_device_allocator(device);
+  devbuf_allocator_clear_cache(allocator);
+  devbuf_allocator_stats_t before = stats_of(allocator);
+  size_t size = 3u << 20;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer));
+  CHECK_EQ_U(stats_of(allocator).active - before.active, 4u << 20);
+  devbuf_buffer_release(buffer);
+  size = (7u << 20) / 2;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer));
+  CHECK_EQ_U(stats_of(allocator).system_allocs, before.system_allocs + 1);
+  devbuf_buffer_release(buffer);
+}
+
+static void test_kernels(void) {
+#ifndef DEVBUF_TEST_FATBIN
+  printf("     (kernels skipped: this build had no nvcc)\n");
+#else
+  devbuf_program_t *program = NULL;
+  CHECK_OK(devbuf_program_build(device, (const char *)devbuf_test_fatbin, NULL, &program));
+  if (!program) return;
+  enum { N = 4096 };
+  size_t shape = N;
+  devbuf_allocator_t *allocator = devbuf_device_allocator(device);
+  devbuf_buffer_t *in = NULL, *out = NULL;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &shape, 1, 0, &in));
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &shape, 1, DEVBUF_BUFFER_ZERO, &out));
+  static float values[N], back[N];
+  for (int i = 0; i < N; i++) values[i] = (float)i;
+  CHECK_OK(devbuf_buffer_copyin(in, values, sizeof values));
+  devbuf_buffer_t *in_half, *out_half; // views at 256-byte multiples
+  CHECK_OK(devbuf_buffer_view(in, N / 2 * sizeof(float), N / 2 * sizeof(float), &in_half));
+  CHECK_OK(devbuf_buffer_view(out, N / 2 * sizeof(float), N / 2 * sizeof(float), &out_half));
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  float factor = 2.0f;
+  unsigned long long n = N / 2;
+  devbuf_use_t uses[2] = {{out_half, DEVBUF_ACCESS_WRITE}, {in_half, DEVBUF_ACCESS_READ}};
+  devbuf_arg_t args[2] = {{&factor, sizeof factor}, {&n, sizeof n}};
+  devbuf_launch_t launch = {1, {N / 2, 1, 1}, {0, 0, 0}};
+  CHECK_OK(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, args, 2));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_OK(devbuf_buffer_copyout(out, back, sizeof back));
+  size_t wrong = 0;
+  for (int i = 0; i < N; i++) wrong += back[i] != (i < N / 2 ? 0.0f : 2.0f * (float)i);
+  CHECK_EQ_U(wrong, 0);
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "absent", &launch, uses, 2, args, 2), DEVBUF_NOT_FOUND);
+  // A launch the driver refuses (a block larger than any GPU allows) fails the queue.
+  devbuf_launch_t huge = {1, {1u << 20, 1, 1}, {1u << 20, 0, 0}};
+  devbuf_event_t *after;
+  CHECK_OK(devbuf_event_create(0, &after));
+  CHECK_OK(devbuf_queue_launch(queue, program, "scale", &huge, uses, 2, args, 2));
+  CHECK_OK(devbuf_queue_signal(queue, after, 1));
+  CHECK_STATUS(devbuf_event_wait(after, 1, 60000000000ull), DEVBUF_DEVICE_FAILURE);
+  CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
+  devbuf_event_release(after);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(in_half);
+  devbuf_buffer_release(out_half);
+  devbuf_buffer_release(in);
+  devbuf_buffer_release(out);
+  devbuf_program_release(program);
+#endif
+}
+
+static void test_oversize(void) {
+  devbuf_device_info_t info;
+  devbuf_device_info(device, &info);
+  size_t size = (size_t)info.global_memory * 2;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_STATUS(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer),
+               DEVBUF_OUT_OF_MEMORY);
+  CHECK(buffer == NULL);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0) {
+    CHECK_STATUS(devbuf_device_open("cuda:0", &device), DEVBUF_UNAVAILABLE);
+    CHECK_MESSAGE(argv[2]);
+    printf("%s\n", devbuf_last_error());
+    return CHECK_EXIT();
+  }
+  if (devbuf_device_open("cuda:0", &device) != DEVBUF_OK) {
+    printf("SKIP: %s\n", devbuf_last_error());
+    return SKIP_EXIT_CODE;
+  }
+  printf("on %s (%s)\n", devbuf_device_spec(device), devbuf_device_name(device));
+  RUN(test_device_facts);
+  RUN(test_memory_kinds);
+  RUN(test_granularity);
+  RUN(test_kernels);
+  RUN(test_oversize);
+  devbuf_device_release(device);
+  return CHECK_EXIT();
+}
