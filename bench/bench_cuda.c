@@ -101,6 +101,8 @@ static void bench_cuda_copy(const bench_config *config, const devbuf__cuda_devic
       devbuf_buffer_allocate(devbuf_device_allocator_for(config->device, DEVBUF_MEMORY_HOST_VISIBLE), DEVBUF_UINT8, &size,
                              1, 0, &pinned) != DEVBUF_OK) {
     printf("== copies: skipped (%s) ==\n\n", devbuf_last_error());
+    devbuf_buffer_release(buffer);
+    if (plain) cu->cuMemFree(plain);
     free(pageable);
     return;
   }

@@ -1,5 +1,6 @@
 // The CUDA backend: devices through the driver API loaded at run time, each in its primary
-// context. Memory comes in three kinds, each through its own caching allocator with 2 MiB
+// context, which every entry point makes current on the calling thread (a caller that uses
+// contexts of its own sets its own again after calling devbuf). Memory comes in three kinds, each through its own caching allocator with 2 MiB
 // granularity for large blocks: device memory (cuMemAlloc), pinned host memory the device
 // maps (cuMemAllocHost) and managed memory (cuMemAllocManaged). With unified addressing
 // every kind has one address that copies can use from either side.
@@ -29,37 +30,18 @@ devbuf_status devbuf__cuda_enter(devbuf_device_t *device) {
   return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(state->cu, code, "%s: cuCtxSetCurrent", device->spec);
 }
 
-// ---- completion through host functions ------------------------------------------------------
+// ---- completion ------------------------------------------------------------------------------
 
-typedef struct completion {
-  pthread_mutex_t lock;
-  pthread_cond_t done_signal;
-  bool done;
-} completion;
-
-static void on_complete(void *context) {
-  completion *c = context;
-  pthread_mutex_lock(&c->lock);
-  c->done = true;
-  pthread_cond_signal(&c->done_signal);
-  pthread_mutex_unlock(&c->lock);
-}
-
+// Completion through an event behind the work, waited for with blocking synchronization. (A
+// host function enqueued on the stream would never run after a fault in the context, and
+// the wait would never end; an event wait returns the fault.)
 devbuf_status devbuf__cuda_wait(devbuf_device_t *device, CUstream stream, const char *what) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
-  completion c = {.done = false};
-  pthread_mutex_init(&c.lock, NULL);
-  pthread_cond_init(&c.done_signal, NULL);
-  CUresult code = cu->cuLaunchHostFunc(stream, on_complete, &c);
-  if (code == CUDA_SUCCESS) {
-    pthread_mutex_lock(&c.lock);
-    while (!c.done) pthread_cond_wait(&c.done_signal, &c.lock);
-    pthread_mutex_unlock(&c.lock);
-  }
-  pthread_cond_destroy(&c.done_signal);
-  pthread_mutex_destroy(&c.lock);
-  // A failure of the work itself shows on the stream once it is done.
-  if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(stream);
+  CUevent done = NULL;
+  CUresult code = cu->cuEventCreate(&done, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
+  if (code == CUDA_SUCCESS) code = cu->cuEventRecord(done, stream);
+  if (code == CUDA_SUCCESS) code = cu->cuEventSynchronize(done);
+  if (done) cu->cuEventDestroy(done);
   if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "%s: %s", device->spec, what);
   return DEVBUF_OK;
 }
@@ -166,21 +148,30 @@ static void cuda_raw_free(devbuf_device_t *device, const devbuf_memory_t *memory
     state->cu->cuMemFree(memory->device);
 }
 
-// One synchronous copy between any two addresses (unified addressing); overlapping ranges
-// go through the host, since the driver does not promise memmove.
+// One copy between any two addresses (unified addressing) on the transfer stream, waited
+// for: the legacy stream's copies may still run when they return, and queue streams do not
+// order themselves after it. Overlapping ranges go through the host (no memmove promise).
 static devbuf_status copy_addresses(devbuf_device_t *device, CUdeviceptr dst, CUdeviceptr src, size_t size) {
-  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  const devbuf__cuda_api *cu = state->cu;
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK || size == 0) return status;
+  void *staging = NULL;
+  CUresult code;
   if (dst < src + size && src < dst + size) {
-    void *staging = devbuf__malloc(size);
-    if (!staging) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte copy", device->spec, size);
-    CUresult code = cu->cuMemcpy((CUdeviceptr)(uintptr_t)staging, src, size);
-    if (code == CUDA_SUCCESS) code = cu->cuMemcpy(dst, (CUdeviceptr)(uintptr_t)staging, size);
-    devbuf__free(staging);
-    return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
+    if (!(staging = devbuf__malloc(size)))
+      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte copy", device->spec, size);
+    code = cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)staging, src, size, state->transfers);
+    if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(state->transfers);
+    src = (CUdeviceptr)(uintptr_t)staging;
+    if (code != CUDA_SUCCESS) {
+      devbuf__free(staging);
+      return devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
+    }
   }
-  CUresult code = cu->cuMemcpy(dst, src, size);
+  code = cu->cuMemcpyAsync(dst, src, size, state->transfers);
+  if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(state->transfers);
+  devbuf__free(staging);
   return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
 }
 
@@ -200,10 +191,12 @@ static devbuf_status cuda_copy(devbuf_device_t *device, const devbuf_memory_t *d
 }
 
 static devbuf_status cuda_zero(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset, size_t size) {
-  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  const devbuf__cuda_api *cu = state->cu;
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
-  CUresult code = cu->cuMemsetD8(dst->device + offset, 0, size);
+  CUresult code = cu->cuMemsetD8Async(dst->device + offset, 0, size, state->transfers);
+  if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(state->transfers);
   return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: zeroing %zu bytes", device->spec, size);
 }
 

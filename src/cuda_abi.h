@@ -28,6 +28,7 @@ enum {
 
 enum {
   CU_STREAM_NON_BLOCKING = 0x1,
+  CU_EVENT_BLOCKING_SYNC = 0x1,
   CU_EVENT_DISABLE_TIMING = 0x2,
   CU_MEM_ATTACH_GLOBAL = 0x1,
 };
@@ -64,6 +65,8 @@ enum {
   X(CUresult, cuMemcpyAsync, "cuMemcpyAsync", (CUdeviceptr, CUdeviceptr, size_t, CUstream))               \
   X(CUresult, cuMemsetD8, "cuMemsetD8_v2", (CUdeviceptr, unsigned char, size_t))                          \
   X(CUresult, cuMemsetD8Async, "cuMemsetD8Async", (CUdeviceptr, unsigned char, size_t, CUstream))         \
+  X(CUresult, cuMemsetD16Async, "cuMemsetD16Async", (CUdeviceptr, unsigned short, size_t, CUstream))      \
+  X(CUresult, cuMemsetD32Async, "cuMemsetD32Async", (CUdeviceptr, unsigned int, size_t, CUstream))        \
   X(CUresult, cuStreamCreate, "cuStreamCreate", (CUstream *, unsigned))                                   \
   X(CUresult, cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                                          \
   X(CUresult, cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                     \
@@ -71,6 +74,7 @@ enum {
   X(CUresult, cuLaunchHostFunc, "cuLaunchHostFunc", (CUstream, void (*)(void *), void *))                 \
   X(CUresult, cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                      \
   X(CUresult, cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                        \
+  X(CUresult, cuEventSynchronize, "cuEventSynchronize", (CUevent))                                        \
   X(CUresult, cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                             \
   X(CUresult, cuModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                           \
   X(CUresult, cuModuleUnload, "cuModuleUnload", (CUmodule))                                               \
@@ -85,6 +89,8 @@ typedef struct devbuf__cuda_api {
 #define DEVBUF_CUDA_POINTER_(ret, field, symbol, params) ret(*field) params;
   DEVBUF_CUDA_FUNCTIONS(DEVBUF_CUDA_POINTER_)
 #undef DEVBUF_CUDA_POINTER_
+  // Optional (CUDA 12.4 and later drivers): NULL where the driver lacks it.
+  CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
 } devbuf__cuda_api;
 
 #endif

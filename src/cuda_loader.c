@@ -28,6 +28,7 @@ static void load(void) {
   }
   DEVBUF_CUDA_FUNCTIONS(DEVBUF_CUDA_RESOLVE_)
 #undef DEVBUF_CUDA_RESOLVE_
+  api.cuFuncGetParamInfo = (CUresult(*)(CUfunction, size_t, size_t *, size_t *))dlsym(library, "cuFuncGetParamInfo");
   CUresult code = api.cuInit(0);
   if (code == CUDA_ERROR_STUB_LIBRARY) {
     snprintf(load_failure, sizeof load_failure,

@@ -1,7 +1,7 @@
 // CUDA queues and programs. Each devbuf queue owns a non-blocking stream; its worker
 // enqueues an item there, records an event behind it (for items of other queues that
-// depend on it: they wait for it on their stream), and returns once a host function
-// enqueued behind the item has run. Programs are modules loaded from PTX, cubin or fatbin.
+// depend on it: they wait for it on their stream), and returns once the item has completed
+// (devbuf__cuda_wait). Programs are modules loaded from PTX, cubin or fatbin.
 #include "cuda_backend.h"
 #include "queue.h"
 
@@ -112,8 +112,20 @@ static devbuf_status enqueue_fill(devbuf_device_t *device, cuda_queue *q, devbuf
   devbuf__work_use *use = &work->uses[0];
   if (use->size == 0) return DEVBUF_OK;
   CUdeviceptr address = use->memory.device + use->offset;
-  if (work->scalars_size == 1) {
-    CUresult code = cu->cuMemsetD8Async(address, *(const unsigned char *)work->scalars, use->size, q->stream);
+  size_t width = work->scalars_size;
+  if ((width == 1 || width == 2 || width == 4) && address % width == 0) { // the driver's own fills
+    CUresult code;
+    if (width == 1) {
+      code = cu->cuMemsetD8Async(address, *(const unsigned char *)work->scalars, use->size, q->stream);
+    } else if (width == 2) {
+      unsigned short value;
+      memcpy(&value, work->scalars, 2);
+      code = cu->cuMemsetD16Async(address, value, use->size / 2, q->stream);
+    } else {
+      unsigned int value;
+      memcpy(&value, work->scalars, 4);
+      code = cu->cuMemsetD32Async(address, value, use->size / 4, q->stream);
+    }
     return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: filling %zu bytes", device->spec, use->size);
   }
   // Other patterns: written out on the host, copied in; the staging waits for the copy.
@@ -151,6 +163,13 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, devb
   CUresult code = cu->cuModuleGetFunction(&function, work->program->backend_program, work->kernel_name);
   if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "%s: kernel '%.100s'", device->spec, work->kernel_name);
   size_t count = work->use_count + work->arg_count;
+  if (cu->cuFuncGetParamInfo) { // the driver reads as many arguments as the kernel declares
+    size_t declared = 0, offset, size;
+    while (cu->cuFuncGetParamInfo(function, declared, &offset, &size) == CUDA_SUCCESS) declared++;
+    if (declared != count)
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: kernel '%.100s' takes %zu arguments; the launch gives %zu uses "
+                           "and %zu scalars", device->spec, work->kernel_name, declared, work->use_count, work->arg_count);
+  }
   void **params = devbuf__malloc((count ? count : 1) * sizeof *params);
   CUdeviceptr *addresses = devbuf__malloc((work->use_count ? work->use_count : 1) * sizeof *addresses);
   if (!params || !addresses) {
@@ -171,8 +190,16 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, devb
   const devbuf_launch_t *launch = &work->launch;
   unsigned block[3] = {1, 1, 1}, grid[3] = {1, 1, 1};
   for (unsigned d = 0; d < launch->dims; d++) {
-    block[d] = launch->local[0] ? (unsigned)launch->local[d] : d == 0 ? 256 : 1;
-    grid[d] = (unsigned)((launch->global[d] + block[d] - 1) / block[d]);
+    size_t threads = launch->local[0] ? launch->local[d] : d == 0 ? 256 : 1;
+    size_t blocks = (launch->global[d] + threads - 1) / threads;
+    if (threads > 1024 || blocks > (d == 0 ? 0x7fffffffu : 65535u)) {
+      devbuf__free(params);
+      devbuf__free(addresses);
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: kernel '%.100s': dimension %u has %zu blocks of %zu threads, "
+                           "more than CUDA launches", device->spec, work->kernel_name, d, blocks, threads);
+    }
+    block[d] = (unsigned)threads;
+    grid[d] = (unsigned)blocks;
   }
   code = cu->cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, q->stream, params, NULL);
   devbuf__free(params);
