@@ -405,6 +405,13 @@ static void *worker_main(void *arg) {
       queue->worker_idle = false;
     }
     if (!queue->head) break; // released and drained
+    if (queue->head == queue->tail && !queue->released) {
+      // One item: give the submitter a moment to add more, so that items are taken, run and
+      // retired in batches rather than one shared cache line transfer at a time.
+      pthread_mutex_unlock(&queue->lock);
+      sched_yield();
+      pthread_mutex_lock(&queue->lock);
+    }
     size_t count = 0;
     while (queue->head && count < BATCH) {
       batch[count++] = queue->head;
