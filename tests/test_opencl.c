@@ -203,6 +203,29 @@ static void test_dlpack_of_device_memory(void) {
   devbuf_buffer_release(buffer);
 }
 
+// A weight file on a device the CPU cannot read from: staged copies, equal to the file.
+static void test_safetensors_onto_the_device(void) {
+  const char *path = DEVBUF_TESTDATA "/safetensors/burn/mnist.safetensors";
+  devbuf_tensor_file_t *file = NULL;
+  CHECK_OK(devbuf_safetensors_load(device, path, NULL, &file));
+  size_t size;
+  unsigned char *expected = test_read_file(path, &size);
+  CHECK(file && expected && devbuf_tensor_file_count(file) == 20);
+  for (size_t i = 0; file && expected && i < devbuf_tensor_file_count(file); i++) {
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(file, i, &info);
+    devbuf_buffer_t *buffer = devbuf_tensor_file_buffer(file, i);
+    CHECK(devbuf_buffer_device(buffer) == device && !devbuf_buffer_is_cpu_accessible(buffer));
+    size_t bytes = devbuf_buffer_size(buffer);
+    unsigned char *back = malloc(bytes + 1);
+    CHECK_OK(devbuf_buffer_copyout(buffer, back, bytes));
+    CHECK(memcmp(back, expected + info.file_offset, bytes) == 0);
+    free(back);
+  }
+  free(expected);
+  devbuf_tensor_file_release(file);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0) {
     CHECK_STATUS(devbuf_device_open("opencl:0", &device), DEVBUF_UNAVAILABLE);
@@ -221,6 +244,7 @@ int main(int argc, char **argv) {
   RUN(test_build_failure_carries_the_log);
   RUN(test_zero_length_view_launch);
   RUN(test_dlpack_of_device_memory);
+  RUN(test_safetensors_onto_the_device);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }
