@@ -3,7 +3,8 @@
 //   allocation: a cached devbuf buffer (allocate + release) against clCreateBuffer +
 //               clReleaseMemObject, at 4 KiB, 1 MiB and 64 MiB, in steady state;
 //   copies:     devbuf copyin/copyout of 256 MiB of device memory against blocking
-//               clEnqueueWriteBuffer/ReadBuffer of the same bytes.
+//               clEnqueueWriteBuffer/ReadBuffer of the same bytes;
+//   queues:     small fills through a devbuf queue against the driver's own queue.
 #include "../src/opencl.h"
 #include "bench.h"
 
@@ -110,8 +111,60 @@ static void bench_opencl_copy(const bench_config *config, const devbuf__opencl_d
   free(host);
 }
 
+// Small fills on one queue: what a work item costs devbuf (enqueue, completion callback,
+// retirement), against the driver with a wait after each fill and with one wait at the end.
+static void bench_opencl_queue(const bench_config *config, const devbuf__opencl_device *cl) {
+  enum { ITEMS = 2000 };
+  int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
+  size_t size = 4096;
+  devbuf_buffer_t *buffer = NULL;
+  devbuf_queue_t *queue = NULL;
+  cl_int code = CL_SUCCESS;
+  cl_mem plain = cl->cl->clCreateBuffer(cl->context, CL_MEM_READ_WRITE, size, NULL, &code);
+  cl_command_queue own = cl->cl->clCreateCommandQueue(cl->context, cl->id, 0, &code);
+  if (!plain || !own || devbuf_buffer_allocate(devbuf_device_allocator(config->device), DEVBUF_UINT8, &size, 1, 0,
+                                               &buffer) != DEVBUF_OK ||
+      devbuf_queue_create(config->device, &queue) != DEVBUF_OK) {
+    printf("== queue: skipped (%s) ==\n\n", devbuf_last_error());
+    if (plain) cl->cl->clReleaseMemObject(plain);
+    if (own) cl->cl->clReleaseCommandQueue(own);
+    devbuf_buffer_release(buffer);
+    return;
+  }
+  uint32_t pattern = 7;
+  double ours[MAX_RUNS], waited[MAX_RUNS], pipelined[MAX_RUNS];
+  for (int r = 0; r < runs; r++) {
+    uint64_t t0 = bench_now_ns();
+    for (int i = 0; i < ITEMS; i++) {
+      cl_event done;
+      cl->cl->clEnqueueFillBuffer(own, plain, &pattern, 4, 0, size, 0, NULL, &done);
+      cl->cl->clWaitForEvents(1, &done);
+      cl->cl->clReleaseEvent(done);
+    }
+    uint64_t t1 = bench_now_ns();
+    for (int i = 0; i < ITEMS; i++) cl->cl->clEnqueueFillBuffer(own, plain, &pattern, 4, 0, size, 0, NULL, NULL);
+    cl->cl->clFinish(own);
+    uint64_t t2 = bench_now_ns();
+    for (int i = 0; i < ITEMS; i++) devbuf_queue_fill(queue, buffer, &pattern, 4);
+    devbuf_queue_finish(queue);
+    uint64_t t3 = bench_now_ns();
+    waited[r] = (double)(t1 - t0) / ITEMS, pipelined[r] = (double)(t2 - t1) / ITEMS, ours[r] = (double)(t3 - t2) / ITEMS;
+  }
+  double a = bench_median(ours, runs), b = bench_median(waited, runs), c = bench_median(pipelined, runs);
+  printf("== %d fills of 4 KiB on one queue: us per item ==\n", ITEMS);
+  printf("   driver, a wait after each   %8.1f\n", b * 1e-3);
+  printf("   driver, one wait at the end %8.1f\n", c * 1e-3);
+  printf("   devbuf queue                %8.1f  %5.2fx the waited driver, %5.2fx the pipelined one\n\n", a * 1e-3,
+         a / b, a / c);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(buffer);
+  cl->cl->clReleaseCommandQueue(own);
+  cl->cl->clReleaseMemObject(plain);
+}
+
 void bench_opencl(const bench_config *config) {
   const devbuf__opencl_device *cl = devbuf__opencl_of(config->device);
   bench_opencl_alloc(config, cl);
   bench_opencl_copy(config, cl);
+  bench_opencl_queue(config, cl);
 }
