@@ -251,10 +251,12 @@ static devbuf_status opencl_read(devbuf_device_t *device, const devbuf_memory_t 
   return DEVBUF_OK;
 }
 
-// Waits on the host for `count` events (staged operations cannot hand them to the driver).
-static devbuf_status wait_all(const devbuf__opencl_api *cl, cl_uint count, const cl_event *waits) {
-  if (!count) return DEVBUF_OK;
-  cl_int code = cl->clWaitForEvents(count, waits);
+// Before a staged operation runs on the host: the commands already on `queue`, and `waits`,
+// must have completed (the host cannot be handed a wait list).
+static devbuf_status wait_all(const devbuf__opencl_api *cl, cl_command_queue queue, cl_uint count,
+                              const cl_event *waits) {
+  cl_int code = cl->clFinish(queue);
+  if (code == CL_SUCCESS && count) code = cl->clWaitForEvents(count, waits);
   return code == CL_SUCCESS ? DEVBUF_OK : devbuf__opencl_error(code, "work this item waits for failed");
 }
 
@@ -266,7 +268,7 @@ devbuf_status devbuf__opencl_enqueue_copy(devbuf_device_t *device, cl_command_qu
   *out_event = NULL;
   bool overlap = dst->device == src->device && dst_offset < src_offset + size && src_offset < dst_offset + size;
   if (size == 0 || overlap) { // OpenCL refuses overlapping copies within one buffer: stage through the host
-    devbuf_status status = wait_all(cl, wait_count, waits);
+    devbuf_status status = size ? wait_all(cl, queue, wait_count, waits) : DEVBUF_OK;
     if (status != DEVBUF_OK || size == 0) return status;
     void *staging = devbuf__malloc(size);
     if (!staging) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte copy", device->spec, size);
@@ -298,7 +300,7 @@ devbuf_status devbuf__opencl_enqueue_fill(devbuf_device_t *device, cl_command_qu
   *out_event = NULL;
   bool native = pattern_size <= 128 && (pattern_size & (pattern_size - 1)) == 0 && offset % pattern_size == 0;
   if (size == 0 || !native) { // the driver fills only power-of-two patterns at aligned offsets: write it out
-    devbuf_status status = wait_all(state->cl, wait_count, waits);
+    devbuf_status status = size ? wait_all(state->cl, queue, wait_count, waits) : DEVBUF_OK;
     if (status != DEVBUF_OK || size == 0) return status;
     char *bytes = devbuf__malloc(size);
     if (!bytes) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte fill", device->spec, size);
@@ -348,6 +350,7 @@ const devbuf__backend devbuf__backend_opencl = {
     .queue_create = devbuf__opencl_queue_create,
     .queue_destroy = devbuf__opencl_queue_destroy,
     .run = devbuf__opencl_run,
+    .complete = devbuf__opencl_complete,
     .event_release = devbuf__opencl_event_release,
     .cancel_wait = devbuf__opencl_cancel_wait,
     .program_build = devbuf__opencl_program_build,

@@ -97,6 +97,10 @@ typedef struct devbuf__backend {
   devbuf_status (*queue_create)(devbuf_device_t *device, void **out_queue);
   void (*queue_destroy)(devbuf_device_t *device, void *queue);
   devbuf_status (*run)(devbuf_device_t *device, void *queue, devbuf__work *work);
+  // (optional) With it, run may return once an item is enqueued: before items retire, this
+  // waits until they have completed and sets the status of those that failed on the device
+  // (returning the first such failure, its message set).
+  devbuf_status (*complete)(devbuf_device_t *device, void *queue, devbuf__work **items, size_t count);
   void (*event_release)(devbuf_device_t *device, void *event);
   void (*cancel_wait)(devbuf_device_t *device, void *queue);
   // Programs (optional): build (cached by source and options), release, and whether a

@@ -48,6 +48,7 @@ devbuf_status devbuf__opencl_enqueue_copy(devbuf_device_t *device, cl_command_qu
 devbuf_status devbuf__opencl_queue_create(devbuf_device_t *device, void **out_queue);
 void devbuf__opencl_queue_destroy(devbuf_device_t *device, void *queue);
 devbuf_status devbuf__opencl_run(devbuf_device_t *device, void *queue, devbuf__work *work);
+devbuf_status devbuf__opencl_complete(devbuf_device_t *device, void *queue, devbuf__work **items, size_t count);
 void devbuf__opencl_event_release(devbuf_device_t *device, void *event);
 void devbuf__opencl_cancel_wait(devbuf_device_t *device, void *queue);
 devbuf_status devbuf__opencl_program_build(devbuf_device_t *device, const char *source, const char *options,

@@ -101,6 +101,7 @@ enum {
   X(cl_int, clFinish, (cl_command_queue))                                                                    \
   X(cl_int, clWaitForEvents, (cl_uint, const cl_event *))                                                    \
   X(cl_int, clRetainEvent, (cl_event))                                                                       \
+  X(cl_int, clGetEventInfo, (cl_event, cl_event_info, size_t, void *, size_t *))                            \
   X(cl_int, clReleaseEvent, (cl_event))                                                                      \
   X(cl_int, clSetEventCallback, (cl_event, cl_int, void (*)(cl_event, cl_int, void *), void *))              \
   X(cl_event, clCreateUserEvent, (cl_context, cl_int *))                                                     \

@@ -1,6 +1,7 @@
 // OpenCL queues and programs. Each devbuf queue owns an in-order cl_command_queue; its
-// worker enqueues an item there and returns when the item's completion callback fires, so
-// the tracker retires it exactly when the device is done with it. An item that depends on
+// worker enqueues items there one after another, and before items retire it waits for the
+// completion callback of the last of them (in order, so all are done), so the tracker
+// retires them exactly when the device is done with them. An item that depends on
 // work of another queue waits for that work's cl_event on the device; a wait for a
 // host-signalled event is a marker behind an OpenCL user event that the event completes.
 // Programs are built once per device, source and options, and shared.
@@ -375,11 +376,41 @@ devbuf_status devbuf__opencl_run(devbuf_device_t *device, void *queue, devbuf__w
   if (waits != stack_waits) devbuf__free(waits);
   if (done) { // dependents on other queues may wait for it on the device from now on
     cl->clFlush(q->queue); // submitted: only then is completion (and the callback) promised
-    cl->clRetainEvent(done);
     work->event_device = devbuf_device_retain(device);
     atomic_store_explicit(&work->device_event, done, memory_order_release);
-    status = devbuf__opencl_wait(cl, done, work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command");
   }
-  if (work->kind == DEVBUF__WORK_WAIT) status = finish_wait(q, work, status);
+  // A wait ends here, so that what follows it is enqueued only once it is over (cancel then
+  // drops it unstarted). Everything else completes in devbuf__opencl_complete.
+  if (work->kind == DEVBUF__WORK_WAIT) {
+    if (done) {
+      cl->clRetainEvent(done);
+      status = devbuf__opencl_wait(cl, done, "an event wait");
+    }
+    status = finish_wait(q, work, status);
+  }
   return status;
+}
+
+devbuf_status devbuf__opencl_complete(devbuf_device_t *device, void *queue, devbuf__work **items, size_t count) {
+  (void)queue;
+  const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
+  cl_event last = NULL; // in-order: once the last command is done, all before it are
+  for (size_t i = count; i-- > 0 && !last;) last = atomic_load_explicit(&items[i]->device_event, memory_order_acquire);
+  if (!last) return DEVBUF_OK;
+  cl->clRetainEvent(last);
+  devbuf__opencl_wait(cl, last, "queued work"); // statuses are read below, item by item
+  // Backwards, so that the message left behind is the first failure's.
+  devbuf_status first = DEVBUF_OK;
+  for (size_t i = count; i-- > 0;) {
+    devbuf__work *work = items[i];
+    cl_event event = atomic_load_explicit(&work->device_event, memory_order_acquire);
+    cl_int state = CL_COMPLETE;
+    if (!event || work->status != DEVBUF_OK ||
+        cl->clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state, &state, NULL) != CL_SUCCESS ||
+        state >= 0)
+      continue;
+    first = work->status = devbuf__opencl_error(state, "%s: %s failed on the device", device->spec,
+                                                work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command");
+  }
+  return first;
 }

@@ -181,8 +181,31 @@ devbuf_status devbuf__work_wait_done(devbuf__work *work) {
 // Retires finished (or never run) items of one queue, in order: their records leave the
 // trackers (one lock per tracker for the whole batch), their events learn of failures,
 // dependents and host waiters wake, and the counters move. Each item's status is set.
+static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, const char *message);
+static void retire_unrun(devbuf_queue_t *queue, devbuf__work *list, devbuf_status status);
+
+// Device queues whose items run on after run() returns: waits for them to complete; a
+// failure found there fails the queue as a failing run would (*out_pending: its FIFO).
+static void complete_on_device(devbuf_queue_t *queue, devbuf__work **items, size_t count, devbuf__work **out_pending) {
+  const devbuf__backend *backend = queue->device->backend;
+  *out_pending = NULL;
+  if (!queue->device_queue || !backend->complete) return;
+  devbuf_status failed = backend->complete(queue->device, queue->device_queue, items, count);
+  if (failed == DEVBUF_OK) return;
+  char message[512];
+  snprintf(message, sizeof message, "%s", devbuf_last_error());
+  bool behind = false; // what came after the failed item ran on the device, but reports the failure
+  for (size_t i = 0; i < count; i++) {
+    if (behind && items[i]->status == DEVBUF_OK) items[i]->status = failed;
+    behind |= items[i]->status != DEVBUF_OK;
+  }
+  *out_pending = fail_queue(queue, failed, message);
+}
+
 static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
   if (!count) return;
+  devbuf__work *pending;
+  complete_on_device(queue, items, count, &pending);
   for (size_t i = 0; i < count; i++) {
     for (size_t u = 0; u < items[i]->use_count; u++) {
       devbuf__hazard *hazard = items[i]->uses[u].hazard;
@@ -233,6 +256,7 @@ static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
     pthread_cond_broadcast(&device->work_idle);
     pthread_mutex_unlock(&device->work_lock);
   }
+  if (pending) retire_unrun(queue, pending, atomic_load(&queue->failed) ? queue->failure : DEVBUF_DEVICE_FAILURE);
 }
 
 // Retires, without running them, the items of a detached FIFO, in chunks.
@@ -356,6 +380,11 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
   size_t retired = 0;
   for (size_t i = 0; i < count; i++) {
     devbuf__work *work = batch[i];
+    if (atomic_load(&queue->failed)) { // found on the device while retiring earlier items
+      for (size_t j = i; j < count; j++) batch[j]->status = queue->failure;
+      retire(queue, batch + retired, count - retired);
+      return;
+    }
     if (atomic_load(&queue->cancel_requested)) {
       retire(queue, batch + retired, i - retired);
       for (size_t j = i; j < count; j++) batch[j]->status = DEVBUF_CANCELLED;
