@@ -83,28 +83,17 @@ devbuf_status devbuf__cuda_program_has_kernel(devbuf_device_t *device, void *pro
 
 // ---- running work items --------------------------------------------------------------------
 
-// Dependencies: work already enqueued on this device is waited for on the stream, the rest
-// on the host.
-static devbuf_status wait_deps(devbuf_device_t *device, cuda_queue *q, devbuf__work *work) {
-  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
-  devbuf_status failed = DEVBUF_OK;
-  for (size_t i = 0; i < work->dep_count; i++) {
-    devbuf__work *dep = work->deps[i];
-    devbuf_status dep_status = DEVBUF_OK;
-    CUevent event = atomic_load_explicit(&dep->device_event, memory_order_acquire);
-    if (atomic_load_explicit(&dep->done, memory_order_acquire))
-      dep_status = dep->status;
-    else if (event && dep->event_device == device)
-      dep_status = cu->cuStreamWaitEvent(q->stream, event, 0) == CUDA_SUCCESS ? DEVBUF_OK : devbuf__work_wait_done(dep);
-    else
-      dep_status = devbuf__work_wait_done(dep);
-    if (dep_status != DEVBUF_OK && failed == DEVBUF_OK) failed = dep_status;
-  }
-  devbuf__work_release_deps(work);
-  if (failed != DEVBUF_OK)
-    return devbuf__error(DEVBUF_DEVICE_FAILURE, "work on another queue that this item waits for failed (%s)",
-                         devbuf_status_name(failed));
-  return DEVBUF_OK;
+// Dependencies already enqueued on this device are waited for on the stream, the rest on
+// the host.
+typedef struct stream_waits {
+  devbuf_device_t *device;
+  CUstream stream;
+} stream_waits;
+
+static bool wait_on_stream(void *context, devbuf__work *dep, void *event) {
+  stream_waits *waits = context;
+  return dep->event_device == waits->device &&
+         devbuf__cuda_of(waits->device)->cu->cuStreamWaitEvent(waits->stream, event, 0) == CUDA_SUCCESS;
 }
 
 static devbuf_status enqueue_fill(devbuf_device_t *device, cuda_queue *q, devbuf__work *work) {
@@ -213,7 +202,8 @@ devbuf_status devbuf__cuda_run(devbuf_device_t *device, void *queue, devbuf__wor
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   cuda_queue *q = queue;
   devbuf_status status = devbuf__cuda_enter(device);
-  if (status == DEVBUF_OK) status = wait_deps(device, q, work);
+  stream_waits waits = {device, q->stream};
+  if (status == DEVBUF_OK) status = devbuf__work_wait_deps(work, wait_on_stream, &waits);
   if (status != DEVBUF_OK) return status;
   switch (work->kind) {
   case DEVBUF__WORK_FILL:

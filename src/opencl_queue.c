@@ -269,30 +269,20 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue qu
   return status;
 }
 
-// The events of the work `work` depends on: those already enqueued on this device are
-// handed to the driver (retained, *out_count of them); the rest are waited for on the host.
-static devbuf_status gather_deps(devbuf_device_t *device, devbuf__work *work, cl_event *waits, cl_uint *out_count) {
-  const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
-  devbuf_status failed = DEVBUF_OK;
-  cl_uint count = 0;
-  for (size_t i = 0; i < work->dep_count; i++) {
-    devbuf__work *dep = work->deps[i];
-    devbuf_status dep_status = DEVBUF_OK;
-    cl_event event = atomic_load_explicit(&dep->device_event, memory_order_acquire);
-    if (atomic_load_explicit(&dep->done, memory_order_acquire))
-      dep_status = dep->status;
-    else if (event && dep->event_device == device)
-      cl->clRetainEvent(waits[count++] = event); // alive while we hold `dep`, ours from here
-    else
-      dep_status = devbuf__work_wait_done(dep);
-    if (dep_status != DEVBUF_OK && failed == DEVBUF_OK) failed = dep_status;
-  }
-  devbuf__work_release_deps(work);
-  *out_count = count;
-  if (failed != DEVBUF_OK)
-    return devbuf__error(DEVBUF_DEVICE_FAILURE, "work on another queue that this item waits for failed (%s)",
-                         devbuf_status_name(failed));
-  return DEVBUF_OK;
+// Dependencies already enqueued on this device join the command's wait list (retained, ours
+// from here); the rest are waited for on the host.
+typedef struct wait_list {
+  devbuf_device_t *device;
+  cl_event *events;
+  cl_uint count;
+} wait_list;
+
+static bool join_wait_list(void *context, devbuf__work *dep, void *event) {
+  wait_list *list = context;
+  if (dep->event_device != list->device) return false;
+  devbuf__opencl_of(list->device)->cl->clRetainEvent(event); // alive while we hold `dep`
+  list->events[list->count++] = event;
+  return true;
 }
 
 // A wait for a host-signalled event value: a marker behind a user event that the value
@@ -347,8 +337,9 @@ devbuf_status devbuf__opencl_run(devbuf_device_t *device, void *queue, devbuf__w
   cl_event stack_waits[16], *waits = stack_waits;
   if (work->dep_count > 16 && !(waits = devbuf__malloc(work->dep_count * sizeof *waits)))
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu dependencies", work->dep_count);
-  cl_uint wait_count = 0;
-  devbuf_status status = gather_deps(device, work, waits, &wait_count);
+  wait_list list = {device, waits, 0};
+  devbuf_status status = devbuf__work_wait_deps(work, join_wait_list, &list);
+  cl_uint wait_count = list.count;
   cl_event done = NULL;
   if (status == DEVBUF_OK) {
     switch (work->kind) {

@@ -308,12 +308,19 @@ void devbuf__work_release_deps(devbuf__work *work) {
   work->dep_count = 0;
 }
 
-// Waits for the work of other queues this item depends on, then lets go of it, so that
-// finished work never keeps a chain of older work alive.
-static devbuf_status wait_deps(devbuf__work *work) {
+devbuf_status devbuf__work_wait_deps(devbuf__work *work, bool (*on_device)(void *context, devbuf__work *dep, void *event),
+                                     void *context) {
   devbuf_status failed = DEVBUF_OK;
   for (size_t i = 0; i < work->dep_count; i++) {
-    devbuf_status dep_status = devbuf__work_wait_done(work->deps[i]);
+    devbuf__work *dep = work->deps[i];
+    devbuf_status dep_status;
+    void *event = atomic_load_explicit(&dep->device_event, memory_order_acquire);
+    if (atomic_load_explicit(&dep->done, memory_order_acquire))
+      dep_status = dep->status;
+    else if (event && on_device && on_device(context, dep, event))
+      dep_status = DEVBUF_OK; // the device waits for it
+    else
+      dep_status = devbuf__work_wait_done(dep);
     if (dep_status != DEVBUF_OK && failed == DEVBUF_OK) failed = dep_status;
   }
   devbuf__work_release_deps(work);
@@ -328,7 +335,7 @@ static devbuf_status run(devbuf__work *work) {
   // A device queue's backend waits for dependencies itself, on the device where it can.
   if (queue->device_queue && work->kind != DEVBUF__WORK_SIGNAL)
     return queue->device->backend->run(queue->device, queue->device_queue, work);
-  devbuf_status dep_status = wait_deps(work);
+  devbuf_status dep_status = devbuf__work_wait_deps(work, NULL, NULL);
   if (dep_status != DEVBUF_OK) return dep_status;
   void **data = work_data(work);
   size_t *sizes = work_sizes(work);

@@ -59,6 +59,13 @@ void devbuf__work_release(devbuf__work *work);
 devbuf_status devbuf__work_wait_done(devbuf__work *work);
 // Lets go of the work items `work` depends on, once it no longer needs them.
 void devbuf__work_release_deps(devbuf__work *work);
+// Waits for the work of other queues that `work` depends on, then lets go of it (so that
+// finished work never keeps a chain of older work alive). A dependency already enqueued on
+// a device (its device_event set) is offered to `on_device` first, which answers true when
+// the device will wait for it; the rest is waited for on the host. DEVICE_FAILURE if one
+// failed.
+devbuf_status devbuf__work_wait_deps(devbuf__work *work, bool (*on_device)(void *context, devbuf__work *dep, void *event),
+                                     void *context);
 
 // A callback for when an event reaches a value: OK then, or the event's failure (or
 // CANCELLED when the event goes first). Lets device queues wait for host signals on the
