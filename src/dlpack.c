@@ -93,19 +93,35 @@ static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_t flags,
-                                                struct DLManagedTensorVersioned **out_tensor) {
-  if (!out_tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
-  *out_tensor = NULL;
+// A record with its tensor (the versioned or the legacy one) filled in for `buffer`.
+static devbuf_status export_new(devbuf_buffer_t *buffer, uint32_t flags, bool versioned, export_record **out_record,
+                                bool *out_read_only) {
+  *out_record = NULL;
+  if (!versioned && buffer && buffer->storage->read_only)
+    return devbuf__error(DEVBUF_READ_ONLY, "dlpack export: buffer %llu is read-only and a legacy DLManagedTensor "
+                         "cannot say so; use devbuf_buffer_to_dlpack_versioned",
+                         (unsigned long long)buffer->handle_id);
   export_record *record = devbuf__calloc(1, sizeof *record);
   if (!record) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "dlpack export: no host memory for a tensor record");
-  DLManagedTensorVersioned *tensor = &record->tensor.versioned;
-  bool read_only;
-  devbuf_status status = export_fill(buffer, flags, record, &tensor->dl_tensor, &read_only);
+  DLTensor *tensor = versioned ? &record->tensor.versioned.dl_tensor : &record->tensor.legacy.dl_tensor;
+  devbuf_status status = export_fill(buffer, flags, record, tensor, out_read_only);
   if (status != DEVBUF_OK) {
     devbuf__free(record);
     return status;
   }
+  *out_record = record;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_t flags,
+                                                struct DLManagedTensorVersioned **out_tensor) {
+  if (!out_tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
+  *out_tensor = NULL;
+  export_record *record;
+  bool read_only;
+  devbuf_status status = export_new(buffer, flags, true, &record, &read_only);
+  if (status != DEVBUF_OK) return status;
+  DLManagedTensorVersioned *tensor = &record->tensor.versioned;
   tensor->version = (DLPackVersion){DEVBUF_DLPACK_MAJOR, DEVBUF_DLPACK_MINOR};
   tensor->manager_ctx = record;
   tensor->deleter = delete_versioned;
@@ -117,24 +133,13 @@ devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_
 devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags, struct DLManagedTensor **out_tensor) {
   if (!out_tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
   *out_tensor = NULL;
-  export_record *record = devbuf__calloc(1, sizeof *record);
-  if (!record) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "dlpack export: no host memory for a tensor record");
-  if (buffer && buffer->storage->read_only) {
-    devbuf__free(record);
-    return devbuf__error(DEVBUF_READ_ONLY, "dlpack export: buffer %llu is read-only and a legacy DLManagedTensor "
-                         "cannot say so; use devbuf_buffer_to_dlpack_versioned",
-                         (unsigned long long)buffer->handle_id);
-  }
-  DLManagedTensor *tensor = &record->tensor.legacy;
+  export_record *record;
   bool read_only;
-  devbuf_status status = export_fill(buffer, flags, record, &tensor->dl_tensor, &read_only);
-  if (status != DEVBUF_OK) {
-    devbuf__free(record);
-    return status;
-  }
-  tensor->manager_ctx = record;
-  tensor->deleter = delete_legacy;
-  *out_tensor = tensor;
+  devbuf_status status = export_new(buffer, flags, false, &record, &read_only);
+  if (status != DEVBUF_OK) return status;
+  record->tensor.legacy.manager_ctx = record;
+  record->tensor.legacy.deleter = delete_legacy;
+  *out_tensor = &record->tensor.legacy;
   return DEVBUF_OK;
 }
 

@@ -69,7 +69,10 @@ static void work_unref(devbuf__work *work, devbuf__work **recycled) {
   work->event = NULL;
   devbuf_program_release(work->program);
   work->program = NULL;
-  void *device_event = atomic_exchange_explicit(&work->device_event, NULL, memory_order_acquire);
+  // CPU items never have a device event: a plain load keeps the locked exchange off their path.
+  void *device_event = atomic_load_explicit(&work->device_event, memory_order_relaxed)
+                           ? atomic_exchange_explicit(&work->device_event, NULL, memory_order_acquire)
+                           : NULL;
   if (device_event) {
     work->event_device->backend->event_release(work->event_device, device_event);
     devbuf_device_release(work->event_device);
@@ -155,7 +158,8 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
 static void **work_data(devbuf__work *work) { return (void **)(work->uses + work->use_count); }
 static size_t *work_sizes(devbuf__work *work) { return (size_t *)(work_data(work) + work->use_count); }
 
-devbuf_status devbuf__work_wait_done(devbuf__work *work) {
+// Waits on the host until `work` has retired; its status.
+static devbuf_status wait_done(devbuf__work *work) {
   // The other queue is usually about to finish it: spin a little, then give the core away
   // (on a busy machine the other worker may need it), and only then sleep.
   for (int spin = 0; spin < SPIN_CHECKS + YIELDS; spin++) {
@@ -303,7 +307,7 @@ static void fill(void *data, size_t size, const void *pattern, size_t pattern_si
   }
 }
 
-void devbuf__work_release_deps(devbuf__work *work) {
+static void release_deps(devbuf__work *work) {
   for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i]);
   work->dep_count = 0;
 }
@@ -320,10 +324,10 @@ devbuf_status devbuf__work_wait_deps(devbuf__work *work, bool (*on_device)(void 
     else if (event && on_device && on_device(context, dep, event))
       dep_status = DEVBUF_OK; // the device waits for it
     else
-      dep_status = devbuf__work_wait_done(dep);
+      dep_status = wait_done(dep);
     if (dep_status != DEVBUF_OK && failed == DEVBUF_OK) failed = dep_status;
   }
-  devbuf__work_release_deps(work);
+  release_deps(work);
   if (failed != DEVBUF_OK)
     return devbuf__error(DEVBUF_DEVICE_FAILURE, "work on another queue that this item waits for failed (%s)",
                          devbuf_status_name(failed));

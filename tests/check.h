@@ -98,6 +98,16 @@ static inline devbuf_allocator_stats_t stats_of(devbuf_allocator_t *allocator) {
   return stats;
 }
 
+// The `--expect-unavailable PHRASE` mode of a backend's test: opening `spec` must answer
+// UNAVAILABLE with PHRASE in the message. Returns the exit code.
+static inline int check_expect_unavailable(const char *spec, const char *phrase) {
+  devbuf_device_t *device = NULL;
+  CHECK_STATUS(devbuf_device_open(spec, &device), DEVBUF_UNAVAILABLE);
+  CHECK_MESSAGE(phrase);
+  printf("%s\n", devbuf_last_error());
+  return CHECK_EXIT();
+}
+
 // The whole file at `path` in malloc'd memory (NULL if it cannot be read); caller frees.
 static inline unsigned char *test_read_file(const char *path, size_t *out_size) {
   FILE *file = fopen(path, "rb");

@@ -124,12 +124,7 @@ static void test_oversize(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0) {
-    CHECK_STATUS(devbuf_device_open("cuda:0", &device), DEVBUF_UNAVAILABLE);
-    CHECK_MESSAGE(argv[2]);
-    printf("%s\n", devbuf_last_error());
-    return CHECK_EXIT();
-  }
+  if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0) return check_expect_unavailable("cuda:0", argv[2]);
   if (devbuf_device_open("cuda:0", &device) != DEVBUF_OK) {
     printf("SKIP: %s\n", devbuf_last_error());
     return SKIP_EXIT_CODE;
