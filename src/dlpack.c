@@ -118,7 +118,7 @@ devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_
   if (!out_tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
   *out_tensor = NULL;
   export_record *record;
-  bool read_only;
+  bool read_only = false;
   devbuf_status status = export_new(buffer, flags, true, &record, &read_only);
   if (status != DEVBUF_OK) return status;
   DLManagedTensorVersioned *tensor = &record->tensor.versioned;
@@ -134,7 +134,7 @@ devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags, s
   if (!out_tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
   *out_tensor = NULL;
   export_record *record;
-  bool read_only;
+  bool read_only = false;
   devbuf_status status = export_new(buffer, flags, false, &record, &read_only);
   if (status != DEVBUF_OK) return status;
   record->tensor.legacy.manager_ctx = record;
