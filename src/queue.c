@@ -11,26 +11,41 @@
 #define SPIN_CHECKS 100   // checks of a dependency's flag before yielding ...
 #define YIELDS 64         // ... and yields before blocking
 
+// The fields are grouped by who writes them and how often, a cache line apart, so that a
+// submission (which writes the FIFO under the lock) and the worker (which reads the flags
+// for every item and bumps `completed` for every group it retires) do not take each
+// other's cache lines away on every item.
+#define CACHE_LINE 64
 struct devbuf_queue {
-  atomic_size_t refs;
+  // Set at creation.
   devbuf_device_t *device;          // retained
   void *device_queue;               // the backend's queue, for devices with their own
-  pthread_mutex_t lock;             // the fields below, unless marked atomic
-  pthread_cond_t work_available;    // the worker waits here
-  pthread_cond_t drained;           // finish and cancel wait here
-  devbuf__work *head, *tail;        // submitted, not taken by the worker
-  devbuf__work *waiting;            // the WAIT item the worker blocks in, for cancel
-  uint64_t submitted;
-  atomic_uint_least64_t completed;  // retired items
-  atomic_size_t drain_waiters;      // threads waiting on `drained`
+  pthread_t worker;
+  // Read for every item; written when the queue fails or is cancelled, or someone waits.
   atomic_bool cancel_requested;     // drop taken items that have not started
   atomic_bool failed;               // failure != OK, readable without the lock
-  bool worker_idle;                 // the worker waits on work_available
+  atomic_size_t drain_waiters;      // threads waiting on `drained`
+  char apart_from_flags[CACHE_LINE];
+  // Written by every submission, without a lock: the FIFO reaches the worker as a stack
+  // that it takes whole, so that submitting and taking never wait for each other.
+  devbuf__work *_Atomic incoming;   // submitted, not taken by the worker: newest first
+  atomic_uint_least64_t submitted;  // written under the device's submission lock
+  atomic_bool worker_idle;          // the worker waits (or is about to) on work_available
+  char apart_from_incoming[CACHE_LINE];
+  devbuf__work *taken, *taken_tail; // the worker's: taken, not yet run, oldest first
+  pthread_mutex_t lock;             // the fields below, unless marked atomic
   bool released;                    // no references left: the worker exits once drained
   bool worker_frees;                // ... and frees the queue itself (release did not join)
+  pthread_cond_t work_available;    // the worker waits here
+  pthread_cond_t drained;           // finish and cancel wait here
+  devbuf__work *waiting;            // the WAIT item the worker blocks in, for cancel
   devbuf_status failure;            // OK until a work item fails
+  char apart_from_submissions[CACHE_LINE];
+  // Written by the worker for every group of items it retires.
+  atomic_uint_least64_t completed;  // retired items
+  char apart_from_completed[CACHE_LINE];
+  atomic_size_t refs;
   char failure_message[512];
-  pthread_t worker;
 };
 
 // ---- work items ------------------------------------------------------------------------
@@ -280,8 +295,21 @@ static void retire_unrun(devbuf_queue_t *queue, devbuf__work *list, devbuf_statu
   retire(queue, chunk, count);
 }
 
+// Detaches the items submitted since the worker last took some, oldest first.
+static devbuf__work *take_incoming(devbuf_queue_t *queue) {
+  devbuf__work *newest_first = atomic_exchange(&queue->incoming, NULL), *oldest_first = NULL;
+  while (newest_first) {
+    devbuf__work *next = newest_first->next;
+    newest_first->next = oldest_first;
+    oldest_first = newest_first;
+    newest_first = next;
+  }
+  return oldest_first;
+}
+
 // The first failure stops the queue: what was queued behind it does not run, and its
-// events fail with the same cause. Called by the worker; returns the detached FIFO.
+// events fail with the same cause. Called by the worker; returns the detached FIFO (what
+// the worker took already is retired as failed when it comes to run).
 static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, const char *message) {
   pthread_mutex_lock(&queue->lock);
   if (queue->failure == DEVBUF_OK) {
@@ -289,10 +317,8 @@ static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, con
     snprintf(queue->failure_message, sizeof queue->failure_message, "%s", message);
     atomic_store(&queue->failed, true);
   }
-  devbuf__work *pending = queue->head;
-  queue->head = queue->tail = NULL;
   pthread_mutex_unlock(&queue->lock);
-  return pending;
+  return take_incoming(queue);
 }
 
 // ---- execution (the worker thread) -----------------------------------------------------
@@ -434,34 +460,54 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
   retire(queue, batch + retired, count - retired);
 }
 
+// Appends what was submitted to the worker's own FIFO; false when nothing was.
+static bool take_more(devbuf_queue_t *queue) {
+  devbuf__work *more = take_incoming(queue);
+  if (!more) return false;
+  if (queue->taken)
+    queue->taken_tail->next = more;
+  else
+    queue->taken = more;
+  while (more->next) more = more->next;
+  queue->taken_tail = more;
+  return true;
+}
+
+// Sleeps until something is submitted or the queue is released; false when released and
+// drained. The submitter reads worker_idle after pushing, the worker reads incoming after
+// raising it (both sequentially consistent), so one of them sees the other.
+static bool wait_for_work(devbuf_queue_t *queue) {
+  pthread_mutex_lock(&queue->lock);
+  atomic_store(&queue->worker_idle, true);
+  while (!atomic_load(&queue->incoming) && !queue->released) pthread_cond_wait(&queue->work_available, &queue->lock);
+  atomic_store(&queue->worker_idle, false);
+  bool more = atomic_load(&queue->incoming) != NULL;
+  pthread_mutex_unlock(&queue->lock);
+  return more;
+}
+
 static void *worker_main(void *arg) {
   devbuf_queue_t *queue = arg;
   devbuf__work *batch[BATCH];
-  pthread_mutex_lock(&queue->lock);
   for (;;) {
-    while (!queue->head && !queue->released) {
-      queue->worker_idle = true;
-      pthread_cond_wait(&queue->work_available, &queue->lock);
-      queue->worker_idle = false;
+    if (!queue->taken && !take_more(queue)) {
+      if (!wait_for_work(queue)) break; // released and drained
+      continue;
     }
-    if (!queue->head) break; // released and drained
-    if (queue->head == queue->tail && !queue->released) {
+    if (!queue->taken->next) {
       // One item: give the submitter a moment to add more, so that items are taken, run and
       // retired in batches rather than one shared cache line transfer at a time.
-      pthread_mutex_unlock(&queue->lock);
       sched_yield();
-      pthread_mutex_lock(&queue->lock);
+      take_more(queue);
     }
     size_t count = 0;
-    while (queue->head && count < BATCH) {
-      batch[count++] = queue->head;
-      queue->head = queue->head->next;
+    while (queue->taken && count < BATCH) {
+      batch[count++] = queue->taken;
+      queue->taken = queue->taken->next;
     }
-    if (!queue->head) queue->tail = NULL;
-    pthread_mutex_unlock(&queue->lock);
     run_batch(queue, batch, count);
-    pthread_mutex_lock(&queue->lock);
   }
+  pthread_mutex_lock(&queue->lock);
   bool frees = queue->worker_frees;
   pthread_mutex_unlock(&queue->lock);
   if (frees) queue_destroy(queue);
@@ -483,6 +529,9 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   if (!queue && device_queue) device->backend->queue_destroy(device, device_queue);
   if (!queue) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a queue");
   atomic_init(&queue->refs, 1);
+  atomic_init(&queue->incoming, NULL);
+  atomic_init(&queue->submitted, 0);
+  atomic_init(&queue->worker_idle, false);
   atomic_init(&queue->completed, 0);
   atomic_init(&queue->drain_waiters, 0);
   atomic_init(&queue->cancel_requested, false);
@@ -509,7 +558,7 @@ void devbuf_queue_release(devbuf_queue_t *queue) {
   if (!queue || atomic_fetch_sub_explicit(&queue->refs, 1, memory_order_acq_rel) != 1) return;
   pthread_mutex_lock(&queue->lock);
   queue->released = true;
-  bool drained = atomic_load(&queue->completed) == queue->submitted;
+  bool drained = atomic_load(&queue->completed) == atomic_load(&queue->submitted);
   queue->worker_frees = !drained; // pending work: let it finish without blocking the caller
   pthread_t worker = queue->worker;
   pthread_cond_signal(&queue->work_available);
@@ -540,7 +589,8 @@ devbuf_status devbuf_queue_status(const devbuf_queue_t *queue) {
 // Waits until every submitted item is retired. Caller holds queue->lock.
 static void wait_drained_locked(devbuf_queue_t *queue) {
   atomic_fetch_add(&queue->drain_waiters, 1);
-  while (atomic_load(&queue->completed) != queue->submitted) pthread_cond_wait(&queue->drained, &queue->lock);
+  while (atomic_load(&queue->completed) != atomic_load(&queue->submitted))
+    pthread_cond_wait(&queue->drained, &queue->lock);
   atomic_fetch_sub(&queue->drain_waiters, 1);
 }
 
@@ -557,8 +607,7 @@ devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
   if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->cancel_requested, true); // the worker drops what it took but has not started
-  devbuf__work *pending = queue->head;
-  queue->head = queue->tail = NULL;
+  devbuf__work *pending = take_incoming(queue);
   devbuf__work *waiting = queue->waiting;
   if (waiting) {
     atomic_store(&waiting->cancel, true);
@@ -674,24 +723,25 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
     pthread_mutex_unlock(&device->submit_lock);
     return status;
   }
-  pthread_mutex_lock(&queue->lock);
-  if (queue->failure != DEVBUF_OK) { // failed while we were recording
-    status = failure_locked(queue);
-    pthread_mutex_unlock(&queue->lock);
+  if (atomic_load(&queue->failed)) { // failed while we were recording (after that, the worker fails the item)
+    status = devbuf_queue_status(queue);
     abandon(work, tracked);
     pthread_mutex_unlock(&device->submit_lock);
     return status;
   }
   atomic_fetch_add(&queue->device->pending_work, 1);
-  if (queue->tail)
-    queue->tail->next = work;
-  else
-    queue->head = work;
-  queue->tail = work;
-  queue->submitted++;
-  if (queue->worker_idle) pthread_cond_signal(&queue->work_available);
-  pthread_mutex_unlock(&queue->lock);
+  atomic_store_explicit(&queue->submitted, atomic_load_explicit(&queue->submitted, memory_order_relaxed) + 1,
+                        memory_order_relaxed); // every submitter holds the submission lock
+  devbuf__work *newest = atomic_load_explicit(&queue->incoming, memory_order_relaxed);
+  do {
+    work->next = newest;
+  } while (!atomic_compare_exchange_weak(&queue->incoming, &newest, work)); // the worker may take them meanwhile
   pthread_mutex_unlock(&device->submit_lock);
+  if (atomic_load(&queue->worker_idle)) {
+    pthread_mutex_lock(&queue->lock);
+    pthread_cond_signal(&queue->work_available);
+    pthread_mutex_unlock(&queue->lock);
+  }
   return DEVBUF_OK;
 }
 
