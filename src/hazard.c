@@ -12,7 +12,7 @@ devbuf__hazard *devbuf__hazard_create(void) {
 
 void devbuf__hazard_destroy(devbuf__hazard *hazard) {
   if (!hazard) return;
-  while (hazard->segments) { // empty segments are freed on removal; these never held records
+  while (hazard->segments) { // no records are left when the tracker goes
     devbuf__segment *next = hazard->segments->next;
     devbuf__free(hazard->segments);
     hazard->segments = next;
@@ -82,6 +82,21 @@ static bool push_dep(devbuf__work *work, devbuf__work ***deps, size_t *count, si
   return true;
 }
 
+// Empty segments stay (the same queue usually comes back, and a segment made and freed for
+// every burst of work would cost an allocation each time) until a new queue needs one: it
+// takes an empty one over (its queue may be gone; a queue never compares an empty segment's
+// records). The list stays as long as the number of queues with work in flight, plus one.
+static devbuf__segment *take_empty_segment(devbuf__hazard *hazard) {
+  devbuf__segment **taken = NULL;
+  for (devbuf__segment **link = &hazard->segments; *link; link = &(*link)->next)
+    if ((*link)->reads.count + (*link)->writes.count == 0) taken = link;
+  if (!taken) return NULL;
+  devbuf__segment *segment = *taken;
+  *taken = segment->next;
+  *segment = (devbuf__segment){.queue = NULL};
+  return segment;
+}
+
 bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue, devbuf__work ***deps,
                         size_t *dep_count, size_t *dep_capacity) {
   devbuf__segment *own = NULL;
@@ -96,7 +111,8 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
     if (read && !push_dep(read->work, deps, dep_count, dep_capacity)) return false;
   }
   if (!own) {
-    own = devbuf__calloc(1, sizeof *own);
+    own = take_empty_segment(hazard);
+    if (!own) own = devbuf__calloc(1, sizeof *own);
     if (!own) return false;
     own->queue = queue;
     own->next = hazard->segments;
@@ -125,15 +141,6 @@ void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record
     list->newest = record->older;
   if (record->older) record->older->newer = record->newer;
   list->count--;
-  if (segment->reads.count + segment->writes.count == 0) {
-    for (devbuf__segment **link = &hazard->segments; *link; link = &(*link)->next) {
-      if (*link == segment) {
-        *link = segment->next;
-        break;
-      }
-    }
-    devbuf__free(segment);
-  }
   if (--hazard->records == 0 && hazard->on_idle) {
     *out_on_idle = hazard->on_idle;
     *out_idle_ctx = hazard->idle_ctx;

@@ -35,12 +35,13 @@ struct devbuf__segment {
   devbuf__segment *next;
 };
 
+// What every submission and retirement touches comes first, in one cache line.
 typedef struct devbuf__hazard {
   pthread_mutex_t lock;
-  pthread_cond_t progress;             // broadcast when records complete and someone waits
-  devbuf__segment *segments;
+  devbuf__segment *segments;           // a queue's stays while empty: queues come back
   size_t records;
   size_t waiters;
+  pthread_cond_t progress;             // broadcast when records complete and someone waits
   void (*on_idle)(void *ctx);          // called once, unlocked, when records reach zero
   void *idle_ctx;
 } devbuf__hazard;
