@@ -8,6 +8,7 @@
 #include <string.h>
 
 #define BATCH 64          // items the worker takes from the FIFO at once
+#define FEW_ITEMS 4       // fewer taken than this: let the submitter add more first
 #define SPIN_CHECKS 100   // checks of a dependency's flag before yielding ...
 #define YIELDS 64         // ... and yields before blocking
 
@@ -486,6 +487,12 @@ static bool wait_for_work(devbuf_queue_t *queue) {
   return more;
 }
 
+// Whether the list holds at least `count` items.
+static bool has_items(const devbuf__work *list, size_t count) {
+  for (; list && count; list = list->next) count--;
+  return count == 0;
+}
+
 static void *worker_main(void *arg) {
   devbuf_queue_t *queue = arg;
   devbuf__work *batch[BATCH];
@@ -494,9 +501,9 @@ static void *worker_main(void *arg) {
       if (!wait_for_work(queue)) break; // released and drained
       continue;
     }
-    if (!queue->taken->next) {
-      // One item: give the submitter a moment to add more, so that items are taken, run and
-      // retired in batches rather than one shared cache line transfer at a time.
+    if (!has_items(queue->taken, FEW_ITEMS)) {
+      // A few items: give the submitter a moment to add more, so that items are taken, run
+      // and retired in groups rather than one shared cache line transfer at a time.
       sched_yield();
       take_more(queue);
     }
