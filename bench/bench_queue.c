@@ -117,18 +117,22 @@ void bench_queue(const bench_config *config) {
   for (int i = 0; i < 3 && ok; i++)
     ok = devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &count, 1, DEVBUF_BUFFER_ZERO, &buffers[i]) == DEVBUF_OK;
   float plain_memory[3][16] = {{0}};
-  double plain[MAX_RUNS], one[MAX_RUNS], two[MAX_RUNS];
+  // The machine's load drifts between runs: each run times the baseline and devbuf back to
+  // back, and the ratio quoted is the median of the runs' own ratios.
+  double plain[MAX_RUNS], one[MAX_RUNS], two[MAX_RUNS], ratio[MAX_RUNS];
   for (int r = 0; r < runs && ok; r++) {
     plain[r] = time_plain(items, plain_memory[0], plain_memory[1], plain_memory[2]);
     one[r] = time_devbuf(queues, 1, items, buffers);
     two[r] = time_devbuf(queues, 2, items, buffers);
+    ratio[r] = one[r] / plain[r];
   }
   if (ok) {
     double p = bench_median(plain, runs), o = bench_median(one, runs), t = bench_median(two, runs);
+    double x = bench_median(ratio, runs);
     printf("== %zu kernels using 3 buffers each: ns per item (submit to completion) ==\n", items);
     printf("   untracked pthread queue   %8.1f\n", p);
-    printf("   devbuf, 1 queue           %8.1f  %5.2fx untracked  %s (target <= 1000 ns and <= 1.5x)\n", o, o / p,
-           o <= 1000 && o / p <= 1.5 ? "met" : "MISSED");
+    printf("   devbuf, 1 queue           %8.1f  %5.2fx untracked (median of the runs' ratios)  %s (target <= 1000 ns "
+           "and <= 1.5x)\n", o, x, o <= 1000 && x <= 1.5 ? "met" : "MISSED");
     printf("   devbuf, 2 queues          %8.1f  every item waits for the other queue: +%.1f ns per wait\n\n", t,
            t - o);
   } else {
