@@ -18,12 +18,15 @@ typedef struct CUfunc_st *CUfunction;
 
 enum {
   CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
   CUDA_ERROR_OUT_OF_MEMORY = 2,
   CUDA_ERROR_NOT_INITIALIZED = 3,
   CUDA_ERROR_STUB_LIBRARY = 34,
   CUDA_ERROR_NO_DEVICE = 100,
   CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
   CUDA_ERROR_NOT_FOUND = 500,
+  CUDA_ERROR_NOT_READY = 600,
+  CUDA_ERROR_ILLEGAL_ADDRESS = 700,
 };
 
 enum {
@@ -31,6 +34,9 @@ enum {
   CU_EVENT_BLOCKING_SYNC = 0x1,
   CU_EVENT_DISABLE_TIMING = 0x2,
   CU_MEM_ATTACH_GLOBAL = 0x1,
+  CU_MEMHOSTREGISTER_READ_ONLY = 0x08,
+  CU_STREAM_WAIT_VALUE_GEQ = 0x0,
+  CU_STREAM_WRITE_VALUE_DEFAULT = 0x0,
 };
 
 enum {
@@ -75,6 +81,7 @@ enum {
   X(CUresult, cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                      \
   X(CUresult, cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                        \
   X(CUresult, cuEventSynchronize, "cuEventSynchronize", (CUevent))                                        \
+  X(CUresult, cuEventQuery, "cuEventQuery", (CUevent))                                                    \
   X(CUresult, cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                             \
   X(CUresult, cuModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                           \
   X(CUresult, cuModuleUnload, "cuModuleUnload", (CUmodule))                                               \
@@ -83,14 +90,20 @@ enum {
     (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **,  \
      void **))                                                                                            \
   X(CUresult, cuMemAllocAsync, "cuMemAllocAsync", (CUdeviceptr *, size_t, CUstream))                      \
-  X(CUresult, cuMemFreeAsync, "cuMemFreeAsync", (CUdeviceptr, CUstream))
+  X(CUresult, cuMemFreeAsync, "cuMemFreeAsync", (CUdeviceptr, CUstream))                                  \
+  X(CUresult, cuMemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                                      \
+  X(CUresult, cuMemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))                      \
+  X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *))
 
 typedef struct devbuf__cuda_api {
 #define DEVBUF_CUDA_POINTER_(ret, field, symbol, params) ret(*field) params;
   DEVBUF_CUDA_FUNCTIONS(DEVBUF_CUDA_POINTER_)
 #undef DEVBUF_CUDA_POINTER_
-  // Optional (CUDA 12.4 and later drivers): NULL where the driver lacks it.
+  // Optional: NULL where the driver lacks them. Parameter layouts (CUDA 12.4 and later);
+  // stream memory operations (the _v2 entry points, CUDA 11.7 and later).
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+  CUresult (*cuStreamWaitValue32)(CUstream, CUdeviceptr, uint32_t, unsigned);
+  CUresult (*cuStreamWriteValue32)(CUstream, CUdeviceptr, uint32_t, unsigned);
 } devbuf__cuda_api;
 
 #endif

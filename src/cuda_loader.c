@@ -29,6 +29,9 @@ static void load(void) {
   DEVBUF_CUDA_FUNCTIONS(DEVBUF_CUDA_RESOLVE_)
 #undef DEVBUF_CUDA_RESOLVE_
   api.cuFuncGetParamInfo = (CUresult(*)(CUfunction, size_t, size_t *, size_t *))dlsym(library, "cuFuncGetParamInfo");
+  api.cuStreamWaitValue32 = (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(library, "cuStreamWaitValue32_v2");
+  api.cuStreamWriteValue32 =
+      (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(library, "cuStreamWriteValue32_v2");
   CUresult code = api.cuInit(0);
   if (code == CUDA_ERROR_STUB_LIBRARY) {
     snprintf(load_failure, sizeof load_failure,

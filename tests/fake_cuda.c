@@ -1,0 +1,611 @@
+// A stand-in for libcuda.so.1 that runs on the CPU, so that the CUDA backend's own logic
+// (streams, events, ordering, memory kinds, copies, failures) is exercised on machines
+// without a GPU: tests load it through DEVBUF_CUDA_LIBRARY. It is not a GPU emulator.
+// Device memory is host memory; each stream is a thread that runs its commands in order,
+// later than they are enqueued, so that a missing wait shows up as a wrong result; kernels
+// are C functions found by name (the tests' kernels and devbuf's built-ins). A kernel
+// named "fault" poisons the context as a device fault does: every call fails from then on.
+// Only what devbuf calls is here, with the driver API's signatures.
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef uint64_t CUdeviceptr;
+
+enum {
+  OK = 0,
+  INVALID_VALUE = 1,
+  OUT_OF_MEMORY = 2,
+  NOT_FOUND = 500,
+  NOT_READY = 600,
+  ILLEGAL_ADDRESS = 700,
+};
+
+#define EXPORT __attribute__((visibility("default")))
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; // memory accounting, the fault
+static size_t capacity, allocated;
+static CUresult sticky; // the fault every call returns once a kernel faulted
+
+static CUresult failed(void) {
+  pthread_mutex_lock(&lock);
+  CUresult result = sticky;
+  pthread_mutex_unlock(&lock);
+  return result;
+}
+
+// ---- memory: each block remembers its size, so that frees can be accounted -------------
+
+typedef struct block {
+  size_t size;
+  size_t pad[7]; // 64-byte header: what follows is 64-byte aligned like malloc's largest
+} block;
+
+static CUresult alloc_block(size_t size, void **out) {
+  if (size == 0) return INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  bool fits = size <= capacity - allocated;
+  if (fits) allocated += size;
+  pthread_mutex_unlock(&lock);
+  if (!fits) return OUT_OF_MEMORY;
+  block *b = NULL;
+  if (posix_memalign((void **)&b, 256, sizeof(block) + size) != 0) {
+    pthread_mutex_lock(&lock);
+    allocated -= size;
+    pthread_mutex_unlock(&lock);
+    return OUT_OF_MEMORY;
+  }
+  b->size = size;
+  memset(b + 1, 0xa5, size); // not zero: code that forgets to clear memory shows it
+  *out = b + 1;
+  return OK;
+}
+
+static CUresult free_block(void *address) {
+  if (!address) return OK;
+  block *b = (block *)address - 1;
+  pthread_mutex_lock(&lock);
+  allocated -= b->size;
+  pthread_mutex_unlock(&lock);
+  free(b);
+  return OK;
+}
+
+// ---- streams: a thread per stream runs its commands in order ----------------------------
+
+typedef struct event {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  uint64_t recorded, completed; // generations: a record is complete once its command ran
+} event;
+
+typedef enum kind { COPY, SET, KERNEL, RECORD, WAIT_EVENT, WAIT_VALUE, WRITE_VALUE, HOST_FUNC } kind;
+
+typedef struct function function;
+
+typedef struct command {
+  kind kind;
+  void *dst;
+  const void *src;
+  size_t size, count;
+  uint32_t value;
+  event *event;
+  uint64_t generation;
+  const function *function;
+  unsigned threads;
+  unsigned char params[128];
+  void (*host)(void *);
+  void *host_data;
+  struct command *next;
+} command;
+
+typedef struct stream {
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  command *head, *tail;
+  bool busy, stop;
+  pthread_t thread;
+} stream;
+
+struct function {
+  const char *name;
+  size_t param_count;
+  size_t offsets[6], sizes[6];
+  void (*run)(const unsigned char *params, unsigned thread);
+};
+
+static void run_command(command *c);
+
+static void *stream_main(void *arg) {
+  stream *s = arg;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (!s->head && !s->stop) pthread_cond_wait(&s->changed, &s->lock);
+    if (!s->head) break;
+    command *c = s->head;
+    s->busy = true;
+    pthread_mutex_unlock(&s->lock);
+    struct timespec later = {0, 20000}; // commands run a little after they were enqueued
+    nanosleep(&later, NULL);
+    run_command(c);
+    pthread_mutex_lock(&s->lock);
+    s->head = c->next;
+    if (!s->head) s->tail = NULL;
+    s->busy = false;
+    free(c);
+    pthread_cond_broadcast(&s->changed);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+static void complete_event(event *e, uint64_t generation) {
+  pthread_mutex_lock(&e->lock);
+  if (generation > e->completed) e->completed = generation;
+  pthread_cond_broadcast(&e->changed);
+  pthread_mutex_unlock(&e->lock);
+}
+
+static void run_command(command *c) {
+  if (failed() && c->kind != RECORD) return; // after a fault nothing runs; events still complete
+  switch (c->kind) {
+  case COPY:
+    memmove(c->dst, c->src, c->size);
+    break;
+  case SET:
+    for (size_t i = 0; i < c->count; i++) memcpy((char *)c->dst + i * c->size, &c->value, c->size);
+    break;
+  case KERNEL:
+    for (unsigned t = 0; t < c->threads; t++) c->function->run(c->params, t);
+    break;
+  case RECORD:
+    complete_event(c->event, c->generation);
+    break;
+  case WAIT_EVENT:
+    pthread_mutex_lock(&c->event->lock);
+    while (c->event->completed < c->generation) pthread_cond_wait(&c->event->changed, &c->event->lock);
+    pthread_mutex_unlock(&c->event->lock);
+    break;
+  case WAIT_VALUE: {
+    volatile _Atomic uint32_t *word = c->dst;
+    while ((int32_t)(*word - c->value) < 0) {
+      struct timespec nap = {0, 50000};
+      nanosleep(&nap, NULL);
+    }
+    break;
+  }
+  case WRITE_VALUE:
+    *(volatile _Atomic uint32_t *)c->dst = c->value;
+    break;
+  case HOST_FUNC:
+    c->host(c->host_data);
+    break;
+  }
+}
+
+static command *new_command(kind what) {
+  command *c = calloc(1, sizeof *c);
+  if (c) c->kind = what;
+  return c;
+}
+
+// The legacy stream (NULL) runs commands at once.
+static CUresult enqueue(stream *s, command *c) {
+  if (!c) return OUT_OF_MEMORY;
+  if (!s) {
+    run_command(c);
+    free(c);
+    return OK;
+  }
+  pthread_mutex_lock(&s->lock);
+  if (s->tail)
+    s->tail->next = c;
+  else
+    s->head = c;
+  s->tail = c;
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  return OK;
+}
+
+static void drain(stream *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->lock);
+  while (s->head) pthread_cond_wait(&s->changed, &s->lock);
+  pthread_mutex_unlock(&s->lock);
+}
+
+// ---- kernels ------------------------------------------------------------------------------
+
+static uint64_t u64_at(const unsigned char *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+static void scale(const unsigned char *p, unsigned i) { // (float *out, const float *in, float factor, u64 n)
+  float factor;
+  memcpy(&factor, p + 16, 4);
+  if (i < u64_at(p + 24)) ((float *)(uintptr_t)u64_at(p))[i] = ((const float *)(uintptr_t)u64_at(p + 8))[i] * factor;
+}
+
+static void add_one(const unsigned char *p, unsigned i) { // (int *data, u64 n)
+  if (i < u64_at(p + 8)) ((int *)(uintptr_t)u64_at(p))[i] += 1;
+}
+
+// devbuf's built-in fill: (unsigned char *dst, u64 size, pattern { 64 bytes }, unsigned pattern_size), one
+// thread per 16 bytes.
+static void devbuf_fill(const unsigned char *p, unsigned t) {
+  unsigned char *dst = (unsigned char *)(uintptr_t)u64_at(p);
+  uint64_t size = u64_at(p + 8);
+  unsigned pattern_size;
+  memcpy(&pattern_size, p + 80, 4);
+  for (uint64_t i = (uint64_t)t * 16; i < size && i < (uint64_t)t * 16 + 16; i++) dst[i] = p[16 + i % pattern_size];
+}
+
+// devbuf's built-in copy: (unsigned char *dst, const unsigned char *src, u64 size), one thread per 16 bytes.
+static void devbuf_copy(const unsigned char *p, unsigned t) {
+  unsigned char *dst = (unsigned char *)(uintptr_t)u64_at(p);
+  const unsigned char *src = (const unsigned char *)(uintptr_t)u64_at(p + 8);
+  uint64_t size = u64_at(p + 16);
+  for (uint64_t i = (uint64_t)t * 16; i < size && i < (uint64_t)t * 16 + 16; i++) dst[i] = src[i];
+}
+
+static void fault(const unsigned char *p, unsigned t) {
+  (void)p;
+  if (t) return;
+  pthread_mutex_lock(&lock);
+  sticky = ILLEGAL_ADDRESS;
+  pthread_mutex_unlock(&lock);
+}
+
+static const function functions[] = {
+    {"scale", 4, {0, 8, 16, 24}, {8, 8, 4, 8}, scale},
+    {"add_one", 2, {0, 8}, {8, 8}, add_one},
+    {"devbuf_fill", 4, {0, 8, 16, 80}, {8, 8, 64, 4}, devbuf_fill},
+    {"devbuf_copy", 3, {0, 8, 16}, {8, 8, 8}, devbuf_copy},
+    {"fault", 1, {0}, {8}, fault},
+};
+
+// ---- the driver API ------------------------------------------------------------------------
+
+static const struct {
+  CUresult code;
+  const char *name;
+} names[] = {{OK, "CUDA_SUCCESS"},       {INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE"},
+             {OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"}, {NOT_FOUND, "CUDA_ERROR_NOT_FOUND"},
+             {NOT_READY, "CUDA_ERROR_NOT_READY"}, {ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"}};
+
+EXPORT CUresult cuGetErrorName(CUresult code, const char **out) {
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (names[i].code == code) {
+      *out = names[i].name;
+      return OK;
+    }
+  *out = NULL;
+  return INVALID_VALUE;
+}
+
+EXPORT CUresult cuInit(unsigned flags) {
+  (void)flags;
+  const char *mib = getenv("DEVBUF_FAKE_CUDA_MIB");
+  pthread_mutex_lock(&lock);
+  capacity = (size_t)(mib ? strtoull(mib, NULL, 10) : 512) << 20;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *out) {
+  *out = 13000;
+  return OK;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *out) {
+  *out = 1;
+  return OK;
+}
+
+EXPORT CUresult cuDeviceGet(int *out, int index) {
+  *out = index;
+  return index == 0 ? OK : INVALID_VALUE;
+}
+
+EXPORT CUresult cuDeviceGetName(char *out, int size, int device) {
+  (void)device;
+  snprintf(out, (size_t)size, "devbuf fake CUDA device");
+  return OK;
+}
+
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *out, int device) {
+  (void)device;
+  *out = capacity;
+  return OK;
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *out, int which, int device) {
+  (void)device;
+  switch (which) {
+  case 41: // unified addressing
+  case 83: // managed memory
+    *out = 1;
+    break;
+  case 75: // compute capability
+    *out = 9;
+    break;
+  default:
+    *out = 0;
+  }
+  return OK;
+}
+
+static int context_token;
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(void **out, int device) {
+  (void)device;
+  *out = &context_token;
+  return OK;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int device) {
+  (void)device;
+  return OK;
+}
+
+EXPORT CUresult cuCtxSetCurrent(void *context) { return context == &context_token ? OK : INVALID_VALUE; }
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size) {
+  void *p = NULL;
+  CUresult code = failed() ? failed() : alloc_block(size, &p);
+  *out = (CUdeviceptr)(uintptr_t)p;
+  return code;
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr address) { return free_block((void *)(uintptr_t)address); }
+
+EXPORT CUresult cuMemAllocHost_v2(void **out, size_t size) { return failed() ? failed() : alloc_block(size, out); }
+
+EXPORT CUresult cuMemFreeHost(void *address) { return free_block(address); }
+
+EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *out, void *host, unsigned flags) {
+  (void)flags;
+  *out = (CUdeviceptr)(uintptr_t)host;
+  return OK;
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *out, size_t size, unsigned flags) {
+  (void)flags;
+  return cuMemAlloc_v2(out, size);
+}
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *out, size_t size, void *s) {
+  drain(s);
+  return cuMemAlloc_v2(out, size);
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr address, void *s) {
+  drain(s);
+  return cuMemFree_v2(address);
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+  pthread_mutex_lock(&lock);
+  *free_bytes = capacity - allocated;
+  *total = capacity;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags) {
+  (void)flags;
+  return p && size ? OK : INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemHostUnregister(void *p) { return p ? OK : INVALID_VALUE; }
+
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t size, void *s) {
+  if (failed()) return failed();
+  command *c = new_command(COPY);
+  if (c) {
+    c->dst = (void *)(uintptr_t)dst;
+    c->src = (const void *)(uintptr_t)src;
+    c->size = size;
+  }
+  return enqueue(s, c);
+}
+
+EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t size) { return cuMemcpyAsync(dst, src, size, NULL); }
+
+static CUresult set(CUdeviceptr dst, uint32_t value, size_t width, size_t count, void *s) {
+  if (failed()) return failed();
+  if (dst % width) return INVALID_VALUE;
+  command *c = new_command(SET);
+  if (c) {
+    c->dst = (void *)(uintptr_t)dst;
+    c->value = value;
+    c->size = width;
+    c->count = count;
+  }
+  return enqueue(s, c);
+}
+
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) { return set(dst, value, 1, count, NULL); }
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, void *s) {
+  return set(dst, value, 1, count, s);
+}
+EXPORT CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short value, size_t count, void *s) {
+  return set(dst, value, 2, count, s);
+}
+EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count, void *s) {
+  return set(dst, value, 4, count, s);
+}
+
+EXPORT CUresult cuStreamCreate(stream **out, unsigned flags) {
+  (void)flags;
+  stream *s = calloc(1, sizeof *s);
+  if (!s) return OUT_OF_MEMORY;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->changed, NULL);
+  if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+    free(s);
+    return OUT_OF_MEMORY;
+  }
+  *out = s;
+  return OK;
+}
+
+EXPORT CUresult cuStreamDestroy_v2(stream *s) {
+  if (!s) return INVALID_VALUE;
+  pthread_mutex_lock(&s->lock);
+  s->stop = true; // what is queued still runs, as with the driver
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->thread, NULL);
+  pthread_cond_destroy(&s->changed);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+  return OK;
+}
+
+EXPORT CUresult cuStreamSynchronize(stream *s) {
+  drain(s);
+  return failed();
+}
+
+EXPORT CUresult cuEventCreate(event **out, unsigned flags) {
+  (void)flags;
+  event *e = calloc(1, sizeof *e);
+  if (!e) return OUT_OF_MEMORY;
+  pthread_mutex_init(&e->lock, NULL);
+  pthread_cond_init(&e->changed, NULL);
+  *out = e;
+  return OK;
+}
+
+EXPORT CUresult cuEventDestroy_v2(event *e) {
+  if (!e) return INVALID_VALUE;
+  // The driver lets an event go while its record is pending; here the record must run first.
+  pthread_mutex_lock(&e->lock);
+  while (e->completed < e->recorded) pthread_cond_wait(&e->changed, &e->lock);
+  pthread_mutex_unlock(&e->lock);
+  pthread_cond_destroy(&e->changed);
+  pthread_mutex_destroy(&e->lock);
+  free(e);
+  return OK;
+}
+
+EXPORT CUresult cuEventRecord(event *e, stream *s) {
+  if (failed()) return failed();
+  command *c = new_command(RECORD);
+  if (!c) return OUT_OF_MEMORY;
+  pthread_mutex_lock(&e->lock);
+  c->event = e;
+  c->generation = ++e->recorded;
+  pthread_mutex_unlock(&e->lock);
+  return enqueue(s, c);
+}
+
+EXPORT CUresult cuEventQuery(event *e) {
+  pthread_mutex_lock(&e->lock);
+  bool done = e->completed >= e->recorded;
+  pthread_mutex_unlock(&e->lock);
+  return failed() ? failed() : done ? OK : NOT_READY;
+}
+
+EXPORT CUresult cuEventSynchronize(event *e) {
+  pthread_mutex_lock(&e->lock);
+  uint64_t target = e->recorded;
+  while (e->completed < target) pthread_cond_wait(&e->changed, &e->lock);
+  pthread_mutex_unlock(&e->lock);
+  return failed();
+}
+
+EXPORT CUresult cuStreamWaitEvent(stream *s, event *e, unsigned flags) {
+  (void)flags;
+  if (failed()) return failed();
+  command *c = new_command(WAIT_EVENT);
+  if (!c) return OUT_OF_MEMORY;
+  pthread_mutex_lock(&e->lock);
+  c->event = e;
+  c->generation = e->recorded;
+  pthread_mutex_unlock(&e->lock);
+  return enqueue(s, c);
+}
+
+EXPORT CUresult cuStreamWaitValue32_v2(stream *s, CUdeviceptr address, uint32_t value, unsigned flags) {
+  if (failed()) return failed();
+  if (flags != 0 || address % 4) return INVALID_VALUE; // only "greater or equal"
+  command *c = new_command(WAIT_VALUE);
+  if (c) {
+    c->dst = (void *)(uintptr_t)address;
+    c->value = value;
+  }
+  return enqueue(s, c);
+}
+
+EXPORT CUresult cuStreamWriteValue32_v2(stream *s, CUdeviceptr address, uint32_t value, unsigned flags) {
+  if (failed()) return failed();
+  if (flags != 0 || address % 4) return INVALID_VALUE;
+  command *c = new_command(WRITE_VALUE);
+  if (c) {
+    c->dst = (void *)(uintptr_t)address;
+    c->value = value;
+  }
+  return enqueue(s, c);
+}
+
+EXPORT CUresult cuLaunchHostFunc(stream *s, void (*host)(void *), void *data) {
+  if (failed()) return failed();
+  command *c = new_command(HOST_FUNC);
+  if (c) {
+    c->host = host;
+    c->host_data = data;
+  }
+  return enqueue(s, c);
+}
+
+// A module is any image; its functions are the ones above.
+static int module_token;
+
+EXPORT CUresult cuModuleLoadData(void **out, const void *image) {
+  if (!image) return INVALID_VALUE;
+  *out = &module_token;
+  return failed();
+}
+
+EXPORT CUresult cuModuleUnload(void *module) { return module == &module_token ? OK : INVALID_VALUE; }
+
+EXPORT CUresult cuModuleGetFunction(const function **out, void *module, const char *name) {
+  if (module != &module_token) return INVALID_VALUE;
+  for (size_t i = 0; i < sizeof functions / sizeof functions[0]; i++)
+    if (strcmp(functions[i].name, name) == 0) {
+      *out = &functions[i];
+      return OK;
+    }
+  return NOT_FOUND;
+}
+
+EXPORT CUresult cuFuncGetParamInfo(const function *f, size_t index, size_t *offset, size_t *size) {
+  if (index >= f->param_count) return INVALID_VALUE;
+  *offset = f->offsets[index];
+  *size = f->sizes[index];
+  return OK;
+}
+
+EXPORT CUresult cuLaunchKernel(const function *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned shared, stream *s, void **params, void **extra) {
+  (void)shared;
+  (void)extra;
+  if (failed()) return failed();
+  if (bx * by * bz > 1024 || gy != 1 || gz != 1 || by != 1 || bz != 1 || !params) return INVALID_VALUE;
+  command *c = new_command(KERNEL);
+  if (!c) return OUT_OF_MEMORY;
+  c->function = f;
+  c->threads = gx * bx;
+  for (size_t i = 0; i < f->param_count; i++) memcpy(c->params + f->offsets[i], params[i], f->sizes[i]);
+  return enqueue(s, c);
+}
