@@ -57,10 +57,10 @@ static int attribute(const devbuf__cuda_api *cu, CUdevice id, int which) {
 static void cuda_close(devbuf_device_t *device) {
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   if (!state) return;
-  if (state->transfers) {
-    state->cu->cuCtxSetCurrent(state->context);
-    state->cu->cuStreamDestroy(state->transfers);
-  }
+  state->cu->cuCtxSetCurrent(state->context);
+  if (state->transfers) state->cu->cuStreamDestroy(state->transfers);
+  for (size_t i = 0; i < state->spare_count; i++) state->cu->cuEventDestroy(state->spare_events[i]);
+  pthread_mutex_destroy(&state->events_lock);
   if (state->context) state->cu->cuDevicePrimaryCtxRelease(state->id);
   devbuf__free(state);
   device->backend_state = NULL;
@@ -78,6 +78,7 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
   devbuf__cuda_device *state = devbuf__calloc(1, sizeof *state);
   if (!state) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a CUDA device");
   state->cu = cu;
+  pthread_mutex_init(&state->events_lock, NULL);
   device->backend_state = state;
   devbuf_status status = DEVBUF_OK;
   code = cu->cuDeviceGet(&state->id, index);
@@ -221,6 +222,7 @@ const devbuf__backend devbuf__backend_cuda = {
     .queue_create = devbuf__cuda_queue_create,
     .queue_destroy = devbuf__cuda_queue_destroy,
     .run = devbuf__cuda_run,
+    .complete = devbuf__cuda_complete,
     .event_release = devbuf__cuda_event_release,
     .cancel_wait = devbuf__cuda_cancel_wait,
     .program_build = devbuf__cuda_program_build,

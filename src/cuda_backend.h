@@ -14,6 +14,9 @@ typedef struct devbuf__cuda_device {
   CUdevice id;
   CUcontext context; // the device's primary context
   CUstream transfers; // copies outside queues
+  pthread_mutex_t events_lock;
+  CUevent spare_events[256]; // events of retired work, for the next items (cuda_queue.c)
+  size_t spare_count;
 } devbuf__cuda_device;
 
 static inline devbuf__cuda_device *devbuf__cuda_of(const devbuf_device_t *device) { return device->backend_state; }
@@ -31,6 +34,7 @@ devbuf_status devbuf__cuda_wait(devbuf_device_t *device, CUstream stream, const 
 devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue);
 void devbuf__cuda_queue_destroy(devbuf_device_t *device, void *queue);
 devbuf_status devbuf__cuda_run(devbuf_device_t *device, void *queue, devbuf__work *work);
+devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue, devbuf__work **items, size_t count);
 void devbuf__cuda_event_release(devbuf_device_t *device, void *event);
 void devbuf__cuda_cancel_wait(devbuf_device_t *device, void *queue);
 devbuf_status devbuf__cuda_program_build(devbuf_device_t *device, const char *source, const char *options,

@@ -1,14 +1,31 @@
 // CUDA queues and programs. Each devbuf queue owns a non-blocking stream; its worker
-// enqueues an item there, records an event behind it (for items of other queues that
-// depend on it: they wait for it on their stream), and returns once the item has completed
-// (devbuf__cuda_wait). Programs are modules loaded from PTX, cubin or fatbin.
+// enqueues items there back to back, each with an event recorded behind it (items of other
+// queues that depend on it wait for that event on their own stream), and retires a group
+// once the last one's event has completed (devbuf__cuda_complete). A wait for a host
+// event value is a stream memory operation on a pinned word that the value (or cancel)
+// writes; it stays a barrier, so that cancel drops what follows it unstarted. Programs
+// are modules loaded from PTX, cubin or fatbin.
 #include "cuda_backend.h"
 #include "queue.h"
 
 #include <string.h>
 
+// A host-signalled wait in flight: the event watch writes the queue's pinned word once the
+// value is reached (or fails), cancel writes it too; the first write opens it. The worker
+// detaches it when the wait is over, so that a watch firing later writes nothing.
+typedef struct gate {
+  pthread_mutex_t lock;
+  atomic_size_t refs;                 // the worker's and the watch's
+  volatile uint32_t *word;            // NULL once detached
+  uint32_t target;
+} gate;
+
 typedef struct cuda_queue {
   CUstream stream;
+  uint32_t *gate_word;                // pinned, made on the first wait; never goes down
+  uint32_t gates;                     // waits so far: the value that opens the next one
+  pthread_mutex_t lock;               // `waiting`, against cancel
+  gate *waiting;
 } cuda_queue;
 
 devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue) {
@@ -22,6 +39,7 @@ devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queu
     devbuf__free(q);
     return devbuf__cuda_error(cu, code, "%s: cuStreamCreate", device->spec);
   }
+  pthread_mutex_init(&q->lock, NULL);
   *out_queue = q;
   return DEVBUF_OK;
 }
@@ -32,19 +50,62 @@ void devbuf__cuda_queue_destroy(devbuf_device_t *device, void *queue) {
   if (devbuf__cuda_enter(device) == DEVBUF_OK) {
     cu->cuStreamSynchronize(q->stream);
     cu->cuStreamDestroy(q->stream);
+    if (q->gate_word) cu->cuMemFreeHost(q->gate_word);
   }
+  pthread_mutex_destroy(&q->lock);
   devbuf__free(q);
 }
 
-void devbuf__cuda_event_release(devbuf_device_t *device, void *event) {
-  if (devbuf__cuda_enter(device) == DEVBUF_OK) devbuf__cuda_of(device)->cu->cuEventDestroy(event);
+// ---- events ----------------------------------------------------------------------------------
+
+// Every item has an event behind it; the device keeps a few spare ones, as creating one
+// costs a driver call.
+#define SPARE_EVENTS (sizeof ((devbuf__cuda_device *)0)->spare_events / sizeof(CUevent))
+
+static CUresult event_take(devbuf_device_t *device, CUevent *out) {
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  pthread_mutex_lock(&state->events_lock);
+  *out = state->spare_count ? state->spare_events[--state->spare_count] : NULL;
+  pthread_mutex_unlock(&state->events_lock);
+  // Blocking synchronization: the worker sleeps in the driver instead of spinning a core.
+  return *out ? CUDA_SUCCESS : state->cu->cuEventCreate(out, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
 }
 
-// Waits of a queue for host-signalled events happen on its worker (devbuf__event_wait), which
-// the generic cancel wakes: nothing is parked on the device.
+void devbuf__cuda_event_release(devbuf_device_t *device, void *event) {
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  pthread_mutex_lock(&state->events_lock);
+  bool kept = state->spare_count < SPARE_EVENTS;
+  if (kept) state->spare_events[state->spare_count++] = event;
+  pthread_mutex_unlock(&state->events_lock);
+  if (!kept && devbuf__cuda_enter(device) == DEVBUF_OK) state->cu->cuEventDestroy(event);
+}
+
+// ---- waits for host-signalled events ---------------------------------------------------------
+
+static void gate_unref(gate *g) {
+  if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+  pthread_mutex_destroy(&g->lock);
+  devbuf__free(g);
+}
+
+static void gate_open(gate *g) {
+  pthread_mutex_lock(&g->lock);
+  if (g->word) __atomic_store_n(g->word, g->target, __ATOMIC_RELEASE); // the device polls the pinned word
+  pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_reached(void *context, devbuf_status status) {
+  (void)status; // the worker reads the event's value and status once the gate is open
+  gate_open(context);
+  gate_unref(context);
+}
+
 void devbuf__cuda_cancel_wait(devbuf_device_t *device, void *queue) {
   (void)device;
-  (void)queue;
+  cuda_queue *q = queue;
+  pthread_mutex_lock(&q->lock);
+  if (q->waiting) gate_open(q->waiting);
+  pthread_mutex_unlock(&q->lock);
 }
 
 // ---- programs ------------------------------------------------------------------------------
@@ -198,6 +259,60 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, devb
   return DEVBUF_OK;
 }
 
+// A wait for an event value, on the device where the driver has stream memory operations:
+// the stream waits for the queue's pinned word to reach this wait's number. Without them
+// the worker waits on the host. Either way the wait is over when this returns.
+static devbuf_status run_wait(devbuf_device_t *device, cuda_queue *q, devbuf__work *work) {
+  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
+  if (!cu->cuStreamWaitValue32) return devbuf__event_wait(work->event, work->value, UINT64_MAX, &work->cancel);
+  if (!q->gate_word) {
+    void *word = NULL;
+    CUresult code = cu->cuMemAllocHost(&word, sizeof(uint32_t));
+    if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "%s: pinned memory for event waits", device->spec);
+    q->gate_word = word;
+    *q->gate_word = 0;
+  }
+  gate *g = devbuf__malloc(sizeof *g);
+  if (!g) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event wait");
+  pthread_mutex_init(&g->lock, NULL);
+  atomic_init(&g->refs, 2);
+  g->word = q->gate_word;
+  g->target = ++q->gates;
+  CUresult code = cu->cuStreamWaitValue32(q->stream, (CUdeviceptr)(uintptr_t)q->gate_word, g->target,
+                                          CU_STREAM_WAIT_VALUE_GEQ);
+  devbuf_status status = DEVBUF_OK;
+  CUevent done = NULL;
+  if (code == CUDA_SUCCESS) code = event_take(device, &done);
+  if (code == CUDA_SUCCESS) code = cu->cuEventRecord(done, q->stream);
+  if (code != CUDA_SUCCESS) status = devbuf__cuda_error(cu, code, "%s: a wait for an event value", device->spec);
+  pthread_mutex_lock(&q->lock);
+  q->waiting = g;
+  pthread_mutex_unlock(&q->lock);
+  if (status != DEVBUF_OK || devbuf__event_watch_value(work->event, work->value, gate_reached, g) != DEVBUF_OK) {
+    gate_open(g); // nothing will open it: the host decides below
+    gate_unref(g);
+  }
+  if (atomic_load(&work->cancel)) gate_open(g); // cancelled before the gate was there
+  if (status == DEVBUF_OK) {
+    code = cu->cuEventSynchronize(done);
+    if (code != CUDA_SUCCESS) status = devbuf__cuda_error(cu, code, "%s: a wait for an event value", device->spec);
+  }
+  if (done) devbuf__cuda_event_release(device, done);
+  pthread_mutex_lock(&q->lock);
+  q->waiting = NULL;
+  pthread_mutex_unlock(&q->lock);
+  gate_open(g); // after a failure above the stream must not stay parked on it
+  pthread_mutex_lock(&g->lock);
+  g->word = NULL;
+  pthread_mutex_unlock(&g->lock);
+  gate_unref(g);
+  if (status != DEVBUF_OK) return status;
+  if (atomic_load(&work->cancel))
+    return devbuf__error(DEVBUF_CANCELLED, "the wait for event value %llu was cancelled", (unsigned long long)work->value);
+  if (devbuf_event_value(work->event) >= work->value) return DEVBUF_OK;
+  return devbuf_event_status(work->event); // it failed: its cause and message
+}
+
 devbuf_status devbuf__cuda_run(devbuf_device_t *device, void *queue, devbuf__work *work) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   cuda_queue *q = queue;
@@ -216,19 +331,39 @@ devbuf_status devbuf__cuda_run(devbuf_device_t *device, void *queue, devbuf__wor
     status = enqueue_launch(device, q, work);
     break;
   case DEVBUF__WORK_WAIT:
-    return devbuf__event_wait(work->event, work->value, UINT64_MAX, &work->cancel);
+    return run_wait(device, q, work);
   default:
     return devbuf__error(DEVBUF_UNSUPPORTED, "%s cannot run this work item", device->spec);
   }
   if (status != DEVBUF_OK) return status;
-  CUevent done = NULL; // for dependents on other queues, which wait for it on their streams
-  if (cu->cuEventCreate(&done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
-    if (cu->cuEventRecord(done, q->stream) == CUDA_SUCCESS) {
-      work->event_device = devbuf_device_retain(device);
-      atomic_store_explicit(&work->device_event, done, memory_order_release);
-    } else {
-      cu->cuEventDestroy(done);
-    }
+  CUevent done = NULL; // completion, and what dependents on other queues wait for on their streams
+  CUresult code = event_take(device, &done);
+  if (code == CUDA_SUCCESS) code = cu->cuEventRecord(done, q->stream);
+  if (code != CUDA_SUCCESS) {
+    if (done) devbuf__cuda_event_release(device, done);
+    return devbuf__cuda_error(cu, code, "%s: an event behind %s", device->spec,
+                              work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command");
   }
-  return devbuf__cuda_wait(device, q->stream, work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command");
+  work->event_device = devbuf_device_retain(device);
+  atomic_store_explicit(&work->device_event, done, memory_order_release);
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue, devbuf__work **items, size_t count) {
+  (void)queue;
+  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
+  CUevent last = NULL; // in order: once the last command is done, all before it are
+  for (size_t i = count; i-- > 0 && !last;) last = atomic_load_explicit(&items[i]->device_event, memory_order_acquire);
+  if (!last || devbuf__cuda_enter(device) != DEVBUF_OK) return DEVBUF_OK;
+  CUresult code = cu->cuEventSynchronize(last);
+  if (code == CUDA_SUCCESS) return DEVBUF_OK;
+  // A fault poisons the context: which of these ran before it cannot be told, so none did.
+  devbuf_status failed = DEVBUF_OK;
+  for (size_t i = 0; i < count; i++) {
+    if (items[i]->status != DEVBUF_OK) continue;
+    items[i]->status = devbuf__cuda_error(cu, code, "%s: %s failed on the device", device->spec,
+                                          items[i]->kind == DEVBUF__WORK_LAUNCH ? items[i]->kernel_name : "a command");
+    if (failed == DEVBUF_OK) failed = items[i]->status;
+  }
+  return failed;
 }

@@ -433,6 +433,11 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
     if (visible) {
       retire(queue, batch + retired, i - retired);
       retired = i;
+      if (atomic_load(&queue->failed)) { // the device reported a failure of what ran before
+        for (size_t j = i; j < count; j++) batch[j]->status = queue->failure;
+        retire(queue, batch + i, count - i);
+        return;
+      }
     }
     if (work->kind == DEVBUF__WORK_WAIT) {
       pthread_mutex_lock(&queue->lock);

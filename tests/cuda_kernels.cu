@@ -9,3 +9,7 @@ extern "C" __global__ void add_one(int *data, unsigned long long n) {
   unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   if (i < n) data[i] += 1;
 }
+
+// Writes where no memory is: a device fault (CUDA_ERROR_ILLEGAL_ADDRESS), which poisons the
+// context for the rest of the process.
+extern "C" __global__ void fault(unsigned long long nowhere) { *(volatile int *)nowhere = 1; }

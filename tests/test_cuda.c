@@ -4,6 +4,7 @@
 // UNAVAILABLE naming REASON (no driver; the toolkit's stub library).
 #include "check.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef DEVBUF_TEST_FATBIN
@@ -125,18 +126,59 @@ static void test_oversize(void) {
   CHECK(buffer == NULL);
 }
 
+// A device fault fails the queue it ran on with the driver's cause, and what was queued
+// behind it; the context is poisoned, so this runs alone (--fault), last in its process.
+static void test_device_fault(void) {
+#ifndef DEVBUF_TEST_FATBIN
+  printf("     (fault skipped: this build had no nvcc)\n");
+#else
+  devbuf_program_t *program = NULL;
+  CHECK_OK(devbuf_program_build(device, (const char *)devbuf_test_fatbin, NULL, &program));
+  if (!program) return;
+  size_t size = 4096;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer));
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_event_t *after;
+  CHECK_OK(devbuf_event_create(0, &after));
+  unsigned char one = 1;
+  unsigned long long nowhere = 8;
+  devbuf_arg_t arg = {&nowhere, sizeof nowhere};
+  devbuf_launch_t launch = {1, {1, 1, 1}, {1, 0, 0}};
+  CHECK_OK(devbuf_queue_fill(queue, buffer, &one, 1));
+  CHECK_OK(devbuf_queue_launch(queue, program, "fault", &launch, NULL, 0, &arg, 1));
+  CHECK_OK(devbuf_queue_fill(queue, buffer, &one, 1));
+  CHECK_OK(devbuf_queue_signal(queue, after, 1));
+  CHECK_STATUS(devbuf_event_wait(after, 1, 60000000000ull), DEVBUF_DEVICE_FAILURE);
+  CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
+  CHECK(strstr(devbuf_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL);
+  CHECK_STATUS(devbuf_queue_fill(queue, buffer, &one, 1), DEVBUF_DEVICE_FAILURE); // refused with the cause
+  CHECK(strstr(devbuf_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL);
+  devbuf_event_release(after);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(buffer);
+  devbuf_program_release(program);
+#endif
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0) return check_expect_unavailable("cuda:0", argv[2]);
+  bool fault = argc == 2 && strcmp(argv[1], "--fault") == 0;
   if (devbuf_device_open("cuda:0", &device) != DEVBUF_OK) {
     printf("SKIP: %s\n", devbuf_last_error());
     return SKIP_EXIT_CODE;
   }
   printf("on %s (%s)\n", devbuf_device_spec(device), devbuf_device_name(device));
-  RUN(test_device_facts);
-  RUN(test_memory_kinds);
-  RUN(test_granularity);
-  RUN(test_kernels);
-  RUN(test_oversize);
+  if (fault) {
+    RUN(test_device_fault);
+  } else {
+    RUN(test_device_facts);
+    RUN(test_memory_kinds);
+    RUN(test_granularity);
+    RUN(test_kernels);
+    RUN(test_oversize);
+  }
   devbuf_device_release(device);
   return CHECK_EXIT();
 }
