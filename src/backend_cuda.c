@@ -46,6 +46,29 @@ devbuf_status devbuf__cuda_wait(devbuf_device_t *device, CUstream stream, const 
   return DEVBUF_OK;
 }
 
+// ---- devbuf's kernels -----------------------------------------------------------------------
+
+#ifdef DEVBUF_CUDA_BUILTINS
+extern const unsigned char devbuf__cuda_builtins[];
+#endif
+
+CUfunction devbuf__cuda_fill_kernel(devbuf_device_t *device) {
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  pthread_mutex_lock(&state->builtins_lock);
+  if (state->builtins_state == 0) {
+    state->builtins_state = -1;
+#ifdef DEVBUF_CUDA_BUILTINS
+    if (state->cu->cuModuleLoadData(&state->builtins, devbuf__cuda_builtins) == CUDA_SUCCESS) {
+      if (state->cu->cuModuleGetFunction(&state->fill, state->builtins, "devbuf_fill") == CUDA_SUCCESS)
+        state->builtins_state = 1;
+    }
+#endif
+  }
+  CUfunction fill = state->builtins_state == 1 ? state->fill : NULL;
+  pthread_mutex_unlock(&state->builtins_lock);
+  return fill;
+}
+
 // ---- devices -------------------------------------------------------------------------------
 
 static int attribute(const devbuf__cuda_api *cu, CUdevice id, int which) {
@@ -60,7 +83,9 @@ static void cuda_close(devbuf_device_t *device) {
   state->cu->cuCtxSetCurrent(state->context);
   if (state->transfers) state->cu->cuStreamDestroy(state->transfers);
   for (size_t i = 0; i < state->spare_count; i++) state->cu->cuEventDestroy(state->spare_events[i]);
+  if (state->builtins) state->cu->cuModuleUnload(state->builtins);
   pthread_mutex_destroy(&state->events_lock);
+  pthread_mutex_destroy(&state->builtins_lock);
   if (state->context) state->cu->cuDevicePrimaryCtxRelease(state->id);
   devbuf__free(state);
   device->backend_state = NULL;
@@ -79,6 +104,7 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
   if (!state) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a CUDA device");
   state->cu = cu;
   pthread_mutex_init(&state->events_lock, NULL);
+  pthread_mutex_init(&state->builtins_lock, NULL);
   device->backend_state = state;
   devbuf_status status = DEVBUF_OK;
   code = cu->cuDeviceGet(&state->id, index);

@@ -14,6 +14,10 @@ typedef struct devbuf__cuda_device {
   CUdevice id;
   CUcontext context; // the device's primary context
   CUstream transfers; // copies outside queues
+  pthread_mutex_t builtins_lock;      // loading devbuf's kernels, on first need
+  int builtins_state;                 // 0 not tried, 1 loaded, -1 unavailable (under the lock)
+  CUmodule builtins;
+  CUfunction fill;
   pthread_mutex_t events_lock;
   CUevent spare_events[256]; // events of retired work, for the next items (cuda_queue.c)
   size_t spare_count;
@@ -29,6 +33,10 @@ devbuf_status devbuf__cuda_error(const devbuf__cuda_api *cu, CUresult code, cons
     __attribute__((format(printf, 3, 4)));
 // Waits for everything enqueued on `stream` so far through a host function enqueued behind it.
 devbuf_status devbuf__cuda_wait(devbuf_device_t *device, CUstream stream, const char *what);
+
+// devbuf's kernels (cuda_builtins.cu), loaded on first use; NULL when this build has none
+// or the driver cannot load them for this GPU (callers then do without).
+CUfunction devbuf__cuda_fill_kernel(devbuf_device_t *device);
 
 // Queues and programs (cuda_queue.c).
 devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue);

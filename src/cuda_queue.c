@@ -178,6 +178,20 @@ static devbuf_status enqueue_fill(devbuf_device_t *device, cuda_queue *q, devbuf
     }
     return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: filling %zu bytes", device->spec, use->size);
   }
+  CUfunction kernel = width <= 64 ? devbuf__cuda_fill_kernel(device) : NULL;
+  if (kernel) { // devbuf's fill kernel: 16 bytes a thread
+    struct {
+      unsigned char bytes[64];
+    } pattern = {{0}};
+    memcpy(pattern.bytes, work->scalars, width);
+    unsigned long long size = use->size;
+    unsigned pattern_size = (unsigned)width;
+    void *params[4] = {&address, &size, &pattern, &pattern_size};
+    size_t threads = (use->size + 15) / 16, blocks = (threads + 255) / 256;
+    unsigned grid = blocks > 65536 ? 65536 : (unsigned)blocks; // the kernel strides past the grid
+    CUresult code = cu->cuLaunchKernel(kernel, grid, 1, 1, 256, 1, 1, 0, q->stream, params, NULL);
+    return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: filling %zu bytes", device->spec, use->size);
+  }
   // Other patterns: written out on the host, copied in; the staging waits for the copy.
   char *bytes = devbuf__malloc(use->size);
   if (!bytes) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte fill", device->spec, use->size);

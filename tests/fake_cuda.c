@@ -116,7 +116,7 @@ struct function {
   const char *name;
   size_t param_count;
   size_t offsets[6], sizes[6];
-  void (*run)(const unsigned char *params, unsigned thread);
+  void (*run)(const unsigned char *params, unsigned thread, unsigned threads);
 };
 
 static void run_command(command *c);
@@ -161,7 +161,7 @@ static void run_command(command *c) {
     for (size_t i = 0; i < c->count; i++) memcpy((char *)c->dst + i * c->size, &c->value, c->size);
     break;
   case KERNEL:
-    for (unsigned t = 0; t < c->threads; t++) c->function->run(c->params, t);
+    for (unsigned t = 0; t < c->threads; t++) c->function->run(c->params, t, c->threads);
     break;
   case RECORD:
     complete_event(c->event, c->generation);
@@ -228,35 +228,32 @@ static uint64_t u64_at(const unsigned char *p) {
   return v;
 }
 
-static void scale(const unsigned char *p, unsigned i) { // (float *out, const float *in, float factor, u64 n)
+static void scale(const unsigned char *p, unsigned i, unsigned threads) {
+  (void)threads; // (float *out, const float *in, float factor, u64 n)
   float factor;
   memcpy(&factor, p + 16, 4);
   if (i < u64_at(p + 24)) ((float *)(uintptr_t)u64_at(p))[i] = ((const float *)(uintptr_t)u64_at(p + 8))[i] * factor;
 }
 
-static void add_one(const unsigned char *p, unsigned i) { // (int *data, u64 n)
+static void add_one(const unsigned char *p, unsigned i, unsigned threads) {
+  (void)threads; // (int *data, u64 n)
   if (i < u64_at(p + 8)) ((int *)(uintptr_t)u64_at(p))[i] += 1;
 }
 
-// devbuf's built-in fill: (unsigned char *dst, u64 size, pattern { 64 bytes }, unsigned pattern_size), one
-// thread per 16 bytes.
-static void devbuf_fill(const unsigned char *p, unsigned t) {
+// devbuf's fill (src/cuda_builtins.cu): (unsigned char *dst, u64 size, pattern { 64 bytes },
+// unsigned pattern_size); 16 bytes a thread, striding over the grid.
+static void devbuf_fill(const unsigned char *p, unsigned t, unsigned threads) {
   unsigned char *dst = (unsigned char *)(uintptr_t)u64_at(p);
   uint64_t size = u64_at(p + 8);
   unsigned pattern_size;
   memcpy(&pattern_size, p + 80, 4);
-  for (uint64_t i = (uint64_t)t * 16; i < size && i < (uint64_t)t * 16 + 16; i++) dst[i] = p[16 + i % pattern_size];
+  if (pattern_size == 0 || pattern_size > 64) return;
+  for (uint64_t start = (uint64_t)t * 16; start < size; start += (uint64_t)threads * 16)
+    for (uint64_t i = start; i < size && i < start + 16; i++) dst[i] = p[16 + i % pattern_size];
 }
 
-// devbuf's built-in copy: (unsigned char *dst, const unsigned char *src, u64 size), one thread per 16 bytes.
-static void devbuf_copy(const unsigned char *p, unsigned t) {
-  unsigned char *dst = (unsigned char *)(uintptr_t)u64_at(p);
-  const unsigned char *src = (const unsigned char *)(uintptr_t)u64_at(p + 8);
-  uint64_t size = u64_at(p + 16);
-  for (uint64_t i = (uint64_t)t * 16; i < size && i < (uint64_t)t * 16 + 16; i++) dst[i] = src[i];
-}
-
-static void fault(const unsigned char *p, unsigned t) {
+static void fault(const unsigned char *p, unsigned t, unsigned threads) {
+  (void)threads;
   (void)p;
   if (t) return;
   pthread_mutex_lock(&lock);
@@ -268,7 +265,6 @@ static const function functions[] = {
     {"scale", 4, {0, 8, 16, 24}, {8, 8, 4, 8}, scale},
     {"add_one", 2, {0, 8}, {8, 8}, add_one},
     {"devbuf_fill", 4, {0, 8, 16, 80}, {8, 8, 64, 4}, devbuf_fill},
-    {"devbuf_copy", 3, {0, 8, 16}, {8, 8, 8}, devbuf_copy},
     {"fault", 1, {0}, {8}, fault},
 };
 

@@ -116,6 +116,33 @@ static void test_kernels(void) {
 #endif
 }
 
+// Fills of every pattern width: the driver's memsets (1, 2, 4 bytes), devbuf's fill kernel
+// (other widths up to 64 bytes) and host staging (wider), on a view at an odd offset.
+static void test_fill_patterns(void) {
+  size_t widths[] = {1, 2, 3, 4, 8, 12, 16, 64, 96};
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+    size_t width = widths[w], count = 100 * width + 7 * width, size = count + 1;
+    devbuf_buffer_t *buffer = NULL, *view = NULL;
+    CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, DEVBUF_BUFFER_ZERO,
+                                    &buffer));
+    CHECK_OK(devbuf_buffer_view(buffer, 1, count, &view));
+    unsigned char pattern[96], back[1 + 107 * 96];
+    for (size_t i = 0; i < width; i++) pattern[i] = (unsigned char)(w * 31 + i + 1);
+    CHECK_OK(devbuf_queue_fill(queue, view, pattern, width));
+    CHECK_OK(devbuf_queue_finish(queue));
+    CHECK_OK(devbuf_buffer_copyout(buffer, back, size));
+    size_t wrong = back[0] != 0;
+    for (size_t i = 0; i < count; i++) wrong += back[1 + i] != pattern[i % width];
+    if (wrong) printf("     a %zu-byte pattern: %zu wrong bytes\n", width, wrong);
+    CHECK_EQ_U(wrong, 0);
+    devbuf_buffer_release(view);
+    devbuf_buffer_release(buffer);
+  }
+  devbuf_queue_release(queue);
+}
+
 static void test_oversize(void) {
   devbuf_device_info_t info;
   devbuf_device_info(device, &info);
@@ -177,6 +204,7 @@ int main(int argc, char **argv) {
     RUN(test_memory_kinds);
     RUN(test_granularity);
     RUN(test_kernels);
+    RUN(test_fill_patterns);
     RUN(test_oversize);
   }
   devbuf_device_release(device);
