@@ -84,6 +84,11 @@ static void cuda_close(devbuf_device_t *device) {
   if (state->transfers) state->cu->cuStreamDestroy(state->transfers);
   for (size_t i = 0; i < state->spare_count; i++) state->cu->cuEventDestroy(state->spare_events[i]);
   if (state->builtins) state->cu->cuModuleUnload(state->builtins);
+  for (int i = 0; i < 2; i++) {
+    if (state->staging[i]) state->cu->cuMemFreeHost(state->staging[i]);
+    if (state->staged[i]) state->cu->cuEventDestroy(state->staged[i]);
+  }
+  pthread_mutex_destroy(&state->staging_lock);
   pthread_mutex_destroy(&state->events_lock);
   pthread_mutex_destroy(&state->builtins_lock);
   if (state->context) state->cu->cuDevicePrimaryCtxRelease(state->id);
@@ -105,6 +110,7 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
   state->cu = cu;
   pthread_mutex_init(&state->events_lock, NULL);
   pthread_mutex_init(&state->builtins_lock, NULL);
+  pthread_mutex_init(&state->staging_lock, NULL);
   device->backend_state = state;
   devbuf_status status = DEVBUF_OK;
   code = cu->cuDeviceGet(&state->id, index);
@@ -202,14 +208,103 @@ static devbuf_status copy_addresses(devbuf_device_t *device, CUdeviceptr dst, CU
   return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
 }
 
+// ---- copies through pinned staging --------------------------------------------------------
+
+// Pageable host memory cannot be read by the device's copy engines: the driver stages it
+// itself, one piece at a time. devbuf stages large copies through two pinned buffers
+// instead, so that the CPU fills (or empties) one while the device copies the other.
+#define STAGING_PIECE ((size_t)8 << 20)
+#define STAGING_MIN ((size_t)1 << 20) // below this, the driver's own staging costs less
+
+static bool pageable(const devbuf__cuda_api *cu, const void *host) {
+  unsigned type = 0; // the driver knows pinned, registered, managed and device memory
+  return cu->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)host) !=
+         CUDA_SUCCESS;
+}
+
+// Caller holds staging_lock.
+static CUresult staging_ready(devbuf__cuda_device *state) {
+  CUresult code = CUDA_SUCCESS;
+  for (int i = 0; i < 2 && code == CUDA_SUCCESS; i++) {
+    if (!state->staging[i]) code = state->cu->cuMemAllocHost(&state->staging[i], STAGING_PIECE);
+    if (code == CUDA_SUCCESS && !state->staged[i])
+      code = state->cu->cuEventCreate(&state->staged[i], CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
+  }
+  return code;
+}
+
+// Host to device: the CPU copies piece k into staging[k % 2] once the device is done with
+// what that buffer held before, then the device copies it on.
+static CUresult stage_in(devbuf__cuda_device *state, CUdeviceptr dst, const char *src, size_t size) {
+  const devbuf__cuda_api *cu = state->cu;
+  CUresult code = CUDA_SUCCESS;
+  bool used[2] = {false, false};
+  for (size_t done = 0, k = 0; done < size && code == CUDA_SUCCESS; done += STAGING_PIECE, k++) {
+    size_t piece = size - done < STAGING_PIECE ? size - done : STAGING_PIECE;
+    int b = (int)(k % 2);
+    if (used[b]) code = cu->cuEventSynchronize(state->staged[b]);
+    if (code != CUDA_SUCCESS) break;
+    memcpy(state->staging[b], src + done, piece);
+    code = cu->cuMemcpyAsync(dst + done, (CUdeviceptr)(uintptr_t)state->staging[b], piece, state->transfers);
+    if (code == CUDA_SUCCESS) code = cu->cuEventRecord(state->staged[b], state->transfers);
+    used[b] = true;
+  }
+  CUresult drained = cu->cuStreamSynchronize(state->transfers);
+  return code != CUDA_SUCCESS ? code : drained;
+}
+
+// Device to host: the device copies piece k + 1 into one buffer while the CPU copies piece
+// k out of the other.
+static CUresult stage_out(devbuf__cuda_device *state, char *dst, CUdeviceptr src, size_t size) {
+  const devbuf__cuda_api *cu = state->cu;
+  size_t pieces = (size + STAGING_PIECE - 1) / STAGING_PIECE;
+  CUresult code = CUDA_SUCCESS;
+  for (size_t k = 0; k <= pieces && code == CUDA_SUCCESS; k++) {
+    if (k < pieces) { // start piece k
+      size_t at = k * STAGING_PIECE, piece = size - at < STAGING_PIECE ? size - at : STAGING_PIECE;
+      code = cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)state->staging[k % 2], src + at, piece, state->transfers);
+      if (code == CUDA_SUCCESS) code = cu->cuEventRecord(state->staged[k % 2], state->transfers);
+    }
+    if (k > 0 && code == CUDA_SUCCESS) { // finish piece k - 1
+      size_t at = (k - 1) * STAGING_PIECE, piece = size - at < STAGING_PIECE ? size - at : STAGING_PIECE;
+      code = cu->cuEventSynchronize(state->staged[(k - 1) % 2]);
+      if (code == CUDA_SUCCESS) memcpy(dst + at, state->staging[(k - 1) % 2], piece);
+    }
+  }
+  CUresult drained = cu->cuStreamSynchronize(state->transfers);
+  return code != CUDA_SUCCESS ? code : drained;
+}
+
+// A copy between device memory and host memory at `host`: through the staging pair when
+// the host side is large and pageable, directly otherwise.
+static devbuf_status copy_host(devbuf_device_t *device, CUdeviceptr device_address, void *host, size_t size,
+                               bool to_device) {
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  const devbuf__cuda_api *cu = state->cu;
+  devbuf_status status = devbuf__cuda_enter(device);
+  if (status != DEVBUF_OK || size == 0) return status;
+  if (size < STAGING_MIN || !pageable(cu, host))
+    return to_device ? copy_addresses(device, device_address, (CUdeviceptr)(uintptr_t)host, size)
+                     : copy_addresses(device, (CUdeviceptr)(uintptr_t)host, device_address, size);
+  pthread_mutex_lock(&state->staging_lock);
+  CUresult code = staging_ready(state);
+  if (code == CUDA_SUCCESS)
+    code = to_device ? stage_in(state, device_address, host, size) : stage_out(state, host, device_address, size);
+  pthread_mutex_unlock(&state->staging_lock);
+  if (code != CUDA_SUCCESS)
+    return devbuf__cuda_error(cu, code, "%s: copying %zu bytes %s pageable host memory through pinned staging",
+                              device->spec, size, to_device ? "from" : "to");
+  return DEVBUF_OK;
+}
+
 static devbuf_status cuda_write(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset, const void *src,
                                 size_t size) {
-  return copy_addresses(device, dst->device + offset, (CUdeviceptr)(uintptr_t)src, size);
+  return copy_host(device, dst->device + offset, (void *)src, size, true);
 }
 
 static devbuf_status cuda_read(devbuf_device_t *device, const devbuf_memory_t *src, size_t offset, void *dst,
                                size_t size) {
-  return copy_addresses(device, (CUdeviceptr)(uintptr_t)dst, src->device + offset, size);
+  return copy_host(device, src->device + offset, dst, size, false);
 }
 
 static devbuf_status cuda_copy(devbuf_device_t *device, const devbuf_memory_t *dst, size_t dst_offset,

@@ -37,6 +37,7 @@ enum {
   CU_MEMHOSTREGISTER_READ_ONLY = 0x08,
   CU_STREAM_WAIT_VALUE_GEQ = 0x0,
   CU_STREAM_WRITE_VALUE_DEFAULT = 0x0,
+  CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
 };
 
 enum {
@@ -93,7 +94,8 @@ enum {
   X(CUresult, cuMemFreeAsync, "cuMemFreeAsync", (CUdeviceptr, CUstream))                                  \
   X(CUresult, cuMemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                                      \
   X(CUresult, cuMemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))                      \
-  X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *))
+  X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *))                                       \
+  X(CUresult, cuPointerGetAttribute, "cuPointerGetAttribute", (void *, int, CUdeviceptr))
 
 typedef struct devbuf__cuda_api {
 #define DEVBUF_CUDA_POINTER_(ret, field, symbol, params) ret(*field) params;

@@ -18,6 +18,9 @@ typedef struct devbuf__cuda_device {
   int builtins_state;                 // 0 not tried, 1 loaded, -1 unavailable (under the lock)
   CUmodule builtins;
   CUfunction fill;
+  pthread_mutex_t staging_lock;       // the pinned staging pair below, one copy at a time
+  void *staging[2];                   // made on the first pageable copy that needs them
+  CUevent staged[2];                  // the device is done with staging[i]
   pthread_mutex_t events_lock;
   CUevent spare_events[256]; // events of retired work, for the next items (cuda_queue.c)
   size_t spare_count;

@@ -46,6 +46,38 @@ typedef struct block {
   size_t pad[7]; // 64-byte header: what follows is 64-byte aligned like malloc's largest
 } block;
 
+// Ranges the driver knows (allocations and registered host memory), for cuPointerGetAttribute.
+typedef struct range {
+  uintptr_t start;
+  size_t size;
+  struct range *next;
+} range;
+static range *known; // under lock
+
+static void know(const void *p, size_t size) {
+  range *r = malloc(sizeof *r);
+  if (!r) return;
+  *r = (range){(uintptr_t)p, size, NULL};
+  pthread_mutex_lock(&lock);
+  r->next = known;
+  known = r;
+  pthread_mutex_unlock(&lock);
+}
+
+static bool forget(const void *p) {
+  pthread_mutex_lock(&lock);
+  range *found = NULL;
+  for (range **link = &known; *link; link = &(*link)->next)
+    if ((*link)->start == (uintptr_t)p) {
+      found = *link;
+      *link = found->next;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  free(found);
+  return found != NULL;
+}
+
 static CUresult alloc_block(size_t size, void **out) {
   if (size == 0) return INVALID_VALUE;
   pthread_mutex_lock(&lock);
@@ -63,12 +95,14 @@ static CUresult alloc_block(size_t size, void **out) {
   b->size = size;
   memset(b + 1, 0xa5, size); // not zero: code that forgets to clear memory shows it
   *out = b + 1;
+  know(b + 1, size);
   return OK;
 }
 
 static CUresult free_block(void *address) {
   if (!address) return OK;
   block *b = (block *)address - 1;
+  if (!forget(address)) return INVALID_VALUE;
   pthread_mutex_lock(&lock);
   allocated -= b->size;
   pthread_mutex_unlock(&lock);
@@ -398,10 +432,23 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
 
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags) {
   (void)flags;
-  return p && size ? OK : INVALID_VALUE;
+  if (!p || !size) return INVALID_VALUE;
+  know(p, size);
+  return OK;
 }
 
-EXPORT CUresult cuMemHostUnregister(void *p) { return p ? OK : INVALID_VALUE; }
+EXPORT CUresult cuMemHostUnregister(void *p) { return forget(p) ? OK : INVALID_VALUE; }
+
+EXPORT CUresult cuPointerGetAttribute(void *out, int attribute, CUdeviceptr p) {
+  if (attribute != 2) return INVALID_VALUE; // memory type only
+  bool found = false;
+  pthread_mutex_lock(&lock);
+  for (range *r = known; r && !found; r = r->next) found = p >= r->start && p - r->start < r->size;
+  pthread_mutex_unlock(&lock);
+  if (!found) return INVALID_VALUE; // pageable memory the driver does not know
+  *(unsigned *)out = 2;
+  return OK;
+}
 
 EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t size, void *s) {
   if (failed()) return failed();

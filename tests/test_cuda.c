@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #ifdef DEVBUF_TEST_FATBIN
 extern const unsigned char devbuf_test_fatbin[];
@@ -143,6 +144,38 @@ static void test_fill_patterns(void) {
   devbuf_queue_release(queue);
 }
 
+// Large copies from and to pageable memory go through the pinned staging pair in 8 MiB
+// pieces: an odd size over several pieces, into and out of a view at an offset.
+static void test_staged_copies(void) {
+  size_t size = (20u << 20) + 13, total = size + 256;
+  unsigned char *in = malloc(size), *out = malloc(size);
+  devbuf_buffer_t *buffer = NULL, *view = NULL;
+  CHECK(in && out);
+  if (!in || !out) goto done;
+  for (size_t i = 0; i < size; i++) in[i] = (unsigned char)(i * 7 + i / 4096);
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &total, 1, DEVBUF_BUFFER_ZERO,
+                                  &buffer));
+  CHECK_OK(devbuf_buffer_view(buffer, 256, size, &view));
+  if (!view) goto done;
+  CHECK_OK(devbuf_buffer_copyin(view, in, size));
+  memset(out, 0, size);
+  CHECK_OK(devbuf_buffer_copyout(view, out, size));
+  CHECK(memcmp(in, out, size) == 0);
+  devbuf_buffer_t *head_view = NULL; // the bytes before the view stay untouched
+  unsigned char head[256];
+  CHECK_OK(devbuf_buffer_view(buffer, 0, sizeof head, &head_view));
+  CHECK_OK(devbuf_buffer_copyout(head_view, head, sizeof head));
+  devbuf_buffer_release(head_view);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < sizeof head; i++) nonzero += head[i] != 0;
+  CHECK_EQ_U(nonzero, 0);
+done:
+  devbuf_buffer_release(view);
+  devbuf_buffer_release(buffer);
+  free(in);
+  free(out);
+}
+
 static void test_oversize(void) {
   devbuf_device_info_t info;
   devbuf_device_info(device, &info);
@@ -205,6 +238,7 @@ int main(int argc, char **argv) {
     RUN(test_granularity);
     RUN(test_kernels);
     RUN(test_fill_patterns);
+    RUN(test_staged_copies);
     RUN(test_oversize);
   }
   devbuf_device_release(device);
