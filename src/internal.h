@@ -88,6 +88,10 @@ typedef struct devbuf__backend {
   devbuf_status (*zero)(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
                         size_t size);
   devbuf_status (*synchronize)(devbuf_device_t *device); // (optional)
+  // (optional) Lets the device's copies read a host range directly until unregistered (a
+  // mapped file being loaded): UNSUPPORTED where the device prefers staged copies.
+  devbuf_status (*register_host)(devbuf_device_t *device, const void *host, size_t size, void **out_token);
+  void (*unregister_host)(devbuf_device_t *device, void *token);
   // Queues of devices whose work is not run by the CPU (optional, all or none): a device
   // queue made with the devbuf queue; the execution of an item (fill, copy, launch, wait
   // for an event) on it, which waits for the item's dependencies (on the device where it

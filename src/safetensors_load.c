@@ -111,6 +111,15 @@ devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path,
     status = devbuf__safetensors_parse_header((const char *)bytes + 8, header_size, file_size - 8 - header_size, &file);
   if (status == DEVBUF_OK && !(file->buffers = devbuf__calloc(file->count ? file->count : 1, sizeof *file->buffers)))
     status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu tensor handles", file->count);
+  // A device may read the mapping directly instead of through staged copies, while loading.
+  void *registration = NULL;
+  size_t data_offset = (size_t)(8 + header_size);
+  if (status == DEVBUF_OK && copy && device->backend->register_host && file_size > data_offset &&
+      device->backend->register_host(device, bytes + data_offset, (size_t)file_size - data_offset, &registration) !=
+          DEVBUF_OK) {
+    registration = NULL; // staged copies, then
+    devbuf__clear_error();
+  }
   for (size_t i = 0; status == DEVBUF_OK && i < file->count; i++) {
     const devbuf__tensor_entry *entry = &file->entries[i];
     status = tensor_buffer(mapping, (size_t)(8 + header_size + entry->begin), entry, device, copy, &file->buffers[i]);
@@ -120,6 +129,7 @@ devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path,
       options->on_tensor(options->context, i, &info, file->buffers[i]);
     }
   }
+  if (registration) device->backend->unregister_host(device, registration);
   devbuf_buffer_release(mapping); // the views keep the mapping alive
   if (status != DEVBUF_OK) {
     devbuf_tensor_file_release(file);

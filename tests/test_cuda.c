@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #ifdef DEVBUF_TEST_FATBIN
 extern const unsigned char devbuf_test_fatbin[];
@@ -176,6 +177,56 @@ done:
   free(out);
 }
 
+// A weight file written from device buffers and loaded back onto the device, with its
+// mapping staged (the default) and registered (DEVBUF_CUDA_MAPPED_FILES=register).
+static void test_weight_file_round_trip(void) {
+  size_t big_count = (3u << 20) + 5, small_count = 1000;
+  float *big = malloc(big_count * sizeof *big);
+  int8_t small[1000];
+  CHECK(big != NULL);
+  if (!big) return;
+  for (size_t i = 0; i < big_count; i++) big[i] = (float)i * 0.5f;
+  for (size_t i = 0; i < small_count; i++) small[i] = (int8_t)(i % 251);
+  devbuf_allocator_t *allocator = devbuf_device_allocator(device);
+  devbuf_buffer_t *buffers[2] = {NULL, NULL};
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &big_count, 1, 0, &buffers[0]));
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_INT8, &small_count, 1, 0, &buffers[1]));
+  CHECK_OK(devbuf_buffer_copyin(buffers[0], big, big_count * sizeof *big));
+  CHECK_OK(devbuf_buffer_copyin(buffers[1], small, sizeof small));
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/devbuf-test-cuda-%d.safetensors", (int)getpid());
+  devbuf_named_buffer_t tensors[2] = {{"big", buffers[0]}, {"small", buffers[1]}};
+  CHECK_OK(devbuf_safetensors_write(path, tensors, 2, NULL, 0));
+  const char *modes[2] = {"stage", "register"};
+  for (int m = 0; m < 2; m++) {
+    setenv("DEVBUF_CUDA_MAPPED_FILES", modes[m], 1);
+    devbuf_tensor_file_t *file = NULL;
+    CHECK_OK(devbuf_safetensors_load(device, path, NULL, &file));
+    CHECK(file && devbuf_tensor_file_count(file) == 2);
+    for (size_t i = 0; file && i < devbuf_tensor_file_count(file); i++) {
+      devbuf_tensor_info_t info;
+      devbuf_tensor_file_info(file, i, &info);
+      devbuf_buffer_t *buffer = devbuf_tensor_file_buffer(file, i);
+      CHECK(devbuf_buffer_device(buffer) == device && !devbuf_buffer_is_cpu_accessible(buffer));
+      bool is_big = strcmp(info.name, "big") == 0;
+      size_t bytes = is_big ? big_count * sizeof *big : sizeof small;
+      CHECK_EQ_U(devbuf_buffer_size(buffer), bytes);
+      unsigned char *back = malloc(bytes);
+      CHECK_OK(devbuf_buffer_copyout(buffer, back, bytes));
+      if (memcmp(back, is_big ? (const void *)big : (const void *)small, bytes) != 0)
+        printf("     %s: tensor '%s' differs\n", modes[m], info.name);
+      CHECK(memcmp(back, is_big ? (const void *)big : (const void *)small, bytes) == 0);
+      free(back);
+    }
+    devbuf_tensor_file_release(file);
+  }
+  unsetenv("DEVBUF_CUDA_MAPPED_FILES");
+  remove(path);
+  devbuf_buffer_release(buffers[0]);
+  devbuf_buffer_release(buffers[1]);
+  free(big);
+}
+
 static void test_oversize(void) {
   devbuf_device_info_t info;
   devbuf_device_info(device, &info);
@@ -239,6 +290,7 @@ int main(int argc, char **argv) {
     RUN(test_kernels);
     RUN(test_fill_patterns);
     RUN(test_staged_copies);
+    RUN(test_weight_file_round_trip);
     RUN(test_oversize);
   }
   devbuf_device_release(device);
