@@ -4,8 +4,10 @@
 //               stream, synchronized), 4 KiB to 1 GiB; and PyTorch's caching allocator
 //               (torch.empty + del) when python3 has torch;
 //   copies:     pinned host to device and back against the driver's own pinned copies, and
-//               pageable copyin against pinned.
+//               pageable copyin (devbuf's staging) against pinned and the driver's pageable copy;
+//   load:       a weight file onto the device, its mapping staged against registered.
 #include "../src/cuda_backend.h"
+#include "../tools/sample_model.h"
 #include "bench.h"
 
 #include <stdio.h>
@@ -79,6 +81,10 @@ static void bench_cuda_alloc(const bench_config *config, const devbuf__cuda_devi
       ours[r] = time_devbuf(devbuf_device_allocator(config->device), sizes[s], iterations);
     }
     double a = bench_median(ours, runs), b = bench_median(plain, runs), c = bench_median(pool, runs);
+    if (a < 0 || b < 0 || c < 0) {
+      printf("   %8zuK skipped: %s\n", sizes[s] >> 10, devbuf_last_error()[0] ? devbuf_last_error() : "the driver refused");
+      continue;
+    }
     double t = time_torch(sizes[s], iterations);
     printf("   %8zuK %10.1f %12.1f %7.0fx %12.1f %7.2fx", sizes[s] >> 10, a, b, b / a, c, c / a);
     if (t > 0)
@@ -110,7 +116,8 @@ static void bench_cuda_copy(const bench_config *config, const devbuf__cuda_devic
   devbuf_buffer_unsynchronized_ptr(pinned, &host, NULL);
   memset(host, 1, size);
   memset(pageable, 2, size);
-  double driver_in[MAX_RUNS], driver_out[MAX_RUNS], ours_in[MAX_RUNS], ours_out[MAX_RUNS], page_in[MAX_RUNS];
+  double driver_in[MAX_RUNS], driver_out[MAX_RUNS], ours_in[MAX_RUNS], ours_out[MAX_RUNS], page_in[MAX_RUNS],
+      driver_page_in[MAX_RUNS];
   for (int r = 0; r < runs; r++) {
     uint64_t t0 = bench_now_ns();
     cu->cuMemcpy(plain, (CUdeviceptr)(uintptr_t)host, size);
@@ -123,23 +130,66 @@ static void bench_cuda_copy(const bench_config *config, const devbuf__cuda_devic
     uint64_t t4 = bench_now_ns();
     devbuf_buffer_copyin(buffer, pageable, size);
     uint64_t t5 = bench_now_ns();
+    cu->cuMemcpy(plain, (CUdeviceptr)(uintptr_t)pageable, size);
+    uint64_t t6 = bench_now_ns();
     driver_in[r] = (double)(t1 - t0), driver_out[r] = (double)(t2 - t1), ours_in[r] = (double)(t3 - t2);
-    ours_out[r] = (double)(t4 - t3), page_in[r] = (double)(t5 - t4);
+    ours_out[r] = (double)(t4 - t3), page_in[r] = (double)(t5 - t4), driver_page_in[r] = (double)(t6 - t5);
   }
   double gb = (double)size * 1e-9;
   double di = bench_median(driver_in, runs), dout = bench_median(driver_out, runs), oi = bench_median(ours_in, runs),
-         oo = bench_median(ours_out, runs), pi = bench_median(page_in, runs);
+         oo = bench_median(ours_out, runs), pi = bench_median(page_in, runs), dpi = bench_median(driver_page_in, runs);
   printf("== copies of 256 MiB: GB/s ==\n");
   printf("   host->device pinned: driver %7.2f  devbuf %7.2f  %5.2fx (target >= 0.90x)\n", gb / (di * 1e-9),
          gb / (oi * 1e-9), di / oi);
   printf("   device->host pinned: driver %7.2f  devbuf %7.2f  %5.2fx (target >= 0.90x)\n", gb / (dout * 1e-9),
          gb / (oo * 1e-9), dout / oo);
-  printf("   host->device pageable copyin %7.2f  %5.2fx of devbuf pinned (target >= 0.80x)\n\n", gb / (pi * 1e-9),
-         oi / pi);
+  printf("   host->device pageable copyin %7.2f  %5.2fx of devbuf pinned (target >= 0.80x); the driver's own "
+         "pageable copy %7.2f\n\n", gb / (pi * 1e-9), oi / pi, gb / (dpi * 1e-9));
   devbuf_buffer_release(buffer);
   devbuf_buffer_release(pinned);
   cu->cuMemFree(plain);
   free(pageable);
+}
+
+// A weight file in the page cache loaded onto the device: its mapping staged through
+// pinned buffers against registered with the driver for the load (DEVBUF_CUDA_MAPPED_FILES),
+// alternating run by run. The faster one should be the default.
+static void bench_cuda_load(const bench_config *config) {
+  const char *folder = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  size_t target = config->quick ? (size_t)256 << 20 : (size_t)1 << 30;
+  char path[512];
+  snprintf(path, sizeof path, "%s/devbuf-bench-%zumib.safetensors", folder, target >> 20);
+  FILE *exists = fopen(path, "rb");
+  if (exists) fclose(exists);
+  if (!exists && devbuf_tool_write_sample(path, target) != DEVBUF_OK) {
+    printf("== mapped file onto the device: skipped (%s) ==\n\n", devbuf_last_error());
+    return;
+  }
+  int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
+  double staged[MAX_RUNS], registered[MAX_RUNS];
+  uint64_t bytes = 0;
+  for (int r = 0; r < runs; r++) {
+    for (int mode = 0; mode < 2; mode++) {
+      setenv("DEVBUF_CUDA_MAPPED_FILES", mode ? "register" : "stage", 1);
+      devbuf_tensor_file_t *file = NULL;
+      uint64_t t0 = bench_now_ns();
+      devbuf_status status = devbuf_safetensors_load(config->device, path, NULL, &file);
+      uint64_t t1 = bench_now_ns();
+      if (status != DEVBUF_OK) {
+        printf("== mapped file onto the device: skipped (%s) ==\n\n", devbuf_last_error());
+        unsetenv("DEVBUF_CUDA_MAPPED_FILES");
+        return;
+      }
+      bytes = devbuf_tensor_file_data_size(file);
+      (mode ? registered : staged)[r] = (double)(t1 - t0);
+      devbuf_tensor_file_release(file);
+    }
+  }
+  unsetenv("DEVBUF_CUDA_MAPPED_FILES");
+  double s = bench_median(staged, runs), g = bench_median(registered, runs), gb = (double)bytes * 1e-9;
+  printf("== %llu MiB weight file (page cache) onto the device: GB/s ==\n", (unsigned long long)(bytes >> 20));
+  printf("   staged (default) %7.2f   registered %7.2f   faster: %s\n\n", gb / (s * 1e-9), gb / (g * 1e-9),
+         s <= g ? "staging, the default" : "registering (make it the default)");
 }
 
 void bench_cuda(const bench_config *config) {
@@ -147,4 +197,5 @@ void bench_cuda(const bench_config *config) {
   devbuf__cuda_enter(config->device);
   bench_cuda_alloc(config, cuda);
   bench_cuda_copy(config, cuda);
+  bench_cuda_load(config);
 }
