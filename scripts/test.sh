@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: gcc and clang builds with -Werror, every test; again under
-# ASan+UBSan; the concurrency tests under TSan; each fuzzer for a minute. Prints one
-# summary line at the end.
+# ASan+UBSan; the concurrency tests and the CUDA backend on its stand-in driver under TSan;
+# each fuzzer for a minute. Prints one summary line at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
@@ -55,7 +55,7 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 suite gcc gcc "" Release
 suite clang clang "" RelWithDebInfo
 suite asan gcc "address,undefined" RelWithDebInfo
-suite tsan gcc "thread" RelWithDebInfo -L concurrency
+suite tsan gcc "thread" RelWithDebInfo -L "concurrency|fake_cuda"
 
 # The fuzzers of the parsers of untrusted input, DEVBUF_FUZZ_SECONDS each (60 by default).
 if scripts/fuzz.sh "${DEVBUF_FUZZ_SECONDS:-60}"; then

@@ -10,8 +10,7 @@
 #include <unistd.h>
 
 #ifdef DEVBUF_TEST_FATBIN
-extern const unsigned char devbuf_test_fatbin[];
-extern const size_t devbuf_test_fatbin_size;
+extern const unsigned char devbuf_test_fatbin[], devbuf_test_ptx[];
 #endif
 
 static devbuf_device_t *device;
@@ -227,6 +226,133 @@ static void test_weight_file_round_trip(void) {
   free(big);
 }
 
+// A caching allocator over device memory with an 8 MiB limit: within it memory is reused,
+// past it OUT_OF_MEMORY names the limit; the driver never sees the refused request.
+static void test_memory_limit(void) {
+  devbuf_allocator_t *raw = NULL, *limited = NULL;
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  devbuf_caching_options_t options = {.memory_limit = 8u << 20};
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &limited));
+  devbuf_allocator_release(raw);
+  if (!limited) return;
+  size_t six = 6u << 20, four = 4u << 20;
+  devbuf_buffer_t *first = NULL, *second = NULL;
+  CHECK_OK(devbuf_buffer_allocate(limited, DEVBUF_UINT8, &six, 1, 0, &first));
+  CHECK_STATUS(devbuf_buffer_allocate(limited, DEVBUF_UINT8, &four, 1, 0, &second), DEVBUF_OUT_OF_MEMORY);
+  CHECK(strstr(devbuf_last_error(), "limit") != NULL);
+  CHECK(second == NULL);
+  devbuf_buffer_release(first);
+  CHECK_OK(devbuf_buffer_allocate(limited, DEVBUF_UINT8, &four, 1, 0, &second)); // the cache makes room
+  devbuf_buffer_release(second);
+  devbuf_allocator_release(limited);
+}
+
+// Memory released while work on stream 1 still writes it, reused at once by work on
+// stream 2: the device address is the same, and stream 2's fill waits for stream 1's
+// (held back by an event), so the last value is stream 2's.
+static void test_stream_aware_reuse(void) {
+  devbuf_allocator_t *allocator = devbuf_device_allocator(device);
+  devbuf_queue_t *first, *second;
+  CHECK_OK(devbuf_queue_create(device, &first));
+  CHECK_OK(devbuf_queue_create(device, &second));
+  devbuf_event_t *go;
+  CHECK_OK(devbuf_event_create(0, &go));
+  size_t size = 1u << 20;
+  devbuf_buffer_t *old = NULL, *reused = NULL;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &old));
+  uint64_t old_address = 0, reused_address = 0;
+  CHECK_OK(devbuf_buffer_device_ptr(old, &old_address));
+  unsigned char one = 1, two = 2;
+  CHECK_OK(devbuf_queue_wait(first, go, 1));
+  CHECK_OK(devbuf_queue_fill(first, old, &one, 1));
+  devbuf_buffer_release(old); // its fill is still held back
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_UINT8, &size, 1, 0, &reused)); // memory comes with its first use
+  CHECK_OK(devbuf_queue_fill(second, reused, &two, 1)); // takes the old memory, after the old fill
+  CHECK_OK(devbuf_buffer_device_ptr(reused, &reused_address));
+  CHECK(reused_address == old_address);
+  CHECK_OK(devbuf_event_signal(go, 1));
+  CHECK_OK(devbuf_queue_finish(second));
+  unsigned char *back = malloc(size);
+  CHECK_OK(devbuf_buffer_copyout(reused, back, size));
+  size_t wrong = 0;
+  for (size_t i = 0; i < size; i++) wrong += back[i] != 2;
+  CHECK_EQ_U(wrong, 0);
+  free(back);
+  devbuf_buffer_release(reused);
+  devbuf_event_release(go);
+  devbuf_queue_release(first);
+  devbuf_queue_release(second);
+}
+
+// Pinned and managed memory are CPU-accessible, under B4: while device work writes a
+// buffer, reading and writing it from the host are refused (IN_USE); the waiting forms wait.
+static void test_host_access_under_work(void) {
+  devbuf_memory_kind kinds[2] = {DEVBUF_MEMORY_HOST_VISIBLE, DEVBUF_MEMORY_MANAGED};
+  for (int k = 0; k < 2; k++) {
+    devbuf_allocator_t *allocator = devbuf_device_allocator_for(device, kinds[k]);
+    if (!allocator) continue;
+    devbuf_queue_t *queue;
+    CHECK_OK(devbuf_queue_create(device, &queue));
+    devbuf_event_t *go;
+    CHECK_OK(devbuf_event_create(0, &go));
+    size_t size = 4096;
+    devbuf_buffer_t *buffer = NULL;
+    CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, DEVBUF_BUFFER_ZERO, &buffer));
+    unsigned char seven = 7;
+    CHECK_OK(devbuf_queue_wait(queue, go, 1));
+    CHECK_OK(devbuf_queue_fill(queue, buffer, &seven, 1));
+    const void *data = NULL;
+    void *mutable_data = NULL;
+    CHECK_STATUS(devbuf_buffer_contents(buffer, &data, NULL), DEVBUF_IN_USE);
+    CHECK_STATUS(devbuf_buffer_contents_mut(buffer, &mutable_data, NULL), DEVBUF_IN_USE);
+    CHECK(devbuf_buffer_in_use(buffer));
+    CHECK_OK(devbuf_event_signal(go, 1));
+    CHECK_OK(devbuf_buffer_contents_wait(buffer, &data, NULL));
+    if (data) {
+      CHECK(((const unsigned char *)data)[0] == 7 && ((const unsigned char *)data)[4095] == 7);
+      devbuf_buffer_end_access(buffer, data);
+    }
+    devbuf_buffer_release(buffer);
+    devbuf_event_release(go);
+    devbuf_queue_release(queue);
+  }
+}
+
+// A user kernel loaded from PTX text (the driver compiles it for this GPU).
+static void test_kernel_from_ptx(void) {
+#ifndef DEVBUF_TEST_FATBIN
+  printf("     (PTX skipped: this build had no nvcc)\n");
+#else
+  CHECK(strstr((const char *)devbuf_test_ptx, ".entry add_one") != NULL);
+  devbuf_program_t *program = NULL;
+  CHECK_OK(devbuf_program_build(device, (const char *)devbuf_test_ptx, NULL, &program));
+  if (!program) return;
+  enum { N = 3000 };
+  size_t shape = N;
+  devbuf_buffer_t *data = NULL;
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_INT32, &shape, 1, 0, &data));
+  static int32_t values[N];
+  for (int i = 0; i < N; i++) values[i] = i;
+  CHECK_OK(devbuf_buffer_copyin(data, values, sizeof values));
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  unsigned long long n = N;
+  devbuf_use_t use = {data, DEVBUF_ACCESS_READ_WRITE};
+  devbuf_arg_t arg = {&n, sizeof n};
+  devbuf_launch_t launch = {1, {N, 1, 1}, {0, 0, 0}};
+  CHECK_OK(devbuf_queue_launch(queue, program, "add_one", &launch, &use, 1, &arg, 1));
+  CHECK_OK(devbuf_queue_launch(queue, program, "add_one", &launch, &use, 1, &arg, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_OK(devbuf_buffer_copyout(data, values, sizeof values));
+  size_t wrong = 0;
+  for (int i = 0; i < N; i++) wrong += values[i] != i + 2;
+  CHECK_EQ_U(wrong, 0);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(data);
+  devbuf_program_release(program);
+#endif
+}
+
 static void test_oversize(void) {
   devbuf_device_info_t info;
   devbuf_device_info(device, &info);
@@ -288,9 +414,13 @@ int main(int argc, char **argv) {
     RUN(test_memory_kinds);
     RUN(test_granularity);
     RUN(test_kernels);
+    RUN(test_kernel_from_ptx);
     RUN(test_fill_patterns);
     RUN(test_staged_copies);
     RUN(test_weight_file_round_trip);
+    RUN(test_memory_limit);
+    RUN(test_stream_aware_reuse);
+    RUN(test_host_access_under_work);
     RUN(test_oversize);
   }
   devbuf_device_release(device);
