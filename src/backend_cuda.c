@@ -289,9 +289,13 @@ static devbuf_status copy_host(devbuf_device_t *device, CUdeviceptr device_addre
                      : copy_addresses(device, (CUdeviceptr)(uintptr_t)host, device_address, size);
   pthread_mutex_lock(&state->staging_lock);
   CUresult code = staging_ready(state);
-  if (code == CUDA_SUCCESS)
+  bool staged = code == CUDA_SUCCESS;
+  if (staged)
     code = to_device ? stage_in(state, device_address, host, size) : stage_out(state, host, device_address, size);
   pthread_mutex_unlock(&state->staging_lock);
+  if (!staged) // no pinned memory for staging: the driver stages it itself
+    return to_device ? copy_addresses(device, device_address, (CUdeviceptr)(uintptr_t)host, size)
+                     : copy_addresses(device, (CUdeviceptr)(uintptr_t)host, device_address, size);
   if (code != CUDA_SUCCESS)
     return devbuf__cuda_error(cu, code, "%s: copying %zu bytes %s pageable host memory through pinned staging",
                               device->spec, size, to_device ? "from" : "to");

@@ -24,6 +24,7 @@ typedef struct cuda_queue {
   CUstream stream;
   uint32_t *gate_word;                // pinned, made on the first wait; never goes down
   uint32_t gates;                     // waits so far: the value that opens the next one
+  bool host_waits;                    // the driver refused a stream memory operation
   pthread_mutex_t lock;               // `waiting`, against cancel
   gate *waiting;
 } cuda_queue;
@@ -278,7 +279,8 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, devb
 // the worker waits on the host. Either way the wait is over when this returns.
 static devbuf_status run_wait(devbuf_device_t *device, cuda_queue *q, devbuf__work *work) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
-  if (!cu->cuStreamWaitValue32) return devbuf__event_wait(work->event, work->value, UINT64_MAX, &work->cancel);
+  if (!cu->cuStreamWaitValue32 || q->host_waits)
+    return devbuf__event_wait(work->event, work->value, UINT64_MAX, &work->cancel);
   if (!q->gate_word) {
     void *word = NULL;
     CUresult code = cu->cuMemAllocHost(&word, sizeof(uint32_t));
@@ -286,14 +288,23 @@ static devbuf_status run_wait(devbuf_device_t *device, cuda_queue *q, devbuf__wo
     q->gate_word = word;
     *q->gate_word = 0;
   }
+  // Some drivers have the entry point but stream memory operations turned off: the host
+  // waits for them, from then on.
+  CUresult code = cu->cuStreamWaitValue32(q->stream, (CUdeviceptr)(uintptr_t)q->gate_word, q->gates + 1,
+                                          CU_STREAM_WAIT_VALUE_GEQ);
+  if (code != CUDA_SUCCESS) {
+    q->host_waits = true;
+    return devbuf__event_wait(work->event, work->value, UINT64_MAX, &work->cancel);
+  }
   gate *g = devbuf__malloc(sizeof *g);
-  if (!g) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event wait");
+  if (!g) { // the stream already waits for the word: open it, so that nothing stays parked
+    __atomic_store_n(q->gate_word, ++q->gates, __ATOMIC_RELEASE);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event wait");
+  }
   pthread_mutex_init(&g->lock, NULL);
   atomic_init(&g->refs, 2);
   g->word = q->gate_word;
   g->target = ++q->gates;
-  CUresult code = cu->cuStreamWaitValue32(q->stream, (CUdeviceptr)(uintptr_t)q->gate_word, g->target,
-                                          CU_STREAM_WAIT_VALUE_GEQ);
   devbuf_status status = DEVBUF_OK;
   CUevent done = NULL;
   if (code == CUDA_SUCCESS) code = event_take(device, &done);
@@ -355,6 +366,7 @@ devbuf_status devbuf__cuda_run(devbuf_device_t *device, void *queue, devbuf__wor
   if (code == CUDA_SUCCESS) code = cu->cuEventRecord(done, q->stream);
   if (code != CUDA_SUCCESS) {
     if (done) devbuf__cuda_event_release(device, done);
+    cu->cuStreamSynchronize(q->stream); // the item is enqueued: it must be over before it retires
     return devbuf__cuda_error(cu, code, "%s: an event behind %s", device->spec,
                               work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command");
   }
@@ -368,8 +380,9 @@ devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue, devbuf
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   CUevent last = NULL; // in order: once the last command is done, all before it are
   for (size_t i = count; i-- > 0 && !last;) last = atomic_load_explicit(&items[i]->device_event, memory_order_acquire);
-  if (!last || devbuf__cuda_enter(device) != DEVBUF_OK) return DEVBUF_OK;
-  CUresult code = cu->cuEventSynchronize(last);
+  if (!last) return DEVBUF_OK;
+  CUresult code = cu->cuCtxSetCurrent(devbuf__cuda_of(device)->context);
+  if (code == CUDA_SUCCESS) code = cu->cuEventSynchronize(last);
   if (code == CUDA_SUCCESS) return DEVBUF_OK;
   // A fault poisons the context: which of these ran before it cannot be told, so none did.
   devbuf_status failed = DEVBUF_OK;

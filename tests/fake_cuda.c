@@ -112,11 +112,24 @@ static CUresult free_block(void *address) {
 
 // ---- streams: a thread per stream runs its commands in order ----------------------------
 
+// The user's handle and every queued command that names the event hold a reference: the
+// driver lets an event be destroyed while a stream still waits for it.
 typedef struct event {
   pthread_mutex_t lock;
   pthread_cond_t changed;
   uint64_t recorded, completed; // generations: a record is complete once its command ran
+  size_t refs;                  // under lock
 } event;
+
+static void event_unref(event *e) {
+  pthread_mutex_lock(&e->lock);
+  bool last = --e->refs == 0;
+  pthread_mutex_unlock(&e->lock);
+  if (!last) return;
+  pthread_cond_destroy(&e->changed);
+  pthread_mutex_destroy(&e->lock);
+  free(e);
+}
 
 typedef enum kind { COPY, SET, KERNEL, RECORD, WAIT_EVENT, WAIT_VALUE, WRITE_VALUE, HOST_FUNC } kind;
 
@@ -167,6 +180,7 @@ static void *stream_main(void *arg) {
     struct timespec later = {0, 20000}; // commands run a little after they were enqueued
     nanosleep(&later, NULL);
     run_command(c);
+    if (c->event) event_unref(c->event);
     pthread_mutex_lock(&s->lock);
     s->head = c->next;
     if (!s->head) s->tail = NULL;
@@ -233,6 +247,7 @@ static CUresult enqueue(stream *s, command *c) {
   if (!c) return OUT_OF_MEMORY;
   if (!s) {
     run_command(c);
+    if (c->event) event_unref(c->event);
     free(c);
     return OK;
   }
@@ -525,19 +540,14 @@ EXPORT CUresult cuEventCreate(event **out, unsigned flags) {
   if (!e) return OUT_OF_MEMORY;
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->changed, NULL);
+  e->refs = 1;
   *out = e;
   return OK;
 }
 
 EXPORT CUresult cuEventDestroy_v2(event *e) {
   if (!e) return INVALID_VALUE;
-  // The driver lets an event go while its record is pending; here the record must run first.
-  pthread_mutex_lock(&e->lock);
-  while (e->completed < e->recorded) pthread_cond_wait(&e->changed, &e->lock);
-  pthread_mutex_unlock(&e->lock);
-  pthread_cond_destroy(&e->changed);
-  pthread_mutex_destroy(&e->lock);
-  free(e);
+  event_unref(e);
   return OK;
 }
 
@@ -548,6 +558,7 @@ EXPORT CUresult cuEventRecord(event *e, stream *s) {
   pthread_mutex_lock(&e->lock);
   c->event = e;
   c->generation = ++e->recorded;
+  e->refs++;
   pthread_mutex_unlock(&e->lock);
   return enqueue(s, c);
 }
@@ -575,6 +586,7 @@ EXPORT CUresult cuStreamWaitEvent(stream *s, event *e, unsigned flags) {
   pthread_mutex_lock(&e->lock);
   c->event = e;
   c->generation = e->recorded;
+  e->refs++;
   pthread_mutex_unlock(&e->lock);
   return enqueue(s, c);
 }

@@ -100,14 +100,18 @@ static void test_kernels(void) {
   // A launch no GPU can run (a block of 2^20 threads) fails the queue when its turn comes,
   // naming the sizes; what was queued behind it fails with the same cause.
   devbuf_launch_t huge = {1, {1u << 20, 1, 1}, {1u << 20, 0, 0}};
-  devbuf_event_t *after;
+  devbuf_event_t *after, *go; // go holds the queue until everything is submitted
   CHECK_OK(devbuf_event_create(0, &after));
+  CHECK_OK(devbuf_event_create(0, &go));
+  CHECK_OK(devbuf_queue_wait(queue, go, 1));
   CHECK_OK(devbuf_queue_launch(queue, program, "scale", &huge, uses, 2, args, 2));
   CHECK_OK(devbuf_queue_signal(queue, after, 1));
+  CHECK_OK(devbuf_event_signal(go, 1));
   CHECK_STATUS(devbuf_event_wait(after, 1, 60000000000ull), DEVBUF_INVALID_ARGUMENT);
   CHECK(strstr(devbuf_last_error(), "1048576 threads") != NULL);
   CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_INVALID_ARGUMENT);
   devbuf_event_release(after);
+  devbuf_event_release(go);
   devbuf_queue_release(queue);
   devbuf_buffer_release(in_half);
   devbuf_buffer_release(out_half);
@@ -284,6 +288,37 @@ static void test_stream_aware_reuse(void) {
   devbuf_queue_release(second);
 }
 
+// Work on one stream behind a run of work on another (fewer items than a queue enqueues at
+// once): the dependency is usually enqueued and still running when the second queue takes
+// its item, so the second stream waits for the first one's event on the device
+// (cuStreamWaitEvent), else the worker waits on the host; the copy sees the last fill.
+static void test_cross_stream_wait(void) {
+  devbuf_allocator_t *allocator = devbuf_device_allocator(device);
+  devbuf_queue_t *first, *second;
+  CHECK_OK(devbuf_queue_create(device, &first));
+  CHECK_OK(devbuf_queue_create(device, &second));
+  size_t size = 1u << 16;
+  devbuf_buffer_t *a = NULL, *b = NULL;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &a));
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &b));
+  for (int i = 0; i < 40; i++) {
+    unsigned char value = (unsigned char)i;
+    CHECK_OK(devbuf_queue_fill(first, a, &value, 1));
+  }
+  CHECK_OK(devbuf_queue_copy(second, b, a));
+  CHECK_OK(devbuf_queue_finish(second));
+  unsigned char *back = malloc(size);
+  CHECK_OK(devbuf_buffer_copyout(b, back, size));
+  size_t wrong = 0;
+  for (size_t i = 0; i < size; i++) wrong += back[i] != 39;
+  CHECK_EQ_U(wrong, 0);
+  free(back);
+  devbuf_buffer_release(a);
+  devbuf_buffer_release(b);
+  devbuf_queue_release(first);
+  devbuf_queue_release(second);
+}
+
 // Pinned and managed memory are CPU-accessible, under B4: while device work writes a
 // buffer, reading and writing it from the host are refused (IN_USE); the waiting forms wait.
 static void test_host_access_under_work(void) {
@@ -377,22 +412,26 @@ static void test_device_fault(void) {
   CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer));
   devbuf_queue_t *queue;
   CHECK_OK(devbuf_queue_create(device, &queue));
-  devbuf_event_t *after;
+  devbuf_event_t *after, *go; // go holds the queue until everything is submitted
   CHECK_OK(devbuf_event_create(0, &after));
+  CHECK_OK(devbuf_event_create(0, &go));
   unsigned char one = 1;
   unsigned long long nowhere = 8;
   devbuf_arg_t arg = {&nowhere, sizeof nowhere};
   devbuf_launch_t launch = {1, {1, 1, 1}, {1, 0, 0}};
+  CHECK_OK(devbuf_queue_wait(queue, go, 1));
   CHECK_OK(devbuf_queue_fill(queue, buffer, &one, 1));
   CHECK_OK(devbuf_queue_launch(queue, program, "fault", &launch, NULL, 0, &arg, 1));
   CHECK_OK(devbuf_queue_fill(queue, buffer, &one, 1));
   CHECK_OK(devbuf_queue_signal(queue, after, 1));
+  CHECK_OK(devbuf_event_signal(go, 1));
   CHECK_STATUS(devbuf_event_wait(after, 1, 60000000000ull), DEVBUF_DEVICE_FAILURE);
   CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
   CHECK(strstr(devbuf_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL);
   CHECK_STATUS(devbuf_queue_fill(queue, buffer, &one, 1), DEVBUF_DEVICE_FAILURE); // refused with the cause
   CHECK(strstr(devbuf_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL);
   devbuf_event_release(after);
+  devbuf_event_release(go);
   devbuf_queue_release(queue);
   devbuf_buffer_release(buffer);
   devbuf_program_release(program);
@@ -420,6 +459,7 @@ int main(int argc, char **argv) {
     RUN(test_weight_file_round_trip);
     RUN(test_memory_limit);
     RUN(test_stream_aware_reuse);
+    RUN(test_cross_stream_wait);
     RUN(test_host_access_under_work);
     RUN(test_oversize);
   }
