@@ -67,7 +67,7 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
   atomic_init(&device->pending_work, 0);
   atomic_init(&device->sync_waiters, 0);
   devbuf__mutex_init(&device->work_lock);
-  devbuf__mutex_init(&device->submit_lock);
+  atomic_init(&device->submit_lock.held, false);
   pthread_cond_init(&device->work_idle, NULL);
   device->backend = entry->backend;
   device->index = index;
@@ -163,7 +163,6 @@ void devbuf_device_release(devbuf_device_t *device) {
   if (device->backend->close) device->backend->close(device);
   pthread_cond_destroy(&device->work_idle);
   pthread_mutex_destroy(&device->work_lock);
-  pthread_mutex_destroy(&device->submit_lock);
   devbuf__free(device);
 }
 

@@ -12,6 +12,7 @@
 #include "devbuf.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -40,6 +41,33 @@ void devbuf__mutex_init(pthread_mutex_t *mutex);
 #else
 #define DEVBUF__MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER
 #endif
+
+// A lock for the few instructions of the hot paths (a submission's bookkeeping, the item
+// pool): taking it is one atomic exchange and giving it back a plain store, where a mutex
+// takes two atomic instructions and a call each way. A waiter spins a little, then yields
+// the core (the holder may have been preempted).
+typedef struct devbuf__spinlock {
+  atomic_bool held;
+} devbuf__spinlock;
+#define DEVBUF__SPINLOCK_INITIALIZER {false}
+
+static inline void devbuf__spin_lock(devbuf__spinlock *lock) {
+  while (atomic_exchange_explicit(&lock->held, true, memory_order_acquire)) {
+    for (unsigned spins = 0; atomic_load_explicit(&lock->held, memory_order_relaxed); spins++) {
+      if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        sched_yield();
+      }
+    }
+  }
+}
+
+static inline void devbuf__spin_unlock(devbuf__spinlock *lock) {
+  atomic_store_explicit(&lock->held, false, memory_order_release);
+}
 
 // ---- checked arithmetic -----------------------------------------------------------------
 static inline bool devbuf__mul_overflows(size_t a, size_t b, size_t *out) {
@@ -145,7 +173,7 @@ struct devbuf_device {
   atomic_size_t sync_waiters;          // threads in devbuf_device_synchronize
   pthread_mutex_t work_lock;           // with work_idle: synchronize's wait
   pthread_cond_t work_idle;
-  pthread_mutex_t submit_lock;         // one submission at a time records its uses (queue.c)
+  devbuf__spinlock submit_lock;        // one submission at a time records its uses (queue.c)
 };
 
 // ---- allocators (allocator.c and friends) -----------------------------------------------

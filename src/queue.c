@@ -59,7 +59,7 @@ struct devbuf_queue {
 #define POOL_ITEM_BYTES \
   (sizeof(devbuf__work) + POOL_USES * (sizeof(devbuf__work_use) + sizeof(void *) + sizeof(size_t)) + POOL_SCALARS)
 
-static pthread_mutex_t pool_lock = DEVBUF__MUTEX_INITIALIZER;
+static devbuf__spinlock pool_lock = DEVBUF__SPINLOCK_INITIALIZER;
 static devbuf__work *pool;
 static size_t pool_count;
 
@@ -105,7 +105,7 @@ static void work_unref(devbuf__work *work, devbuf__work **recycled) {
 // Gives a list of cleaned items to the pool in one step; what does not fit is freed.
 static void pool_return(devbuf__work *recycled) {
   if (!recycled) return;
-  pthread_mutex_lock(&pool_lock);
+  devbuf__spin_lock(&pool_lock);
   while (recycled && pool_count < POOL_CAPACITY) {
     devbuf__work *next = recycled->next;
     recycled->next = pool;
@@ -113,7 +113,7 @@ static void pool_return(devbuf__work *recycled) {
     pool_count++;
     recycled = next;
   }
-  pthread_mutex_unlock(&pool_lock);
+  devbuf__spin_unlock(&pool_lock);
   while (recycled) {
     devbuf__work *next = recycled->next;
     work_destroy(recycled);
@@ -134,13 +134,13 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
   bool poolable = use_count <= POOL_USES && scalars_size <= POOL_SCALARS;
   devbuf__work *work = NULL;
   if (poolable) {
-    pthread_mutex_lock(&pool_lock);
+    devbuf__spin_lock(&pool_lock);
     work = pool;
     if (work) {
       pool = work->next;
       pool_count--;
     }
-    pthread_mutex_unlock(&pool_lock);
+    devbuf__spin_unlock(&pool_lock);
   }
   if (!work) { // every field is set below or before use: no need to clear the whole item
     work = devbuf__malloc(poolable ? POOL_ITEM_BYTES : bytes + scalars_size);
@@ -726,19 +726,19 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   // records of a queue are in queue order, and no two submissions can each find the other's
   // records and wait for each other.
   devbuf_device_t *device = queue->device;
-  pthread_mutex_lock(&device->submit_lock);
+  devbuf__spin_lock(&device->submit_lock);
   size_t tracked = 0;
   for (; tracked < work->use_count && status == DEVBUF_OK; tracked++)
     status = track_use(work, tracked, &uses[tracked]);
   if (status != DEVBUF_OK) {
     abandon(work, tracked);
-    pthread_mutex_unlock(&device->submit_lock);
+    devbuf__spin_unlock(&device->submit_lock);
     return status;
   }
   if (atomic_load(&queue->failed)) { // failed while we were recording (after that, the worker fails the item)
     status = devbuf_queue_status(queue);
     abandon(work, tracked);
-    pthread_mutex_unlock(&device->submit_lock);
+    devbuf__spin_unlock(&device->submit_lock);
     return status;
   }
   atomic_fetch_add(&queue->device->pending_work, 1);
@@ -748,7 +748,7 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   do {
     work->next = newest;
   } while (!atomic_compare_exchange_weak(&queue->incoming, &newest, work)); // the worker may take them meanwhile
-  pthread_mutex_unlock(&device->submit_lock);
+  devbuf__spin_unlock(&device->submit_lock);
   if (atomic_load(&queue->worker_idle)) {
     pthread_mutex_lock(&queue->lock);
     pthread_cond_signal(&queue->work_available);
