@@ -5,7 +5,8 @@
 devbuf__hazard *devbuf__hazard_create(void) {
   devbuf__hazard *hazard = devbuf__calloc(1, sizeof *hazard);
   if (!hazard) return NULL;
-  devbuf__mutex_init(&hazard->lock);
+  atomic_init(&hazard->lock.held, false);
+  devbuf__mutex_init(&hazard->sleep_lock);
   pthread_cond_init(&hazard->progress, NULL);
   return hazard;
 }
@@ -18,7 +19,7 @@ void devbuf__hazard_destroy(devbuf__hazard *hazard) {
     hazard->segments = next;
   }
   pthread_cond_destroy(&hazard->progress);
-  pthread_mutex_destroy(&hazard->lock);
+  pthread_mutex_destroy(&hazard->sleep_lock);
   devbuf__free(hazard);
 }
 
@@ -61,9 +62,22 @@ bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t
 }
 
 void devbuf__hazard_wait_progress(devbuf__hazard *hazard) {
+  // The sleep lock is taken before the tracker's lock is given back: a remover, which takes
+  // it to broadcast once it holds the tracker's lock, cannot broadcast before this sleeps.
   hazard->waiters++;
-  pthread_cond_wait(&hazard->progress, &hazard->lock);
+  pthread_mutex_lock(&hazard->sleep_lock);
+  devbuf__spin_unlock(&hazard->lock);
+  pthread_cond_wait(&hazard->progress, &hazard->sleep_lock);
+  pthread_mutex_unlock(&hazard->sleep_lock);
+  devbuf__spin_lock(&hazard->lock);
   hazard->waiters--;
+}
+
+void devbuf__hazard_wake_locked(devbuf__hazard *hazard) {
+  if (!hazard->waiters) return;
+  pthread_mutex_lock(&hazard->sleep_lock);
+  pthread_cond_broadcast(&hazard->progress);
+  pthread_mutex_unlock(&hazard->sleep_lock);
 }
 
 static bool push_dep(devbuf__work *work, devbuf__work ***deps, size_t *count, size_t *capacity) {
@@ -151,9 +165,9 @@ void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record
 void devbuf__hazard_remove(devbuf__hazard *hazard, devbuf__record *record) {
   void (*on_idle)(void *) = NULL;
   void *idle_ctx = NULL;
-  pthread_mutex_lock(&hazard->lock);
+  devbuf__spin_lock(&hazard->lock);
   devbuf__hazard_remove_locked(hazard, record, &on_idle, &idle_ctx);
-  if (hazard->waiters) pthread_cond_broadcast(&hazard->progress);
-  pthread_mutex_unlock(&hazard->lock);
+  devbuf__hazard_wake_locked(hazard);
+  devbuf__spin_unlock(&hazard->lock);
   if (on_idle) on_idle(idle_ctx); // may destroy the hazard
 }

@@ -37,10 +37,11 @@ struct devbuf__segment {
 
 // What every submission and retirement touches comes first, in one cache line.
 typedef struct devbuf__hazard {
-  pthread_mutex_t lock;
+  devbuf__spinlock lock;               // every submission takes it for each use: kept cheap
   devbuf__segment *segments;           // a queue's stays while empty: queues come back
   size_t records;
   size_t waiters;
+  pthread_mutex_t sleep_lock;          // with `progress`: where waiters sleep (taken after `lock`)
   pthread_cond_t progress;             // broadcast when records complete and someone waits
   void (*on_idle)(void *ctx);          // called once, unlocked, when records reach zero
   void *idle_ctx;
@@ -65,6 +66,8 @@ devbuf__conflict devbuf__hazard_conflict(const devbuf__hazard *hazard, size_t of
 bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size);
 // Blocks until some record completes (the lock is released while waiting).
 void devbuf__hazard_wait_progress(devbuf__hazard *hazard);
+// Wakes the threads in devbuf__hazard_wait_progress, if any; the caller holds the lock.
+void devbuf__hazard_wake_locked(devbuf__hazard *hazard);
 // Adds `record` for work on `queue` and appends to `deps` (retained) the newest conflicting
 // record's work of every other queue. False when no host memory is left.
 bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue,
@@ -72,7 +75,7 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
 
 // Removes a completed record; caller holds the lock. When the last record goes and an idle
 // callback is armed, it is disarmed and handed out: the caller calls it after unlocking.
-// Caller also wakes waiters (hazard->waiters) once done removing.
+// Caller also wakes waiters (devbuf__hazard_wake_locked) once done removing.
 void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record, void (**out_on_idle)(void *),
                                   void **out_idle_ctx);
 // Takes the lock itself: removes a record, wakes waiters, may call on_idle (after

@@ -232,7 +232,7 @@ static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
       if (!hazard) continue;
       void (*on_idle)(void *) = NULL;
       void *idle_ctx = NULL;
-      pthread_mutex_lock(&hazard->lock);
+      devbuf__spin_lock(&hazard->lock);
       for (size_t j = i; j < count; j++) {
         for (size_t v = 0; v < items[j]->use_count; v++) {
           if (items[j]->uses[v].hazard != hazard) continue;
@@ -240,8 +240,8 @@ static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
           items[j]->uses[v].hazard = NULL;
         }
       }
-      if (hazard->waiters) pthread_cond_broadcast(&hazard->progress);
-      pthread_mutex_unlock(&hazard->lock);
+      devbuf__hazard_wake_locked(hazard);
+      devbuf__spin_unlock(&hazard->lock);
       if (on_idle) on_idle(idle_ctx); // may destroy the hazard: no use points to it any more
     }
   }
@@ -689,13 +689,13 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   // Fast path: no host access is open (they are opened holding the tracker's lock).
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
   if (hazard) {
-    pthread_mutex_lock(&hazard->lock);
+    devbuf__spin_lock(&hazard->lock);
     if (!atomic_load(&storage->open_accesses)) {
       devbuf_status status = add_record(work, slot, hazard);
-      pthread_mutex_unlock(&hazard->lock);
+      devbuf__spin_unlock(&hazard->lock);
       return status;
     }
-    pthread_mutex_unlock(&hazard->lock);
+    devbuf__spin_unlock(&hazard->lock);
   }
   pthread_mutex_lock(&storage->lock);
   devbuf_status status = devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, "submitting work");
@@ -704,9 +704,9 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
     if (!hazard) status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a hazard tracker");
   }
   if (status == DEVBUF_OK) {
-    pthread_mutex_lock(&hazard->lock);
+    devbuf__spin_lock(&hazard->lock);
     status = add_record(work, slot, hazard);
-    pthread_mutex_unlock(&hazard->lock);
+    devbuf__spin_unlock(&hazard->lock);
   }
   pthread_mutex_unlock(&storage->lock);
   return status;

@@ -103,13 +103,13 @@ void devbuf__storage_release(devbuf__storage *storage) {
     atomic_fetch_add(&allocator->pending_count, 1);
     pthread_mutex_unlock(&allocator->pending_lock);
   }
-  pthread_mutex_lock(&hazard->lock);
+  devbuf__spin_lock(&hazard->lock);
   bool busy = hazard->records != 0;
   if (busy) {
     hazard->on_idle = finalize_when_idle;
     hazard->idle_ctx = storage;
   }
-  pthread_mutex_unlock(&hazard->lock);
+  devbuf__spin_unlock(&hazard->lock);
   if (!busy) finalize_when_idle(storage);
 }
 
@@ -124,17 +124,17 @@ static bool take_pending(devbuf__storage *storage) {
     size_t size = candidate->memory.size;
     if (size < storage->size || size > limit || (best && size >= best->memory.size)) continue;
     devbuf__hazard *hazard = atomic_load(&candidate->hazard);
-    pthread_mutex_lock(&hazard->lock);
+    devbuf__spin_lock(&hazard->lock);
     bool armed = hazard->on_idle == finalize_when_idle;
-    pthread_mutex_unlock(&hazard->lock);
+    devbuf__spin_unlock(&hazard->lock);
     if (armed) best = candidate;
   }
   if (best) {
     devbuf__hazard *hazard = atomic_load(&best->hazard);
-    pthread_mutex_lock(&hazard->lock);
+    devbuf__spin_lock(&hazard->lock);
     bool armed = hazard->on_idle == finalize_when_idle;
     if (armed) hazard->on_idle = NULL; // its work runs on; this storage owns it now
-    pthread_mutex_unlock(&hazard->lock);
+    devbuf__spin_unlock(&hazard->lock);
     if (armed)
       pending_unlink_locked(allocator, best);
     else
@@ -204,7 +204,7 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset,
     devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
     *out_hazard = hazard;
     if (!hazard) return DEVBUF_OK;
-    pthread_mutex_lock(&hazard->lock);
+    devbuf__spin_lock(&hazard->lock);
     devbuf__conflict conflict = size ? devbuf__hazard_conflict(hazard, offset, size, write, storage->id,
                                                                own == DEVBUF__OWN_IGNORE)
                                      : DEVBUF__NO_CONFLICT;
@@ -216,28 +216,28 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset,
     }
     pthread_mutex_unlock(&storage->lock);
     devbuf__hazard_wait_progress(hazard); // the storage is alive, so is its tracker
-    pthread_mutex_unlock(&hazard->lock);
+    devbuf__spin_unlock(&hazard->lock);
   }
 }
 
 void devbuf__storage_unlock(devbuf__storage *storage, devbuf__hazard *hazard) {
-  if (hazard) pthread_mutex_unlock(&hazard->lock);
+  if (hazard) devbuf__spin_unlock(&hazard->lock);
   pthread_mutex_unlock(&storage->lock);
 }
 
 bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size) {
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
   if (!hazard || size == 0) return false;
-  pthread_mutex_lock(&hazard->lock);
+  devbuf__spin_lock(&hazard->lock);
   bool used = devbuf__hazard_overlaps(hazard, offset, size);
-  pthread_mutex_unlock(&hazard->lock);
+  devbuf__spin_unlock(&hazard->lock);
   return used;
 }
 
 void devbuf__storage_wait_unused(devbuf__storage *storage, size_t offset, size_t size) {
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
   if (!hazard || size == 0) return;
-  pthread_mutex_lock(&hazard->lock);
+  devbuf__spin_lock(&hazard->lock);
   while (devbuf__hazard_overlaps(hazard, offset, size)) devbuf__hazard_wait_progress(hazard);
-  pthread_mutex_unlock(&hazard->lock);
+  devbuf__spin_unlock(&hazard->lock);
 }
