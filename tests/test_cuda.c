@@ -230,6 +230,48 @@ static void test_weight_file_round_trip(void) {
   free(big);
 }
 
+// Copies between backends: a CPU buffer to cuda:0, on to opencl:0 where there is one (both
+// sides device memory: through a host bounce buffer), and back to the CPU.
+static void test_copies_across_backends(void) {
+  size_t size = (3u << 20) + 5;
+  devbuf_device_t *cpu = NULL, *opencl = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &cpu));
+  if (devbuf_device_open("opencl:0", &opencl) != DEVBUF_OK) {
+    printf("     (no opencl:0 here: cuda:0 and the CPU only)\n");
+    opencl = NULL;
+  }
+  devbuf_buffer_t *source = NULL, *on_cuda = NULL, *on_opencl = NULL, *back = NULL;
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_UINT8, &size, 1, 0, &source));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &on_cuda));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_UINT8, &size, 1, DEVBUF_BUFFER_ZERO, &back));
+  if (opencl) CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(opencl), DEVBUF_UINT8, &size, 1, 0, &on_opencl));
+  void *data = NULL;
+  CHECK_OK(devbuf_buffer_contents_mut(source, &data, NULL));
+  if (data) {
+    for (size_t i = 0; i < size; i++) ((unsigned char *)data)[i] = (unsigned char)(i % 253);
+    devbuf_buffer_end_access(source, data);
+  }
+  CHECK_OK(devbuf_buffer_copy_from(on_cuda, source));
+  if (on_opencl) {
+    CHECK_OK(devbuf_buffer_copy_from(on_opencl, on_cuda));
+    CHECK_OK(devbuf_buffer_copy_from(back, on_opencl));
+  } else {
+    CHECK_OK(devbuf_buffer_copy_from(back, on_cuda));
+  }
+  const void *a = NULL, *b = NULL;
+  CHECK_OK(devbuf_buffer_contents(source, &a, NULL));
+  CHECK_OK(devbuf_buffer_contents(back, &b, NULL));
+  CHECK(a && b && memcmp(a, b, size) == 0);
+  if (a) devbuf_buffer_end_access(source, a);
+  if (b) devbuf_buffer_end_access(back, b);
+  devbuf_buffer_release(source);
+  devbuf_buffer_release(on_cuda);
+  devbuf_buffer_release(on_opencl);
+  devbuf_buffer_release(back);
+  devbuf_device_release(opencl);
+  devbuf_device_release(cpu);
+}
+
 // A caching allocator over device memory with an 8 MiB limit: within it memory is reused,
 // past it OUT_OF_MEMORY names the limit; the driver never sees the refused request.
 static void test_memory_limit(void) {
@@ -457,6 +499,7 @@ int main(int argc, char **argv) {
     RUN(test_fill_patterns);
     RUN(test_staged_copies);
     RUN(test_weight_file_round_trip);
+    RUN(test_copies_across_backends);
     RUN(test_memory_limit);
     RUN(test_stream_aware_reuse);
     RUN(test_cross_stream_wait);
