@@ -1,18 +1,30 @@
 // devbuf bench: runs every benchmark section side by side with the system's allocators and
 // memcpy in one process, and prints tables of medians and ratios.
 #include "bench.h"
+#include "../tools/sample_model.h"
 #include "commands.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 uint64_t bench_now_ns(void) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+bool bench_sample_file(const bench_config *config, char *path, size_t capacity) {
+  const char *folder = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  size_t target = config->quick ? (size_t)256 << 20 : (size_t)1 << 30;
+  snprintf(path, capacity, "%s/devbuf-bench-%zumib.safetensors", folder, target >> 20);
+  struct stat info;
+  if (stat(path, &info) == 0) return true;
+  printf("(writing %s)\n", path);
+  return devbuf_tool_write_sample(path, target) == DEVBUF_OK;
 }
 
 static int compare_double(const void *a, const void *b) {

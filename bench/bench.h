@@ -5,6 +5,7 @@
 
 #include "devbuf.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,10 @@ enum { BENCH_GLIBC, BENCH_JEMALLOC, BENCH_MIMALLOC, BENCH_MALLOC_COUNT };
 
 // Fills `out` with glibc, jemalloc and mimalloc (the last two may be missing).
 void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]);
+
+// The path of the generated weight file the load benchmarks read (1 GiB, 256 MiB with
+// --quick, under $TMPDIR or /tmp), written on first use; false (and a message) if it cannot be.
+bool bench_sample_file(const bench_config *config, char *path, size_t capacity);
 
 uint64_t bench_now_ns(void);
 double bench_median(double *values, int count);

@@ -7,7 +7,6 @@
 //               pageable copyin (devbuf's staging) against pinned and the driver's pageable copy;
 //   load:       a weight file onto the device, its mapping staged against registered.
 #include "../src/cuda_backend.h"
-#include "../tools/sample_model.h"
 #include "bench.h"
 
 #include <stdio.h>
@@ -155,13 +154,8 @@ static void bench_cuda_copy(const bench_config *config, const devbuf__cuda_devic
 // pinned buffers against registered with the driver for the load (DEVBUF_CUDA_MAPPED_FILES),
 // alternating run by run. The faster one should be the default.
 static void bench_cuda_load(const bench_config *config) {
-  const char *folder = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-  size_t target = config->quick ? (size_t)256 << 20 : (size_t)1 << 30;
   char path[512];
-  snprintf(path, sizeof path, "%s/devbuf-bench-%zumib.safetensors", folder, target >> 20);
-  FILE *exists = fopen(path, "rb");
-  if (exists) fclose(exists);
-  if (!exists && devbuf_tool_write_sample(path, target) != DEVBUF_OK) {
+  if (!bench_sample_file(config, path, sizeof path)) {
     printf("== mapped file onto the device: skipped (%s) ==\n\n", devbuf_last_error());
     return;
   }

@@ -7,7 +7,6 @@
 //   end to end (load + checksum on every core, as `devbuf load --verify` does) vs Python
 //                          safetensors (safe_open, numpy, every tensor), when a Python with
 //                          safetensors and numpy is found.
-#include "../tools/sample_model.h"
 #include "../tools/verify.h"
 #include "bench.h"
 
@@ -88,18 +87,11 @@ static double python_seconds(const char *python, const char *path) {
 }
 
 void bench_load(const bench_config *config) {
-  const char *folder = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   char path[512];
-  size_t target = config->quick ? (size_t)256 << 20 : (size_t)1 << 30;
-  snprintf(path, sizeof path, "%s/devbuf-bench-%zumib.safetensors", folder, target >> 20);
   struct stat info;
-  if (stat(path, &info) != 0) {
-    printf("(writing %s)\n", path);
-    if (devbuf_tool_write_sample(path, target) != DEVBUF_OK) {
-      printf("== load: skipped, cannot write %s: %s ==\n\n", path, devbuf_last_error());
-      return;
-    }
-    stat(path, &info);
+  if (!bench_sample_file(config, path, sizeof path) || stat(path, &info) != 0) {
+    printf("== load: skipped, cannot write %s: %s ==\n\n", path, devbuf_last_error());
+    return;
   }
   size_t size = (size_t)info.st_size;
   unsigned char *whole = malloc(size), *chunk = malloc(CHUNK);

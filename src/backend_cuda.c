@@ -284,22 +284,21 @@ static devbuf_status copy_host(devbuf_device_t *device, CUdeviceptr device_addre
   const devbuf__cuda_api *cu = state->cu;
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK || size == 0) return status;
-  if (size < STAGING_MIN || !pageable(cu, host))
-    return to_device ? copy_addresses(device, device_address, (CUdeviceptr)(uintptr_t)host, size)
-                     : copy_addresses(device, (CUdeviceptr)(uintptr_t)host, device_address, size);
-  pthread_mutex_lock(&state->staging_lock);
-  CUresult code = staging_ready(state);
-  bool staged = code == CUDA_SUCCESS;
-  if (staged)
-    code = to_device ? stage_in(state, device_address, host, size) : stage_out(state, host, device_address, size);
-  pthread_mutex_unlock(&state->staging_lock);
-  if (!staged) // no pinned memory for staging: the driver stages it itself
-    return to_device ? copy_addresses(device, device_address, (CUdeviceptr)(uintptr_t)host, size)
-                     : copy_addresses(device, (CUdeviceptr)(uintptr_t)host, device_address, size);
-  if (code != CUDA_SUCCESS)
-    return devbuf__cuda_error(cu, code, "%s: copying %zu bytes %s pageable host memory through pinned staging",
-                              device->spec, size, to_device ? "from" : "to");
-  return DEVBUF_OK;
+  if (size >= STAGING_MIN && pageable(cu, host)) {
+    pthread_mutex_lock(&state->staging_lock);
+    CUresult code = staging_ready(state); // without pinned memory, the driver stages it itself (below)
+    bool staged = code == CUDA_SUCCESS;
+    if (staged)
+      code = to_device ? stage_in(state, device_address, host, size) : stage_out(state, host, device_address, size);
+    pthread_mutex_unlock(&state->staging_lock);
+    if (staged && code != CUDA_SUCCESS)
+      return devbuf__cuda_error(cu, code, "%s: copying %zu bytes %s pageable host memory through pinned staging",
+                                device->spec, size, to_device ? "from" : "to");
+    if (staged) return DEVBUF_OK;
+  }
+  CUdeviceptr address = (CUdeviceptr)(uintptr_t)host;
+  return to_device ? copy_addresses(device, device_address, address, size)
+                   : copy_addresses(device, address, device_address, size);
 }
 
 static devbuf_status cuda_write(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset, const void *src,

@@ -331,11 +331,7 @@ static devbuf_status run_wait(devbuf_device_t *device, cuda_queue *q, devbuf__wo
   g->word = NULL;
   pthread_mutex_unlock(&g->lock);
   gate_unref(g);
-  if (status != DEVBUF_OK) return status;
-  if (atomic_load(&work->cancel))
-    return devbuf__error(DEVBUF_CANCELLED, "the wait for event value %llu was cancelled", (unsigned long long)work->value);
-  if (devbuf_event_value(work->event) >= work->value) return DEVBUF_OK;
-  return devbuf_event_status(work->event); // it failed: its cause and message
+  return status != DEVBUF_OK ? status : devbuf__wait_outcome(work);
 }
 
 devbuf_status devbuf__cuda_run(devbuf_device_t *device, void *queue, devbuf__work *work) {

@@ -361,6 +361,13 @@ devbuf_status devbuf__work_wait_deps(devbuf__work *work, bool (*on_device)(void 
   return DEVBUF_OK;
 }
 
+devbuf_status devbuf__wait_outcome(devbuf__work *work) {
+  if (atomic_load(&work->cancel))
+    return devbuf__error(DEVBUF_CANCELLED, "the wait for event value %llu was cancelled", (unsigned long long)work->value);
+  if (devbuf_event_value(work->event) >= work->value) return DEVBUF_OK;
+  return devbuf_event_status(work->event); // it failed: its cause and message
+}
+
 static devbuf_status run(devbuf__work *work) {
   devbuf_queue_t *queue = work->queue;
   // A device queue's backend waits for dependencies itself, on the device where it can.

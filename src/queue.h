@@ -92,6 +92,9 @@ devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
 void devbuf__event_raise(devbuf_event_t *event, uint64_t value);
 // Marks the event failed with a status and message; every wait returns them from now on.
 void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char *message);
+// How a queue's wait for an event value ended once the device let it through: CANCELLED
+// when cancel opened it, OK when the value was reached, else the event's failure.
+devbuf_status devbuf__wait_outcome(devbuf__work *work);
 // Waits for `value` while `*cancel` stays false (NULL: never cancelled).
 devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
                                  const atomic_bool *cancel);
