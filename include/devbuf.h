@@ -423,7 +423,9 @@ DEVBUF_API devbuf_status devbuf_buffer_contents_mut_wait(devbuf_buffer_t *buffer
 // Closes the access that handed out `data` through this handle. INVALID_ARGUMENT if no
 // such access is open.
 DEVBUF_API devbuf_status devbuf_buffer_end_access(devbuf_buffer_t *buffer, const void *data);
-// Number of host accesses open on the bytes of this handle (through any handle).
+// Number of host accesses open on the bytes of this handle (through any handle). An access
+// to zero bytes covers no bytes: it is counted only by the handle that opened it, and it
+// never conflicts with copies, submissions or other accesses.
 DEVBUF_API size_t devbuf_buffer_open_accesses(const devbuf_buffer_t *buffer);
 
 // An ndarray-like view (B5). Strides count elements (C order for buffers).
@@ -452,7 +454,10 @@ DEVBUF_API devbuf_status devbuf_buffer_item(devbuf_buffer_t *buffer, devbuf_dtyp
 // Copies (B6). Byte sizes must match (SIZE_MISMATCH). They work on every backend and
 // across backends; copies between overlapping views of one storage behave like memmove.
 // They wait for submitted work on their bytes, answer HOST_ACCESS_OPEN for bytes under an
-// open host access, and while they run, racing submissions are refused.
+// open host access, and while they run, racing submissions are refused. copy_from reads
+// the source's bytes and writes the destination's, nothing else, also when both are views
+// of one storage: a read access open on the source does not refuse it, and bytes between
+// the two views are neither waited for nor locked.
 DEVBUF_API devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, size_t size);
 DEVBUF_API devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t size);
 DEVBUF_API devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src);
@@ -504,7 +509,9 @@ DEVBUF_API devbuf_status devbuf_event_status(const devbuf_event_t *event);
 // thread, so work runs while the caller goes on. Every submission declares the buffers it
 // uses; the tracker makes work on other queues that touches the same bytes (read after
 // write, write after read, write after write) wait for it, while work on disjoint views
-// runs freely. A submission never blocks on device work.
+// runs freely. A submission never blocks on device work. When work fails, work on other
+// queues that reads or overwrites its buffers' bytes fails too; work on memory reused from
+// a released buffer only waits for that buffer's work, whatever its outcome.
 // ---------------------------------------------------------------------------------------
 
 typedef struct devbuf_queue devbuf_queue_t;

@@ -4,8 +4,11 @@
 
 #include <string.h>
 
+#define HOST_OPERATION_RANGES 2 // a copy within one storage: its source and its destination
+
+// An empty range overlaps nothing, not even a range around its offset.
 static bool ranges_overlap(size_t a_offset, size_t a_size, size_t b_offset, size_t b_size) {
-  return a_offset < b_offset + b_size && b_offset < a_offset + a_size;
+  return a_size && b_size && a_offset < b_offset + b_size && b_offset < a_offset + a_size;
 }
 
 devbuf_status devbuf__check_host_conflicts(devbuf__storage *storage, size_t offset, size_t size, bool write,
@@ -36,34 +39,46 @@ static devbuf_status prepare_host(devbuf_buffer_t *buffer, bool write, const cha
   return DEVBUF_OK;
 }
 
-// Records a host access once no submitted work conflicts (B4), treating the storage's own
-// work as `own` says. With `exclusive`, other open host accesses that conflict refuse it
-// (HOST_ACCESS_OPEN): copies need that; host pointers from several threads may overlap, as
-// the CPU orders its own threads. Recorded accesses make racing submissions refuse.
-static devbuf_status record_access(devbuf__storage *storage, const devbuf__host_access *wanted, devbuf__own_work own,
-                                   bool exclusive, const char *what, devbuf__host_access **out_access) {
-  devbuf__host_access *access = devbuf__malloc(sizeof *access);
-  if (!access) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory for an access record", what);
-  *access = *wanted;
+// Records `count` host accesses at once when no submitted work conflicts (B4), treating
+// the storage's own work as `own` says. With `exclusive`, other open host accesses that
+// conflict refuse them (HOST_ACCESS_OPEN): copies need that; host pointers from several
+// threads may overlap, as the CPU orders its own threads. The new accesses never conflict
+// with each other (a copy within one storage reads one range and writes the other).
+// Recorded accesses make racing submissions refuse.
+static devbuf_status record_accesses(devbuf__storage *storage, const devbuf__host_access *wanted, size_t count,
+                                     devbuf__own_work own, bool exclusive, const char *what,
+                                     devbuf__host_access **out_accesses) {
+  devbuf__host_access *records[HOST_OPERATION_RANGES] = {NULL, NULL};
+  devbuf__byte_range ranges[HOST_OPERATION_RANGES] = {{0, 0, false}, {0, 0, false}};
+  if (count > HOST_OPERATION_RANGES)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: %zu ranges at once (at most %d)", what, count,
+                         HOST_OPERATION_RANGES);
+  for (size_t i = 0; i < count; i++) {
+    records[i] = devbuf__malloc(sizeof *records[i]);
+    if (!records[i]) {
+      devbuf__free(records[0]);
+      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory for an access record", what);
+    }
+    *records[i] = wanted[i];
+    ranges[i] = (devbuf__byte_range){wanted[i].offset, wanted[i].size, wanted[i].write};
+  }
   struct devbuf__hazard *hazard = NULL;
-  devbuf_status status =
-      devbuf__storage_lock_idle(storage, access->offset, access->size, access->write, own, what, &hazard);
+  devbuf_status status = devbuf__storage_lock_idle(storage, ranges, count, own, what, &hazard);
+  if (status == DEVBUF_OK) { // holding the storage's and the tracker's locks
+    for (size_t i = 0; i < count && exclusive && status == DEVBUF_OK; i++)
+      status = devbuf__check_host_conflicts(storage, ranges[i].offset, ranges[i].size, ranges[i].write, what);
+    for (size_t i = 0; i < count && status == DEVBUF_OK; i++) {
+      records[i]->next = storage->accesses;
+      storage->accesses = records[i];
+      atomic_fetch_add(&storage->open_accesses, 1);
+    }
+    devbuf__storage_unlock(storage, hazard);
+  }
   if (status != DEVBUF_OK) {
-    devbuf__free(access);
+    for (size_t i = 0; i < count; i++) devbuf__free(records[i]);
     return status;
   }
-  if (exclusive) status = devbuf__check_host_conflicts(storage, access->offset, access->size, access->write, what);
-  if (status == DEVBUF_OK) {
-    access->next = storage->accesses;
-    storage->accesses = access;
-    atomic_fetch_add(&storage->open_accesses, 1);
-  }
-  devbuf__storage_unlock(storage, hazard);
-  if (status != DEVBUF_OK) {
-    devbuf__free(access);
-    return status;
-  }
-  if (out_access) *out_access = access;
+  for (size_t i = 0; i < count && out_accesses; i++) out_accesses[i] = records[i];
   return DEVBUF_OK;
 }
 
@@ -74,15 +89,17 @@ static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, devbuf__ow
   if (status != DEVBUF_OK) return status;
   devbuf__host_access wanted = {
       .handle = buffer, .data = data, .offset = buffer->offset, .size = buffer->size, .write = write};
-  status = record_access(buffer->storage, &wanted, own, false, what, NULL);
+  status = record_accesses(buffer->storage, &wanted, 1, own, false, what, NULL);
   if (status == DEVBUF_OK) *out_data = data;
   return status;
 }
 
-devbuf_status devbuf__host_operation_begin(devbuf__storage *storage, size_t offset, size_t size, bool write,
-                                           const char *what, devbuf__host_access **out_access) {
-  devbuf__host_access wanted = {.offset = offset, .size = size, .write = write};
-  return record_access(storage, &wanted, DEVBUF__OWN_WAIT, true, what, out_access);
+devbuf_status devbuf__host_operation_begin(devbuf__storage *storage, const devbuf__byte_range *ranges, size_t count,
+                                           const char *what, devbuf__host_access **out_accesses) {
+  devbuf__host_access wanted[HOST_OPERATION_RANGES] = {{.write = false}, {.write = false}};
+  for (size_t i = 0; i < count && i < HOST_OPERATION_RANGES; i++)
+    wanted[i] = (devbuf__host_access){.offset = ranges[i].offset, .size = ranges[i].size, .write = ranges[i].write};
+  return record_accesses(storage, wanted, count, DEVBUF__OWN_WAIT, true, what, out_accesses);
 }
 
 void devbuf__host_operation_end(devbuf__storage *storage, devbuf__host_access *access) {
@@ -222,8 +239,8 @@ devbuf_status devbuf_buffer_unsynchronized_ptr(devbuf_buffer_t *buffer, void **o
   if (status != DEVBUF_OK) return status;
   // Only a previous owner's work on reused memory is waited for: the caller orders its own.
   struct devbuf__hazard *hazard = NULL;
-  status = devbuf__storage_lock_idle(buffer->storage, buffer->offset, buffer->size, true, DEVBUF__OWN_IGNORE,
-                                     "unsynchronized_ptr", &hazard);
+  devbuf__byte_range range = {buffer->offset, buffer->size, true};
+  status = devbuf__storage_lock_idle(buffer->storage, &range, 1, DEVBUF__OWN_IGNORE, "unsynchronized_ptr", &hazard);
   if (status != DEVBUF_OK) return status;
   devbuf__storage_unlock(buffer->storage, hazard);
   *out_data = data;

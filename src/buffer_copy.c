@@ -23,7 +23,8 @@ static devbuf_status check_side(devbuf_buffer_t *buffer, size_t size, bool write
 // under an open host access, and holds an access of its own while it runs, so that no
 // submission races with it.
 static devbuf_status begin(devbuf_buffer_t *buffer, bool write, const char *what, devbuf__host_access **out) {
-  return devbuf__host_operation_begin(buffer->storage, buffer->offset, buffer->size, write, what, out);
+  devbuf__byte_range range = {buffer->offset, buffer->size, write};
+  return devbuf__host_operation_begin(buffer->storage, &range, 1, what, out);
 }
 
 devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, size_t size) {
@@ -83,10 +84,14 @@ devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src
   if (status != DEVBUF_OK || dst->size == 0) return status;
   devbuf__storage *to = dst->storage, *from = src->storage;
   devbuf__host_access *dst_access = NULL, *src_access = NULL;
-  if (to == from) { // one access over both views: they may overlap
-    size_t low = dst->offset < src->offset ? dst->offset : src->offset;
-    size_t high = dst->offset > src->offset ? dst->offset + dst->size : src->offset + src->size;
-    status = devbuf__host_operation_begin(to, low, high - low, true, "copy_from", &dst_access);
+  if (to == from) { // both views' accesses at once: they may overlap each other
+    devbuf__byte_range ranges[2] = {{dst->offset, dst->size, true}, {src->offset, src->size, false}};
+    devbuf__host_access *accesses[2];
+    status = devbuf__host_operation_begin(to, ranges, 2, "copy_from", accesses);
+    if (status == DEVBUF_OK) {
+      dst_access = accesses[0];
+      src_access = accesses[1];
+    }
   } else {
     status = begin(dst, true, "copy_from (destination)", &dst_access);
     if (status == DEVBUF_OK) {

@@ -152,9 +152,11 @@ typedef struct stream_waits {
   CUstream stream;
 } stream_waits;
 
-static bool wait_on_stream(void *context, devbuf__work *dep, void *event) {
+// A CUDA error on the device is sticky for the whole context, so a wait on the device passes
+// on nothing that ordering only would not: order-only dependencies wait here too.
+static bool wait_on_stream(void *context, const devbuf__dep *dep, void *event) {
   stream_waits *waits = context;
-  return dep->event_device == waits->device &&
+  return dep->work->event_device == waits->device &&
          devbuf__cuda_of(waits->device)->cu->cuStreamWaitEvent(waits->stream, event, 0) == CUDA_SUCCESS;
 }
 

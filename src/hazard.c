@@ -24,7 +24,7 @@ void devbuf__hazard_destroy(devbuf__hazard *hazard) {
 }
 
 static bool overlaps(const devbuf__record *record, size_t offset, size_t size) {
-  return record->offset < offset + size && offset < record->offset + record->size;
+  return size && record->offset < offset + size && offset < record->offset + record->size;
 }
 
 // The newest record of `list` that overlaps [offset, offset + size), or NULL.
@@ -80,19 +80,26 @@ void devbuf__hazard_wake_locked(devbuf__hazard *hazard) {
   pthread_mutex_unlock(&hazard->sleep_lock);
 }
 
-static bool push_dep(devbuf__work *work, devbuf__work ***deps, size_t *count, size_t *capacity) {
-  for (size_t i = 0; i < *count; i++)
-    if ((*deps)[i] == work) return true;
+static bool push_dep(const devbuf__record *conflicting, const devbuf__record *record, devbuf__dep **deps,
+                     size_t *count, size_t *capacity) {
+  devbuf__work *work = conflicting->work;
+  bool order_only = conflicting->owner != record->owner;
+  for (size_t i = 0; i < *count; i++) {
+    if ((*deps)[i].work == work) {
+      (*deps)[i].order_only &= order_only; // a data dependency through any use is one
+      return true;
+    }
+  }
   if (*count == *capacity) {
     size_t grown_capacity = *capacity ? 2 * *capacity : 8;
-    devbuf__work **grown = devbuf__malloc(grown_capacity * sizeof *grown);
+    devbuf__dep *grown = devbuf__malloc(grown_capacity * sizeof *grown);
     if (!grown) return false;
     for (size_t i = 0; i < *count; i++) grown[i] = (*deps)[i];
     devbuf__free(*deps);
     *deps = grown;
     *capacity = grown_capacity;
   }
-  (*deps)[(*count)++] = devbuf__work_retain(work);
+  (*deps)[(*count)++] = (devbuf__dep){devbuf__work_retain(work), order_only};
   return true;
 }
 
@@ -111,7 +118,7 @@ static devbuf__segment *take_empty_segment(devbuf__hazard *hazard) {
   return segment;
 }
 
-bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue, devbuf__work ***deps,
+bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue, devbuf__dep **deps,
                         size_t *dep_count, size_t *dep_capacity) {
   devbuf__segment *own = NULL;
   for (devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
@@ -121,8 +128,8 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
     }
     const devbuf__record *write = newest_overlap(&segment->writes, record->offset, record->size);
     const devbuf__record *read = record->write ? newest_overlap(&segment->reads, record->offset, record->size) : NULL;
-    if (write && !push_dep(write->work, deps, dep_count, dep_capacity)) return false;
-    if (read && !push_dep(read->work, deps, dep_count, dep_capacity)) return false;
+    if (write && !push_dep(write, record, deps, dep_count, dep_capacity)) return false;
+    if (read && !push_dep(read, record, deps, dep_count, dep_capacity)) return false;
   }
   if (!own) {
     own = take_empty_segment(hazard);

@@ -9,6 +9,15 @@
 typedef struct devbuf__work devbuf__work;
 typedef struct devbuf__segment devbuf__segment;
 
+// Work of another queue that a work item must wait for. Work submitted through the same
+// storage is a data dependency: if it fails, what reads or overwrites its bytes fails too.
+// Work of a previous owner of reused memory is ordering only: its outcome belongs to its
+// own queue and events, never to the next owner of the memory.
+typedef struct devbuf__dep {
+  devbuf__work *work; // retained
+  bool order_only;
+} devbuf__dep;
+
 // One use of the memory by one submitted work item.
 typedef struct devbuf__record {
   devbuf__work *work;
@@ -68,10 +77,11 @@ bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t
 void devbuf__hazard_wait_progress(devbuf__hazard *hazard);
 // Wakes the threads in devbuf__hazard_wait_progress, if any; the caller holds the lock.
 void devbuf__hazard_wake_locked(devbuf__hazard *hazard);
-// Adds `record` for work on `queue` and appends to `deps` (retained) the newest conflicting
-// record's work of every other queue. False when no host memory is left.
+// Adds `record` for work on `queue` and appends to `deps` the newest conflicting record's
+// work of every other queue (ordering only when that record has another owner). False when
+// no host memory is left.
 bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue,
-                        devbuf__work ***deps, size_t *dep_count, size_t *dep_capacity);
+                        devbuf__dep **deps, size_t *dep_count, size_t *dep_capacity);
 
 // Removes a completed record; caller holds the lock. When the last record goes and an idle
 // callback is armed, it is disarmed and handed out: the caller calls it after unlocking.

@@ -304,21 +304,28 @@ typedef enum devbuf__own_work {
   DEVBUF__OWN_IGNORE, // the caller orders itself (unsynchronized_ptr)
 } devbuf__own_work;
 
-// Waits until no submitted work conflicts with host access to storage bytes
-// [offset, offset + size) (any work when `write`, writing work otherwise), treating the
+// Bytes [offset, offset + size) of a storage that a host operation reads or writes.
+typedef struct devbuf__byte_range {
+  size_t offset, size;
+  bool write;
+} devbuf__byte_range;
+
+// Waits until no submitted work conflicts with host access to any of `count` ranges of the
+// storage (any work for a written range, writing work for a read one), treating the
 // storage's own work as `own` says. On success it returns holding storage->lock and, when
 // the storage has a tracker, its lock too (*out_hazard; NULL otherwise): submissions that
 // find no open host access take only the tracker's lock, so opening an access must hold
 // it. Release both with devbuf__storage_unlock.
-devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset, size_t size, bool write,
+devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__byte_range *ranges, size_t count,
                                         devbuf__own_work own, const char *what, struct devbuf__hazard **out_hazard);
 void devbuf__storage_unlock(devbuf__storage *storage, struct devbuf__hazard *hazard);
-// A host operation on storage bytes [offset, offset + size) that runs while no submitted
-// work conflicts and no other host access does, and that submissions must not race with
-// while it runs (copies): opens an access record, waiting for work first. Close with
-// devbuf__host_operation_end.
-devbuf_status devbuf__host_operation_begin(devbuf__storage *storage, size_t offset, size_t size, bool write,
-                                           const char *what, devbuf__host_access **out_access);
+// A host operation on `count` ranges of one storage (a copy between two of its views reads
+// one and writes the other) that runs while no submitted work conflicts and no other host
+// access does, and that submissions must not race with while it runs: opens one access
+// record per range at once, waiting for work first. The ranges may overlap each other.
+// Close each with devbuf__host_operation_end.
+devbuf_status devbuf__host_operation_begin(devbuf__storage *storage, const devbuf__byte_range *ranges, size_t count,
+                                           const char *what, devbuf__host_access **out_accesses);
 void devbuf__host_operation_end(devbuf__storage *storage, devbuf__host_access *access);
 // Whether submitted work uses any of storage bytes [offset, offset + size).
 bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size);

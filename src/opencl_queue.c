@@ -269,17 +269,19 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue qu
   return status;
 }
 
-// Dependencies already enqueued on this device join the command's wait list (retained, ours
-// from here); the rest are waited for on the host.
+// Data dependencies already enqueued on this device join the command's wait list (retained,
+// ours from here); the rest are waited for on the host. A command whose wait list holds an
+// event that failed fails too, so a dependency that only orders reused memory after its
+// previous owner's work waits on the host: that work's failure is not this command's.
 typedef struct wait_list {
   devbuf_device_t *device;
   cl_event *events;
   cl_uint count;
 } wait_list;
 
-static bool join_wait_list(void *context, devbuf__work *dep, void *event) {
+static bool join_wait_list(void *context, const devbuf__dep *dep, void *event) {
   wait_list *list = context;
-  if (dep->event_device != list->device) return false;
+  if (dep->order_only || dep->work->event_device != list->device) return false;
   devbuf__opencl_of(list->device)->cl->clRetainEvent(event); // alive while we hold `dep`
   list->events[list->count++] = event;
   return true;

@@ -79,7 +79,7 @@ static void work_destroy(devbuf__work *work) {
 // one, appended to *recycled (for one push to the pool) instead of being freed.
 static void work_unref(devbuf__work *work, devbuf__work **recycled) {
   if (atomic_fetch_sub_explicit(&work->refs, 1, memory_order_acq_rel) != 1) return;
-  for (size_t i = 0; i < work->dep_count; i++) work_unref(work->deps[i], recycled);
+  for (size_t i = 0; i < work->dep_count; i++) work_unref(work->deps[i].work, recycled);
   work->dep_count = 0;
   devbuf_event_release(work->event);
   work->event = NULL;
@@ -335,24 +335,25 @@ static void fill(void *data, size_t size, const void *pattern, size_t pattern_si
 }
 
 static void release_deps(devbuf__work *work) {
-  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i]);
+  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i].work);
   work->dep_count = 0;
 }
 
-devbuf_status devbuf__work_wait_deps(devbuf__work *work, bool (*on_device)(void *context, devbuf__work *dep, void *event),
+devbuf_status devbuf__work_wait_deps(devbuf__work *work,
+                                     bool (*on_device)(void *context, const devbuf__dep *dep, void *event),
                                      void *context) {
   devbuf_status failed = DEVBUF_OK;
   for (size_t i = 0; i < work->dep_count; i++) {
-    devbuf__work *dep = work->deps[i];
+    devbuf__work *dep = work->deps[i].work;
     devbuf_status dep_status;
     void *event = atomic_load_explicit(&dep->device_event, memory_order_acquire);
     if (atomic_load_explicit(&dep->done, memory_order_acquire))
       dep_status = dep->status;
-    else if (event && on_device && on_device(context, dep, event))
+    else if (event && on_device && on_device(context, &work->deps[i], event))
       dep_status = DEVBUF_OK; // the device waits for it
     else
       dep_status = wait_done(dep);
-    if (dep_status != DEVBUF_OK && failed == DEVBUF_OK) failed = dep_status;
+    if (dep_status != DEVBUF_OK && !work->deps[i].order_only && failed == DEVBUF_OK) failed = dep_status;
   }
   release_deps(work);
   if (failed != DEVBUF_OK)
@@ -414,7 +415,7 @@ static void queue_destroy(devbuf_queue_t *queue) {
 
 static bool deps_done(const devbuf__work *work) {
   for (size_t i = 0; i < work->dep_count; i++)
-    if (!atomic_load_explicit(&work->deps[i]->done, memory_order_acquire)) return false;
+    if (!atomic_load_explicit(&work->deps[i].work->done, memory_order_acquire)) return false;
   return true;
 }
 

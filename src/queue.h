@@ -38,7 +38,7 @@ struct devbuf__work {
   atomic_bool cancel;              // a WAIT item is asked to stop waiting
   void *_Atomic device_event;      // device queues: the driver's event once enqueued (run)
   devbuf_device_t *event_device;   // ... and its device (retained), which releases it
-  devbuf__work **deps;             // retained; released once waited for
+  devbuf__dep *deps;               // released once waited for
   size_t dep_count, dep_capacity;
   devbuf_cpu_kernel_fn kernel;
   devbuf_event_t *event;           // SIGNAL and WAIT (retained)
@@ -58,9 +58,11 @@ void devbuf__work_release(devbuf__work *work);
 // Waits for the work of other queues that `work` depends on, then lets go of it (so that
 // finished work never keeps a chain of older work alive). A dependency already enqueued on
 // a device (its device_event set) is offered to `on_device` first, which answers true when
-// the device will wait for it; the rest is waited for on the host. DEVICE_FAILURE if one
-// failed.
-devbuf_status devbuf__work_wait_deps(devbuf__work *work, bool (*on_device)(void *context, devbuf__work *dep, void *event),
+// the device will wait for it; the rest is waited for on the host. DEVICE_FAILURE if a data
+// dependency failed (one that only orders reused memory after its previous owner's work
+// does not pass its failure on).
+devbuf_status devbuf__work_wait_deps(devbuf__work *work,
+                                     bool (*on_device)(void *context, const devbuf__dep *dep, void *event),
                                      void *context);
 
 // A callback for when an event reaches a value: OK then, or the event's failure (or

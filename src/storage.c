@@ -197,7 +197,23 @@ devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage) {
   return hazard;
 }
 
-devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset, size_t size, bool write,
+// The worst conflict of submitted work with host access to any of the ranges.
+static devbuf__conflict ranges_conflict(const devbuf__hazard *hazard, const devbuf__byte_range *ranges, size_t count,
+                                        uint64_t owner, bool ignore_own, const devbuf__byte_range **out_range) {
+  devbuf__conflict worst = DEVBUF__NO_CONFLICT;
+  for (size_t i = 0; i < count && worst != DEVBUF__CONFLICT_OWN; i++) {
+    if (!ranges[i].size) continue; // an empty range overlaps nothing
+    devbuf__conflict conflict =
+        devbuf__hazard_conflict(hazard, ranges[i].offset, ranges[i].size, ranges[i].write, owner, ignore_own);
+    if (conflict > worst) {
+      worst = conflict;
+      *out_range = &ranges[i];
+    }
+  }
+  return worst;
+}
+
+devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__byte_range *ranges, size_t count,
                                         devbuf__own_work own, const char *what, devbuf__hazard **out_hazard) {
   for (;;) {
     pthread_mutex_lock(&storage->lock);
@@ -205,14 +221,14 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, size_t offset,
     *out_hazard = hazard;
     if (!hazard) return DEVBUF_OK;
     devbuf__spin_lock(&hazard->lock);
-    devbuf__conflict conflict = size ? devbuf__hazard_conflict(hazard, offset, size, write, storage->id,
-                                                               own == DEVBUF__OWN_IGNORE)
-                                     : DEVBUF__NO_CONFLICT;
+    const devbuf__byte_range *range = NULL;
+    devbuf__conflict conflict = ranges_conflict(hazard, ranges, count, storage->id, own == DEVBUF__OWN_IGNORE, &range);
     if (conflict == DEVBUF__NO_CONFLICT) return DEVBUF_OK;
     if (conflict == DEVBUF__CONFLICT_OWN && own == DEVBUF__OWN_REFUSE) {
       devbuf__storage_unlock(storage, hazard);
       return devbuf__error(DEVBUF_IN_USE, "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
-                           offset, offset + size, (unsigned long long)storage->id, write ? "uses" : "writes");
+                           range->offset, range->offset + range->size, (unsigned long long)storage->id,
+                           range->write ? "uses" : "writes");
     }
     pthread_mutex_unlock(&storage->lock);
     devbuf__hazard_wait_progress(hazard); // the storage is alive, so is its tracker

@@ -3,7 +3,11 @@
 // that cannot be opened is reported as skipped, with the reason.
 #include "check.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 static devbuf_device_t *device;
 static devbuf_allocator_t *allocator; // the device's own memory
@@ -258,6 +262,153 @@ static void test_release_in_flight(void) {
   devbuf_queue_release(queue);
 }
 
+// Work on reused memory waits for the previous owner's work, but does not inherit its
+// outcome: cancelling the old work leaves the new buffer written and its queue healthy.
+static void test_reuse_after_cancel(void) {
+  devbuf_queue_t *old_queue, *new_queue;
+  CHECK_OK(devbuf_queue_create(device, &old_queue));
+  CHECK_OK(devbuf_queue_create(device, &new_queue));
+  devbuf_event_t *go;
+  CHECK_OK(devbuf_event_create(0, &go));
+  size_t size = 65536;
+  devbuf_buffer_t *old = new_bytes(allocator, size, 0), *fresh = NULL;
+  uint64_t old_address = 0, new_address = 1;
+  CHECK_OK(devbuf_buffer_device_ptr(old, &old_address));
+  unsigned char one = 1, two = 2, three = 3;
+  CHECK_OK(devbuf_queue_wait(old_queue, go, 1));
+  CHECK_OK(devbuf_queue_fill(old_queue, old, &one, 1));
+  devbuf_buffer_release(old); // its fill is still queued
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_UINT8, &size, 1, 0, &fresh));
+  CHECK_OK(devbuf_queue_fill(new_queue, fresh, &two, 1)); // takes the old memory, after the old fill
+  CHECK_OK(devbuf_buffer_device_ptr(fresh, &new_address));
+  CHECK(new_address == old_address);
+  CHECK_OK(devbuf_queue_cancel(old_queue));
+  CHECK_OK(devbuf_queue_finish(new_queue));
+  CHECK_OK(devbuf_queue_status(new_queue));
+  unsigned char *back = read_back(fresh);
+  size_t wrong = 0;
+  for (size_t i = 0; i < size; i++) wrong += back[i] != 2;
+  CHECK_EQ_U(wrong, 0);
+  free(back);
+  CHECK_OK(devbuf_queue_fill(new_queue, fresh, &three, 1)); // nothing refused afterwards
+  CHECK_OK(devbuf_queue_finish(new_queue));
+  back = read_back(fresh);
+  CHECK(back[0] == 3 && back[size - 1] == 3);
+  free(back);
+  devbuf_buffer_release(fresh);
+  devbuf_event_release(go);
+  devbuf_queue_release(old_queue);
+  devbuf_queue_release(new_queue);
+}
+
+// A host access to zero bytes covers no bytes: copies, submissions and other accesses
+// around its offset go ahead, and only its own handle counts it.
+static void test_empty_access(void) {
+  devbuf_buffer_t *buffer = new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), 256, 0);
+  devbuf_buffer_t *empty = NULL, *around = NULL;
+  CHECK_OK(devbuf_buffer_view(buffer, 100, 0, &empty));
+  CHECK_OK(devbuf_buffer_view(buffer, 64, 64, &around));
+  void *nothing = (void *)1;
+  size_t size = 1;
+  CHECK_OK(devbuf_buffer_contents_mut(empty, &nothing, &size));
+  CHECK_EQ_U(size, 0);
+  CHECK_EQ_U(devbuf_buffer_open_accesses(empty), 1);
+  CHECK_EQ_U(devbuf_buffer_open_accesses(buffer), 0);
+  CHECK_EQ_U(devbuf_buffer_open_accesses(around), 0);
+  unsigned char bytes[256];
+  memset(bytes, 0x42, sizeof bytes);
+  CHECK_OK(devbuf_buffer_copyin(buffer, bytes, sizeof bytes));
+  CHECK_OK(devbuf_buffer_copyout(buffer, bytes, sizeof bytes));
+  CHECK_OK(devbuf_buffer_copy_from(around, around));
+  void *data = NULL;
+  CHECK_OK(devbuf_buffer_contents_mut(around, &data, NULL));
+  CHECK_OK(devbuf_buffer_end_access(around, data));
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  unsigned char seven = 7;
+  CHECK_OK(devbuf_queue_fill(queue, buffer, &seven, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_OK(devbuf_buffer_copyout(buffer, bytes, sizeof bytes));
+  CHECK(bytes[99] == 7 && bytes[100] == 7);
+  CHECK_OK(devbuf_buffer_end_access(empty, nothing));
+  CHECK_EQ_U(devbuf_buffer_open_accesses(empty), 0);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(around);
+  devbuf_buffer_release(empty);
+  devbuf_buffer_release(buffer);
+}
+
+typedef struct watchdog {
+  devbuf_event_t *event;
+  atomic_bool finished; // the watched call returned
+  atomic_bool fired;    // the watchdog had to signal the event
+} watchdog;
+
+// Signals the event after a second unless the watched call returned first, so that a call
+// that wrongly waits for the event fails the test instead of hanging it.
+static void *watchdog_main(void *arg) {
+  watchdog *dog = arg;
+  for (int i = 0; i < 100 && !atomic_load(&dog->finished); i++) {
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  if (!atomic_load(&dog->finished)) {
+    atomic_store(&dog->fired, true);
+    devbuf_event_signal(dog->event, 1);
+  }
+  return NULL;
+}
+
+// copy_from between two views of one storage reads the source and writes the destination,
+// nothing else: a read access on the source, an access to the bytes between, or queued work
+// on the bytes between neither refuses nor holds it.
+static void test_copy_within_storage(void) {
+  devbuf_buffer_t *buffer = new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), 4096, 0);
+  devbuf_buffer_t *src, *middle, *dst;
+  CHECK_OK(devbuf_buffer_view(buffer, 0, 1024, &src));
+  CHECK_OK(devbuf_buffer_view(buffer, 1024, 2048, &middle));
+  CHECK_OK(devbuf_buffer_view(buffer, 3072, 1024, &dst));
+  unsigned char bytes[4096];
+  pattern(bytes, sizeof bytes, 3);
+  CHECK_OK(devbuf_buffer_copyin(buffer, bytes, sizeof bytes));
+  const void *reading = NULL;
+  CHECK_OK(devbuf_buffer_contents(src, &reading, NULL));
+  CHECK_OK(devbuf_buffer_copy_from(dst, src)); // a read access on the source does not refuse it
+  void *writing = NULL;
+  CHECK_OK(devbuf_buffer_contents_mut(middle, &writing, NULL));
+  CHECK_OK(devbuf_buffer_copy_from(dst, src)); // nor an access to the bytes between
+  CHECK_STATUS(devbuf_buffer_copy_from(src, dst), DEVBUF_HOST_ACCESS_OPEN); // writing a read-open range
+  CHECK_OK(devbuf_buffer_end_access(middle, writing));
+  CHECK_OK(devbuf_buffer_end_access(src, reading));
+  // Work queued on the bytes between, held back by an event: the copy does not wait for it.
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  watchdog dog = {0};
+  CHECK_OK(devbuf_event_create(0, &dog.event));
+  unsigned char nine = 9;
+  CHECK_OK(devbuf_queue_wait(queue, dog.event, 1));
+  CHECK_OK(devbuf_queue_fill(queue, middle, &nine, 1));
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, watchdog_main, &dog) == 0);
+  CHECK_OK(devbuf_buffer_copy_from(dst, src));
+  atomic_store(&dog.finished, true);
+  pthread_join(thread, NULL);
+  CHECK(!atomic_load(&dog.fired));
+  CHECK_OK(devbuf_event_signal(dog.event, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  memcpy(bytes + 3072, bytes, 1024);
+  memset(bytes + 1024, 9, 2048);
+  unsigned char *back = read_back(buffer);
+  CHECK(memcmp(back, bytes, sizeof bytes) == 0);
+  free(back);
+  devbuf_event_release(dog.event);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(src);
+  devbuf_buffer_release(middle);
+  devbuf_buffer_release(dst);
+  devbuf_buffer_release(buffer);
+}
+
 static void test_cancel(void) {
   devbuf_queue_t *queue;
   CHECK_OK(devbuf_queue_create(device, &queue));
@@ -296,6 +447,9 @@ int main(int argc, char **argv) {
   RUN(test_events_and_hazards);
   RUN(test_release_in_flight);
   RUN(test_cancel);
+  RUN(test_reuse_after_cancel);
+  RUN(test_empty_access);
+  RUN(test_copy_within_storage);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }

@@ -386,6 +386,45 @@ static void test_failure_propagation(void) {
   devbuf_queue_release(other);
 }
 
+// Memory released while a kernel that will fail still uses it is reused by work on another
+// queue: that work waits for the kernel (ordering), but the kernel's failure stays with its
+// own queue and events. The new buffer is written and its queue goes on.
+static void test_reuse_does_not_inherit_failure(void) {
+  devbuf_queue_t *old_queue = NULL, *new_queue = NULL;
+  devbuf_event_t *gate = NULL, *old_done = NULL;
+  CHECK_OK(devbuf_queue_create(device, &old_queue));
+  CHECK_OK(devbuf_queue_create(device, &new_queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_event_create(0, &old_done));
+  size_t n = 1024;
+  devbuf_buffer_t *old = floats(n), *fresh = NULL;
+  uint64_t old_address = 0, new_address = 0;
+  CHECK_OK(devbuf_buffer_device_ptr(old, &old_address));
+  CHECK_OK(devbuf_queue_wait(old_queue, gate, 1));
+  devbuf_use_t use = {old, DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(old_queue, failing_kernel, &use, 1, NULL, 0));
+  CHECK_OK(devbuf_queue_signal(old_queue, old_done, 1));
+  devbuf_buffer_release(old); // in flight
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_FLOAT32, &n, 1, 0, &fresh));
+  CHECK_OK(submit_axpb(new_queue, fresh, NULL, 0, 6)); // takes the old memory, after the kernel
+  CHECK_OK(devbuf_buffer_device_ptr(fresh, &new_address));
+  CHECK(new_address == old_address);
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_STATUS(devbuf_event_wait(old_done, 1, UINT64_MAX), DEVBUF_DEVICE_FAILURE);
+  CHECK_STATUS(devbuf_queue_finish(old_queue), DEVBUF_DEVICE_FAILURE); // the failure is the old queue's
+  CHECK_OK(devbuf_queue_finish(new_queue));
+  CHECK_OK(devbuf_queue_status(new_queue));
+  CHECK(read_float(fresh, 0) == 6.0f && read_float(fresh, n - 1) == 6.0f);
+  CHECK_OK(submit_axpb(new_queue, fresh, NULL, 0, 7)); // the new queue goes on
+  CHECK_OK(devbuf_queue_finish(new_queue));
+  CHECK(read_float(fresh, 5) == 7.0f);
+  devbuf_buffer_release(fresh);
+  devbuf_event_release(gate);
+  devbuf_event_release(old_done);
+  devbuf_queue_release(old_queue);
+  devbuf_queue_release(new_queue);
+}
+
 static void test_destroy_and_cancel_with_pending_work(void) {
   devbuf_event_t *gate = NULL, *done = NULL;
   CHECK_OK(devbuf_event_create(0, &gate));
@@ -508,6 +547,7 @@ int main(void) {
   RUN(test_release_in_flight_and_reuse);
   RUN(test_determinism);
   RUN(test_failure_propagation);
+  RUN(test_reuse_does_not_inherit_failure);
   RUN(test_destroy_and_cancel_with_pending_work);
   RUN(test_submission_errors);
   RUN(test_concurrent_submitters);
