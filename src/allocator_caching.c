@@ -182,22 +182,33 @@ static bool evict_oldest(caching_allocator *self) {
   }
 }
 
-void devbuf__caching_shard_insert(caching_allocator *self, cblock *block, bool enforce_cache_limit) {
+// Gives back cached blocks, oldest first, while the cache is over its limit or the reserved
+// bytes are over the memory limit (either may have been lowered while memory was in use).
+static void enforce_limits(caching_allocator *self) {
+  for (;;) {
+    uint64_t cache_limit = atomic_load_explicit(&self->cache_limit, memory_order_relaxed);
+    uint64_t memory_limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
+    bool over = (cache_limit && atomic_load_explicit(&self->shard_cached, memory_order_relaxed) > cache_limit) ||
+                (memory_limit && atomic_load_explicit(&self->reserved, memory_order_relaxed) > memory_limit);
+    if (DEVBUF_LIKELY(!over) || !evict_oldest(self)) return;
+  }
+}
+
+void devbuf__caching_shard_insert(caching_allocator *self, cblock *block, bool may_give_back) {
   block->released_at = atomic_fetch_add_explicit(&self->tick, 1, memory_order_relaxed);
+  // Once the shard's lock is given back the block is the shard's: another thread may evict
+  // and free it at once, so nothing below reads it.
+  size_t size = block->size;
   shard *home = my_shard(self);
   pthread_mutex_lock(&home->lock);
   bool cached = shard_insert(self, home, block);
+  if (cached) atomic_fetch_add_explicit(&self->shard_cached, size, memory_order_relaxed);
   pthread_mutex_unlock(&home->lock);
   if (DEVBUF_UNLIKELY(!cached)) {
     give_back(self, block);
     return;
   }
-  uint64_t total = atomic_fetch_add_explicit(&self->shard_cached, block->size, memory_order_relaxed) + block->size;
-  uint64_t cache_limit = enforce_cache_limit ? atomic_load_explicit(&self->cache_limit, memory_order_relaxed) : 0;
-  while (DEVBUF_UNLIKELY(cache_limit && total > cache_limit)) {
-    if (!evict_oldest(self)) break;
-    total = atomic_load_explicit(&self->shard_cached, memory_order_relaxed);
-  }
+  if (may_give_back) enforce_limits(self);
 }
 
 // ---- statistics helpers ---------------------------------------------------------------
@@ -307,26 +318,27 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, devbu
   cblock *block = devbuf__tcache_take(self, cache, size, limit); // a larger block in the bins
   if (block) {
     tcache_add(&cache->shared_hits, 1);
-  } else {
-    uint64_t max_buffers = atomic_load_explicit(&self->max_buffers, memory_order_relaxed);
-    if (max_buffers) {
-      uint64_t live = atomic_fetch_add_explicit(&self->counted_live, 1, memory_order_relaxed);
-      if (live >= max_buffers) {
-        atomic_fetch_sub_explicit(&self->counted_live, 1, memory_order_relaxed);
-        return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
-                                        "requested %zu bytes with %llu buffers live and a buffer-count limit of %llu",
-                                        requested, (unsigned long long)live, (unsigned long long)max_buffers));
-      }
-    }
-    devbuf_status status = alloc_shared(self, cache, requested, size, limit, &block);
-    if (status != DEVBUF_OK) {
-      if (max_buffers) atomic_fetch_sub_explicit(&self->counted_live, 1, memory_order_relaxed);
-      return status;
-    }
-    block->counted_live = max_buffers != 0;
+    caching_hand_out(self, cache, block, out);
+    return DEVBUF_OK;
   }
-  caching_hand_out(self, cache, block, out);
-  return DEVBUF_OK;
+  uint64_t max_buffers = atomic_load_explicit(&self->max_buffers, memory_order_relaxed);
+  if (max_buffers) {
+    // Every live block counts, also those handed out before the limit was set: the threads'
+    // figures, plus the allocations admitted but not yet handed out (each counted before it
+    // leaves `admitting`, so a racing check sees it in one or the other).
+    uint64_t admitted = atomic_fetch_add(&self->admitting, 1);
+    uint64_t live = sum_threads(self).live + admitted;
+    if (live >= max_buffers) {
+      atomic_fetch_sub(&self->admitting, 1);
+      return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                                      "requested %zu bytes with %llu buffers live and a buffer-count limit of %llu",
+                                      requested, (unsigned long long)live, (unsigned long long)max_buffers));
+    }
+  }
+  devbuf_status status = alloc_shared(self, cache, requested, size, limit, &block);
+  if (status == DEVBUF_OK) caching_hand_out(self, cache, block, out);
+  if (max_buffers) atomic_fetch_sub(&self->admitting, 1);
+  return status;
 }
 
 static devbuf_status caching_alloc(devbuf_allocator_t *base, size_t requested, devbuf_memory_t *out) {
@@ -346,10 +358,6 @@ static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory
   } else { // no host memory for a thread cache: count the release in the shared figures
     atomic_fetch_sub(&self->homeless_live, 1);
     atomic_fetch_sub(&self->homeless_active, block->size);
-  }
-  if (block->counted_live) {
-    block->counted_live = false;
-    atomic_fetch_sub_explicit(&self->counted_live, 1, memory_order_relaxed);
   }
   devbuf__caching_shard_insert(self, block, true);
 }
@@ -461,9 +469,6 @@ devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator
   apply_options(self, options);
   tcache *mine = devbuf__tcache_get(self);
   if (mine) devbuf__tcache_flush(self, mine, true); // the caller's own bins obey at once
-  while (options->cache_limit && atomic_load(&self->shard_cached) > options->cache_limit && evict_oldest(self)) {
-  }
-  while (options->memory_limit && atomic_load(&self->reserved) > options->memory_limit && evict_oldest(self)) {
-  }
+  enforce_limits(self);
   return DEVBUF_OK;
 }

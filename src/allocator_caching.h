@@ -25,7 +25,6 @@ typedef struct cblock {
   struct cblock *next, *prev;   // same-size list while cached (most recent first)
   struct cblock *newer, *older; // the shard's LRU list while in a shard
   uint64_t released_at;         // release tick; orders eviction across shards
-  bool counted_live;            // counted in the global live figure (buffer-count limit)
   uint32_t bin;                 // the thread-cache bin of this size; >= bin_count: none
 } cblock;
 
@@ -84,7 +83,7 @@ typedef struct caching_allocator {
   atomic_uint_least64_t peak;
   atomic_uint_least64_t shard_cached; // bytes in shards
   atomic_uint_least64_t reserved;     // bytes upstream holds for us (active + cached)
-  atomic_uint_least64_t counted_live; // live blocks counted for the buffer-count limit
+  atomic_uint_least64_t admitting;    // allocations past the buffer-count check, not handed out
   atomic_uint_least64_t tick;         // release clock for LRU order
   atomic_uint_least64_t system_allocs, system_frees, failed;
   atomic_uint_least64_t homeless_active, homeless_live; // releases by threads without a cache
@@ -94,9 +93,10 @@ typedef struct caching_allocator {
 
 // allocator_caching.c
 bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out);
-// Into the caller's shard. With `enforce_cache_limit` false no block is given back (no
-// upstream call), for callers that hold the thread caches' global lock.
-void devbuf__caching_shard_insert(caching_allocator *self, cblock *block, bool enforce_cache_limit);
+// Into the caller's shard; then, with `may_give_back`, the oldest cached blocks go back
+// upstream while the cache or memory limit is exceeded. With it false no block is given
+// back (no upstream call), for callers that hold the thread caches' global lock.
+void devbuf__caching_shard_insert(caching_allocator *self, cblock *block, bool may_give_back);
 void devbuf__caching_observe_peak(caching_allocator *self);
 
 // allocator_tcache.c
@@ -116,8 +116,8 @@ tcache *devbuf__tcache_get(caching_allocator *self);
 cblock *devbuf__tcache_take(caching_allocator *self, tcache *cache, size_t size, size_t limit);
 // Moves every block in the bins into the shared pool, least recently released first.
 // Owner thread only, or under the global lock once the owner thread is gone (then
-// `enforce_cache_limit` is false, so that nothing calls upstream while the lock is held).
-void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool enforce_cache_limit);
+// `may_give_back` is false, so that nothing calls upstream while the lock is held).
+void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back);
 // Called when the allocator is destroyed: detaches every thread cache.
 void devbuf__tcache_detach_all(caching_allocator *self);
 

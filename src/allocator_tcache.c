@@ -44,7 +44,7 @@ static int by_release(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool enforce_cache_limit) {
+void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back) {
   size_t total = 0;
   for (size_t c = 0; c < self->bin_count; c++) total += atomic_load_explicit(&cache->bin_count[c], memory_order_relaxed);
   if (!total) return;
@@ -60,12 +60,12 @@ void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool enforce_c
       if (blocks)
         blocks[n++] = block;
       else
-        devbuf__caching_shard_insert(self, block, enforce_cache_limit); // no memory to sort: any order
+        devbuf__caching_shard_insert(self, block, may_give_back); // no memory to sort: any order
     }
   }
   if (!blocks) return;
   qsort(blocks, n, sizeof *blocks, by_release);
-  for (size_t i = 0; i < n; i++) devbuf__caching_shard_insert(self, blocks[i], enforce_cache_limit);
+  for (size_t i = 0; i < n; i++) devbuf__caching_shard_insert(self, blocks[i], may_give_back);
   devbuf__free(blocks);
 }
 
@@ -193,7 +193,7 @@ bool devbuf__tcache_alloc(caching_allocator *self, size_t requested, devbuf_memo
 bool devbuf__tcache_free(caching_allocator *self, cblock *block) {
   tcache *cache = hot_cache(self);
   uint32_t bin = block->bin;
-  if (!cache || bin >= self->bin_count || block->counted_live ||
+  if (!cache || bin >= self->bin_count ||
       atomic_load_explicit(&cache->bin_count[bin], memory_order_relaxed) >= self->bin_capacity[bin])
     return false;
   tcache_add(&cache->live, (uint64_t)-1);

@@ -233,7 +233,7 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only, void 
   size_t extent; // byte_offset + bytes: the storage, when data is a handle rather than an address
   if (__builtin_add_overflow((uintptr_t)tensor->data, tensor->byte_offset, &address) ||
       (bytes && __builtin_add_overflow(address, bytes, &(uintptr_t){0})) ||
-      __builtin_add_overflow(tensor->byte_offset, bytes, &extent))
+      __builtin_add_overflow(tensor->byte_offset, bytes, &extent) || extent > (uint64_t)INT64_MAX)
     return devbuf__error(DEVBUF_OVERFLOW, "dlpack import: data %p + byte_offset %llu + %zu bytes overflows",
                          tensor->data, (unsigned long long)tensor->byte_offset, bytes);
   if (!tensor->data && bytes)

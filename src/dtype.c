@@ -106,7 +106,14 @@ devbuf_status devbuf__shape_bytes(devbuf_dtype dtype, const size_t *shape, size_
       return devbuf__error(DEVBUF_OVERFLOW, "shape overflows size_t at dimension %zu (extent %zu)", i,
                            shape[i]);
   }
-  devbuf_status status = devbuf_dtype_bytes(dtype, count, out_bytes);
-  if (status == DEVBUF_OK && out_count) *out_count = count;
-  return status;
+  size_t bytes = 0;
+  devbuf_status status = devbuf_dtype_bytes(dtype, count, &bytes);
+  if (status != DEVBUF_OK) return status;
+  // Strides (devbuf_array_t, DLPack) and file offsets are signed 64-bit: every element
+  // index and byte offset of a buffer must fit them.
+  if (count > (uint64_t)INT64_MAX || bytes > (uint64_t)INT64_MAX)
+    return devbuf__error(DEVBUF_OVERFLOW, "shape of %zu elements (%zu bytes) exceeds INT64_MAX", count, bytes);
+  if (out_bytes) *out_bytes = bytes;
+  if (out_count) *out_count = count;
+  return DEVBUF_OK;
 }

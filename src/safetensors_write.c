@@ -145,6 +145,35 @@ static mode_t default_file_mode(void) {
   return 0666 & ~mask;
 }
 
+// The file replacing `path` gets its permissions (and its owner and group, where this
+// process may set them): rewriting private weights must not make them readable by others.
+// A new file gets what open(..., 0666) would give it under the umask.
+static devbuf_status take_permissions(int fd, const char *path) {
+  struct stat old;
+  bool replacing = stat(path, &old) == 0 && S_ISREG(old.st_mode);
+  if (replacing && (old.st_uid != geteuid() || old.st_gid != getegid()))
+    (void)!fchown(fd, old.st_uid, old.st_gid); // refused unless privileged: then ours, mode kept
+  mode_t mode = replacing ? old.st_mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID) : default_file_mode();
+  if (fchmod(fd, mode) != 0)
+    return devbuf__error(DEVBUF_IO_ERROR, "cannot set the permissions of '%.200s' to %04o: %s", path,
+                         (unsigned)mode, strerror(errno));
+  return DEVBUF_OK;
+}
+
+// A temporary name beside `path` that fits the file-name limit whatever the target's name
+// is (the target's name plus a suffix may not): "<folder>/.devbuf-XXXXXX". Caller frees.
+static char *temporary_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  size_t folder = slash ? (size_t)(slash - path) + 1 : 0;
+  static const char suffix[] = ".devbuf-XXXXXX";
+  char *name = devbuf__malloc(folder + sizeof suffix);
+  if (name) {
+    memcpy(name, path, folder);
+    memcpy(name + folder, suffix, sizeof suffix);
+  }
+  return name;
+}
+
 // The header: metadata first, then tensors in layout order, padded with spaces so that the
 // data section starts at a multiple of 8.
 static devbuf_status build_header(const layout_entry *layout, size_t count, const devbuf_metadata_entry_t *metadata,
@@ -196,8 +225,7 @@ static devbuf_status write_file(int fd, const text *header, const layout_entry *
     if (status == DEVBUF_OK) status = write_buffer(fd, buffer, staging, staging_size, path);
   }
   devbuf__free(staging);
-  if (status == DEVBUF_OK && fchmod(fd, default_file_mode()) != 0)
-    status = devbuf__error(DEVBUF_IO_ERROR, "cannot set the permissions of '%.200s': %s", path, strerror(errno));
+  if (status == DEVBUF_OK) status = take_permissions(fd, path);
   if (status == DEVBUF_OK && fsync(fd) != 0)
     status = devbuf__error(DEVBUF_IO_ERROR, "cannot sync '%.200s': %s", path, strerror(errno));
   return status;
@@ -260,12 +288,10 @@ devbuf_status devbuf_safetensors_write(const char *path, const devbuf_named_buff
   char *temporary = NULL;
   int fd = -1;
   if (status == DEVBUF_OK) {
-    size_t length = strlen(path) + sizeof ".tmp.XXXXXX";
-    temporary = devbuf__malloc(length);
+    temporary = temporary_name(path);
     if (!temporary) {
       status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "safetensors_write: no host memory for a file name");
     } else {
-      snprintf(temporary, length, "%s.tmp.XXXXXX", path);
       fd = mkostemp(temporary, O_CLOEXEC);
       if (fd < 0)
         status = devbuf__error(DEVBUF_IO_ERROR, "cannot create a temporary file beside '%.200s': %s", path,

@@ -204,6 +204,40 @@ static void test_buffer_count_limit(void) {
   test_allocators_close(&t);
 }
 
+// Limits set while the allocator is in use hold from then on: buffers live before the
+// count limit count against it, and memory cached over a lowered memory limit goes back.
+static void test_limits_changed_at_run_time(void) {
+  test_allocators t = test_allocators_open(NULL);
+  devbuf_memory_t blocks[10], extra;
+  for (int i = 0; i < 10; i++) CHECK_OK(devbuf_allocator_alloc(t.caching, 4096, &blocks[i]));
+  devbuf_caching_options_t options = {.max_buffers = 5};
+  CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &options));
+  CHECK_STATUS(devbuf_allocator_alloc(t.caching, 4096, &extra), DEVBUF_OUT_OF_MEMORY);
+  CHECK_MESSAGE("10 buffers live and a buffer-count limit of 5");
+  for (int i = 0; i < 6; i++) devbuf_allocator_free(t.caching, &blocks[i]); // 4 live
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 4096, &extra));                 // the 5th
+  devbuf_memory_t sixth;
+  CHECK_STATUS(devbuf_allocator_alloc(t.caching, 4096, &sixth), DEVBUF_OUT_OF_MEMORY);
+  devbuf_allocator_free(t.caching, &extra);
+  CHECK_EQ_U(stats_of(t.caching).live_buffers, 4);
+  for (int i = 6; i < 10; i++) devbuf_allocator_free(t.caching, &blocks[i]);
+  // A memory limit below what is in use: whatever is freed from then on is given back until
+  // the reserved bytes fit.
+  options = (devbuf_caching_options_t){0};
+  CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &options));
+  for (int i = 0; i < 10; i++) CHECK_OK(devbuf_allocator_alloc(t.caching, 8192, &blocks[i]));
+  options.memory_limit = 16 << 10;
+  CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &options));
+  CHECK(stats_of(t.caching).cached == 0); // the cache went first
+  for (int i = 0; i < 10; i++) devbuf_allocator_free(t.caching, &blocks[i]);
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.active, 0);
+  CHECK(s.cached <= 16 << 10);
+  CHECK(stats_of(t.raw).active <= 16 << 10);
+  CHECK_EQ_U(s.cached, stats_of(t.raw).active);
+  test_allocators_close(&t);
+}
+
 static void test_zero_and_huge_requests(void) {
   test_allocators t = test_allocators_open(NULL);
   devbuf_memory_t memory;
@@ -390,6 +424,7 @@ int main(void) {
   RUN(test_lru_eviction_order);
   RUN(test_memory_limit);
   RUN(test_buffer_count_limit);
+  RUN(test_limits_changed_at_run_time);
   RUN(test_zero_and_huge_requests);
   RUN(test_user_allocator);
   RUN(test_fault_adaptor);

@@ -3,7 +3,9 @@
 #include "check.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #define RACERS 8
 #define ROUNDS 200
@@ -190,8 +192,71 @@ static void test_stress(void) {
   test_allocators_close(&t);
 }
 
+// ---- limits under threads -------------------------------------------------------------
+
+#define LIMIT_THREADS 4
+#define LIMIT_OPS 40000
+
+static atomic_bool limits_done;
+
+// Random allocation and release straight on the caching allocator: with limits set every
+// release goes to the shared pool, where other threads evict and free blocks.
+static void *limited_worker(void *arg) {
+  uint64_t rng = 0xD1B54A32D192ED03ull * ((uintptr_t)arg + 1);
+  devbuf_memory_t held[HELD];
+  bool live[HELD] = {false};
+  for (int op = 0; op < LIMIT_OPS; op++) {
+    size_t slot = next_random(&rng) % HELD;
+    if (live[slot]) {
+      devbuf_allocator_free(t.caching, &held[slot]);
+      live[slot] = false;
+    } else {
+      live[slot] = devbuf_allocator_alloc(t.caching, random_size(&rng), &held[slot]) == DEVBUF_OK;
+    }
+  }
+  for (int i = 0; i < HELD; i++)
+    if (live[i]) devbuf_allocator_free(t.caching, &held[i]);
+  return NULL;
+}
+
+// Changes the limits and clears the cache while the workers run.
+static void *limit_changer(void *arg) {
+  (void)arg;
+  for (unsigned round = 0; !atomic_load(&limits_done); round++) {
+    devbuf_caching_options_t options = {.cache_limit = (uint64_t)(64 + round % 7 * 96) << 10,
+                                        .memory_limit = round % 3 ? 0 : (uint64_t)64 << 20};
+    devbuf_caching_allocator_set_options(t.caching, &options);
+    if (round % 5 == 0) devbuf_allocator_clear_cache(t.caching);
+    sched_yield();
+  }
+  return NULL;
+}
+
+// Blocks that other threads evict are never touched after they are handed to the cache
+// (ASan and TSan check it), and the figures add up when everything is back.
+static void test_limits_under_threads(void) {
+  devbuf_caching_options_t options = {.cache_limit = 128 << 10};
+  t = test_allocators_open(&options);
+  atomic_store(&limits_done, false);
+  pthread_t workers[LIMIT_THREADS], changer;
+  for (size_t i = 0; i < LIMIT_THREADS; i++) pthread_create(&workers[i], NULL, limited_worker, (void *)i);
+  pthread_create(&changer, NULL, limit_changer, NULL);
+  for (int i = 0; i < LIMIT_THREADS; i++) pthread_join(workers[i], NULL);
+  atomic_store(&limits_done, true);
+  pthread_join(changer, NULL);
+  devbuf_allocator_stats_t s = stats_of(t.caching), raw = stats_of(t.raw);
+  CHECK_EQ_U(s.active, 0);
+  CHECK_EQ_U(s.live_buffers, 0);
+  CHECK_EQ_U(s.cached, raw.active);
+  CHECK_EQ_U(s.system_allocs - s.system_frees, raw.live_buffers);
+  devbuf_allocator_clear_cache(t.caching);
+  CHECK_EQ_U(stats_of(t.raw).active, 0);
+  test_allocators_close(&t);
+}
+
 int main(void) {
   RUN(test_racing_ensure_allocated);
   RUN(test_stress);
+  RUN(test_limits_under_threads);
   return CHECK_EXIT();
 }

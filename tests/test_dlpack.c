@@ -189,17 +189,38 @@ static void test_import_refusals(void) {
   REFUSED((p.shape[0] = INT64_MAX, p.shape[1] = 4), DEVBUF_OVERFLOW, "");
   REFUSED(p.versioned.dl_tensor.device.device_type = DEVBUF_DL_CUDA, DEVBUF_UNAVAILABLE, "cuda");
 #undef REFUSED
-  // Strides whose running product passes INT64_MAX are checked without overflow.
+  // The largest extent that fits the signed types is taken as the producer claims it ...
   producer_init(&p);
   p.versioned.dl_tensor.dtype = (DLDataType){DEVBUF_DL_UINT, 8, 1};
-  p.shape[0] = 2, p.shape[1] = INT64_C(1) << 62;
-  p.strides[0] = INT64_C(1) << 62, p.strides[1] = 1;
-  CHECK_OK(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer)); // what the producer claims
+  p.shape[0] = 2, p.shape[1] = INT64_C(1) << 61;
+  p.strides[0] = INT64_C(1) << 61, p.strides[1] = 1;
+  CHECK_OK(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer));
+  devbuf_array_t array;
+  CHECK_OK(devbuf_buffer_as_array(buffer, DEVBUF_UINT8, &array)); // strides fit int64_t
+  CHECK(array.strides[0] == INT64_C(1) << 61 && array.strides[1] == 1);
+  CHECK_OK(devbuf_buffer_end_access(buffer, array.data));
   devbuf_buffer_release(buffer);
   CHECK_EQ_U(p.deleted, 1);
+  // ... one that does not (2^63 bytes, with or without a byte offset) is refused.
   producer_init(&p);
   p.versioned.dl_tensor.dtype = (DLDataType){DEVBUF_DL_UINT, 8, 1};
-  p.shape[0] = 4, p.shape[1] = INT64_C(1) << 61;
+  p.versioned.dl_tensor.ndim = 3;
+  int64_t huge_shape[3] = {1, INT64_C(1) << 62, 2};
+  p.versioned.dl_tensor.shape = huge_shape;
+  p.versioned.dl_tensor.strides = NULL;
+  CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), DEVBUF_OVERFLOW);
+  CHECK_MESSAGE("exceeds INT64_MAX");
+  CHECK(buffer == NULL && p.deleted == 0);
+  producer_init(&p);
+  p.versioned.dl_tensor.dtype = (DLDataType){DEVBUF_DL_UINT, 8, 1};
+  p.shape[0] = 2, p.shape[1] = INT64_C(1) << 61;
+  p.strides[0] = INT64_C(1) << 61, p.strides[1] = 1;
+  p.versioned.dl_tensor.byte_offset = (UINT64_C(1) << 62) + 64;
+  CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), DEVBUF_OVERFLOW);
+  CHECK(buffer == NULL && p.deleted == 0);
+  producer_init(&p);
+  p.versioned.dl_tensor.dtype = (DLDataType){DEVBUF_DL_UINT, 8, 1};
+  p.shape[0] = 2, p.shape[1] = INT64_C(1) << 61;
   p.strides[0] = INT64_MIN, p.strides[1] = 1;
   buffer = NULL;
   CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), DEVBUF_UNSUPPORTED);

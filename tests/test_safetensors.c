@@ -325,7 +325,8 @@ static void test_load_copies(void) {
 static size_t files_in_scratch(void) {
   size_t count = 0;
   DIR *folder = opendir(scratch);
-  for (struct dirent *entry; folder && (entry = readdir(folder));) count += entry->d_name[0] != '.';
+  for (struct dirent *entry; folder && (entry = readdir(folder));)
+    count += strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0; // temporaries start with '.'
   if (folder) closedir(folder);
   return count;
 }
@@ -378,6 +379,46 @@ static void test_write_errors_and_atomicity(void) {
   unlink(path);
 }
 
+// Rewriting a file keeps its permissions; a new file follows the umask; a target whose name
+// is as long as the system allows is written (the temporary name does not grow with it).
+static void test_write_permissions_and_long_names(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/private.safetensors", scratch);
+  size_t shape[1] = {16};
+  devbuf_buffer_t *good = pattern_buffer(DEVBUF_UINT8, shape, 1, 3);
+  devbuf_named_buffer_t one[] = {{"w", good}};
+  mode_t old_mask = umask(022);
+  CHECK_OK(devbuf_safetensors_write(path, one, 1, NULL, 0));
+  struct stat info;
+  CHECK(stat(path, &info) == 0 && (info.st_mode & 07777) == 0644);
+  CHECK(chmod(path, 0600) == 0);
+  CHECK_OK(devbuf_safetensors_write(path, one, 1, NULL, 0));
+  CHECK(stat(path, &info) == 0 && (info.st_mode & 07777) == 0600);
+  CHECK(chmod(path, 0640) == 0);
+  CHECK_OK(devbuf_safetensors_write(path, one, 1, NULL, 0));
+  CHECK(stat(path, &info) == 0 && (info.st_mode & 07777) == 0640);
+  unlink(path);
+  umask(077);
+  CHECK_OK(devbuf_safetensors_write(path, one, 1, NULL, 0));
+  CHECK(stat(path, &info) == 0 && (info.st_mode & 07777) == 0600);
+  unlink(path);
+  umask(old_mask);
+  size_t files = files_in_scratch();
+  char name[256];
+  memset(name, 'n', 255 - strlen(".safetensors"));
+  snprintf(name + 255 - strlen(".safetensors"), sizeof name - (255 - strlen(".safetensors")), ".safetensors");
+  CHECK_EQ_U(strlen(name), 255);
+  snprintf(path, sizeof path, "%s/%s", scratch, name);
+  CHECK_OK(devbuf_safetensors_write(path, one, 1, NULL, 0));
+  devbuf_tensor_file_t *file = NULL;
+  CHECK_OK(devbuf_safetensors_load(device, path, NULL, &file));
+  CHECK_EQ_U(devbuf_tensor_file_count(file), 1);
+  devbuf_tensor_file_release(file);
+  CHECK_EQ_U(files_in_scratch(), files + 1); // the file, and no temporary beside it
+  unlink(path);
+  devbuf_buffer_release(good);
+}
+
 // An empty table is a valid file ("{}" padded), and so is metadata alone.
 static void test_empty_files(void) {
   char path[128];
@@ -406,6 +447,7 @@ int main(void) {
   RUN(test_load_copies);
   RUN(test_write_errors_and_atomicity);
   RUN(test_empty_files);
+  RUN(test_write_permissions_and_long_names);
   rmdir(scratch);
   devbuf_device_release(device);
   return CHECK_EXIT();
