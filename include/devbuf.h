@@ -320,7 +320,10 @@ typedef struct devbuf_trace_summary {
 } devbuf_trace_summary_t;
 
 // Replays a trace file against `allocator`, freeing anything still live at the end.
-// FORMAT_ERROR names the line of a malformed or inconsistent record.
+// Allocation ids must come as 1, 2, 3, ... (as the trace adaptor writes them); the replay's
+// memory grows with the allocations live at once, at most 2^26 (UNSUPPORTED past that).
+// FORMAT_ERROR names the line of a malformed or inconsistent record; IO_ERROR for a path
+// that is not a regular file.
 DEVBUF_API devbuf_status devbuf_trace_replay(const char *path, devbuf_allocator_t *allocator,
                                              devbuf_trace_summary_t *out_summary);
 
@@ -646,12 +649,24 @@ typedef struct devbuf_load_options {
   void (*on_tensor)(void *context, size_t index, const devbuf_tensor_info_t *info,
                     devbuf_buffer_t *buffer);
   void *context;
+  // Where the tensors' memory comes from (NULL: the device's own allocator): an allocator
+  // of `device`, such as the device's allocator wrapped by a user (statistics, limits,
+  // faults). Giving one makes every tensor a copy. Optional.
+  devbuf_allocator_t *allocator;
 } devbuf_load_options_t;
 
 // Loads the file at `path` as a table of named buffers on `device`. On a CPU-accessible
 // device (without DEVBUF_LOAD_COPY) each tensor is a zero-copy, read-only view of one
-// read-only mapping of the file (B9); elsewhere each is a buffer from the device's
-// allocator filled by a staged copy. Buffers outlive the table (retain them) and the file.
+// read-only mapping of the file (B9); elsewhere each is a buffer from the allocator filled
+// by reading the file (pread: a file that shrinks meanwhile is IO_ERROR, never a crash).
+// Buffers outlive the table (retain them) and the file.
+// While zero-copy tensors live, the file may be deleted or renamed, and replaced by a new
+// file under its name (what an atomic writer such as devbuf_safetensors_write does), but
+// not truncated or rewritten in place: the mapping shows the file's current bytes, so a
+// rewrite changes the tensors, and reading bytes past a shrunk end faults. devbuf's own
+// reads of such memory (copyout, copy_from) report IO_ERROR instead of faulting; pointers
+// handed out (contents, as_array, DLPack) read the memory directly. Load with
+// DEVBUF_LOAD_COPY for tensors that are immune to later changes of the file.
 // IO_ERROR for files that cannot be opened or mapped, FORMAT_ERROR for a broken file,
 // UNSUPPORTED for ndim > DEVBUF_MAX_NDIM.
 DEVBUF_API devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path,

@@ -326,26 +326,6 @@ static devbuf_status cuda_zero(devbuf_device_t *device, const devbuf_memory_t *d
   return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: zeroing %zu bytes", device->spec, size);
 }
 
-// Mapped files being loaded: registered (pinned where they are, read-only) when
-// DEVBUF_CUDA_MAPPED_FILES=register, staged otherwise. `devbuf bench --load` measures both.
-static devbuf_status cuda_register_host(devbuf_device_t *device, const void *host, size_t size, void **out_token) {
-  const char *mode = getenv("DEVBUF_CUDA_MAPPED_FILES");
-  if (!mode || strcmp(mode, "register") != 0)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "%s stages mapped files (DEVBUF_CUDA_MAPPED_FILES=register registers them)",
-                         device->spec);
-  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
-  devbuf_status status = devbuf__cuda_enter(device);
-  if (status != DEVBUF_OK) return status;
-  CUresult code = cu->cuMemHostRegister((void *)host, size, CU_MEMHOSTREGISTER_READ_ONLY);
-  if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "%s: registering %zu bytes of a mapped file", device->spec, size);
-  *out_token = (void *)host;
-  return DEVBUF_OK;
-}
-
-static void cuda_unregister_host(devbuf_device_t *device, void *token) {
-  if (devbuf__cuda_enter(device) == DEVBUF_OK) devbuf__cuda_of(device)->cu->cuMemHostUnregister(token);
-}
-
 static devbuf_status cuda_synchronize(devbuf_device_t *device) {
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
@@ -364,8 +344,6 @@ const devbuf__backend devbuf__backend_cuda = {
     .copy = cuda_copy,
     .zero = cuda_zero,
     .synchronize = cuda_synchronize,
-    .register_host = cuda_register_host,
-    .unregister_host = cuda_unregister_host,
     .queue_create = devbuf__cuda_queue_create,
     .queue_destroy = devbuf__cuda_queue_destroy,
     .run = devbuf__cuda_run,

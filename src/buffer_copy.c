@@ -48,8 +48,32 @@ devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t s
   status = begin(buffer, false, "copyout", &access);
   if (status != DEVBUF_OK) return status;
   devbuf__storage *storage = buffer->storage;
-  status = storage->device->backend->read(storage->device, &storage->memory, buffer->offset, dst, size);
+  if (storage->mapped)
+    status = devbuf__guarded_copy(dst, (const char *)storage->memory.host + buffer->offset, size, "copyout");
+  else
+    status = storage->device->backend->read(storage->device, &storage->memory, buffer->offset, dst, size);
   devbuf__host_operation_end(storage, access);
+  return status;
+}
+
+// Out of a mapped file, whose pages fault if the file shrank: read by the CPU under a guard,
+// into the destination directly where the CPU can address it, else through a bounce buffer.
+static devbuf_status copy_from_mapping(devbuf__storage *dst, size_t dst_offset, devbuf__storage *src,
+                                       size_t src_offset, size_t size) {
+  const char *from = (const char *)src->memory.host + src_offset;
+  if (devbuf__storage_host_accessible(dst))
+    return devbuf__guarded_copy((char *)dst->memory.host + dst_offset, from, size, "copy_from");
+  size_t chunk = size < STAGING_CHUNK ? size : STAGING_CHUNK;
+  char *bounce = devbuf__malloc(chunk);
+  if (!bounce) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "copy_from: no host memory for a %zu-byte staging buffer", chunk);
+  devbuf_device_t *device = dst->device;
+  devbuf_status status = DEVBUF_OK;
+  for (size_t done = 0; done < size && status == DEVBUF_OK; done += chunk) {
+    size_t piece = size - done < chunk ? size - done : chunk;
+    status = devbuf__guarded_copy(bounce, from + done, piece, "copy_from");
+    if (status == DEVBUF_OK) status = device->backend->write(device, &dst->memory, dst_offset + done, bounce, piece);
+  }
+  devbuf__free(bounce);
   return status;
 }
 
@@ -100,7 +124,9 @@ devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src
     }
   }
   if (status != DEVBUF_OK) return status;
-  if (to->device == from->device)
+  if (from->mapped && to != from)
+    status = copy_from_mapping(to, dst->offset, from, src->offset, dst->size);
+  else if (to->device == from->device)
     status = to->device->backend->copy(to->device, &to->memory, dst->offset, &from->memory, src->offset, dst->size);
   else
     status = copy_across(to, dst->offset, from, src->offset, dst->size);

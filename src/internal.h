@@ -32,6 +32,17 @@ void *devbuf__malloc(size_t size);
 void *devbuf__calloc(size_t count, size_t size);
 void devbuf__free(void *pointer);
 
+// ---- files (file_open.c) ----------------------------------------------------------------
+// Opens a regular file for reading (IO_ERROR naming what it is otherwise, without blocking
+// on a FIFO); its size at opening.
+devbuf_status devbuf__open_regular_file(const char *path, int *out_fd, uint64_t *out_size);
+// Reads exactly `size` bytes at `offset`: IO_ERROR if the file ends first (it shrank).
+devbuf_status devbuf__read_at(int fd, void *out, size_t size, uint64_t offset, const char *path);
+
+// Copies `size` bytes from file-mapped memory: IO_ERROR naming `what` when the source faults
+// (its file was truncated while mapped) instead of a SIGBUS (fault_guard.c).
+devbuf_status devbuf__guarded_copy(void *dst, const void *src, size_t size, const char *what);
+
 // ---- locks ------------------------------------------------------------------------------
 // Every lock of the library is held for a few instructions: an adaptive mutex spins a little
 // before it sleeps, so a short wait never costs two system calls.
@@ -116,10 +127,6 @@ typedef struct devbuf__backend {
   devbuf_status (*zero)(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
                         size_t size);
   devbuf_status (*synchronize)(devbuf_device_t *device); // (optional)
-  // (optional) Lets the device's copies read a host range directly until unregistered (a
-  // mapped file being loaded): UNSUPPORTED where the device prefers staged copies.
-  devbuf_status (*register_host)(devbuf_device_t *device, const void *host, size_t size, void **out_token);
-  void (*unregister_host)(devbuf_device_t *device, void *token);
   // Queues of devices whose work is not run by the CPU (optional, all or none): a device
   // queue made with the devbuf queue; the execution of an item (fill, copy, launch, wait
   // for an event) on it, which waits for the item's dependencies (on the device where it

@@ -21,16 +21,16 @@ devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path, 
   if (!device->host_accessible)
     return devbuf__error(DEVBUF_UNSUPPORTED, "map_file: %s cannot read host memory; load the file with copies",
                          device->spec);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return devbuf__error(DEVBUF_IO_ERROR, "cannot open '%.200s': %s", path, strerror(errno));
-  struct stat info;
-  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    int error = errno;
+  int fd = -1;
+  uint64_t file_size = 0;
+  devbuf_status opened = devbuf__open_regular_file(path, &fd, &file_size);
+  if (opened != DEVBUF_OK) return opened;
+  if (file_size > SIZE_MAX) {
     close(fd);
-    return devbuf__error(DEVBUF_IO_ERROR, "'%.200s' is not a regular file%s%s", path, error ? ": " : "",
-                         error ? strerror(error) : "");
+    return devbuf__error(DEVBUF_OVERFLOW, "'%.200s' has %llu bytes, more than this process can map", path,
+                         (unsigned long long)file_size);
   }
-  size_t size = (size_t)info.st_size;
+  size_t size = (size_t)file_size;
   void *address = NULL;
   if (size) {
     address = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -396,7 +396,12 @@ static void test_trace_and_replay(void) {
       {"# devbuf trace 1\na 1 10\na 1 10\n", "line 3"},
       {"# devbuf trace 1\na 1 0\n", "line 2"},
       {"# devbuf trace 1\nz 1\n", "line 2"},
-      {"# devbuf trace 1\na 99999999999999 8\n", "implausibly large"},
+      {"# devbuf trace 1\na 99999999999999 8\n", "the next allocation is number 1"},
+      // Memory follows what the trace holds: ids far ahead of the count reserve nothing.
+      {"# devbuf trace 1\na 100000000 16\n", "allocation 100000000 of 16 bytes"},
+      {"# devbuf trace 1\na 4294967296 16\n", "the next allocation is number 1"},
+      {"# devbuf trace 1\na 1 8\na 3 8\n", "the next allocation is number 2"},
+      {"# devbuf trace 1\na 1 8\nf 1\nf 1\n", "line 4: free of allocation 1 that is not live"},
       {"# devbuf trace 1\na 1 8 junk\n", "line 2"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -410,6 +415,22 @@ static void test_trace_and_replay(void) {
   CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));
   CHECK_EQ_U(summary.leaked, 1);
   CHECK_STATUS(devbuf_trace_replay("/nonexistent/trace", target.caching, &summary), DEVBUF_IO_ERROR);
+  // Many allocations, few live at once: the live table stays small and every free finds its
+  // allocation after the table's entries moved (growth, removals that shift later entries).
+  FILE *many = fopen(path, "w");
+  CHECK(many != NULL);
+  if (many) {
+    fputs("# devbuf trace 1\n", many);
+    for (unsigned id = 1; id <= 200000; id++) {
+      fprintf(many, "a %u %u\n", id, 1 + id % 5000);
+      if (id > 3000) fprintf(many, "f %u\n", id - 3000);
+    }
+    fclose(many);
+    CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));
+    CHECK_EQ_U(summary.allocs, 200000);
+    CHECK_EQ_U(summary.frees, 197000);
+    CHECK_EQ_U(summary.leaked, 3000);
+  }
   unlink(path);
   test_allocators_close(&target);
   test_allocators_close(&t);

@@ -5,8 +5,12 @@
 #include "check.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef DEVBUF_TESTDATA
@@ -419,6 +423,152 @@ static void test_write_permissions_and_long_names(void) {
   devbuf_buffer_release(good);
 }
 
+// Every file entry point refuses what is not a regular file at once: a FIFO with no
+// writer (which a plain open() would wait on forever), a character device, a folder.
+static void test_special_files(void) {
+  char fifo[128];
+  snprintf(fifo, sizeof fifo, "%s/fifo", scratch);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  alarm(30); // a hang fails the test instead of stopping the suite
+  const char *paths[] = {fifo, "/dev/null", scratch};
+  const char *kinds[] = {"is a FIFO", "is a character device", "is a folder"};
+  devbuf_allocator_t *raw = NULL;
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  for (int i = 0; i < 3; i++) {
+    devbuf_tensor_file_t *file = NULL;
+    devbuf_buffer_t *buffer = NULL;
+    devbuf_trace_summary_t summary;
+    devbuf_load_options_t copy = {.flags = DEVBUF_LOAD_COPY};
+    CHECK_STATUS(devbuf_safetensors_inspect(paths[i], &file), DEVBUF_IO_ERROR);
+    CHECK_MESSAGE(kinds[i]);
+    CHECK_STATUS(devbuf_safetensors_load(device, paths[i], NULL, &file), DEVBUF_IO_ERROR);
+    CHECK_MESSAGE(kinds[i]);
+    CHECK_STATUS(devbuf_safetensors_load(device, paths[i], &copy, &file), DEVBUF_IO_ERROR);
+    CHECK_MESSAGE(kinds[i]);
+    CHECK_STATUS(devbuf_buffer_map_file(device, paths[i], &buffer), DEVBUF_IO_ERROR);
+    CHECK_MESSAGE(kinds[i]);
+    CHECK_STATUS(devbuf_trace_replay(paths[i], raw, &summary), DEVBUF_IO_ERROR);
+    CHECK_MESSAGE(kinds[i]);
+    CHECK(file == NULL && buffer == NULL);
+  }
+  alarm(0);
+  devbuf_allocator_release(raw);
+  unlink(fifo);
+}
+
+static void truncate_after_first(void *context, size_t index, const devbuf_tensor_info_t *info,
+                                 devbuf_buffer_t *buffer) {
+  (void)info;
+  (void)buffer;
+  if (index == 0) CHECK(truncate((const char *)context, 100) == 0);
+}
+
+// A weight file truncated or rewritten under a loaded model never takes the process down:
+// devbuf's reads of a zero-copy tensor whose file shrank report IO_ERROR, a copying load
+// that finds the file shorter than its header said reports IO_ERROR, and copies are immune
+// to later changes of the file.
+static void test_file_changed_under_load(void) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/changing.safetensors", scratch);
+  size_t shape[1] = {1 << 18};
+  devbuf_buffer_t *a = pattern_buffer(DEVBUF_FLOAT32, shape, 1, 1), *b = pattern_buffer(DEVBUF_FLOAT32, shape, 1, 2);
+  devbuf_named_buffer_t tensors[] = {{"a", a}, {"b", b}};
+  CHECK_OK(devbuf_safetensors_write(path, tensors, 2, NULL, 0));
+  size_t bytes = shape[0] * 4;
+  unsigned char *out = malloc(bytes);
+  devbuf_tensor_file_t *mapped = NULL, *copied = NULL;
+  devbuf_load_options_t copy = {.flags = DEVBUF_LOAD_COPY};
+  CHECK_OK(devbuf_safetensors_load(device, path, NULL, &mapped));
+  CHECK_OK(devbuf_safetensors_load(device, path, &copy, &copied));
+  if (!mapped || !copied || !out) return;
+  devbuf_buffer_t *zero_copy = devbuf_tensor_file_buffer(mapped, 1), *own = devbuf_tensor_file_buffer(copied, 1);
+  CHECK_OK(devbuf_buffer_copyout(zero_copy, out, bytes)); // pages are in memory now
+  CHECK(truncate(path, 0) == 0);                           // what cp, torch.save or save_file do
+  CHECK_STATUS(devbuf_buffer_copyout(zero_copy, out, bytes), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("truncated while mapped");
+  devbuf_buffer_t *target = NULL;
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_FLOAT32, shape, 1, 0, &target));
+  CHECK_STATUS(devbuf_buffer_copy_from(target, zero_copy), DEVBUF_IO_ERROR);
+  CHECK(buffers_equal(own, b)); // the copy kept the file's old bytes
+  devbuf_buffer_release(target);
+  devbuf_tensor_file_release(mapped);
+  devbuf_tensor_file_release(copied);
+  // A copying load during which the file shrinks.
+  CHECK_OK(devbuf_safetensors_write(path, tensors, 2, NULL, 0));
+  devbuf_load_options_t shrinking = {.flags = DEVBUF_LOAD_COPY, .on_tensor = truncate_after_first, .context = path};
+  devbuf_tensor_file_t *file = (devbuf_tensor_file_t *)&file;
+  CHECK_STATUS(devbuf_safetensors_load(device, path, &shrinking, &file), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("shorter than it was");
+  CHECK(file == NULL);
+  // A fault outside devbuf's own reads (the caller's pointer into the shrunk mapping) still
+  // reaches the process as before: devbuf's handler passes it on.
+  CHECK_OK(devbuf_safetensors_write(path, tensors, 2, NULL, 0));
+  fflush(NULL);
+  pid_t child = fork();
+  if (child == 0) {
+    devbuf_tensor_file_t *model = NULL;
+    if (devbuf_safetensors_load(device, path, NULL, &model) != DEVBUF_OK) _exit(41);
+    devbuf_buffer_t *tensor = devbuf_tensor_file_buffer(model, 1);
+    if (devbuf_buffer_copyout(tensor, out, bytes) != DEVBUF_OK) _exit(41); // installs the handler
+    int quiet = open("/dev/null", O_WRONLY);
+    if (quiet >= 0) dup2(quiet, 2); // a sanitizer's report of the fault is expected
+    if (truncate(path, 0) != 0) _exit(41);
+    const volatile unsigned char *data = NULL;
+    if (devbuf_buffer_contents(tensor, (const void **)&data, NULL) != DEVBUF_OK) _exit(41);
+    unsigned sum = 0;
+    for (size_t i = 0; i < bytes; i += 4096) sum += data[i];
+    _exit(sum == 12345 ? 43 : 42); // reached only if the fault was swallowed
+  }
+  int child_status = 0;
+  CHECK(waitpid(child, &child_status, 0) == child);
+  bool killed = WIFSIGNALED(child_status) && WTERMSIG(child_status) == SIGBUS;
+  bool reported = WIFEXITED(child_status) && WEXITSTATUS(child_status) != 0 && WEXITSTATUS(child_status) < 41;
+  CHECK(killed || reported); // reported: a sanitizer's own handler took it
+  free(out);
+  devbuf_buffer_release(a);
+  devbuf_buffer_release(b);
+  unlink(path);
+}
+
+// The load takes its memory from an allocator the caller gives: every allocation it makes
+// fails in turn (once, then from there on), each time with a clean status and nothing left
+// behind, and the load works once faults stop.
+static void test_load_with_faults(void) {
+  const char *path = DEVBUF_TESTDATA "/safetensors/burn/mnist.safetensors";
+  devbuf_allocator_t *faults = NULL;
+  CHECK_OK(devbuf_fault_adaptor_create(devbuf_device_allocator(device), 0, DEVBUF_FAULT_ONCE, &faults));
+  devbuf_load_options_t options = {.allocator = faults};
+  devbuf_tensor_file_t *file = NULL;
+  CHECK_OK(devbuf_safetensors_load(device, path, &options, &file));
+  size_t count = devbuf_tensor_file_count(file);
+  CHECK(count > 1);
+  devbuf_tensor_file_release(file);
+  for (int mode = 0; mode < 2; mode++) {
+    for (uint64_t n = 1; n <= count; n++) {
+      CHECK_OK(devbuf_fault_adaptor_arm(faults, n, mode ? DEVBUF_FAULT_PERSISTENT : DEVBUF_FAULT_ONCE));
+      file = (devbuf_tensor_file_t *)&file;
+      CHECK_STATUS(devbuf_safetensors_load(device, path, &options, &file), DEVBUF_INJECTED_FAULT);
+      CHECK(file == NULL);
+      CHECK_EQ_U(stats_of(faults).active, 0);
+    }
+  }
+  CHECK_OK(devbuf_fault_adaptor_arm(faults, 0, DEVBUF_FAULT_ONCE));
+  CHECK_OK(devbuf_safetensors_load(device, path, &options, &file));
+  CHECK_EQ_U(devbuf_tensor_file_count(file), count);
+  devbuf_tensor_file_release(file);
+  devbuf_device_t *other = NULL;
+  devbuf_allocator_t *elsewhere = NULL;
+  if (devbuf_device_open("cpu", &other) == DEVBUF_OK) { // the same device: fine; a raw one of it too
+    CHECK_OK(devbuf_device_raw_allocator(other, &elsewhere));
+    options.allocator = elsewhere;
+    CHECK_OK(devbuf_safetensors_load(device, path, &options, &file));
+    devbuf_tensor_file_release(file);
+    devbuf_allocator_release(elsewhere);
+    devbuf_device_release(other);
+  }
+  devbuf_allocator_release(faults);
+}
+
 // An empty table is a valid file ("{}" padded), and so is metadata alone.
 static void test_empty_files(void) {
   char path[128];
@@ -447,6 +597,9 @@ int main(void) {
   RUN(test_load_copies);
   RUN(test_write_errors_and_atomicity);
   RUN(test_empty_files);
+  RUN(test_special_files);
+  RUN(test_file_changed_under_load);
+  RUN(test_load_with_faults);
   RUN(test_write_permissions_and_long_names);
   rmdir(scratch);
   devbuf_device_release(device);
