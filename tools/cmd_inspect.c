@@ -15,14 +15,17 @@ static void print_shape(const devbuf_tensor_info_t *info, FILE *out) {
 // A JSON string: quotes, backslashes and control characters escaped; UTF-8 passes through.
 static void print_json_string(const char *s, FILE *out) {
   fputc('"', out);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(out, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(out, "\\u%04x", c);
+  for (const unsigned char *at = (const unsigned char *)s; *at;) {
+    size_t length = devbuf_tool_printable_length(at);
+    if (*at == '"' || *at == '\\')
+      fprintf(out, "\\%c", *at);
+    else if (length)
+      fwrite(at, 1, length, out);
+    else if (*at < 0x80 || (at[0] == 0xc2 && at[1] >= 0x80 && at[1] < 0xa0)) // a control character
+      fprintf(out, "\\u%04x", *at < 0x80 ? *at : at[1]);
     else
-      fputc(c, out);
+      fputs("\\ufffd", out); // no character: the JSON stays valid
+    at += length ? length : *at == 0xc2 && at[1] >= 0x80 && at[1] < 0xa0 ? 2 : 1;
   }
   fputc('"', out);
 }
@@ -105,7 +108,7 @@ int devbuf_cmd_inspect(int argc, char **argv) {
   }
   devbuf_tensor_file_t *file;
   if (devbuf_safetensors_inspect(path, &file) != DEVBUF_OK) {
-    fprintf(stderr, "devbuf inspect: %s: %s\n", path, devbuf_last_error());
+    devbuf_tool_report("inspect", path);
     return 1;
   }
   if (json)

@@ -64,9 +64,10 @@ static void on_verified(void *context, uint64_t done, uint64_t total) {
 static int ensure_sample(const char *path) {
   struct stat info;
   if (stat(path, &info) == 0) return 0;
-  printf("writing a sample model (%u MiB) to %s\n", SAMPLE_BYTES >> 20, path);
+  char safe_path[1024];
+  printf("writing a sample model (%u MiB) to %s\n", SAMPLE_BYTES >> 20, DEVBUF_PRINTABLE(path, safe_path));
   if (devbuf_tool_write_sample(path, SAMPLE_BYTES) != DEVBUF_OK) {
-    fprintf(stderr, "devbuf load: cannot write the sample model: %s\n", devbuf_last_error());
+    devbuf_tool_report("load: cannot write the sample model", path);
     return 1;
   }
   return 0;
@@ -98,7 +99,7 @@ int devbuf_cmd_load(int argc, char **argv) {
   }
   devbuf_device_t *device;
   if (devbuf_device_open(spec, &device) != DEVBUF_OK) {
-    fprintf(stderr, "devbuf load: %s\n", devbuf_last_error());
+    devbuf_tool_report("load", NULL);
     return 1;
   }
   int terminal = isatty(STDERR_FILENO);
@@ -113,7 +114,7 @@ int devbuf_cmd_load(int argc, char **argv) {
   watch.start = seconds_now();
   if (devbuf_safetensors_load(device, path, &options, &file) != DEVBUF_OK) {
     if (terminal) fputc('\n', stderr);
-    fprintf(stderr, "devbuf load: %s: %s\n", path, devbuf_last_error());
+    devbuf_tool_report("load", path);
     devbuf_device_release(device);
     return 1;
   }
@@ -121,7 +122,9 @@ int devbuf_cmd_load(int argc, char **argv) {
   size_t count = devbuf_tensor_file_count(file);
   uint64_t bytes = devbuf_tensor_file_data_size(file);
   int zero_copy = count && devbuf_buffer_is_mapped(devbuf_tensor_file_buffer(file, 0));
-  printf("loaded %zu tensors, %.1f MiB, from %s onto %s (%s)\n", count, (double)bytes / (1 << 20), path,
+  char safe_path[1024];
+  printf("loaded %zu tensors, %.1f MiB, from %s onto %s (%s)\n", count, (double)bytes / (1 << 20),
+         DEVBUF_PRINTABLE(path, safe_path),
          devbuf_device_spec(device), zero_copy ? "zero-copy views of one read-only mapping" : "copies");
   if (count)
     printf("  first tensor after %.3f ms; all after %.3f ms\n", (watch.first_tensor - watch.start) * 1e3,
@@ -135,7 +138,10 @@ int devbuf_cmd_load(int argc, char **argv) {
     progress bar = {terminal, "verifying", -1};
     double start = seconds_now();
     if (!sums || devbuf_tool_verify(file, sums, 0, on_verified, &bar) != DEVBUF_OK) {
-      fprintf(stderr, "devbuf load: verify: %s\n", sums ? devbuf_last_error() : "out of memory");
+      if (sums)
+        devbuf_tool_report("load: verify", NULL);
+      else
+        fprintf(stderr, "devbuf load: verify: out of memory\n");
       failed = 1;
     }
     double took = seconds_now() - start;

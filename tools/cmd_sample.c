@@ -1,5 +1,6 @@
 // devbuf sample FILE [--mib N]: writes the sample model (see sample_model.h).
 #include "commands.h"
+#include "printable.h"
 #include "sample_model.h"
 
 #include <stdio.h>
@@ -24,9 +25,10 @@ int devbuf_cmd_sample(int argc, char **argv) {
     return 2;
   }
   if (devbuf_tool_write_sample(path, (size_t)mib << 20) != DEVBUF_OK) {
-    fprintf(stderr, "devbuf sample: %s\n", devbuf_last_error());
+    devbuf_tool_report("sample", path);
     return 1;
   }
-  printf("wrote %s\n", path);
+  char safe_path[1024];
+  printf("wrote %s\n", DEVBUF_PRINTABLE(path, safe_path));
   return 0;
 }

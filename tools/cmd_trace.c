@@ -2,6 +2,7 @@
 // prints what the allocator did.
 #include "commands.h"
 #include "devbuf.h"
+#include "printable.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,11 +22,13 @@ int devbuf_cmd_trace(int argc, char **argv) {
       char *end;
       options.memory_limit = strtoull(argv[++i], &end, 10);
       if (*end) {
-        fprintf(stderr, "devbuf trace: --memory-limit takes a number of bytes, not '%s'\n", argv[i]);
+        char safe[256];
+        fprintf(stderr, "devbuf trace: --memory-limit takes a number of bytes, not '%s'\n", DEVBUF_PRINTABLE(argv[i], safe));
         return 2;
       }
     } else {
-      fprintf(stderr, "devbuf trace: unknown option '%s'\n", argv[i]);
+      char safe[256];
+      fprintf(stderr, "devbuf trace: unknown option '%s'\n", DEVBUF_PRINTABLE(argv[i], safe));
       return 2;
     }
   }
@@ -39,14 +42,16 @@ int devbuf_cmd_trace(int argc, char **argv) {
   if (status == DEVBUF_OK) {
     devbuf_allocator_stats_t stats;
     devbuf_allocator_stats(caching, &stats);
-    printf("replayed %s on %s: %llu allocations, %llu frees, %llu refused, %llu never freed\n", path, spec,
+    char safe_path[1024], safe_spec[64];
+    printf("replayed %s on %s: %llu allocations, %llu frees, %llu refused, %llu never freed\n",
+           DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec),
            (unsigned long long)summary.allocs, (unsigned long long)summary.frees,
            (unsigned long long)summary.failed_allocs, (unsigned long long)summary.leaked);
     printf("peak requested %llu bytes; allocator peak %llu bytes; %llu system allocations, %llu cache hits\n",
            (unsigned long long)summary.peak_live_bytes, (unsigned long long)stats.peak,
            (unsigned long long)stats.system_allocs, (unsigned long long)stats.cache_hits);
   } else {
-    fprintf(stderr, "devbuf trace: %s\n", devbuf_last_error());
+    devbuf_tool_report("trace", NULL);
   }
   devbuf_allocator_release(caching);
   devbuf_allocator_release(raw);

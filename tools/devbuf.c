@@ -1,5 +1,6 @@
 // The devbuf command-line tool: devices, benchmarks, allocation traces.
 #include "commands.h"
+#include "printable.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
   if (strcmp(command, "sample") == 0) return devbuf_cmd_sample(argc - 1, argv + 1);
   if (strcmp(command, "help") == 0 || strcmp(command, "--help") == 0 || strcmp(command, "-h") == 0)
     return usage(stdout);
-  fprintf(stderr, "devbuf: unknown command '%s'\n", command);
+  char safe[256];
+  fprintf(stderr, "devbuf: unknown command '%s'\n", devbuf_tool_printable(command, safe, sizeof safe));
   return usage(stderr);
 }

@@ -1,19 +1,38 @@
 // The text helpers of printable.h.
 #include "printable.h"
 
+#include "devbuf.h"
+
 #include <stdio.h>
+
+// Length of the well-formed UTF-8 sequence at `text` that a terminal shows as text (no
+// C1 control, U+0080..U+009F, which terminals may take for escape sequences); 0 otherwise.
+size_t devbuf_tool_printable_length(const unsigned char *text) {
+  unsigned char c = text[0];
+  if (c >= 0x20 && c < 0x7f) return 1;
+  size_t length = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  for (size_t i = 1; i < length; i++)
+    if ((text[i] & 0xc0) != 0x80) return 0;
+  if (length == 2 && c == 0xc2 && text[1] < 0xa0) return 0;                  // C1 controls
+  if (length == 3 && ((c == 0xe0 && text[1] < 0xa0) || (c == 0xed && text[1] >= 0xa0))) return 0; // overlong, surrogates
+  if (length == 4 && ((c == 0xf0 && text[1] < 0x90) || (c == 0xf4 && text[1] >= 0x90))) return 0; // overlong, > U+10FFFF
+  return length;
+}
 
 const char *devbuf_tool_printable(const char *text, char *out, size_t capacity) {
   size_t used = 0;
-  for (; *text && used + 1 < capacity; text++) {
-    unsigned char c = (unsigned char)*text;
-    if (c >= 0x20 && c != 0x7f) { // UTF-8 sequences pass through whole
-      out[used++] = (char)c;
-    } else if (used + 5 < capacity) {
-      snprintf(out + used, capacity - used, "\\x%02x", c);
+  const unsigned char *at = (const unsigned char *)text;
+  while (*at) {
+    size_t length = devbuf_tool_printable_length(at);
+    if (length) {
+      if (used + length >= capacity) break;
+      for (size_t i = 0; i < length; i++) out[used++] = (char)at[i];
+      at += length;
+    } else { // a control character or a byte of no well-formed sequence: shown, not sent
+      if (used + 5 > capacity - 1) break;
+      snprintf(out + used, capacity - used, "\\x%02x", *at);
       used += 4;
-    } else {
-      break;
+      at++;
     }
   }
   out[used] = '\0';
@@ -27,4 +46,10 @@ const char *devbuf_tool_shape_text(const size_t *shape, size_t ndim, const char 
     used += (size_t)snprintf(out + used, capacity - used, "%s%zu", d ? separator : "", shape[d]);
   if (used < capacity) snprintf(out + used, capacity - used, "]");
   return out;
+}
+
+void devbuf_tool_report(const char *what, const char *path) {
+  char message[2048], safe_path[1024];
+  fprintf(stderr, "devbuf %s: %s%s%s\n", what, path ? DEVBUF_PRINTABLE(path, safe_path) : "", path ? ": " : "",
+          DEVBUF_PRINTABLE(devbuf_last_error(), message));
 }

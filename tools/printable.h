@@ -6,11 +6,21 @@
 #include <stddef.h>
 
 // Writes the escaped form of `text` into `out` (capacity > 0, always terminated, cut to
-// fit) and returns `out`.
+// fit) and returns `out`: well-formed UTF-8 passes, control characters (C0, DEL, C1) and
+// bytes of no well-formed sequence become \xNN.
 const char *devbuf_tool_printable(const char *text, char *out, size_t capacity);
+// Bytes of the printable UTF-8 sequence at `text`, or 0 where printable would escape.
+size_t devbuf_tool_printable_length(const unsigned char *text);
 
 // "[2, 3]" (with `separator` between dimensions) into `out`, cut to fit; returns `out`.
 const char *devbuf_tool_shape_text(const size_t *shape, size_t ndim, const char *separator, char *out,
                                    size_t capacity);
+
+// Prints "devbuf <what>: [<path>: ]<message>" on stderr, the path and the library's last
+// error message made printable: messages quote tensor names, dtype strings and paths.
+void devbuf_tool_report(const char *what, const char *path);
+
+// Shorthand for the escaped form of `text` in a buffer of the caller's frame.
+#define DEVBUF_PRINTABLE(text, buffer) devbuf_tool_printable((text), (buffer), sizeof(buffer))
 
 #endif
