@@ -11,6 +11,11 @@
 //   names the offending values. Reporting an error never allocates.
 // - Objects are reference counted. A `_release` of NULL does nothing. Every object a call
 //   hands out through an `out_` parameter is owned by the caller, who releases it once.
+// - NULL, one rule for every function: a call that returns a status answers
+//   INVALID_ARGUMENT (naming the argument) for a NULL object or a NULL required pointer,
+//   and does nothing else; an `out_` parameter described as optional may be NULL. A getter
+//   given NULL answers 0, NULL or false (devbuf_buffer_dtype: DEVBUF_DTYPE_COUNT, which is
+//   no dtype; devbuf_device_kind_of: 0, which is no kind); `_retain(NULL)` returns NULL.
 // - Unless a function says otherwise it is thread-safe: any thread may call it on any
 //   object it holds a reference to.
 // - The library never prints and never aborts on input from a caller or a file.
@@ -121,7 +126,8 @@ typedef enum devbuf_dtype {
 DEVBUF_API const char *devbuf_dtype_name(devbuf_dtype dtype);
 // Size of one element in bits (4 for float4_e2m1); 0 for a value outside the enum.
 DEVBUF_API unsigned devbuf_dtype_bits(devbuf_dtype dtype);
-// The DLPack type code (DLDataTypeCode) and bit width; DEVBUF_INVALID_ARGUMENT if unknown.
+// The DLPack type code (DLDataTypeCode) and bit width (both outputs optional);
+// DEVBUF_INVALID_ARGUMENT if unknown.
 DEVBUF_API devbuf_status devbuf_dtype_dlpack(devbuf_dtype dtype, uint8_t *out_code,
                                              uint8_t *out_bits);
 // The dtype with a lower-case devbuf name or a safetensors name ("F32"); NOT_FOUND if none.
@@ -327,8 +333,8 @@ typedef struct devbuf_trace_summary {
 DEVBUF_API devbuf_status devbuf_trace_replay(const char *path, devbuf_allocator_t *allocator,
                                              devbuf_trace_summary_t *out_summary);
 
-// Sets the calling thread's error message (printf format) and returns `status`; for
-// user allocators and backends.
+// Sets the calling thread's error message (printf format; NULL: the status name alone) and
+// returns `status`; for user allocators and backends.
 DEVBUF_API devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
 

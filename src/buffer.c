@@ -39,6 +39,7 @@ devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtyp
 
 devbuf_status devbuf_buffer_allocate(devbuf_allocator_t *allocator, devbuf_dtype dtype, const size_t *shape,
                                      size_t ndim, uint32_t flags, devbuf_buffer_t **out_buffer) {
+  if (!out_buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_buffer is NULL");
   devbuf_buffer_t *buffer;
   devbuf_status status = devbuf_buffer_new(allocator, dtype, shape, ndim, flags, &buffer);
   if (status != DEVBUF_OK) return status;
@@ -126,7 +127,7 @@ int devbuf_buffer_is_allocated(const devbuf_buffer_t *buffer) {
 size_t devbuf_buffer_size(const devbuf_buffer_t *buffer) { return buffer ? buffer->size : 0; }
 int devbuf_buffer_is_empty(const devbuf_buffer_t *buffer) { return !buffer || buffer->size == 0; }
 size_t devbuf_buffer_offset(const devbuf_buffer_t *buffer) { return buffer ? buffer->offset : 0; }
-devbuf_dtype devbuf_buffer_dtype(const devbuf_buffer_t *buffer) { return buffer->dtype; }
+devbuf_dtype devbuf_buffer_dtype(const devbuf_buffer_t *buffer) { return buffer ? buffer->dtype : DEVBUF_DTYPE_COUNT; }
 size_t devbuf_buffer_ndim(const devbuf_buffer_t *buffer) { return buffer ? buffer->ndim : 0; }
 const size_t *devbuf_buffer_shape(const devbuf_buffer_t *buffer) { return buffer ? buffer->shape : NULL; }
 devbuf_allocator_t *devbuf_buffer_allocator(const devbuf_buffer_t *buffer) {
@@ -166,6 +167,7 @@ devbuf_status devbuf_buffer_synchronize(devbuf_buffer_t *buffer) {
 }
 
 size_t devbuf_buffer_describe(const devbuf_buffer_t *buffer, char *out_text, size_t capacity) {
+  if (!out_text) capacity = 0; // the length alone
   if (!buffer) return (size_t)snprintf(out_text, capacity, "Buffer(NULL)");
   char shape[256];
   size_t used = 0;

@@ -166,11 +166,13 @@ void devbuf_device_release(devbuf_device_t *device) {
   devbuf__free(device);
 }
 
-devbuf_device_kind devbuf_device_kind_of(const devbuf_device_t *device) { return device->backend->kind; }
-const char *devbuf_device_spec(const devbuf_device_t *device) { return device->spec; }
-const char *devbuf_device_name(const devbuf_device_t *device) { return device->name; }
-size_t devbuf_device_page_size(const devbuf_device_t *device) { return device->page_size; }
-devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device) { return device->allocator; }
+devbuf_device_kind devbuf_device_kind_of(const devbuf_device_t *device) {
+  return device ? device->backend->kind : (devbuf_device_kind)0;
+}
+const char *devbuf_device_spec(const devbuf_device_t *device) { return device ? device->spec : NULL; }
+const char *devbuf_device_name(const devbuf_device_t *device) { return device ? device->name : NULL; }
+size_t devbuf_device_page_size(const devbuf_device_t *device) { return device ? device->page_size : 0; }
+devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device) { return device ? device->allocator : NULL; }
 
 devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device, devbuf_memory_kind kind) {
   if (!device) return NULL;

@@ -74,6 +74,7 @@ devbuf_status devbuf_dtype_from_name(const char *name, devbuf_dtype *out_dtype) 
 }
 
 devbuf_status devbuf_dtype_bytes(devbuf_dtype dtype, size_t count, size_t *out_bytes) {
+  if (!out_bytes) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dtype_bytes: out_bytes is NULL");
   if (!dtype_valid(dtype)) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
   size_t bits = dtype_table[dtype].bits, total_bits;
   if (bits % 8 == 0) {

@@ -36,6 +36,10 @@ void devbuf__clear_error(void) { error_message[0] = '\0'; }
 devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...) {
   int prefix = snprintf(error_message, sizeof error_message, "%s: ", devbuf_status_name(status));
   if (prefix < 0 || (size_t)prefix >= sizeof error_message) return status;
+  if (!format) { // the status name alone
+    error_message[prefix - 2] = '\0';
+    return status;
+  }
   va_list args;
   va_start(args, format);
   vsnprintf(error_message + prefix, sizeof error_message - (size_t)prefix, format, args);
