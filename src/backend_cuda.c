@@ -245,7 +245,7 @@ static CUresult stage_in(devbuf__cuda_device *state, CUdeviceptr dst, const char
     int b = (int)(k % 2);
     if (used[b]) code = cu->cuEventSynchronize(state->staged[b]);
     if (code != CUDA_SUCCESS) break;
-    memcpy(state->staging[b], src + done, piece);
+    devbuf__copy_bytes(state->staging[b], src + done, piece);
     code = cu->cuMemcpyAsync(dst + done, (CUdeviceptr)(uintptr_t)state->staging[b], piece, state->transfers);
     if (code == CUDA_SUCCESS) code = cu->cuEventRecord(state->staged[b], state->transfers);
     used[b] = true;
@@ -269,7 +269,7 @@ static CUresult stage_out(devbuf__cuda_device *state, char *dst, CUdeviceptr src
     if (k > 0 && code == CUDA_SUCCESS) { // finish piece k - 1
       size_t at = (k - 1) * STAGING_PIECE, piece = size - at < STAGING_PIECE ? size - at : STAGING_PIECE;
       code = cu->cuEventSynchronize(state->staged[(k - 1) % 2]);
-      if (code == CUDA_SUCCESS) memcpy(dst + at, state->staging[(k - 1) % 2], piece);
+      if (code == CUDA_SUCCESS) devbuf__copy_bytes(dst + at, state->staging[(k - 1) % 2], piece);
     }
   }
   CUresult drained = cu->cuStreamSynchronize(state->transfers);

@@ -226,7 +226,7 @@ static void opencl_raw_free(devbuf_device_t *device, const devbuf_memory_t *memo
 static devbuf_status opencl_write(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset, const void *src,
                                   size_t size) {
   if (dst->host) {
-    memmove((char *)dst->host + offset, src, size);
+    devbuf__copy_bytes((char *)dst->host + offset, src, size);
     return DEVBUF_OK;
   }
   devbuf__opencl_device *state = devbuf__opencl_of(device);
@@ -240,7 +240,7 @@ static devbuf_status opencl_write(devbuf_device_t *device, const devbuf_memory_t
 static devbuf_status opencl_read(devbuf_device_t *device, const devbuf_memory_t *src, size_t offset, void *dst,
                                  size_t size) {
   if (src->host) {
-    memmove(dst, (const char *)src->host + offset, size);
+    devbuf__copy_bytes(dst, (const char *)src->host + offset, size);
     return DEVBUF_OK;
   }
   devbuf__opencl_device *state = devbuf__opencl_of(device);

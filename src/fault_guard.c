@@ -61,7 +61,7 @@ devbuf_status devbuf__guarded_copy(void *dst, const void *src, size_t size, cons
   }
   current_guard = &here;
   atomic_signal_fence(memory_order_seq_cst);
-  memcpy(dst, src, size);
+  devbuf__copy_bytes(dst, src, size);
   atomic_signal_fence(memory_order_seq_cst);
   current_guard = outer;
   return DEVBUF_OK;

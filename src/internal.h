@@ -39,6 +39,9 @@ devbuf_status devbuf__open_regular_file(const char *path, int *out_fd, uint64_t 
 // Reads exactly `size` bytes at `offset`: IO_ERROR if the file ends first (it shrank).
 devbuf_status devbuf__read_at(int fd, void *out, size_t size, uint64_t offset, const char *path);
 
+// Copies `size` bytes of host memory at the machine's bandwidth whatever the alignment of
+// either side (copy_bytes.c); overlapping ranges behave like memmove.
+void devbuf__copy_bytes(void *dst, const void *src, size_t size);
 // Copies `size` bytes from file-mapped memory: IO_ERROR naming `what` when the source faults
 // (its file was truncated while mapped) instead of a SIGBUS (fault_guard.c).
 devbuf_status devbuf__guarded_copy(void *dst, const void *src, size_t size, const char *what);

@@ -391,7 +391,7 @@ static devbuf_status run(devbuf__work *work) {
     fill(data[0], sizes[0], work->scalars, work->scalars_size);
     return DEVBUF_OK;
   case DEVBUF__WORK_COPY:
-    if (sizes[0]) memmove(data[0], data[1], sizes[0]);
+    if (sizes[0]) devbuf__copy_bytes(data[0], data[1], sizes[0]);
     return DEVBUF_OK;
   case DEVBUF__WORK_SIGNAL:
     devbuf__event_raise(work->event, work->value);
