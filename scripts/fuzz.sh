@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with ASan+UBSan and runs each for SECONDS (default 60),
-# starting from the hostile corpus and the shared real files. A crash, leak or timeout
+# starting from the hostile corpus and the real files in tests/data. A crash, leak or timeout
 # fails the run and leaves the input in build/fuzz/artifacts/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ CC=clang cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEV
 
 mkdir -p "$build/corpus/safetensors" "$build/corpus/dlpack" "$build/artifacts"
 cp tests/corpus/safetensors/*.safetensors "$build/corpus/safetensors/"
-cp ../shared/testdata/safetensors/*/*.safetensors "$build/corpus/safetensors/" 2>/dev/null || true
+cp tests/data/safetensors/*/*.safetensors "$build/corpus/safetensors/" 2>/dev/null || true
 
 status=0
 for target in safetensors dlpack; do

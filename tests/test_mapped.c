@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #ifndef DEVBUF_TESTDATA
-#error "DEVBUF_TESTDATA must name the shared testdata folder"
+#error "DEVBUF_TESTDATA must name the test data folder (tests/data)"
 #endif
 
 static devbuf_device_t *device;

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #ifndef DEVBUF_TESTDATA
-#error "DEVBUF_TESTDATA must name the shared testdata folder"
+#error "DEVBUF_TESTDATA must name the test data folder (tests/data)"
 #endif
 #ifndef DEVBUF_CORPUS
 #error "DEVBUF_CORPUS must name the tests' corpus folder"
