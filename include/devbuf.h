@@ -155,9 +155,9 @@ typedef enum devbuf_device_kind {
 // Kinds of memory a device's allocators hand out.
 typedef enum devbuf_memory_kind {
   DEVBUF_MEMORY_DEVICE = 0,       // the device's own memory (on the CPU, host memory)
-  DEVBUF_MEMORY_HOST_VISIBLE = 1, // addressed by the device and the CPU alike (host access follows B4);
+  DEVBUF_MEMORY_HOST_VISIBLE = 1, // addressed by the device and the CPU alike (host access follows the usual rules);
                                   // on CUDA, pinned host memory the device maps
-  DEVBUF_MEMORY_MANAGED = 2,      // CUDA managed (unified) memory, migrating on demand (B4 applies)
+  DEVBUF_MEMORY_MANAGED = 2,      // CUDA managed (unified) memory, migrating on demand (host access rules apply)
 } devbuf_memory_kind;
 
 // What a device is, as its driver reports it.
@@ -246,7 +246,7 @@ typedef struct devbuf_caching_options {
   uint64_t max_buffers;  // live allocations may not exceed it
 } devbuf_caching_options_t;
 
-// A caching allocator over `upstream` (A1-A3): 256-byte size classes up to a page, whole
+// A caching allocator over `upstream`: 256-byte size classes up to a page, whole
 // pages above; best fit among cached blocks up to min(2 x size, size + 2 pages); LRU
 // eviction; limits. `upstream` is retained. Thread-safe.
 // Speed: while no limit is set, each thread keeps a few released blocks of up to 16 pages
@@ -289,7 +289,7 @@ DEVBUF_API void devbuf_allocator_reset_peak(devbuf_allocator_t *allocator);
 // no-op elsewhere).
 DEVBUF_API void devbuf_allocator_clear_cache(devbuf_allocator_t *allocator);
 
-// Adaptors (A5). Each wraps `upstream` (retained) and is itself an allocator.
+// Adaptors. Each wraps `upstream` (retained) and is itself an allocator.
 // Counts calls and bytes; read them with devbuf_allocator_stats.
 DEVBUF_API devbuf_status devbuf_stats_adaptor_create(devbuf_allocator_t *upstream,
                                                      devbuf_allocator_t **out_allocator);
@@ -348,7 +348,8 @@ enum {
 };
 
 // A lazy buffer of `dtype` and `shape` (ndim entries; ndim 0 is a scalar of one element)
-// from `allocator`: nothing is allocated until the first access that needs memory (B1).
+// from `allocator`: nothing is allocated until the first access that needs memory, and
+// threads racing to that access allocate exactly once.
 // OVERFLOW if the byte size overflows; INVALID_ARGUMENT for sub-byte dtypes whose elements
 // do not fill whole bytes, ndim > DEVBUF_MAX_NDIM or unknown flags. `allocator` is
 // retained. Caller releases `out_buffer`.
@@ -367,7 +368,7 @@ DEVBUF_API devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const c
                                                 devbuf_buffer_t **out_buffer);
 
 // A view of `size` bytes at `offset` within `buffer` (relative to the buffer's own
-// offset), with the same dtype and shape [size / element size] (B3). OUT_OF_RANGE if it
+// offset), with the same dtype and shape [size / element size]. OUT_OF_RANGE if it
 // does not fit (overflow-safe), INVALID_ARGUMENT if offset or size is not a whole number
 // of elements. May be taken before allocation; shares the storage and keeps it alive.
 DEVBUF_API devbuf_status devbuf_buffer_view(devbuf_buffer_t *buffer, size_t offset, size_t size,
@@ -379,7 +380,7 @@ DEVBUF_API devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_d
                                                devbuf_buffer_t **out_view);
 
 DEVBUF_API devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer);
-// Drops a reference. The last reference to a storage returns its memory at once (B10): to
+// Drops a reference. The last reference to a storage returns its memory at once: to
 // the allocator's cache when no submitted work uses it; otherwise to the allocator's
 // pending memory (counted as cached, not active), which a buffer allocated by a submission
 // may reuse at once (its work is ordered after the old work, and the CPU waits for it) and
@@ -408,11 +409,13 @@ DEVBUF_API uint64_t devbuf_buffer_handle_id(const devbuf_buffer_t *buffer);
 DEVBUF_API int devbuf_buffer_is_mapped(const devbuf_buffer_t *buffer);
 DEVBUF_API int devbuf_buffer_is_read_only(const devbuf_buffer_t *buffer);
 DEVBUF_API int devbuf_buffer_is_cpu_accessible(const devbuf_buffer_t *buffer);
-// Whether submitted device work still uses the bytes (B4, E4).
+// Whether submitted device work still uses the bytes: true from submission until the last
+// such work has completed.
 DEVBUF_API int devbuf_buffer_in_use(const devbuf_buffer_t *buffer);
 
-// Host access (B4). Each call opens an access that stays open until
-// devbuf_buffer_end_access(buffer, pointer) closes it; allocates first if needed. While it
+// Host access: the CPU and the device never race on a buffer. Each call opens an access
+// that stays open until devbuf_buffer_end_access(buffer, pointer) closes it; allocates
+// first if needed. While it
 // is open, submitting work that would race with it is refused (HOST_ACCESS_OPEN).
 // contents: read access. NOT_CPU_ACCESSIBLE for device-only memory; IN_USE while
 // submitted work writes the bytes. Zero-length buffers give a NULL pointer and size 0.
@@ -437,7 +440,7 @@ DEVBUF_API devbuf_status devbuf_buffer_end_access(devbuf_buffer_t *buffer, const
 // never conflicts with copies, submissions or other accesses.
 DEVBUF_API size_t devbuf_buffer_open_accesses(const devbuf_buffer_t *buffer);
 
-// An ndarray-like view (B5). Strides count elements (C order for buffers).
+// An ndarray-like view. Strides count elements (C order for buffers).
 typedef struct devbuf_array {
   void *data;
   devbuf_dtype dtype;
@@ -460,7 +463,7 @@ DEVBUF_API devbuf_status devbuf_buffer_as_slice(devbuf_buffer_t *buffer, devbuf_
 DEVBUF_API devbuf_status devbuf_buffer_item(devbuf_buffer_t *buffer, devbuf_dtype dtype,
                                             void *out_value);
 
-// Copies (B6). Byte sizes must match (SIZE_MISMATCH). They work on every backend and
+// Copies. Byte sizes must match (SIZE_MISMATCH). They work on every backend and
 // across backends; copies between overlapping views of one storage behave like memmove.
 // They wait for submitted work on their bytes, answer HOST_ACCESS_OPEN for bytes under an
 // open host access, and while they run, racing submissions are refused. copy_from reads
@@ -471,14 +474,14 @@ DEVBUF_API devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const voi
 DEVBUF_API devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t size);
 DEVBUF_API devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src);
 
-// Waits for all work submitted to the buffer's device (B7).
+// Waits for all work submitted to the buffer's device.
 DEVBUF_API devbuf_status devbuf_buffer_synchronize(devbuf_buffer_t *buffer);
-// Waits only for submitted work that uses this buffer's bytes (B7).
+// Waits only for submitted work that uses this buffer's bytes.
 DEVBUF_API devbuf_status devbuf_buffer_wait(devbuf_buffer_t *buffer);
-// The device address of the view's first byte (B8); NOT_ALLOCATED if it has no memory.
+// The device address of the view's first byte; NOT_ALLOCATED if it has no memory.
 // On the CPU it is the host address.
 DEVBUF_API devbuf_status devbuf_buffer_device_ptr(devbuf_buffer_t *buffer, uint64_t *out_address);
-// Address and length for CPU writes that the caller orders with an event (B8); no host
+// Address and length for CPU writes that the caller orders with an event; no host
 // access is opened and in-flight work is not checked. It first waits for the work of a
 // previous owner of reused memory. NOT_CPU_ACCESSIBLE for device memory, READ_ONLY for
 // mapped files.
@@ -490,7 +493,7 @@ DEVBUF_API size_t devbuf_buffer_describe(const devbuf_buffer_t *buffer, char *ou
                                          size_t capacity);
 
 // ---------------------------------------------------------------------------------------
-// Events (E3): timelines. An event holds a counter that only grows; work and the host
+// Events: timelines. An event holds a counter that only grows; work and the host
 // signal values and wait for them. A failure of the work that was to signal it marks the
 // event failed: every wait then returns that failure.
 // ---------------------------------------------------------------------------------------
@@ -514,7 +517,7 @@ DEVBUF_API uint64_t devbuf_event_value(const devbuf_event_t *event);
 DEVBUF_API devbuf_status devbuf_event_status(const devbuf_event_t *event);
 
 // ---------------------------------------------------------------------------------------
-// Queues (E1, E2): in-order queues of device work. On the CPU each queue has a worker
+// Queues: in-order queues of device work. On the CPU each queue has a worker
 // thread, so work runs while the caller goes on. Every submission declares the buffers it
 // uses; the tracker makes work on other queues that touches the same bytes (read after
 // write, write after read, write after write) wait for it, while work on disjoint views
@@ -663,7 +666,7 @@ typedef struct devbuf_load_options {
 
 // Loads the file at `path` as a table of named buffers on `device`. On a CPU-accessible
 // device (without DEVBUF_LOAD_COPY) each tensor is a zero-copy, read-only view of one
-// read-only mapping of the file (B9); elsewhere each is a buffer from the allocator filled
+// read-only mapping of the file; elsewhere each is a buffer from the allocator filled
 // by reading the file (pread: a file that shrinks meanwhile is IO_ERROR, never a crash).
 // Buffers outlive the table (retain them) and the file.
 // While zero-copy tensors live, the file may be deleted or renamed, and replaced by a new
@@ -741,7 +744,7 @@ enum {
 
 // Exports a buffer or view as a DLPack tensor (version 1.1) of its dtype and shape, with
 // C-order strides and the view's byte offset. The tensor keeps the storage alive and holds
-// a host access (B4: write unless read-only, waiting first for conflicting work) until the
+// a host access (write unless read-only, waiting first for conflicting work) until the
 // consumer calls its deleter, so submitted work cannot race with the consumer. Device-only
 // memory is exported without a host access, with its device address. Buffers are allocated
 // first if needed.

@@ -119,7 +119,7 @@ devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator, devbuf_alloc
     stats.alloc_calls = atomic_load(&c->calls);
     stats.failed_allocs = atomic_load(&c->failed);
   }
-  // Memory of released buffers whose work still runs is back in the cache already (B10).
+  // Memory of released buffers whose work still runs is back in the cache already.
   uint64_t pending_bytes = atomic_load(&allocator->pending_bytes), pending_count = atomic_load(&allocator->pending_count);
   stats.active -= pending_bytes < stats.active ? pending_bytes : stats.active;
   stats.cached += pending_bytes;

@@ -1,4 +1,4 @@
-// Allocator adaptors (A5): statistics and fault injection. Each wraps an upstream
+// Allocator adaptors: statistics and fault injection. Each wraps an upstream
 // allocator and is itself an allocator. (The trace adaptor has its own file.)
 #include "internal.h"
 

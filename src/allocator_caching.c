@@ -1,4 +1,4 @@
-// The caching allocator (DESIGN.md A1-A4): its shared pool, limits, statistics, lifetime.
+// The caching allocator: its shared pool, limits, statistics, lifetime.
 //
 // Sizes are rounded to 256-byte classes up to a page and to whole pages above. A request
 // first tries the calling thread's cache (small blocks, no lock: allocator_tcache.c), then

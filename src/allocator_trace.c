@@ -1,4 +1,4 @@
-// The trace adaptor (A5) and trace replay. A trace is a text file, one record a line:
+// The trace adaptor and trace replay. A trace is a text file, one record a line:
 //   # devbuf trace 1          header
 //   a <id> <size>             allocation number <id> (from 1) of <size> bytes
 //   f <id>                    that allocation was freed

@@ -1,4 +1,4 @@
-// Buffer handles: creation, views (B3), identity, properties and description.
+// Buffer handles: creation, views, identity, properties and description.
 #include "internal.h"
 
 #include <stdio.h>

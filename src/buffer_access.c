@@ -1,4 +1,4 @@
-// Host access (B4, B5, B8): pointers for reading and writing that stay open until ended,
+// Host access: pointers for reading and writing that stay open until ended,
 // typed views, item, and the unsynchronized pointer.
 #include "internal.h"
 
@@ -39,7 +39,7 @@ static devbuf_status prepare_host(devbuf_buffer_t *buffer, bool write, const cha
   return DEVBUF_OK;
 }
 
-// Records `count` host accesses at once when no submitted work conflicts (B4), treating
+// Records `count` host accesses at once when no submitted work conflicts, treating
 // the storage's own work as `own` says. With `exclusive`, other open host accesses that
 // conflict refuse them (HOST_ACCESS_OPEN): copies need that; host pointers from several
 // threads may overlap, as the CPU orders its own threads. The new accesses never conflict

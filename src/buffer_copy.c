@@ -1,4 +1,4 @@
-// Copies (B6): host to buffer, buffer to host, buffer to buffer on one device or across
+// Copies: host to buffer, buffer to host, buffer to buffer on one device or across
 // devices. Overlapping views of one storage behave like memmove.
 #include "internal.h"
 
@@ -19,7 +19,7 @@ static devbuf_status check_side(devbuf_buffer_t *buffer, size_t size, bool write
   return devbuf__storage_ensure_allocated(buffer->storage);
 }
 
-// A copy is a host operation (B6): it waits for conflicting submitted work, refuses bytes
+// A copy is a host operation: it waits for conflicting submitted work, refuses bytes
 // under an open host access, and holds an access of its own while it runs, so that no
 // submission races with it.
 static devbuf_status begin(devbuf_buffer_t *buffer, bool write, const char *what, devbuf__host_access **out) {

@@ -1,4 +1,4 @@
-// Events (E3): timelines with a growing counter, waits that spin briefly then block, and
+// Events: timelines with a growing counter, waits that spin briefly then block, and
 // failure that reaches every waiter.
 #include "queue.h"
 

@@ -1,4 +1,4 @@
-// The hazard tracker (E2, E4, B4, B10): which submitted work uses which bytes of a piece of
+// The hazard tracker: which submitted work uses which bytes of a piece of
 // memory. One tracker per storage, made on its first submission; it stays with the memory
 // when the storage is released while work still runs, so that reuse is ordered after it.
 #ifndef DEVBUF_HAZARD_H

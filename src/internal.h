@@ -1,6 +1,6 @@
 // Internal layouts and interfaces shared by devbuf's source files. Not installed.
 //
-// Layers (DESIGN.md section 1), each in its own files, each talking only to the one below:
+// Layers, each in its own files, each talking only to the one below:
 //   buffer*.c           handles, views, host access, copies, mapped files
 //   storage.c           shared, refcounted memory of a buffer; lazy allocation
 //   allocator*.c        the allocator object, caching allocator, adaptors
@@ -91,7 +91,7 @@ static inline bool devbuf__add_overflows(size_t a, size_t b, size_t *out) {
   return __builtin_add_overflow(a, b, out);
 }
 
-// Largest cached size acceptable for a request of `size` (A1): min(2 x size, size + 2 pages).
+// Largest cached size acceptable for a request of `size`: min(2 x size, size + 2 pages).
 static inline size_t devbuf__fit_limit(size_t size, size_t page) {
   size_t twice = size > SIZE_MAX / 2 ? SIZE_MAX : 2 * size;
   size_t plus = size > SIZE_MAX - 2 * page ? SIZE_MAX : size + 2 * page;
@@ -221,7 +221,7 @@ struct devbuf_allocator {
   devbuf__device_link link;
   devbuf_memory_kind memory_kind;      // what its memory is (raw allocators decide; others inherit)
   devbuf__counters counters;
-  // Memory of released buffers whose submitted work still runs (B10): handed back to the
+  // Memory of released buffers whose submitted work still runs: handed back to the
   // allocator when the work completes, or reused at once by a buffer allocated for work.
   pthread_mutex_t pending_lock;
   struct devbuf__storage *pending;     // list through storage->next_pending

@@ -1,4 +1,4 @@
-// Read-only mapped files (B9): zero-copy, page-granular, alive while any view uses them.
+// Read-only mapped files: zero-copy, page-granular, alive while any view uses them.
 #include "internal.h"
 
 #include <errno.h>

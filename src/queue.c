@@ -1,4 +1,4 @@
-// Queues (E1, E2, E5) on the CPU backend: one worker thread per queue runs work items in
+// Queues on the CPU backend: one worker thread per queue runs work items in
 // submission order while the caller goes on. Submission records every use in the memory's
 // hazard tracker and collects the work of other queues that this item must wait for.
 #include "queue.h"

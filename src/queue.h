@@ -1,4 +1,4 @@
-// Queues, work items and events (E1-E5). A work item carries everything it needs to run
+// Queues, work items and events. A work item carries everything it needs to run
 // (addresses computed at submission, scalars copied), the hazard records of its uses and
 // the work of other queues it must wait for.
 #ifndef DEVBUF_QUEUE_H
@@ -19,7 +19,7 @@ typedef enum devbuf__work_kind {
 typedef struct devbuf__work_use {
   devbuf__record record;
   devbuf__hazard *hazard;   // NULL for zero-length uses
-  devbuf_memory_t memory;        // a copy: the memory outlives the item (B10), but the storage
+  devbuf_memory_t memory;        // a copy: the memory outlives the item, but the storage
                                  // record holding it may be handed on while the item waits
   size_t offset, size;           // the view's bytes within it
 } devbuf__work_use;

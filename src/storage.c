@@ -1,5 +1,5 @@
 // Storage: the memory shared by a buffer and its views. Reference counted; allocated
-// lazily exactly once (B1). On the last release the memory goes back at once (B10): to the
+// lazily exactly once. On the last release the memory goes back at once: to the
 // allocator if no submitted work uses it, otherwise to the allocator's pending list, from
 // which work may reuse it (ordered after the old work by the hazard tracker) and which
 // hands it to the allocator when the old work completes.
@@ -151,7 +151,7 @@ static bool take_pending(devbuf__storage *storage) {
 // ---- allocation --------------------------------------------------------------------------
 
 static devbuf_status allocate_locked(devbuf__storage *storage) {
-  if (storage->size == 0) return DEVBUF_OK; // B11: zero-length storage owns no memory
+  if (storage->size == 0) return DEVBUF_OK; // zero-length storage owns no memory
   devbuf_status status = devbuf_allocator_alloc(storage->allocator, storage->size, &storage->memory);
   if (status != DEVBUF_OK) return status;
   if (storage->flags & DEVBUF_BUFFER_ZERO) {
