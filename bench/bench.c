@@ -3,6 +3,8 @@
 #include "bench.h"
 #include "../tools/sample_model.h"
 #include "commands.h"
+#include "printable.h"
+#include "usage.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -10,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 uint64_t bench_now_ns(void) {
   struct timespec now;
@@ -17,14 +21,30 @@ uint64_t bench_now_ns(void) {
   return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 }
 
+// Written once per process under $TMPDIR, opened, and unlinked at once: the benchmarks
+// (and the Python child they start) read it through /proc/<pid>/fd/<fd> while this process
+// lives, and nothing is left behind when it ends, however it ends.
 bool bench_sample_file(const bench_config *config, char *path, size_t capacity) {
+  static char open_path[64];
+  if (open_path[0]) {
+    snprintf(path, capacity, "%s", open_path);
+    return true;
+  }
   const char *folder = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   size_t target = config->quick ? (size_t)256 << 20 : (size_t)1 << 30;
-  snprintf(path, capacity, "%s/devbuf-bench-%zumib.safetensors", folder, target >> 20);
-  struct stat info;
-  if (stat(path, &info) == 0) return true;
-  printf("(writing %s)\n", path);
-  return devbuf_tool_write_sample(path, target) == DEVBUF_OK;
+  char written[512];
+  snprintf(written, sizeof written, "%s/devbuf-bench-XXXXXX", folder);
+  int fd = mkstemp(written);
+  if (fd < 0) return devbuf_set_error(DEVBUF_IO_ERROR, "cannot create a file in %s", folder) == DEVBUF_OK;
+  close(fd);
+  printf("(writing a %zu MiB sample model, removed when the benchmark ends)\n", target >> 20);
+  bool ok = devbuf_tool_write_sample(written, target) == DEVBUF_OK;
+  fd = ok ? open(written, O_RDONLY | O_CLOEXEC) : -1;
+  unlink(written);
+  if (fd < 0) return false;
+  snprintf(open_path, sizeof open_path, "/proc/%d/fd/%d", (int)getpid(), fd);
+  snprintf(path, capacity, "%s", open_path);
+  return true;
 }
 
 static int compare_double(const void *a, const void *b) {
@@ -82,34 +102,45 @@ void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]) {
   }
 }
 
+static bool known_section(const char *name) {
+  static const char *const sections[] = {"alloc", "copy", "threads", "queue", "load"};
+  for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
+    if (strcmp(name, sections[i]) == 0) return true;
+  return false;
+}
+
 int devbuf_cmd_bench(int argc, char **argv) {
   bench_config config = {.runs = 5};
   const char *spec = "cpu", *only = NULL;
   for (int i = 1; i < argc; i++) {
+    char safe[256];
+    if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("bench");
     if (strcmp(argv[i], "--quick") == 0) {
       config.quick = 1;
       config.runs = 3;
-    } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-      spec = argv[++i];
-    } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
-      config.runs = atoi(argv[++i]);
-      if (config.runs < 1 || config.runs > 101) {
-        fprintf(stderr, "devbuf bench: --runs takes 1 to 101\n");
-        return 2;
-      }
-    } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+    } else if (strcmp(argv[i], "--device") == 0) {
+      if (++i == argc) return devbuf_tool_misuse("bench", "--device needs a device, such as cpu or opencl:0");
+      spec = argv[i];
+    } else if (strcmp(argv[i], "--runs") == 0) {
+      char *end = NULL;
+      long runs = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
+      if (!end || *end || runs < 1 || runs > 101)
+        return devbuf_tool_misuse("bench", "--runs takes 1 to 101, not '%s'",
+                                  devbuf_tool_printable(i < argc ? argv[i] : "", safe, sizeof safe));
+      config.runs = (int)runs;
+    } else if (strcmp(argv[i], "--only") == 0) {
+      if (i + 1 == argc || !known_section(argv[i + 1]))
+        return devbuf_tool_misuse("bench", "--only takes alloc, copy, threads, queue or load, not '%s'",
+                                  devbuf_tool_printable(i + 1 < argc ? argv[i + 1] : "", safe, sizeof safe));
       only = argv[++i];
     } else if (strcmp(argv[i], "--load") == 0) {
       only = "load";
     } else {
-      fprintf(stderr, "usage: devbuf bench [--quick] [--runs N] [--device SPEC] [--only alloc|copy|threads|queue|load] [--load]\n");
-      return 2;
+      return devbuf_tool_misuse("bench", "unknown option '%s'", devbuf_tool_printable(argv[i], safe, sizeof safe));
     }
   }
-  if (devbuf_device_open(spec, &config.device) != DEVBUF_OK) {
-    fprintf(stderr, "devbuf bench: %s\n", devbuf_last_error());
-    return 1;
-  }
+  int opened = devbuf_tool_open_device("bench", spec, &config.device);
+  if (opened) return opened;
   printf("devbuf bench on %s (%s); every figure is the median of %d runs\n\n", devbuf_device_spec(config.device),
          devbuf_device_name(config.device), config.runs);
   if (devbuf_device_kind_of(config.device) != DEVBUF_DEVICE_CPU) {

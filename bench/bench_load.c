@@ -20,9 +20,6 @@
 #define MAX_RUNS 101
 #define CHUNK (1u << 20)
 
-#ifndef DEVBUF_PYENV
-#define DEVBUF_PYENV "python3"
-#endif
 
 typedef struct first_tensor {
   uint64_t at;
@@ -56,9 +53,9 @@ static int load_and_check(const bench_config *config, const char *path, unsigned
   uint64_t t0 = bench_now_ns();
   if (devbuf_safetensors_load(config->device, path, &options, &file) != DEVBUF_OK) return -1;
   uint64_t t1 = bench_now_ns();
-  uint64_t *sums = calloc(devbuf_tensor_file_count(file) + 1, sizeof *sums);
-  if (!sums || devbuf_tool_verify(file, sums, threads, NULL, NULL) != DEVBUF_OK) return -1;
-  for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) *sink += sums[i];
+  devbuf_tool_digest *sums = calloc(devbuf_tensor_file_count(file) + 1, sizeof *sums);
+  if (!sums || devbuf_tool_verify(file, DEVBUF_TOOL_CHECKSUM, sums, threads, NULL, NULL) != DEVBUF_OK) return -1;
+  for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) *sink += sums[i].checksum;
   free(sums);
   uint64_t t2 = bench_now_ns();
   devbuf_tensor_file_release(file); // unmaps: the next run faults the pages in again
@@ -106,7 +103,7 @@ void bench_load(const bench_config *config) {
   double first[MAX_RUNS], check[MAX_RUNS], copy[MAX_RUNS], stream[MAX_RUNS], python_ns_runs[MAX_RUNS], total[MAX_RUNS];
   uint64_t sink = 0;
   int python_runs = 0;
-  const char *python = getenv("DEVBUF_PYTHON") ? getenv("DEVBUF_PYTHON") : DEVBUF_PYENV;
+  const char *python = getenv("DEVBUF_PYTHON") ? getenv("DEVBUF_PYTHON") : "python3"; // with numpy, safetensors
   for (int r = 0; r < runs; r++) {
     uint64_t t0 = bench_now_ns();
     int failed = read_file(path, whole, NULL, size);
@@ -145,8 +142,8 @@ void bench_load(const bench_config *config) {
     printf("   end to end, every core    %9.1f ms   Python safetensors %9.1f ms  %8.1fx faster  %s (target >= 5x)\n\n",
            total_ns * 1e-6, python_ns * 1e-6, python_ns / total_ns, python_ns / total_ns >= 5 ? "met" : "MISSED");
   } else {
-    printf("   end to end, every core    %9.1f ms   Python safetensors: not found (%s with safetensors and numpy; "
-           "scripts/python_env.sh)\n\n", total_ns * 1e-6, python);
+    printf("   end to end, every core    %9.1f ms   Python safetensors: not found (%s lacks safetensors or numpy; "
+           "DEVBUF_PYTHON=build/pyenv/bin/python3 after scripts/python_env.sh)\n\n", total_ns * 1e-6, python);
   }
   free(whole);
   free(chunk);

@@ -13,4 +13,5 @@ cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEVBUF_BUILD_T
 cmake --build build/release --target devbuf_tool sample_model >build/release/build.log 2>&1 || { tail -30 build/release/build.log; exit 1; }
 build/release/devbuf info
 echo
+if [ $# -eq 0 ]; then set -- build/release/sample-model.safetensors; fi
 build/release/devbuf load --verify "$@"

@@ -2,6 +2,7 @@
 #include "commands.h"
 #include "devbuf.h"
 #include "printable.h"
+#include "usage.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -12,43 +13,25 @@ static void print_shape(const devbuf_tensor_info_t *info, FILE *out) {
   fputc(']', out);
 }
 
-// A JSON string: quotes, backslashes and control characters escaped; UTF-8 passes through.
-static void print_json_string(const char *s, FILE *out) {
-  fputc('"', out);
-  for (const unsigned char *at = (const unsigned char *)s; *at;) {
-    size_t length = devbuf_tool_printable_length(at);
-    if (*at == '"' || *at == '\\')
-      fprintf(out, "\\%c", *at);
-    else if (length)
-      fwrite(at, 1, length, out);
-    else if (*at < 0x80 || (at[0] == 0xc2 && at[1] >= 0x80 && at[1] < 0xa0)) // a control character
-      fprintf(out, "\\u%04x", *at < 0x80 ? *at : at[1]);
-    else
-      fputs("\\ufffd", out); // no character: the JSON stays valid
-    at += length ? length : *at == 0xc2 && at[1] >= 0x80 && at[1] < 0xa0 ? 2 : 1;
-  }
-  fputc('"', out);
-}
-
 static void print_json(const char *path, const devbuf_tensor_file_t *file, FILE *out) {
   fprintf(out, "{\n  \"file\": ");
-  print_json_string(path, out);
+  devbuf_tool_json_string(path, out);
   fprintf(out, ",\n  \"header_size\": %llu,\n  \"data_size\": %llu,\n  \"metadata\": {",
           (unsigned long long)devbuf_tensor_file_header_size(file), (unsigned long long)devbuf_tensor_file_data_size(file));
   for (size_t i = 0; i < devbuf_tensor_file_metadata_count(file); i++) {
     const char *key, *value;
     devbuf_tensor_file_metadata(file, i, &key, &value);
     fprintf(out, i ? ", " : "");
-    print_json_string(key, out);
+    devbuf_tool_json_string(key, out);
     fprintf(out, ": ");
-    print_json_string(value, out);
+    devbuf_tool_json_string(value, out);
   }
   fprintf(out, "},\n  \"tensors\": [");
   for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
     devbuf_tensor_info_t info;
     devbuf_tensor_file_info(file, i, &info);
     fprintf(out, "%s\n    {\"name\": ", i ? "," : "");
-    print_json_string(info.name, out);
+    devbuf_tool_json_string(info.name, out);
     fprintf(out, ", \"dtype\": \"%s\", \"shape\": ", devbuf_dtype_safetensors_name(info.dtype));
     print_shape(&info, out);
     fprintf(out, ", \"bytes\": %llu, \"data_offsets\": [%llu, %llu], \"file_offset\": %llu}",
@@ -93,19 +76,19 @@ static void print_table(const char *path, const devbuf_tensor_file_t *file, FILE
 
 int devbuf_cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
-  int json = 0, bad = 0;
+  int json = 0;
   for (int i = 1; i < argc; i++) {
+    char safe[256];
+    if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("inspect");
     if (strcmp(argv[i], "--json") == 0)
       json = 1;
     else if (!path && argv[i][0] != '-')
       path = argv[i];
     else
-      bad = 1;
+      return devbuf_tool_misuse("inspect", "%s '%s'", argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
+                                DEVBUF_PRINTABLE(argv[i], safe));
   }
-  if (!path || bad) {
-    fprintf(stderr, "usage: devbuf inspect FILE [--json]\n");
-    return 2;
-  }
+  if (!path) return devbuf_tool_misuse("inspect", "FILE is needed");
   devbuf_tensor_file_t *file;
   if (devbuf_safetensors_inspect(path, &file) != DEVBUF_OK) {
     devbuf_tool_report("inspect", path);

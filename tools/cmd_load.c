@@ -1,21 +1,24 @@
-// devbuf load [FILE] [--device SPEC] [--verify] [--copy]: a safetensors file into buffers,
-// timed; with --verify, a checksum of every tensor (on every core). Without FILE, the build's sample model.
+// devbuf load [FILE] [--device SPEC] [--copy] [--verify] [--expect DIGESTS] [--json]: a
+// safetensors file into buffers, timed; with --verify, the SHA-256 of every tensor (on every
+// core), compared with a saved list with --expect. Without FILE, a sample model in the
+// user's cache folder.
 #include "commands.h"
 #include "devbuf.h"
+#include "digest_list.h"
 #include "printable.h"
 #include "sample_model.h"
+#include "sha256.h"
+#include "usage.h"
 #include "verify.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#ifndef DEVBUF_SAMPLE_MODEL
-#define DEVBUF_SAMPLE_MODEL "sample-model.safetensors"
-#endif
 #define SAMPLE_BYTES (64u << 20)
 
 static double seconds_now(void) {
@@ -61,11 +64,30 @@ static void on_verified(void *context, uint64_t done, uint64_t total) {
   progress_show(context, total ? (double)done / (double)total : 1.0);
 }
 
-static int ensure_sample(const char *path) {
+// The sample model without FILE: $XDG_CACHE_HOME/devbuf (or ~/.cache/devbuf), written once.
+static int sample_path(char *path, size_t capacity, int quiet) {
+  const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  char folder[900];
+  if (cache && cache[0] == '/')
+    snprintf(folder, sizeof folder, "%s/devbuf", cache);
+  else if (home && home[0] == '/')
+    snprintf(folder, sizeof folder, "%s/.cache/devbuf", home);
+  else
+    return devbuf_tool_misuse("load", "without FILE the sample model goes to $XDG_CACHE_HOME or $HOME, and "
+                                      "neither is set: name a FILE");
+  char parent[900];
+  snprintf(parent, sizeof parent, "%.*s", (int)(strrchr(folder, '/') - folder), folder);
+  mkdir(parent, 0755);
+  if (mkdir(folder, 0755) != 0 && errno != EEXIST) {
+    char safe[1024];
+    fprintf(stderr, "devbuf load: cannot make %s: %s\n", DEVBUF_PRINTABLE(folder, safe), strerror(errno));
+    return 1;
+  }
+  snprintf(path, capacity, "%s/sample-model.safetensors", folder);
   struct stat info;
   if (stat(path, &info) == 0) return 0;
   char safe_path[1024];
-  printf("writing a sample model (%u MiB) to %s\n", SAMPLE_BYTES >> 20, DEVBUF_PRINTABLE(path, safe_path));
+  if (!quiet) printf("writing a sample model (%u MiB) to %s\n", SAMPLE_BYTES >> 20, DEVBUF_PRINTABLE(path, safe_path));
   if (devbuf_tool_write_sample(path, SAMPLE_BYTES) != DEVBUF_OK) {
     devbuf_tool_report("load: cannot write the sample model", path);
     return 1;
@@ -73,94 +95,202 @@ static int ensure_sample(const char *path) {
   return 0;
 }
 
-static int usage(void) {
-  fprintf(stderr, "usage: devbuf load [FILE] [--device SPEC] [--verify] [--copy]\n");
-  return 2;
+typedef struct load_request {
+  const char *path, *spec, *expect;
+  int verify, copy, json;
+} load_request;
+
+static int parse(int argc, char **argv, load_request *out) {
+  *out = (load_request){.spec = "cpu"};
+  for (int i = 1; i < argc; i++) {
+    char safe[256];
+    if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("load") - 1;
+    if (strcmp(argv[i], "--verify") == 0) {
+      out->verify = 1;
+    } else if (strcmp(argv[i], "--copy") == 0) {
+      out->copy = 1;
+    } else if (strcmp(argv[i], "--json") == 0) {
+      out->json = 1;
+    } else if (strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--expect") == 0) {
+      if (i + 1 == argc) return devbuf_tool_misuse("load", "%s needs a value", argv[i]);
+      if (argv[i][2] == 'd')
+        out->spec = argv[++i];
+      else
+        out->expect = argv[++i];
+    } else if (!out->path && argv[i][0] != '-') {
+      out->path = argv[i];
+    } else {
+      return devbuf_tool_misuse("load", "%s '%s'", argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
+                                DEVBUF_PRINTABLE(argv[i], safe));
+    }
+  }
+  if (out->expect) out->verify = 1;
+  return 0;
 }
 
-int devbuf_cmd_load(int argc, char **argv) {
-  const char *path = NULL, *spec = "cpu";
-  int verify = 0, copy = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--verify") == 0)
-      verify = 1;
-    else if (strcmp(argv[i], "--copy") == 0)
-      copy = 1;
-    else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
-      spec = argv[++i];
-    else if (!path && argv[i][0] != '-')
-      path = argv[i];
-    else
-      return usage();
-  }
-  if (!path) {
-    path = DEVBUF_SAMPLE_MODEL;
-    if (ensure_sample(path) != 0) return 1;
-  }
-  devbuf_device_t *device;
-  if (devbuf_device_open(spec, &device) != DEVBUF_OK) {
-    devbuf_tool_report("load", NULL);
-    return 1;
-  }
-  int terminal = isatty(STDERR_FILENO);
-  load_watch watch = {.bar = {terminal, "loading", -1}};
-  devbuf_tensor_file_t *header;
-  if (devbuf_safetensors_inspect(path, &header) == DEVBUF_OK) { // for the bar's total only
-    watch.bytes_total = devbuf_tensor_file_data_size(header);
-    devbuf_tensor_file_release(header);
-  }
-  devbuf_load_options_t options = {.flags = copy ? DEVBUF_LOAD_COPY : 0, .on_tensor = on_tensor, .context = &watch};
+typedef struct load_result {
   devbuf_tensor_file_t *file;
-  watch.start = seconds_now();
-  if (devbuf_safetensors_load(device, path, &options, &file) != DEVBUF_OK) {
-    if (terminal) fputc('\n', stderr);
-    devbuf_tool_report("load", path);
-    devbuf_device_release(device);
+  double start, first_tensor, loaded, verify_seconds;
+  devbuf_tool_digest *digests; // with --verify
+  size_t differ, missing, unexpected;
+} load_result;
+
+static void print_digest_text(const devbuf_tensor_file_t *file, const devbuf_tool_digest *digests) {
+  printf("  SHA-256 of every tensor's bytes (DIGEST  NAME, as sha256sum prints them):\n");
+  for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(file, i, &info);
+    char hex[65], name[1024];
+    devbuf_sha256_hex(digests[i].sha256, hex);
+    printf("  %s  %s\n", hex, DEVBUF_PRINTABLE(info.name, name));
+  }
+}
+
+// Compares the digests with the list at `path`: counts and names what differs on stderr.
+static int compare_expected(const char *path, const devbuf_tensor_file_t *file, load_result *result) {
+  devbuf_digest_list list;
+  char why[256], safe[1024];
+  if (!devbuf_digest_list_read(path, &list, why, sizeof why)) {
+    fprintf(stderr, "devbuf load: cannot read the digests in %s: %s\n", DEVBUF_PRINTABLE(path, safe), why);
     return 1;
   }
-  double loaded = seconds_now();
+  for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(file, i, &info);
+    char hex[65], name[1024];
+    devbuf_sha256_hex(result->digests[i].sha256, hex);
+    DEVBUF_PRINTABLE(info.name, name);
+    devbuf_digest_entry *entry = devbuf_digest_list_find(&list, name);
+    if (!entry) {
+      result->unexpected++;
+      fprintf(stderr, "devbuf load: tensor '%s' is not in the expected list\n", name);
+    } else {
+      entry->seen = true;
+      if (strcmp(entry->hex, hex) != 0) {
+        result->differ++;
+        fprintf(stderr, "devbuf load: tensor '%s' differs: expected %s, got %s\n", name, entry->hex, hex);
+      }
+    }
+  }
+  for (size_t i = 0; i < list.count; i++) {
+    if (list.entries[i].seen) continue;
+    result->missing++;
+    fprintf(stderr, "devbuf load: tensor '%s' of the expected list is not in the file\n", list.entries[i].name);
+  }
+  devbuf_digest_list_free(&list);
+  return result->differ || result->missing || result->unexpected ? 1 : 0;
+}
+
+static void print_text(const load_request *request, devbuf_device_t *device, const load_result *result) {
+  size_t count = devbuf_tensor_file_count(result->file);
+  uint64_t bytes = devbuf_tensor_file_data_size(result->file);
+  int zero_copy = count && devbuf_buffer_is_mapped(devbuf_tensor_file_buffer(result->file, 0));
+  char safe_path[1024];
+  printf("loaded %zu tensors, %.1f MiB, from %s onto %s (%s)\n", count, (double)bytes / (1 << 20),
+         DEVBUF_PRINTABLE(request->path, safe_path), devbuf_device_spec(device),
+         zero_copy ? "zero-copy views of one read-only mapping" : "copies");
+  if (count)
+    printf("  first tensor after %.3f ms; all after %.3f ms\n", (result->first_tensor - result->start) * 1e3,
+           (result->loaded - result->start) * 1e3);
+  if (!zero_copy && result->loaded > result->start)
+    printf("  read at %.2f GB/s\n", (double)bytes / (result->loaded - result->start) * 1e-9);
+  if (!result->digests) return;
+  printf("  hashed %.1f MiB in %.3f ms: %.2f GB/s; end to end %.3f ms\n", (double)bytes / (1 << 20),
+         result->verify_seconds * 1e3, result->verify_seconds > 0 ? (double)bytes / result->verify_seconds * 1e-9 : 0.0,
+         (result->loaded - result->start + result->verify_seconds) * 1e3);
+  print_digest_text(result->file, result->digests);
+  if (request->expect)
+    printf("  expected digests: %zu differ, %zu missing from the file, %zu not in the list\n", result->differ,
+           result->missing, result->unexpected);
+}
+
+static void print_json(const load_request *request, devbuf_device_t *device, const load_result *result) {
+  const devbuf_tensor_file_t *file = result->file;
   size_t count = devbuf_tensor_file_count(file);
   uint64_t bytes = devbuf_tensor_file_data_size(file);
   int zero_copy = count && devbuf_buffer_is_mapped(devbuf_tensor_file_buffer(file, 0));
-  char safe_path[1024];
-  printf("loaded %zu tensors, %.1f MiB, from %s onto %s (%s)\n", count, (double)bytes / (1 << 20),
-         DEVBUF_PRINTABLE(path, safe_path),
-         devbuf_device_spec(device), zero_copy ? "zero-copy views of one read-only mapping" : "copies");
-  if (count)
-    printf("  first tensor after %.3f ms; all after %.3f ms\n", (watch.first_tensor - watch.start) * 1e3,
-           (loaded - watch.start) * 1e3);
-  if (!zero_copy && loaded > watch.start)
-    printf("  %.2f GB/s\n", (double)bytes / (loaded - watch.start) * 1e-9);
+  printf("{\"file\": ");
+  devbuf_tool_json_string(request->path, stdout);
+  printf(", \"device\": ");
+  devbuf_tool_json_string(devbuf_device_spec(device), stdout);
+  printf(", \"zero_copy\": %s, \"tensors\": %zu, \"bytes\": %llu, \"first_tensor_ms\": %.3f, \"load_ms\": %.3f",
+         zero_copy ? "true" : "false", count, (unsigned long long)bytes,
+         count ? (result->first_tensor - result->start) * 1e3 : 0.0, (result->loaded - result->start) * 1e3);
+  if (result->digests) {
+    printf(", \"verify_ms\": %.3f, \"digests\": [", result->verify_seconds * 1e3);
+    for (size_t i = 0; i < count; i++) {
+      devbuf_tensor_info_t info;
+      devbuf_tensor_file_info(file, i, &info);
+      char hex[65];
+      devbuf_sha256_hex(result->digests[i].sha256, hex);
+      printf("%s\n  {\"name\": ", i ? "," : "");
+      devbuf_tool_json_string(info.name, stdout);
+      printf(", \"dtype\": \"%s\", \"shape\": [", devbuf_dtype_safetensors_name(info.dtype));
+      for (size_t d = 0; d < info.ndim; d++) printf(d ? ", %zu" : "%zu", info.shape[d]);
+      printf("], \"sha256\": \"%s\"}", hex);
+    }
+    printf("%s]", count ? "\n" : "");
+  }
+  if (request->expect)
+    printf(", \"expected\": {\"differ\": %zu, \"missing\": %zu, \"unexpected\": %zu}", result->differ, result->missing,
+           result->unexpected);
+  printf("}\n");
+}
 
+int devbuf_cmd_load(int argc, char **argv) {
+  load_request request;
+  int parsed = parse(argc, argv, &request);
+  if (parsed) return parsed < 0 ? 0 : parsed; // help (0) or a mistake (2)
+  char sample[1024];
+  if (!request.path) {
+    int made = sample_path(sample, sizeof sample, request.json);
+    if (made) return made;
+    request.path = sample;
+  }
+  devbuf_device_t *device;
+  int opened = devbuf_tool_open_device("load", request.spec, &device);
+  if (opened) return opened;
+  int terminal = isatty(STDERR_FILENO);
+  load_watch watch = {.bar = {terminal, "loading", -1}};
+  devbuf_tensor_file_t *header;
+  if (devbuf_safetensors_inspect(request.path, &header) == DEVBUF_OK) { // for the bar's total only
+    watch.bytes_total = devbuf_tensor_file_data_size(header);
+    devbuf_tensor_file_release(header);
+  }
+  devbuf_load_options_t options = {.flags = request.copy ? DEVBUF_LOAD_COPY : 0, .on_tensor = on_tensor,
+                                   .context = &watch};
+  load_result result = {0};
+  watch.start = result.start = seconds_now();
+  if (devbuf_safetensors_load(device, request.path, &options, &result.file) != DEVBUF_OK) {
+    if (terminal) fputc('\n', stderr);
+    devbuf_tool_report("load", request.path);
+    devbuf_device_release(device);
+    return 1;
+  }
+  result.loaded = seconds_now();
+  result.first_tensor = watch.first_tensor;
   int failed = 0;
-  if (verify) {
-    uint64_t *sums = calloc(count ? count : 1, sizeof *sums);
+  if (request.verify) {
+    size_t count = devbuf_tensor_file_count(result.file);
+    result.digests = calloc(count ? count : 1, sizeof *result.digests);
     progress bar = {terminal, "verifying", -1};
     double start = seconds_now();
-    if (!sums || devbuf_tool_verify(file, sums, 0, on_verified, &bar) != DEVBUF_OK) {
-      if (sums)
+    if (!result.digests ||
+        devbuf_tool_verify(result.file, DEVBUF_TOOL_SHA256, result.digests, 0, on_verified, &bar) != DEVBUF_OK) {
+      if (result.digests)
         devbuf_tool_report("load: verify", NULL);
       else
         fprintf(stderr, "devbuf load: verify: out of memory\n");
+      free(result.digests);
+      result.digests = NULL;
       failed = 1;
     }
-    double took = seconds_now() - start;
-    if (!failed && sums) {
-      printf("  checksummed %.1f MiB in %.3f ms: %.2f GB/s; end to end %.3f ms\n", (double)bytes / (1 << 20),
-             took * 1e3, took > 0 ? (double)bytes / took * 1e-9 : 0.0, (seconds_now() - watch.start) * 1e3);
-      printf("  %-16s  %-5s %-18s %s\n", "checksum", "dtype", "shape", "name");
-      for (size_t i = 0; i < count; i++) {
-        devbuf_tensor_info_t info;
-        devbuf_tensor_file_info(file, i, &info);
-        char shape[64], name[256];
-        devbuf_tool_shape_text(info.shape, info.ndim, ",", shape, sizeof shape);
-        printf("  %016llx  %-5s %-18s %s\n", (unsigned long long)sums[i], devbuf_dtype_safetensors_name(info.dtype),
-               shape, devbuf_tool_printable(info.name, name, sizeof name));
-      }
-    }
-    free(sums);
+    result.verify_seconds = seconds_now() - start;
+    if (!failed && request.expect) failed = compare_expected(request.expect, result.file, &result);
   }
-  devbuf_tensor_file_release(file);
+  if (!failed || result.digests) (request.json ? print_json : print_text)(&request, device, &result);
+  free(result.digests);
+  devbuf_tensor_file_release(result.file);
   devbuf_device_release(device);
   return failed;
 }

@@ -3,53 +3,84 @@
 #include "commands.h"
 #include "devbuf.h"
 #include "printable.h"
+#include "usage.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+static void print_text(const char *path, const char *spec, const devbuf_trace_summary_t *summary,
+                       const devbuf_allocator_stats_t *stats) {
+  char safe_path[1024], safe_spec[64];
+  printf("replayed %s on %s: %llu allocations, %llu frees, %llu refused, %llu never freed\n",
+         DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec), (unsigned long long)summary->allocs,
+         (unsigned long long)summary->frees, (unsigned long long)summary->failed_allocs,
+         (unsigned long long)summary->leaked);
+  printf("peak requested %llu bytes; allocator peak %llu bytes; %llu system allocations, %llu system frees, "
+         "%llu cache hits\n",
+         (unsigned long long)summary->peak_live_bytes, (unsigned long long)stats->peak,
+         (unsigned long long)stats->system_allocs, (unsigned long long)stats->system_frees,
+         (unsigned long long)stats->cache_hits);
+}
+
+static void print_json(const char *path, const char *spec, const devbuf_trace_summary_t *summary,
+                       const devbuf_allocator_stats_t *stats) {
+  printf("{\"file\": ");
+  devbuf_tool_json_string(path, stdout);
+  printf(", \"device\": ");
+  devbuf_tool_json_string(spec, stdout);
+  printf(", \"allocs\": %llu, \"frees\": %llu, \"refused\": %llu, \"never_freed\": %llu, "
+         "\"peak_requested_bytes\": %llu, \"allocator_peak_bytes\": %llu, \"system_allocs\": %llu, "
+         "\"system_frees\": %llu, \"cache_hits\": %llu}\n",
+         (unsigned long long)summary->allocs, (unsigned long long)summary->frees,
+         (unsigned long long)summary->failed_allocs, (unsigned long long)summary->leaked,
+         (unsigned long long)summary->peak_live_bytes, (unsigned long long)stats->peak,
+         (unsigned long long)stats->system_allocs, (unsigned long long)stats->system_frees,
+         (unsigned long long)stats->cache_hits);
+}
+
 int devbuf_cmd_trace(int argc, char **argv) {
-  if (argc < 3 || strcmp(argv[1], "replay") != 0) {
-    fprintf(stderr, "usage: devbuf trace replay FILE [--device SPEC] [--memory-limit BYTES]\n");
-    return 2;
-  }
-  const char *path = argv[2], *spec = "cpu";
+  const char *path = NULL, *spec = "cpu";
   devbuf_caching_options_t options = {0};
-  for (int i = 3; i < argc; i++) {
-    if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-      spec = argv[++i];
-    } else if (strcmp(argv[i], "--memory-limit") == 0 && i + 1 < argc) {
-      char *end;
-      options.memory_limit = strtoull(argv[++i], &end, 10);
-      if (*end) {
-        char safe[256];
-        fprintf(stderr, "devbuf trace: --memory-limit takes a number of bytes, not '%s'\n", DEVBUF_PRINTABLE(argv[i], safe));
-        return 2;
-      }
+  int json = 0, replay = 0;
+  for (int i = 1; i < argc; i++) {
+    char safe[256];
+    if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("trace");
+    if (!replay && strcmp(argv[i], "replay") == 0) {
+      replay = 1;
+    } else if (!replay) {
+      return devbuf_tool_misuse("trace", "unknown subcommand '%s'", DEVBUF_PRINTABLE(argv[i], safe));
+    } else if (strcmp(argv[i], "--json") == 0) {
+      json = 1;
+    } else if (strcmp(argv[i], "--device") == 0) {
+      if (++i == argc) return devbuf_tool_misuse("trace", "--device needs a device, such as cpu or opencl:0");
+      spec = argv[i];
+    } else if (strcmp(argv[i], "--memory-limit") == 0) {
+      char *end = NULL;
+      options.memory_limit = i + 1 < argc ? strtoull(argv[++i], &end, 10) : 0;
+      if (!end || *end || argv[i][0] == '-' || argv[i][0] == '\0')
+        return devbuf_tool_misuse("trace", "--memory-limit takes a number of bytes, not '%s'",
+                                  DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
+    } else if (!path && argv[i][0] != '-') {
+      path = argv[i];
     } else {
-      char safe[256];
-      fprintf(stderr, "devbuf trace: unknown option '%s'\n", DEVBUF_PRINTABLE(argv[i], safe));
-      return 2;
+      return devbuf_tool_misuse("trace", "%s '%s'", argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
+                                DEVBUF_PRINTABLE(argv[i], safe));
     }
   }
+  if (!replay || !path) return devbuf_tool_misuse("trace", "replay and a trace FILE are needed");
   devbuf_device_t *device = NULL;
+  int opened = devbuf_tool_open_device("trace", spec, &device);
+  if (opened) return opened;
   devbuf_allocator_t *raw = NULL, *caching = NULL;
-  devbuf_status status = devbuf_device_open(spec, &device);
-  if (status == DEVBUF_OK) status = devbuf_device_raw_allocator(device, &raw);
+  devbuf_status status = devbuf_device_raw_allocator(device, &raw);
   if (status == DEVBUF_OK) status = devbuf_caching_allocator_create(raw, &options, &caching);
   devbuf_trace_summary_t summary;
   if (status == DEVBUF_OK) status = devbuf_trace_replay(path, caching, &summary);
   if (status == DEVBUF_OK) {
     devbuf_allocator_stats_t stats;
     devbuf_allocator_stats(caching, &stats);
-    char safe_path[1024], safe_spec[64];
-    printf("replayed %s on %s: %llu allocations, %llu frees, %llu refused, %llu never freed\n",
-           DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec),
-           (unsigned long long)summary.allocs, (unsigned long long)summary.frees,
-           (unsigned long long)summary.failed_allocs, (unsigned long long)summary.leaked);
-    printf("peak requested %llu bytes; allocator peak %llu bytes; %llu system allocations, %llu cache hits\n",
-           (unsigned long long)summary.peak_live_bytes, (unsigned long long)stats.peak,
-           (unsigned long long)stats.system_allocs, (unsigned long long)stats.cache_hits);
+    (json ? print_json : print_text)(path, spec, &summary, &stats);
   } else {
     devbuf_tool_report("trace", NULL);
   }

@@ -1,6 +1,8 @@
 // The devbuf command-line tool: devices, benchmarks, allocation traces.
 #include "commands.h"
+#include "devbuf.h"
 #include "printable.h"
+#include "usage.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,26 +18,20 @@ static void reserve_static_tls(char **argv) {
   unsetenv("GLIBC_TUNABLES"); // exec failed: go on without jemalloc
 }
 
-static int usage(FILE *out) {
-  fprintf(out,
-          "usage: devbuf <command> [options]\n"
-          "  info                     devices this build can open, and why others cannot\n"
-          "  inspect FILE [--json]    the tensors of a safetensors file (name, dtype, shape, bytes, offsets)\n"
-          "  load [FILE] [--device SPEC] [--verify] [--copy]\n"
-          "                           load a safetensors file into buffers, timed; --verify checksums\n"
-          "                           every tensor; without FILE, the build's sample model\n"
-          "  sample FILE [--mib N]    write a sample model of about N MiB (default 64)\n"
-          "  bench [--quick] [--device SPEC] [--only alloc|copy|threads|queue|load]\n"
-          "                           benchmarks, side by side with malloc/memcpy/read and Python\n"
-          "  trace replay FILE [--device SPEC] [--memory-limit BYTES]\n"
-          "                           replay an allocation trace against a caching allocator\n"
-          "  help                     this text\n");
-  return out == stderr ? 2 : 0;
-}
-
 int main(int argc, char **argv) {
-  if (argc < 2) return usage(stderr);
+  if (argc < 2) return devbuf_tool_misuse("", "a command is needed");
   const char *command = argv[1];
+  if (strcmp(command, "--version") == 0 || strcmp(command, "version") == 0) {
+    printf("devbuf %d.%d.%d\n", DEVBUF_VERSION_MAJOR, DEVBUF_VERSION_MINOR, DEVBUF_VERSION_PATCH);
+    return 0;
+  }
+  if (strcmp(command, "help") == 0 || devbuf_tool_wants_help(command)) {
+    if (argc > 2 && strcmp(devbuf_tool_usage(argv[2]), devbuf_tool_usage(NULL)) == 0) {
+      char safe[256];
+      return devbuf_tool_misuse("help", "no command is named '%s'", DEVBUF_PRINTABLE(argv[2], safe));
+    }
+    return devbuf_tool_help(argc > 2 ? argv[2] : NULL);
+  }
   if (strcmp(command, "info") == 0) return devbuf_cmd_info(argc - 1, argv + 1);
   if (strcmp(command, "bench") == 0) {
     reserve_static_tls(argv);
@@ -45,9 +41,6 @@ int main(int argc, char **argv) {
   if (strcmp(command, "inspect") == 0) return devbuf_cmd_inspect(argc - 1, argv + 1);
   if (strcmp(command, "load") == 0) return devbuf_cmd_load(argc - 1, argv + 1);
   if (strcmp(command, "sample") == 0) return devbuf_cmd_sample(argc - 1, argv + 1);
-  if (strcmp(command, "help") == 0 || strcmp(command, "--help") == 0 || strcmp(command, "-h") == 0)
-    return usage(stdout);
   char safe[256];
-  fprintf(stderr, "devbuf: unknown command '%s'\n", devbuf_tool_printable(command, safe, sizeof safe));
-  return usage(stderr);
+  return devbuf_tool_misuse("", "unknown command '%s'", DEVBUF_PRINTABLE(command, safe));
 }

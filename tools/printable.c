@@ -53,3 +53,22 @@ void devbuf_tool_report(const char *what, const char *path) {
   fprintf(stderr, "devbuf %s: %s%s%s\n", what, path ? DEVBUF_PRINTABLE(path, safe_path) : "", path ? ": " : "",
           DEVBUF_PRINTABLE(devbuf_last_error(), message));
 }
+
+// A JSON string: quotes, backslashes and control characters escaped; UTF-8 passes through.
+void devbuf_tool_json_string(const char *s, FILE *out) {
+  fputc('"', out);
+  for (const unsigned char *at = (const unsigned char *)s; *at;) {
+    size_t length = devbuf_tool_printable_length(at);
+    if (*at == '"' || *at == '\\')
+      fprintf(out, "\\%c", *at);
+    else if (length)
+      fwrite(at, 1, length, out);
+    else if (*at < 0x80 || (at[0] == 0xc2 && at[1] >= 0x80 && at[1] < 0xa0)) // a control character
+      fprintf(out, "\\u%04x", *at < 0x80 ? *at : at[1]);
+    else
+      fputs("\\ufffd", out); // no character: the JSON stays valid
+    at += length ? length : *at == 0xc2 && at[1] >= 0x80 && at[1] < 0xa0 ? 2 : 1;
+  }
+  fputc('"', out);
+}
+

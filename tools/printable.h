@@ -4,6 +4,7 @@
 #define DEVBUF_TOOL_PRINTABLE_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 // Writes the escaped form of `text` into `out` (capacity > 0, always terminated, cut to
 // fit) and returns `out`: well-formed UTF-8 passes, control characters (C0, DEL, C1) and
@@ -19,6 +20,10 @@ const char *devbuf_tool_shape_text(const size_t *shape, size_t ndim, const char 
 // Prints "devbuf <what>: [<path>: ]<message>" on stderr, the path and the library's last
 // error message made printable: messages quote tensor names, dtype strings and paths.
 void devbuf_tool_report(const char *what, const char *path);
+
+// Writes `text` as a JSON string: quotes, backslashes and control characters escaped (C1
+// ones too), well-formed UTF-8 as it is, bytes of no well-formed sequence as U+FFFD.
+void devbuf_tool_json_string(const char *text, FILE *out);
 
 // Shorthand for the escaped form of `text` in a buffer of the caller's frame.
 #define DEVBUF_PRINTABLE(text, buffer) devbuf_tool_printable((text), (buffer), sizeof(buffer))

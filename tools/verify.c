@@ -1,6 +1,7 @@
 // The parallel verification of verify.h.
 #include "verify.h"
 #include "checksum.h"
+#include "sha256.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,7 +15,8 @@ typedef struct sized {
 
 typedef struct job {
   const devbuf_tensor_file_t *file;
-  uint64_t *sums;
+  devbuf_tool_digest_kind kind;
+  devbuf_tool_digest *digests;
   sized *order; // tensors, largest first
   size_t count;
   atomic_size_t next;
@@ -25,21 +27,32 @@ typedef struct job {
   pthread_mutex_t lock;
 } job;
 
-// The checksum of a tensor's bytes, read in place when the CPU can, else copied out.
-static devbuf_status tensor_checksum(devbuf_buffer_t *buffer, uint64_t *out) {
+static void digest_of(devbuf_tool_digest_kind kind, const void *data, size_t size, devbuf_tool_digest *out) {
+  if (kind == DEVBUF_TOOL_CHECKSUM) {
+    out->checksum = devbuf_tool_checksum(data, size);
+    return;
+  }
+  devbuf_sha256 hash;
+  devbuf_sha256_init(&hash);
+  devbuf_sha256_update(&hash, data, size);
+  devbuf_sha256_final(&hash, out->sha256);
+}
+
+// The digest of a tensor's bytes, read in place when the CPU can, else copied out.
+static devbuf_status tensor_digest(devbuf_buffer_t *buffer, devbuf_tool_digest_kind kind, devbuf_tool_digest *out) {
   if (devbuf_buffer_is_cpu_accessible(buffer)) {
     const void *data;
     size_t size;
     devbuf_status status = devbuf_buffer_contents_wait(buffer, &data, &size);
     if (status != DEVBUF_OK) return status;
-    *out = devbuf_tool_checksum(data, size);
+    digest_of(kind, data, size, out);
     return devbuf_buffer_end_access(buffer, data);
   }
   size_t size = devbuf_buffer_size(buffer);
   void *copy = malloc(size ? size : 1);
   if (!copy) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "no host memory to check %zu bytes", size);
   devbuf_status status = devbuf_buffer_copyout(buffer, copy, size);
-  if (status == DEVBUF_OK) *out = devbuf_tool_checksum(copy, size);
+  if (status == DEVBUF_OK) digest_of(kind, copy, size, out);
   free(copy);
   return status;
 }
@@ -49,7 +62,7 @@ static void work(job *j, void (*progress)(void *context, uint64_t done, uint64_t
   for (size_t n; !atomic_load(&j->failed) && (n = atomic_fetch_add(&j->next, 1)) < j->count;) {
     size_t index = j->order[n].index;
     devbuf_buffer_t *buffer = devbuf_tensor_file_buffer(j->file, index);
-    devbuf_status status = tensor_checksum(buffer, &j->sums[index]);
+    devbuf_status status = tensor_digest(buffer, j->kind, &j->digests[index]);
     if (status != DEVBUF_OK) {
       pthread_mutex_lock(&j->lock);
       if (!atomic_exchange(&j->failed, 1)) { // the message is thread-local: keep the first
@@ -75,14 +88,15 @@ static int larger_first(const void *a, const void *b) {
   return (x->size < y->size) - (x->size > y->size);
 }
 
-devbuf_status devbuf_tool_verify(const devbuf_tensor_file_t *file, uint64_t *sums, unsigned threads,
+devbuf_status devbuf_tool_verify(const devbuf_tensor_file_t *file, devbuf_tool_digest_kind kind,
+                                 devbuf_tool_digest *digests, unsigned threads,
                                  void (*progress)(void *context, uint64_t done, uint64_t total), void *context) {
   size_t count = devbuf_tensor_file_count(file);
   if (!threads) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (unsigned)cpus;
   }
-  job j = {.file = file, .sums = sums, .count = count, .status = DEVBUF_OK};
+  job j = {.file = file, .kind = kind, .digests = digests, .count = count, .status = DEVBUF_OK};
   j.order = malloc((count ? count : 1) * sizeof *j.order);
   pthread_t *workers = malloc(threads * sizeof *workers);
   if (!j.order || !workers) {

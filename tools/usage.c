@@ -1,0 +1,80 @@
+// The usage texts of usage.h.
+#include "usage.h"
+#include "devbuf.h"
+#include "printable.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct usage_entry {
+  const char *command, *text;
+} usage_entry;
+
+static const usage_entry entries[] = {
+    {"info", "devbuf info [--json]\n"
+             "  the devices this build can open, and why the others cannot\n"},
+    {"inspect", "devbuf inspect FILE [--json]\n"
+                "  the tensors of a safetensors file: name, dtype, shape, bytes, offsets; metadata\n"},
+    {"load", "devbuf load [FILE] [--device SPEC] [--copy] [--verify] [--expect DIGESTS] [--json]\n"
+             "  loads a safetensors file into buffers on SPEC (default cpu), timed; without FILE, a\n"
+             "  sample model written once to the user's cache folder\n"
+             "  --copy     writable copies instead of zero-copy views of the mapped file\n"
+             "  --verify   the SHA-256 of every tensor's bytes, as lines 'DIGEST  NAME'\n"
+             "  --expect   compares with a saved list of such lines (exit 1 naming the tensors that\n"
+             "             differ or are missing); implies --verify\n"
+             "  --json     one JSON object on stdout instead of the text\n"},
+    {"sample", "devbuf sample FILE [--mib N]\n"
+               "  writes a sample model of about N MiB (default 64)\n"},
+    {"bench", "devbuf bench [--quick] [--runs N] [--device SPEC] [--only alloc|copy|threads|queue|load] [--load]\n"
+              "  benchmarks, side by side with malloc, memcpy, read() and Python; every figure is the\n"
+              "  median of N runs (default 5, 1 to 101)\n"},
+    {"trace", "devbuf trace replay FILE [--device SPEC] [--memory-limit BYTES] [--json]\n"
+              "  replays an allocation trace against a caching allocator over SPEC's memory (default cpu)\n"},
+};
+
+static const char tool_text[] =
+    "usage: devbuf <command> [options]      (devbuf <command> --help for one command)\n"
+    "  info                 devices this build can open, and why others cannot\n"
+    "  inspect FILE         the tensors of a safetensors file\n"
+    "  load [FILE]          load a safetensors file into buffers, timed; --verify digests every tensor\n"
+    "  sample FILE          write a sample model\n"
+    "  bench                benchmarks, side by side with malloc/memcpy/read and Python\n"
+    "  trace replay FILE    replay an allocation trace against a caching allocator\n"
+    "  help [COMMAND]       this text, or one command's\n"
+    "  --version            the tool's version\n";
+
+const char *devbuf_tool_usage(const char *command) {
+  for (size_t i = 0; command && i < sizeof entries / sizeof *entries; i++)
+    if (strcmp(entries[i].command, command) == 0) return entries[i].text;
+  return tool_text;
+}
+
+bool devbuf_tool_wants_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+int devbuf_tool_help(const char *command) {
+  const char *text = devbuf_tool_usage(command);
+  printf("%s%s", text == tool_text ? "" : "usage: ", text);
+  return 0;
+}
+
+int devbuf_tool_misuse(const char *command, const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  fprintf(stderr, "devbuf%s%s: ", command[0] ? " " : "", command);
+  vfprintf(stderr, format, args);
+  va_end(args);
+  const char *text = devbuf_tool_usage(command);
+  fprintf(stderr, "\n%s%s", text == tool_text ? "" : "usage: ", text);
+  return 2;
+}
+
+int devbuf_tool_open_device(const char *command, const char *spec, devbuf_device_t **out_device) {
+  devbuf_status status = devbuf_device_open(spec, out_device);
+  if (status == DEVBUF_OK) return 0;
+  char message[1024];
+  DEVBUF_PRINTABLE(devbuf_last_error(), message);
+  if (status == DEVBUF_INVALID_ARGUMENT) return devbuf_tool_misuse(command, "%s", message);
+  fprintf(stderr, "devbuf %s: %s\n", command, message);
+  return 1;
+}
