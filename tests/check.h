@@ -125,4 +125,36 @@ static inline unsigned char *test_read_file(const char *path, size_t *out_size) 
   return bytes;
 }
 
+// The folder of real files from other projects (tests/data): $DEVBUF_TESTDATA when set (the
+// skip-path check points it at a missing folder), else the one the build names.
+static inline const char *test_data_dir(void) {
+#ifdef DEVBUF_TESTDATA
+  const char *from_build = DEVBUF_TESTDATA;
+#else
+  const char *from_build = "tests/data";
+#endif
+  const char *from_environment = getenv("DEVBUF_TESTDATA");
+  return from_environment && from_environment[0] ? from_environment : from_build;
+}
+
+// `relative` inside the test data folder; each call's result lives until the 8th call after.
+static inline const char *test_data(const char *relative) {
+  static char paths[8][1024];
+  static unsigned next;
+  char *path = paths[next++ % 8];
+  snprintf(path, sizeof paths[0], "%s/%s", test_data_dir(), relative);
+  return path;
+}
+
+// Exits with the skip code, saying why, when the test data folder is not there.
+static inline void test_require_data(void) {
+  FILE *probe = fopen(test_data("README.md"), "r");
+  if (probe) {
+    fclose(probe);
+    return;
+  }
+  printf("SKIP: the test data folder %s is missing (it ships in the repository as tests/data)\n", test_data_dir());
+  exit(SKIP_EXIT_CODE);
+}
+
 #endif

@@ -74,7 +74,7 @@ static void test_export_describes_buffer(void) {
   CHECK(legacy && legacy->dl_tensor.byte_offset == 32 && legacy->dl_tensor.dtype.code == DEVBUF_DL_INT);
   legacy->deleter(legacy);
   devbuf_buffer_t *mapped = NULL;
-  CHECK_OK(devbuf_buffer_map_file(device, DEVBUF_TESTDATA "/safetensors/safetensors-cpp/model.safetensors", &mapped));
+  CHECK_OK(devbuf_buffer_map_file(device, test_data("safetensors/safetensors-cpp/model.safetensors"), &mapped));
   if (!mapped) { // nothing below can run without the file
     devbuf_buffer_release(view);
     devbuf_buffer_release(buffer);
@@ -275,6 +275,7 @@ static void test_round_trip_every_dtype(void) {
 }
 
 int main(void) {
+  test_require_data();
   if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 1;
   allocator = devbuf_device_allocator(device);
   RUN(test_export_describes_buffer);

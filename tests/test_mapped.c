@@ -4,14 +4,11 @@
 
 #include <unistd.h>
 
-#ifndef DEVBUF_TESTDATA
-#error "DEVBUF_TESTDATA must name the test data folder (tests/data)"
-#endif
 
 static devbuf_device_t *device;
 
 static void test_map_shared_file(void) {
-  const char *path = DEVBUF_TESTDATA "/safetensors/burn/mnist.safetensors";
+  const char *path = test_data("safetensors/burn/mnist.safetensors");
   size_t expected_size = 0;
   unsigned char *expected = test_read_file(path, &expected_size);
   CHECK(expected != NULL && expected_size > 1000000);
@@ -98,6 +95,7 @@ static void test_map_errors_and_empty(void) {
 }
 
 int main(void) {
+  test_require_data();
   if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 1;
   RUN(test_map_shared_file);
   RUN(test_mapping_survives_unlink);

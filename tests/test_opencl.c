@@ -205,7 +205,7 @@ static void test_dlpack_of_device_memory(void) {
 
 // A weight file on a device the CPU cannot read from: staged copies, equal to the file.
 static void test_safetensors_onto_the_device(void) {
-  const char *path = DEVBUF_TESTDATA "/safetensors/burn/mnist.safetensors";
+  const char *path = test_data("safetensors/burn/mnist.safetensors");
   devbuf_tensor_file_t *file = NULL;
   CHECK_OK(devbuf_safetensors_load(device, path, NULL, &file));
   size_t size;
@@ -242,6 +242,7 @@ int main(int argc, char **argv) {
     printf("SKIP: %s\n", devbuf_last_error());
     return SKIP_EXIT_CODE;
   }
+  test_require_data();
   RUN(test_device_facts);
   RUN(test_oversize_allocation);
   RUN(test_device_memory_is_not_host_memory);

@@ -13,9 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef DEVBUF_TESTDATA
-#error "DEVBUF_TESTDATA must name the test data folder (tests/data)"
-#endif
 #ifndef DEVBUF_CORPUS
 #error "DEVBUF_CORPUS must name the tests' corpus folder"
 #endif
@@ -38,7 +35,7 @@ static const char *const shared_files[] = {
 // file's own bytes at the header's offsets.
 static void check_shared_file(const char *relative) {
   char path[512];
-  snprintf(path, sizeof path, "%s/safetensors/%s", DEVBUF_TESTDATA, relative);
+  snprintf(path, sizeof path, "%s/safetensors/%s", test_data_dir(), relative);
   size_t file_size;
   unsigned char *expected = test_read_file(path, &file_size);
   CHECK(expected != NULL);
@@ -105,7 +102,7 @@ static void test_shared_files(void) {
 // What the files are known to hold (their READMEs and writers).
 static void test_shared_file_contents(void) {
   devbuf_tensor_file_t *file = NULL;
-  CHECK_OK(devbuf_safetensors_load(device, DEVBUF_TESTDATA "/safetensors/burn/mnist.safetensors", NULL, &file));
+  CHECK_OK(devbuf_safetensors_load(device, test_data("safetensors/burn/mnist.safetensors"), NULL, &file));
   CHECK_EQ_U(devbuf_tensor_file_count(file), 20);
   size_t f32 = 0, i64 = 0;
   for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
@@ -118,7 +115,7 @@ static void test_shared_file_contents(void) {
   CHECK(f32 > 0 && i64 > 0 && f32 + i64 == 20);
   devbuf_tensor_file_release(file);
 
-  CHECK_OK(devbuf_safetensors_load(device, DEVBUF_TESTDATA "/safetensors/safetensors-cpp/model.safetensors", NULL,
+  CHECK_OK(devbuf_safetensors_load(device, test_data("safetensors/safetensors-cpp/model.safetensors"), NULL,
                                    &file));
   CHECK_EQ_U(devbuf_tensor_file_count(file), 2);
   for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
@@ -128,7 +125,7 @@ static void test_shared_file_contents(void) {
   }
   devbuf_tensor_file_release(file);
 
-  CHECK_STATUS(devbuf_safetensors_load(device, DEVBUF_TESTDATA "/safetensors/safetensors-cpp/bad_abuse_attempt_1.safetensors",
+  CHECK_STATUS(devbuf_safetensors_load(device, test_data("safetensors/safetensors-cpp/bad_abuse_attempt_1.safetensors"),
                                        NULL, &file),
                DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("runs past the end of the 88-byte file");
@@ -303,7 +300,7 @@ static void on_tensor(void *context, size_t index, const devbuf_tensor_info_t *i
 
 // DEVBUF_LOAD_COPY gives writable buffers from the allocator, equal to the file's bytes.
 static void test_load_copies(void) {
-  const char *path = DEVBUF_TESTDATA "/safetensors/burn/mnist.safetensors";
+  const char *path = test_data("safetensors/burn/mnist.safetensors");
   devbuf_tensor_file_t *mapped = NULL, *copied = NULL;
   seen_tensors seen = {.in_order = 1};
   devbuf_load_options_t options = {.flags = DEVBUF_LOAD_COPY, .on_tensor = on_tensor, .context = &seen};
@@ -534,7 +531,7 @@ static void test_file_changed_under_load(void) {
 // fails in turn (once, then from there on), each time with a clean status and nothing left
 // behind, and the load works once faults stop.
 static void test_load_with_faults(void) {
-  const char *path = DEVBUF_TESTDATA "/safetensors/burn/mnist.safetensors";
+  const char *path = test_data("safetensors/burn/mnist.safetensors");
   devbuf_allocator_t *faults = NULL;
   CHECK_OK(devbuf_fault_adaptor_create(devbuf_device_allocator(device), 0, DEVBUF_FAULT_ONCE, &faults));
   devbuf_load_options_t options = {.allocator = faults};
@@ -587,6 +584,7 @@ static void test_empty_files(void) {
 }
 
 int main(void) {
+  test_require_data();
   if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 1;
   snprintf(scratch, sizeof scratch, "/tmp/devbuf-safetensors-XXXXXX");
   if (!mkdtemp(scratch)) return 1;
