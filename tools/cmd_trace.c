@@ -1,6 +1,9 @@
-// devbuf trace replay FILE: plays an allocation trace against a caching allocator and
-// prints what the allocator did.
+// devbuf trace replay FILE: plays an allocation trace against a caching allocator over a
+// counting upstream (no memory behind it) and prints what the allocator did; devbuf trace
+// view FILE -o PAGE.html draws it (trace_view.c).
 #include "commands.h"
+#include "counting_upstream.h"
+#include "trace_view.h"
 #include "devbuf.h"
 #include "printable.h"
 #include "usage.h"
@@ -10,52 +13,56 @@
 #include <string.h>
 
 static void print_text(const char *path, const char *spec, const devbuf_trace_summary_t *summary,
-                       const devbuf_allocator_stats_t *stats) {
+                       const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts) {
   char safe_path[1024], safe_spec[64];
   printf("replayed %s on %s: %llu allocations, %llu frees, %llu refused, %llu never freed\n",
          DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec), (unsigned long long)summary->allocs,
          (unsigned long long)summary->frees, (unsigned long long)summary->failed_allocs,
          (unsigned long long)summary->leaked);
-  printf("peak requested %llu bytes; allocator peak %llu bytes; %llu system allocations, %llu system frees, "
-         "%llu cache hits\n",
-         (unsigned long long)summary->peak_live_bytes, (unsigned long long)stats->peak,
-         (unsigned long long)stats->system_allocs, (unsigned long long)stats->system_frees,
-         (unsigned long long)stats->cache_hits);
+  printf("peak requested %llu bytes; peak reserved %llu bytes; allocator peak %llu bytes (rounded); "
+         "%llu system allocations, %llu system frees, %llu cache hits\n",
+         (unsigned long long)summary->peak_live_bytes, (unsigned long long)counts->peak_held,
+         (unsigned long long)stats->peak, (unsigned long long)stats->system_allocs,
+         (unsigned long long)stats->system_frees, (unsigned long long)stats->cache_hits);
 }
 
 static void print_json(const char *path, const char *spec, const devbuf_trace_summary_t *summary,
-                       const devbuf_allocator_stats_t *stats) {
+                       const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts) {
   printf("{\"file\": ");
   devbuf_tool_json_string(path, stdout);
   printf(", \"device\": ");
   devbuf_tool_json_string(spec, stdout);
   printf(", \"allocs\": %llu, \"frees\": %llu, \"refused\": %llu, \"never_freed\": %llu, "
-         "\"peak_requested_bytes\": %llu, \"allocator_peak_bytes\": %llu, \"system_allocs\": %llu, "
-         "\"system_frees\": %llu, \"cache_hits\": %llu}\n",
+         "\"peak_requested_bytes\": %llu, \"peak_reserved_bytes\": %llu, \"allocator_peak_bytes\": %llu, "
+         "\"system_allocs\": %llu, \"system_frees\": %llu, \"cache_hits\": %llu}\n",
          (unsigned long long)summary->allocs, (unsigned long long)summary->frees,
          (unsigned long long)summary->failed_allocs, (unsigned long long)summary->leaked,
-         (unsigned long long)summary->peak_live_bytes, (unsigned long long)stats->peak,
+         (unsigned long long)summary->peak_live_bytes, (unsigned long long)counts->peak_held,
+         (unsigned long long)stats->peak,
          (unsigned long long)stats->system_allocs, (unsigned long long)stats->system_frees,
          (unsigned long long)stats->cache_hits);
 }
 
 int devbuf_cmd_trace(int argc, char **argv) {
-  const char *path = NULL, *spec = "cpu";
+  const char *path = NULL, *spec = "cpu", *page = NULL, *subcommand = NULL;
   devbuf_caching_options_t options = {0};
-  int json = 0, replay = 0;
+  int json = 0;
   for (int i = 1; i < argc; i++) {
     char safe[256];
     if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("trace");
-    if (!replay && strcmp(argv[i], "replay") == 0) {
-      replay = 1;
-    } else if (!replay) {
+    if (!subcommand && (strcmp(argv[i], "replay") == 0 || strcmp(argv[i], "view") == 0)) {
+      subcommand = argv[i];
+    } else if (!subcommand) {
       return devbuf_tool_misuse("trace", "unknown subcommand '%s'", DEVBUF_PRINTABLE(argv[i], safe));
-    } else if (strcmp(argv[i], "--json") == 0) {
+    } else if (strcmp(argv[i], "--json") == 0 && subcommand[0] == 'r') {
       json = 1;
+    } else if (strcmp(argv[i], "-o") == 0 && subcommand[0] == 'v') {
+      if (++i == argc) return devbuf_tool_misuse("trace", "-o needs the path of the page to write");
+      page = argv[i];
     } else if (strcmp(argv[i], "--device") == 0) {
       if (++i == argc) return devbuf_tool_misuse("trace", "--device needs a device, such as cpu or opencl:0");
       spec = argv[i];
-    } else if (strcmp(argv[i], "--memory-limit") == 0) {
+    } else if (strcmp(argv[i], "--memory-limit") == 0 && subcommand[0] == 'r') {
       char *end = NULL;
       options.memory_limit = i + 1 < argc ? strtoull(argv[++i], &end, 10) : 0;
       if (!end || *end || argv[i][0] == '-' || argv[i][0] == '\0')
@@ -68,24 +75,31 @@ int devbuf_cmd_trace(int argc, char **argv) {
                                 DEVBUF_PRINTABLE(argv[i], safe));
     }
   }
-  if (!replay || !path) return devbuf_tool_misuse("trace", "replay and a trace FILE are needed");
+  if (!subcommand || !path) return devbuf_tool_misuse("trace", "replay or view, and a trace FILE, are needed");
+  if (subcommand[0] == 'v' && !page) return devbuf_tool_misuse("trace", "view needs -o PAGE.html");
   devbuf_device_t *device = NULL;
   int opened = devbuf_tool_open_device("trace", spec, &device);
   if (opened) return opened;
-  devbuf_allocator_t *raw = NULL, *caching = NULL;
-  devbuf_status status = devbuf_device_raw_allocator(device, &raw);
-  if (status == DEVBUF_OK) status = devbuf_caching_allocator_create(raw, &options, &caching);
-  devbuf_trace_summary_t summary;
-  if (status == DEVBUF_OK) status = devbuf_trace_replay(path, caching, &summary);
-  if (status == DEVBUF_OK) {
-    devbuf_allocator_stats_t stats;
-    devbuf_allocator_stats(caching, &stats);
-    (json ? print_json : print_text)(path, spec, &summary, &stats);
+  int code = 0;
+  if (subcommand[0] == 'v') {
+    code = devbuf_tool_trace_view(device, path, page);
   } else {
-    devbuf_tool_report("trace", NULL);
+    devbuf_counting_upstream counts;
+    devbuf_allocator_t *caching = NULL;
+    devbuf_status status = devbuf_tool_counting_caching(device, &counts, &caching);
+    if (status == DEVBUF_OK) status = devbuf_caching_allocator_set_options(caching, &options);
+    devbuf_trace_summary_t summary;
+    if (status == DEVBUF_OK) status = devbuf_trace_replay(path, caching, &summary);
+    if (status == DEVBUF_OK) {
+      devbuf_allocator_stats_t stats;
+      devbuf_allocator_stats(caching, &stats);
+      (json ? print_json : print_text)(path, spec, &summary, &stats, &counts);
+    } else {
+      devbuf_tool_report("trace", NULL);
+      code = 1;
+    }
+    devbuf_allocator_release(caching);
   }
-  devbuf_allocator_release(caching);
-  devbuf_allocator_release(raw);
   devbuf_device_release(device);
-  return status == DEVBUF_OK ? 0 : 1;
+  return code;
 }

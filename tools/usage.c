@@ -30,7 +30,11 @@ static const usage_entry entries[] = {
               "  benchmarks, side by side with malloc, memcpy, read() and Python; every figure is the\n"
               "  median of N runs (default 5, 1 to 101)\n"},
     {"trace", "devbuf trace replay FILE [--device SPEC] [--memory-limit BYTES] [--json]\n"
-              "  replays an allocation trace against a caching allocator over SPEC's memory (default cpu)\n"},
+              "       devbuf trace view FILE -o PAGE.html [--device SPEC]\n"
+              "  replay: plays an allocation trace against a caching allocator with SPEC's page policy\n"
+              "  (default cpu) over an upstream that counts bytes and holds no memory\n"
+              "  view: the same replay drawn as one self-contained HTML page: live bytes over time\n"
+              "  stacked by allocation, reserved bytes as a line, the peaks marked\n"},
 };
 
 static const char tool_text[] =
@@ -41,6 +45,7 @@ static const char tool_text[] =
     "  sample FILE          write a sample model\n"
     "  bench                benchmarks, side by side with malloc/memcpy/read and Python\n"
     "  trace replay FILE    replay an allocation trace against a caching allocator\n"
+    "  trace view FILE      draw it as an HTML page\n"
     "  help [COMMAND]       this text, or one command's\n"
     "  --version            the tool's version\n";
 

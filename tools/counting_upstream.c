@@ -1,0 +1,35 @@
+// The counting upstream of counting_upstream.h.
+#include "counting_upstream.h"
+
+#define FAKE_BASE ((uint64_t)1 << 40) // far from anything real, aligned to every page size
+#define FAKE_ALIGNMENT ((uint64_t)2 << 20)
+
+static devbuf_status counting_alloc(void *context, size_t size, devbuf_memory_t *out) {
+  devbuf_counting_upstream *counts = context;
+  if (!counts->next_address) counts->next_address = FAKE_BASE;
+  uint64_t address = counts->next_address;
+  counts->next_address += (size + FAKE_ALIGNMENT - 1) & ~(FAKE_ALIGNMENT - 1);
+  counts->held += size;
+  if (counts->held > counts->peak_held) counts->peak_held = counts->held;
+  counts->allocs++;
+  *out = (devbuf_memory_t){.host = (void *)(uintptr_t)address, .device = address, .size = size};
+  return DEVBUF_OK;
+}
+
+static void counting_free(void *context, const devbuf_memory_t *memory) {
+  devbuf_counting_upstream *counts = context;
+  counts->held -= memory->size;
+  counts->frees++;
+}
+
+static const devbuf_allocator_vtable_t counting_vtable = {.alloc = counting_alloc, .free = counting_free};
+
+devbuf_status devbuf_tool_counting_caching(devbuf_device_t *device, devbuf_counting_upstream *counts,
+                                           devbuf_allocator_t **out_caching) {
+  *counts = (devbuf_counting_upstream){0};
+  devbuf_allocator_t *upstream = NULL;
+  devbuf_status status = devbuf_allocator_create(device, &counting_vtable, counts, &upstream);
+  if (status == DEVBUF_OK) status = devbuf_caching_allocator_create(upstream, NULL, out_caching);
+  devbuf_allocator_release(upstream);
+  return status;
+}
