@@ -15,6 +15,51 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+// ---- figures for --json ----------------------------------------------------------------
+
+typedef struct figure {
+  char section[16], name[96], unit[16];
+  double value;
+  int target_met;
+} figure;
+
+static figure *figures;
+static size_t figure_count, figure_capacity;
+
+void bench_figure(const char *section, const char *name, double value, const char *unit, int target_met) {
+  if (figure_count == figure_capacity) {
+    size_t capacity = figure_capacity ? 2 * figure_capacity : 256;
+    figure *grown = realloc(figures, capacity * sizeof *grown);
+    if (!grown) return;
+    figures = grown;
+    figure_capacity = capacity;
+  }
+  figure *f = &figures[figure_count++];
+  snprintf(f->section, sizeof f->section, "%s", section);
+  snprintf(f->name, sizeof f->name, "%s", name);
+  snprintf(f->unit, sizeof f->unit, "%s", unit);
+  f->value = value;
+  f->target_met = target_met;
+}
+
+static void print_figures(FILE *out, const bench_config *config) {
+  fprintf(out, "{\"device\": ");
+  devbuf_tool_json_string(devbuf_device_spec(config->device), out);
+  fprintf(out, ", \"runs\": %d, \"statistic\": \"median\", \"figures\": [", config->runs);
+  for (size_t i = 0; i < figure_count; i++) {
+    const figure *f = &figures[i];
+    fprintf(out, "%s\n  {\"section\": \"%s\", \"name\": ", i ? "," : "", f->section);
+    devbuf_tool_json_string(f->name, out);
+    fprintf(out, ", \"value\": %.6g, \"unit\": \"%s\"", f->value, f->unit);
+    if (f->target_met >= 0) fprintf(out, ", \"target_met\": %s", f->target_met ? "true" : "false");
+    fprintf(out, "}");
+  }
+  fprintf(out, "%s]}\n", figure_count ? "\n" : "");
+  free(figures);
+  figures = NULL;
+  figure_count = figure_capacity = 0;
+}
+
 uint64_t bench_now_ns(void) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -112,6 +157,7 @@ static bool known_section(const char *name) {
 int devbuf_cmd_bench(int argc, char **argv) {
   bench_config config = {.runs = 5};
   const char *spec = "cpu", *only = NULL;
+  int json = 0;
   for (int i = 1; i < argc; i++) {
     char safe[256];
     if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("bench");
@@ -135,27 +181,44 @@ int devbuf_cmd_bench(int argc, char **argv) {
       only = argv[++i];
     } else if (strcmp(argv[i], "--load") == 0) {
       only = "load";
+    } else if (strcmp(argv[i], "--json") == 0) {
+      json = 1;
     } else {
       return devbuf_tool_misuse("bench", "unknown option '%s'", devbuf_tool_printable(argv[i], safe, sizeof safe));
     }
   }
   int opened = devbuf_tool_open_device("bench", spec, &config.device);
   if (opened) return opened;
+  // With --json the text goes nowhere and one object of every figure goes to stdout.
+  FILE *json_out = NULL;
+  if (json) {
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO), null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    json_out = saved >= 0 ? fdopen(saved, "w") : NULL;
+    if (!json_out || null_fd < 0 || dup2(null_fd, STDOUT_FILENO) < 0) {
+      fprintf(stderr, "devbuf bench: cannot set stdout aside for --json\n");
+      return 1;
+    }
+    close(null_fd);
+  }
   printf("devbuf bench on %s (%s); every figure is the median of %d runs\n\n", devbuf_device_spec(config.device),
          devbuf_device_name(config.device), config.runs);
-  if (devbuf_device_kind_of(config.device) != DEVBUF_DEVICE_CPU) {
-    if (devbuf_device_kind_of(config.device) == DEVBUF_DEVICE_OPENCL)
-      bench_opencl(&config);
-    else
-      bench_cuda(&config);
-    devbuf_device_release(config.device);
-    return 0;
+  if (devbuf_device_kind_of(config.device) == DEVBUF_DEVICE_OPENCL) {
+    bench_opencl(&config);
+  } else if (devbuf_device_kind_of(config.device) == DEVBUF_DEVICE_CUDA) {
+    bench_cuda(&config);
+  } else {
+    if (!only || strcmp(only, "alloc") == 0) bench_alloc(&config);
+    if (!only || strcmp(only, "copy") == 0) bench_copy(&config);
+    if (!only || strcmp(only, "threads") == 0) bench_threads(&config);
+    if (!only || strcmp(only, "queue") == 0) bench_queue(&config);
+    if (!only || strcmp(only, "load") == 0) bench_load(&config);
   }
-  if (!only || strcmp(only, "alloc") == 0) bench_alloc(&config);
-  if (!only || strcmp(only, "copy") == 0) bench_copy(&config);
-  if (!only || strcmp(only, "threads") == 0) bench_threads(&config);
-  if (!only || strcmp(only, "queue") == 0) bench_queue(&config);
-  if (!only || strcmp(only, "load") == 0) bench_load(&config);
+  if (json_out) {
+    fflush(stdout);
+    print_figures(json_out, &config);
+    fclose(json_out);
+  }
   devbuf_device_release(config.device);
   return 0;
 }

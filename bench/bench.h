@@ -32,6 +32,11 @@ void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]);
 // --quick, under $TMPDIR or /tmp), written on first use; false (and a message) if it cannot be.
 bool bench_sample_file(const bench_config *config, char *path, size_t capacity);
 
+// Records one figure for `bench --json` (every printed figure is also recorded): the
+// section ("alloc", "copy", ...), what was measured, its value and unit, and whether it
+// meets its target (-1: no target).
+void bench_figure(const char *section, const char *name, double value, const char *unit, int target_met);
+
 uint64_t bench_now_ns(void);
 double bench_median(double *values, int count);
 

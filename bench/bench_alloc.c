@@ -107,6 +107,17 @@ void bench_alloc(const bench_config *config) {
         printf(" %10.1f", malloc_ns[m]);
     }
     printf(" %8.2fx %9.2fx  ", vs_glibc, vs_fastest);
+    char label[96];
+    snprintf(label, sizeof label, "%zu bytes: devbuf alloc + free", size);
+    bench_figure("alloc", label, devbuf_ns, "ns", -1);
+    snprintf(label, sizeof label, "%zu bytes: devbuf buffer allocate + release", size);
+    bench_figure("alloc", label, buffer_ns, "ns", -1);
+    snprintf(label, sizeof label, "%zu bytes: glibc malloc + free", size);
+    bench_figure("alloc", label, malloc_ns[BENCH_GLIBC], "ns", -1);
+    snprintf(label, sizeof label, "%zu bytes: devbuf against glibc", size);
+    bench_figure("alloc", label, vs_glibc, "x", size >= ((size_t)64 << 20) ? vs_glibc >= 50 : -1);
+    snprintf(label, sizeof label, "%zu bytes: devbuf against the fastest malloc", size);
+    bench_figure("alloc", label, vs_fastest, "x", size <= ((size_t)64 << 10) ? vs_fastest >= 1 / 1.5 : -1);
     if (size >= ((size_t)64 << 20))
       printf("%s (>= 50x glibc)\n", vs_glibc >= 50 ? "met" : "MISSED");
     else if (size <= ((size_t)64 << 10))

@@ -113,6 +113,12 @@ static void bench_copy_size(const bench_config *config, size_t size) {
           aligned_sum[k] += gib / (aligned * 1e-9);
           if (ratio < worst[k]) worst[k] = ratio;
           printf("            %7.2f %5.2f %7.2f |", gib / (devbuf * 1e-9), ratio, gib / (reference * 1e-9));
+          char label[96];
+          snprintf(label, sizeof label, "%zu MiB %s, offsets %zu/%zu", size >> 20, kind_names[k], offsets[s], offsets[d]);
+          bench_figure("copy", label, gib / (devbuf * 1e-9), "GiB/s", -1);
+          snprintf(label, sizeof label, "%zu MiB %s, offsets %zu/%zu, against aligned memcpy", size >> 20,
+                   kind_names[k], offsets[s], offsets[d]);
+          bench_figure("copy", label, ratio, "x", ratio >= 0.95);
         }
         printf("\n");
       }

@@ -140,6 +140,9 @@ static void bench_cuda_copy(const bench_config *config, const devbuf__cuda_devic
   double di = bench_median(driver_in, runs), dout = bench_median(driver_out, runs), oi = bench_median(ours_in, runs),
          oo = bench_median(ours_out, runs), pi = bench_median(page_in, runs), dpi = bench_median(driver_page_in, runs);
   printf("== copies of 256 MiB: GB/s ==\n");
+  bench_figure("cuda", "host->device pinned, against the driver", di / oi, "x", di / oi >= 0.9);
+  bench_figure("cuda", "device->host pinned, against the driver", dout / oo, "x", dout / oo >= 0.9);
+  bench_figure("cuda", "host->device pageable, against devbuf pinned", oi / pi, "x", oi / pi >= 0.8);
   printf("   host->device pinned: driver %7.2f  devbuf %7.2f  %5.2fx (target >= 0.90x)\n", gb / (di * 1e-9),
          gb / (oi * 1e-9), di / oi);
   printf("   device->host pinned: driver %7.2f  devbuf %7.2f  %5.2fx (target >= 0.90x)\n", gb / (dout * 1e-9),

@@ -102,6 +102,10 @@ static void bench_opencl_copy(const bench_config *config, const devbuf__opencl_d
   double w = bench_median(write, runs), i = bench_median(in, runs), rd = bench_median(read, runs),
          o = bench_median(out, runs);
   printf("== copies of %zu MiB: GiB/s (x the driver's own; target >= 0.95x) ==\n", size >> 20);
+  bench_figure("opencl", "devbuf copyin", gib / (i * 1e-9), "GiB/s", -1);
+  bench_figure("opencl", "devbuf copyin against clEnqueueWriteBuffer", w / i, "x", -1);
+  bench_figure("opencl", "devbuf copyout", gib / (o * 1e-9), "GiB/s", -1);
+  bench_figure("opencl", "devbuf copyout against clEnqueueReadBuffer", rd / o, "x", -1);
   printf("   clEnqueueWriteBuffer %7.2f   devbuf copyin  %7.2f  %5.2fx  %s\n", gib / (w * 1e-9), gib / (i * 1e-9), w / i,
          w / i >= 0.95 ? "met" : "MISSED");
   printf("   clEnqueueReadBuffer  %7.2f   devbuf copyout %7.2f  %5.2fx  %s\n\n", gib / (rd * 1e-9), gib / (o * 1e-9),

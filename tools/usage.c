@@ -27,8 +27,9 @@ static const usage_entry entries[] = {
     {"sample", "devbuf sample FILE [--mib N]\n"
                "  writes a sample model of about N MiB (default 64)\n"},
     {"bench", "devbuf bench [--quick] [--runs N] [--device SPEC] [--only alloc|copy|threads|queue|load] [--load]\n"
+              "             [--json]\n"
               "  benchmarks, side by side with malloc, memcpy, read() and Python; every figure is the\n"
-              "  median of N runs (default 5, 1 to 101)\n"},
+              "  median of N runs (default 5, 1 to 101); --json: one object of every figure instead\n"},
     {"trace", "devbuf trace replay FILE [--device SPEC] [--memory-limit BYTES] [--json]\n"
               "       devbuf trace view FILE -o PAGE.html [--device SPEC]\n"
               "  replay: plays an allocation trace against a caching allocator with SPEC's page policy\n"

@@ -85,6 +85,11 @@ expect({"file", "header_size", "data_size", "metadata", "tensors"} <= set(inspec
 replayed = json.loads(run("trace", "replay", trace, "--json").stdout)
 expect(replayed["allocs"] == 2 and replayed["frees"] == 2 and replayed["peak_requested_bytes"] == 5100 and
        replayed["peak_reserved_bytes"] >= 5100, "trace replay --json figures")
+result = run("bench", "--only", "threads", "--runs", "1", "--json")
+benched = json.loads(result.stdout)
+expect(result.returncode == 0 and benched["device"] == "cpu" and
+       all({"section", "name", "value", "unit"} <= set(f) for f in benched["figures"]) and benched["figures"],
+       "bench --json")
 result = run("load", model, "--verify", "--json")
 loaded = json.loads(result.stdout)
 expect(result.returncode == 0 and loaded["tensors"] == len(loaded["digests"]) > 0, "load --verify --json")
