@@ -38,10 +38,11 @@ static size_t streaming_threshold(void) {
 }
 
 #ifdef HAVE_X86_COPIES
-// One routine per vector width: the head (unaligned) brings the destination to a cache
-// line, whole groups of STREAMS pages go line by line from each page in turn, the rest
-// goes line by line, and the tail (unaligned) ends exactly at the last byte.
-#define STREAMING_COPY(name, isa, vector, load, store_head, stream, width)                 \
+// One routine per vector width and store kind. The head (unaligned) brings the destination
+// to a cache line; with `page_streams`, whole groups of STREAMS pages go line by line from
+// each page in turn; the rest goes four lines, then one line, at a time; the tail
+// (unaligned) ends exactly at the last byte. Streamed lines are fenced before the tail.
+#define VECTOR_COPY(name, isa, vector, load, store_edge, store_body, width, page_streams)     \
   __attribute__((target(isa))) static void name(char *dst, const char *src, size_t size) {     \
     vector head[64 / width], tail[64 / width];                                             \
     for (int v = 0; v < 64 / width; v++) {                                                 \
@@ -49,41 +50,24 @@ static size_t streaming_threshold(void) {
       tail[v] = load((const void *)(src + size - 64 + v * width));                         \
     }                                                                                      \
     char *end = dst + size - 64;                                                           \
-    for (int v = 0; v < 64 / width; v++) store_head((void *)(dst + v * width), head[v]);   \
+    for (int v = 0; v < 64 / width; v++) store_edge((void *)(dst + v * width), head[v]);   \
     size_t skew = (64 - ((uintptr_t)dst & 63)) & 63;                                       \
     dst += skew, src += skew, size -= skew;                                                \
-    for (; size >= STREAMS * PAGE; dst += STREAMS * PAGE, src += STREAMS * PAGE, size -= STREAMS * PAGE) \
+    for (; page_streams && size >= STREAMS * PAGE;                                         \
+         dst += STREAMS * PAGE, src += STREAMS * PAGE, size -= STREAMS * PAGE)             \
       for (size_t line = 0; line < PAGE; line += 64)                                       \
         for (int p = 0; p < STREAMS; p++)                                                  \
           for (int v = 0; v < 64 / width; v++)                                             \
-            stream((void *)(dst + p * PAGE + line + v * width),                            \
-                   load((const void *)(src + p * PAGE + line + v * width)));               \
-    for (; size >= 64; dst += 64, src += 64, size -= 64)                                   \
-      for (int v = 0; v < 64 / width; v++)                                                 \
-        stream((void *)(dst + v * width), load((const void *)(src + v * width)));          \
-    _mm_sfence(); /* the streamed lines reach memory before anyone reads them */           \
-    for (int v = 0; v < 64 / width; v++) store_head((void *)(end + v * width), tail[v]);   \
-  }
-
-// Through the cache, four lines per step; the same head and tail as above.
-#define CACHED_COPY(name, isa, vector, load, store_head, store_aligned, width)                 \
-  __attribute__((target(isa))) static void name(char *dst, const char *src, size_t size) {     \
-    vector head[64 / width], tail[64 / width];                                             \
-    for (int v = 0; v < 64 / width; v++) {                                                 \
-      head[v] = load((const void *)(src + v * width));                                     \
-      tail[v] = load((const void *)(src + size - 64 + v * width));                         \
-    }                                                                                      \
-    char *end = dst + size - 64;                                                           \
-    for (int v = 0; v < 64 / width; v++) store_head((void *)(dst + v * width), head[v]);   \
-    size_t skew = (64 - ((uintptr_t)dst & 63)) & 63;                                       \
-    dst += skew, src += skew, size -= skew;                                                \
+            store_body((void *)(dst + p * PAGE + line + v * width),                        \
+                       load((const void *)(src + p * PAGE + line + v * width)));           \
     for (; size >= 256; dst += 256, src += 256, size -= 256)                               \
       for (int v = 0; v < 256 / width; v++)                                                \
-        store_aligned((void *)(dst + v * width), load((const void *)(src + v * width)));   \
+        store_body((void *)(dst + v * width), load((const void *)(src + v * width)));      \
     for (; size >= 64; dst += 64, src += 64, size -= 64)                                   \
       for (int v = 0; v < 64 / width; v++)                                                 \
-        store_aligned((void *)(dst + v * width), load((const void *)(src + v * width)));   \
-    for (int v = 0; v < 64 / width; v++) store_head((void *)(end + v * width), tail[v]);   \
+        store_body((void *)(dst + v * width), load((const void *)(src + v * width)));      \
+    if (page_streams) _mm_sfence(); /* streamed lines reach memory before anyone reads */  \
+    for (int v = 0; v < 64 / width; v++) store_edge((void *)(end + v * width), tail[v]);   \
   }
 
 static inline __attribute__((target("avx512f"), always_inline)) __m512i load512(const void *p) {
@@ -122,10 +106,10 @@ __attribute__((target("avx2"))) static void aligned_movsb(char *dst, const char 
   __asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(size) : : "memory");
 }
 
-STREAMING_COPY(stream_copy_avx512, "avx512f", __m512i, load512, store512, stream512, 64)
-STREAMING_COPY(stream_copy_avx2, "avx2", __m256i, load256, store256, stream256, 32)
-CACHED_COPY(cached_copy_avx512, "avx512f", __m512i, load512, store512, store512_aligned, 64)
-CACHED_COPY(cached_copy_avx2, "avx2", __m256i, load256, store256, store256_aligned, 32)
+VECTOR_COPY(stream_copy_avx512, "avx512f", __m512i, load512, store512, stream512, 64, true)
+VECTOR_COPY(stream_copy_avx2, "avx2", __m256i, load256, store256, stream256, 32, true)
+VECTOR_COPY(cached_copy_avx512, "avx512f", __m512i, load512, store512, store512_aligned, 64, false)
+VECTOR_COPY(cached_copy_avx2, "avx2", __m256i, load256, store256, store256_aligned, 32, false)
 #endif
 
 typedef struct copy_paths {
