@@ -107,6 +107,12 @@ for name, entry in header.items():
     begin, end = entry["data_offsets"]
     expect(by_name.get(name) == hashlib.sha256(data[base + begin:base + end]).hexdigest(), f"digest of {name}")
 
+# the portable SHA-256 gives the same digests as the one with the CPU's SHA extensions
+portable = subprocess.run([tool, "load", model, "--verify", "--json"], capture_output=True, text=True,
+                          env=dict(env, DEVBUF_SHA256_PORTABLE="1"))
+expect({d["name"]: d["sha256"] for d in json.loads(portable.stdout)["digests"]} == by_name,
+       "portable SHA-256 digests")
+
 # --expect: a saved text output passes; a changed digest fails naming the tensor
 saved = os.path.join(scratch, "digests.txt")
 with open(saved, "w") as f:
