@@ -244,6 +244,10 @@ typedef struct devbuf_caching_options {
   uint64_t memory_limit; // active + cached bytes may not exceed it (cache evicted first)
   uint64_t cache_limit;  // cached bytes above it are given back, least recently used first
   uint64_t max_buffers;  // live allocations may not exceed it
+  // Granularity of large blocks (a power of two from 4096 to 2^30); 0: the upstream
+  // device's page. Read at creation only (set_options ignores it): a replay can take
+  // another device's policy, such as a CUDA device's 2 MiB on the CPU.
+  uint64_t page_size;
 } devbuf_caching_options_t;
 
 // A caching allocator over `upstream`: 256-byte size classes up to a page, whole

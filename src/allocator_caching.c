@@ -441,7 +441,7 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream, con
   self->base.memory_kind = upstream->memory_kind;
   self->id = devbuf__next_id();
   self->upstream = upstream;
-  self->page = upstream->device->page_size;
+  self->page = options->page_size ? options->page_size : upstream->device->page_size;
   self->page_shift = (unsigned)__builtin_ctzll(self->page);
   self->small_classes = self->page / SMALL_GRANULE;
   if (self->small_classes > MAX_SMALL_CLASSES) self->small_classes = MAX_SMALL_CLASSES;
@@ -456,6 +456,10 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream, con
 devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream, const devbuf_caching_options_t *options,
                                               devbuf_allocator_t **out_allocator) {
   if (!upstream || !out_allocator) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "upstream or out_allocator is NULL");
+  uint64_t page = options ? options->page_size : 0;
+  if (page && (page < 4096 || page > ((uint64_t)1 << 30) || (page & (page - 1))))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "page_size %llu: a power of two from 4096 to 2^30, or 0",
+                         (unsigned long long)page);
   devbuf_caching_options_t none = {0};
   return devbuf__caching_allocator_create(devbuf_allocator_retain(upstream), options ? options : &none,
                                           DEVBUF__HOLDS_DEVICE, out_allocator);

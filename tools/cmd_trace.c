@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static uint64_t replay_page; // the page policy the replay used, for the JSON document
+
 static void print_text(const char *path, const char *spec, const devbuf_trace_summary_t *summary,
                        const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts) {
   char safe_path[1024], safe_spec[64];
@@ -28,7 +30,7 @@ static void print_text(const char *path, const char *spec, const devbuf_trace_su
 
 static void print_json(const char *path, const char *spec, const devbuf_trace_summary_t *summary,
                        const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts) {
-  printf("{\"file\": ");
+  printf("{\"page_bytes\": %llu, \"file\": ", (unsigned long long)replay_page);
   devbuf_tool_json_string(path, stdout);
   printf(", \"device\": ");
   devbuf_tool_json_string(spec, stdout);
@@ -62,12 +64,17 @@ int devbuf_cmd_trace(int argc, char **argv) {
     } else if (strcmp(argv[i], "--device") == 0) {
       if (++i == argc) return devbuf_tool_misuse("trace", "--device needs a device, such as cpu or opencl:0");
       spec = argv[i];
-    } else if (strcmp(argv[i], "--memory-limit") == 0 && subcommand[0] == 'r') {
+    } else if ((strcmp(argv[i], "--memory-limit") == 0 || strcmp(argv[i], "--page") == 0) && subcommand[0] == 'r') {
+      const char *option = argv[i];
       char *end = NULL;
-      options.memory_limit = i + 1 < argc ? strtoull(argv[++i], &end, 10) : 0;
+      uint64_t bytes = i + 1 < argc ? strtoull(argv[++i], &end, 10) : 0;
       if (!end || *end || argv[i][0] == '-' || argv[i][0] == '\0')
-        return devbuf_tool_misuse("trace", "--memory-limit takes a number of bytes, not '%s'",
+        return devbuf_tool_misuse("trace", "%s takes a number of bytes, not '%s'", option,
                                   DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
+      if (option[2] == 'p' && (bytes < 4096 || (bytes & (bytes - 1))))
+        return devbuf_tool_misuse("trace", "--page takes a power of two of at least 4096 bytes, not %llu",
+                                  (unsigned long long)bytes);
+      *(option[2] == 'p' ? &options.page_size : &options.memory_limit) = bytes;
     } else if (!path && argv[i][0] != '-') {
       path = argv[i];
     } else {
@@ -86,8 +93,8 @@ int devbuf_cmd_trace(int argc, char **argv) {
   } else {
     devbuf_counting_upstream counts;
     devbuf_allocator_t *caching = NULL;
-    devbuf_status status = devbuf_tool_counting_caching(device, &counts, &caching);
-    if (status == DEVBUF_OK) status = devbuf_caching_allocator_set_options(caching, &options);
+    devbuf_status status = devbuf_tool_counting_caching(device, &options, &counts, &caching);
+    replay_page = options.page_size ? options.page_size : devbuf_device_page_size(device);
     devbuf_trace_summary_t summary;
     if (status == DEVBUF_OK) status = devbuf_trace_replay(path, caching, &summary);
     if (status == DEVBUF_OK) {

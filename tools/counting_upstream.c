@@ -24,12 +24,12 @@ static void counting_free(void *context, const devbuf_memory_t *memory) {
 
 static const devbuf_allocator_vtable_t counting_vtable = {.alloc = counting_alloc, .free = counting_free};
 
-devbuf_status devbuf_tool_counting_caching(devbuf_device_t *device, devbuf_counting_upstream *counts,
-                                           devbuf_allocator_t **out_caching) {
+devbuf_status devbuf_tool_counting_caching(devbuf_device_t *device, const devbuf_caching_options_t *options,
+                                           devbuf_counting_upstream *counts, devbuf_allocator_t **out_caching) {
   *counts = (devbuf_counting_upstream){0};
   devbuf_allocator_t *upstream = NULL;
   devbuf_status status = devbuf_allocator_create(device, &counting_vtable, counts, &upstream);
-  if (status == DEVBUF_OK) status = devbuf_caching_allocator_create(upstream, NULL, out_caching);
+  if (status == DEVBUF_OK) status = devbuf_caching_allocator_create(upstream, options, out_caching);
   devbuf_allocator_release(upstream);
   return status;
 }

@@ -271,7 +271,7 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char
   devbuf_allocator_t *caching = NULL;
   if (!read_trace(path, &t, why, sizeof why)) {
     fprintf(stderr, "devbuf trace: %s: %s\n", DEVBUF_PRINTABLE(path, safe), why);
-  } else if (devbuf_tool_counting_caching(device, &counts, &caching) != DEVBUF_OK || !replay(&t, caching, &counts)) {
+  } else if (devbuf_tool_counting_caching(device, NULL, &counts, &caching) != DEVBUF_OK || !replay(&t, caching, &counts)) {
     devbuf_tool_report("trace", NULL);
   } else {
     choose_drawn(&t);

@@ -30,10 +30,11 @@ static const usage_entry entries[] = {
               "             [--json]\n"
               "  benchmarks, side by side with malloc, memcpy, read() and Python; every figure is the\n"
               "  median of N runs (default 5, 1 to 101); --json: one object of every figure instead\n"},
-    {"trace", "devbuf trace replay FILE [--device SPEC] [--memory-limit BYTES] [--json]\n"
+    {"trace", "devbuf trace replay FILE [--device SPEC] [--page BYTES] [--memory-limit BYTES] [--json]\n"
               "       devbuf trace view FILE -o PAGE.html [--device SPEC]\n"
               "  replay: plays an allocation trace against a caching allocator with SPEC's page policy\n"
-              "  (default cpu) over an upstream that counts bytes and holds no memory\n"
+              "  (default cpu; --page: another granularity for large blocks, such as CUDA's 2097152)\n"
+              "  over an upstream that counts bytes and holds no memory\n"
               "  view: the same replay drawn as one self-contained HTML page: live bytes over time\n"
               "  stacked by allocation, reserved bytes as a line, the peaks marked\n"},
 };

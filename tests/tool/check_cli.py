@@ -63,6 +63,7 @@ mistakes = [
     ["sample", model, "--mib", "0"], ["bench", "--only", "nonsense"], ["bench", "--runs", "0"], ["bench", "--runs", "x"],
     ["bench", "--bogus"], ["trace"], ["trace", "nonsense"], ["trace", "replay"], ["trace", "replay", trace, "--bogus"],
     ["trace", "replay", trace, "--memory-limit", "lots"], ["trace", "replay", trace, "--memory-limit"],
+    ["trace", "replay", trace, "--page", "1000"], ["trace", "replay", trace, "--page", "x"],
     ["trace", "view", trace], ["trace", "view", trace, "-o"], ["trace", "view", trace, "--json", "-o", "x.html"],
 ]
 for args in mistakes:
@@ -85,6 +86,13 @@ expect({"file", "header_size", "data_size", "metadata", "tensors"} <= set(inspec
 replayed = json.loads(run("trace", "replay", trace, "--json").stdout)
 expect(replayed["allocs"] == 2 and replayed["frees"] == 2 and replayed["peak_requested_bytes"] == 5100 and
        replayed["peak_reserved_bytes"] >= 5100, "trace replay --json figures")
+big = os.path.join(scratch, "big.trace")
+with open(big, "w") as f:
+    f.write("# devbuf trace 1\na 1 3000000\nf 1\n")
+paged = json.loads(run("trace", "replay", big, "--page", str(2 << 20), "--json").stdout)
+expect(paged["page_bytes"] == 2 << 20 and paged["peak_reserved_bytes"] == 4 << 20, "trace replay --page 2 MiB")
+paged = json.loads(run("trace", "replay", big, "--json").stdout)
+expect(paged["page_bytes"] == 4096 and paged["peak_reserved_bytes"] == 3002368, "trace replay at the CPU's page")
 result = run("bench", "--only", "threads", "--runs", "1", "--json")
 benched = json.loads(result.stdout)
 expect(result.returncode == 0 and benched["device"] == "cpu" and
