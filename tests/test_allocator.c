@@ -238,6 +238,28 @@ static void test_limits_changed_at_run_time(void) {
   test_allocators_close(&t);
 }
 
+// A caching allocator can take another device's page policy: large blocks round to it.
+static void test_page_size_option(void) {
+  devbuf_caching_options_t options = {.page_size = 2u << 20};
+  test_allocators t = test_allocators_open(&options);
+  devbuf_memory_t big, small;
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 3000000, &big));
+  CHECK_EQ_U(big.size, 4u << 20);
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 5000, &small)); // small classes stay 256 bytes apart
+  CHECK_EQ_U(small.size, 5120);
+  devbuf_allocator_free(t.caching, &big);
+  devbuf_allocator_free(t.caching, &small);
+  devbuf_allocator_t *caching = NULL;
+  const uint64_t bad[] = {1000, 2048, (uint64_t)3 << 20, (uint64_t)1 << 31};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    options.page_size = bad[i];
+    CHECK_STATUS(devbuf_caching_allocator_create(t.raw, &options, &caching), DEVBUF_INVALID_ARGUMENT);
+    CHECK_MESSAGE("page_size");
+  }
+  CHECK(caching == NULL);
+  test_allocators_close(&t);
+}
+
 static void test_zero_and_huge_requests(void) {
   test_allocators t = test_allocators_open(NULL);
   devbuf_memory_t memory;
@@ -446,6 +468,7 @@ int main(void) {
   RUN(test_memory_limit);
   RUN(test_buffer_count_limit);
   RUN(test_limits_changed_at_run_time);
+  RUN(test_page_size_option);
   RUN(test_zero_and_huge_requests);
   RUN(test_user_allocator);
   RUN(test_fault_adaptor);
