@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # devbuf's main job on the CPU: build, list the devices, then load a weight file into
-# buffers and checksum every tensor. Without arguments it loads the sample model that the
+# buffers and print the SHA-256 of every tensor. Without arguments it loads the sample model the
 # build writes (build/release/sample-model.safetensors); give a .safetensors file (and any
 # `devbuf load` options, such as --device SPEC) to load that instead.
 set -euo pipefail
