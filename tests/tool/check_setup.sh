@@ -13,8 +13,11 @@ chmod 755 "$bin"
 for tool in cmake gcc clang python3 pkg-config readelf apt-get apt-cache ldconfig grep cut id sudo; do
   path=$(PATH=/usr/bin:/bin:/usr/sbin:/sbin command -v "$tool") && ln -s "$path" "$bin/$tool"
 done
+# A copy of the script where nobody can read it (the checkout may sit in a private folder).
+cp "$setup" "$bin/setup.sh"
+chmod 755 "$bin/setup.sh"
 # Everything but ninja (and the compilers' tools, which these find themselves).
-output=$(su nobody -s /bin/bash -c "PATH=$bin; export PATH; $(command -v bash) $setup" 2>&1 </dev/null)
+output=$(su nobody -s /bin/bash -c "PATH=$bin; export PATH; $(command -v bash) $bin/setup.sh" 2>&1 </dev/null)
 status=$?
 rm -rf "$bin"
 echo "$output"
