@@ -1,5 +1,6 @@
 // The digest lists of digest_list.h.
 #include "digest_list.h"
+#include "printable.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,11 +19,8 @@ static int by_name(const void *a, const void *b) {
 
 bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *why, size_t why_capacity) {
   *out = (devbuf_digest_list){NULL, 0};
-  FILE *file = fopen(path, "r");
-  if (!file) {
-    snprintf(why, why_capacity, "%s", strerror(errno));
-    return false;
-  }
+  FILE *file = devbuf_tool_open_regular(path, why, why_capacity);
+  if (!file) return false;
   size_t capacity = 0;
   char *line = NULL;
   size_t line_capacity = 0;

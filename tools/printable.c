@@ -3,7 +3,12 @@
 
 #include "devbuf.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 // Length of the well-formed UTF-8 sequence at `text` that a terminal shows as text (no
 // C1 control, U+0080..U+009F, which terminals may take for escape sequences); 0 otherwise.
@@ -72,3 +77,25 @@ void devbuf_tool_json_string(const char *s, FILE *out) {
   fputc('"', out);
 }
 
+
+FILE *devbuf_tool_open_regular(const char *path, char *why, size_t why_capacity) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  struct stat info;
+  if (fd < 0 || fstat(fd, &info) != 0) {
+    snprintf(why, why_capacity, "%s", strerror(errno));
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
+  if (!S_ISREG(info.st_mode)) {
+    snprintf(why, why_capacity, "not a regular file");
+    close(fd);
+    return NULL;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  FILE *file = fdopen(fd, "r");
+  if (!file) {
+    snprintf(why, why_capacity, "%s", strerror(errno));
+    close(fd);
+  }
+  return file;
+}

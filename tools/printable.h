@@ -25,6 +25,10 @@ void devbuf_tool_report(const char *what, const char *path);
 // ones too), well-formed UTF-8 as it is, bytes of no well-formed sequence as U+FFFD.
 void devbuf_tool_json_string(const char *text, FILE *out);
 
+// Opens a regular file for reading without blocking on a FIFO (what is not a regular file
+// is refused); NULL with the reason in `why`.
+FILE *devbuf_tool_open_regular(const char *path, char *why, size_t why_capacity);
+
 // Shorthand for the escaped form of `text` in a buffer of the caller's frame.
 #define DEVBUF_PRINTABLE(text, buffer) devbuf_tool_printable((text), (buffer), sizeof(buffer))
 

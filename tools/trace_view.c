@@ -50,8 +50,9 @@ static int grow(void **items, size_t *capacity, size_t count, size_t item_size) 
 
 // Reads the a/f lines (the rules of devbuf_trace_replay: ids 1, 2, 3, ..., frees of live ones).
 static int read_trace(const char *path, timeline *t, char *why, size_t why_capacity) {
-  FILE *file = fopen(path, "r");
-  if (!file) return snprintf(why, why_capacity, "cannot open the trace"), 0;
+  char reason[128];
+  FILE *file = devbuf_tool_open_regular(path, reason, sizeof reason);
+  if (!file) return snprintf(why, why_capacity, "cannot read the trace: %s", reason), 0;
   char line[256];
   unsigned long number = 0;
   int ok = 1;

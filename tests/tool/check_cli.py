@@ -77,6 +77,17 @@ for args in (["inspect", os.path.join(scratch, "missing.safetensors")], ["load",
     result = run(*args)
     expect(result.returncode == 1 and result.stderr and "usage:" not in result.stderr, f"{args}: exit 1")
 
+# a FIFO where a file is expected: refused at once, never waited on
+fifo = os.path.join(scratch, "fifo")
+os.mkfifo(fifo)
+for args in (["trace", "view", fifo, "-o", os.path.join(scratch, "fifo.html")], ["load", model, "--expect", fifo],
+             ["inspect", fifo], ["trace", "replay", fifo]):
+    try:
+        result = run(*args, timeout=20)
+        expect(result.returncode == 1 and "regular file" in result.stderr, f"{args}: a FIFO is refused")
+    except subprocess.TimeoutExpired:
+        expect(False, f"{args}: waited on a FIFO")
+
 # --json documents
 info = json.loads(run("info", "--json").stdout)
 expect(info["version"] and any(d["spec"] == "cpu" and d["available"] for d in info["devices"]), "info --json")
