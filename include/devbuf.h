@@ -336,6 +336,14 @@ typedef struct devbuf_trace_summary {
 // that is not a regular file.
 DEVBUF_API devbuf_status devbuf_trace_replay(const char *path, devbuf_allocator_t *allocator,
                                              devbuf_trace_summary_t *out_summary);
+// Called once a record of a trace has been played: an allocation of `size` bytes (> 0), or
+// the free (`size` 0) of allocation `id`; `refused` when the allocator refused that
+// allocation (whose free then frees nothing). For pictures and statistics over time.
+typedef void (*devbuf_trace_observer_fn)(void *context, uint64_t id, uint64_t size, int refused);
+// devbuf_trace_replay, telling `observer` (optional) of every record in order.
+DEVBUF_API devbuf_status devbuf_trace_replay_observed(const char *path, devbuf_allocator_t *allocator,
+                                                      devbuf_trace_observer_fn observer, void *context,
+                                                      devbuf_trace_summary_t *out_summary);
 
 // Sets the calling thread's error message (printf format; NULL: the status name alone) and
 // returns `status`; for user allocators and backends.

@@ -112,6 +112,8 @@ typedef struct replay_table {
   size_t capacity, count; // capacity: a power of two (0 before the first insert)
   uint64_t next_id;       // ids come as 1, 2, 3, ...: the id the next "a" line must have
   uint64_t live_bytes;
+  devbuf_trace_observer_fn observer; // told of every record once it is played (may be NULL)
+  void *observer_context;
 } replay_table;
 
 static size_t slot_of(const replay_table *table, uint64_t id) {
@@ -133,7 +135,8 @@ static devbuf_status table_grow(replay_table *table, unsigned long line) {
   size_t capacity = table->capacity ? 2 * table->capacity : 1024;
   replay_entry *entries = devbuf__calloc(capacity, sizeof *entries);
   if (!entries) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "trace replay: no host memory for %zu entries", capacity);
-  replay_table grown = {entries, capacity, 0, table->next_id, table->live_bytes};
+  replay_table grown = {entries, capacity, 0, table->next_id, table->live_bytes, table->observer,
+                        table->observer_context};
   for (size_t i = 0; i < table->capacity; i++) {
     if (!table->entries[i].id) continue;
     size_t j = slot_of(&grown, table->entries[i].id);
@@ -187,10 +190,11 @@ static devbuf_status replay_alloc(uint64_t id, size_t size, unsigned long line, 
   if (devbuf_allocator_alloc(allocator, size, &slot->memory) != DEVBUF_OK) {
     summary->failed_allocs++;
     slot->failed = true;
-    return DEVBUF_OK;
+  } else {
+    table->live_bytes += size;
+    if (table->live_bytes > summary->peak_live_bytes) summary->peak_live_bytes = table->live_bytes;
   }
-  table->live_bytes += size;
-  if (table->live_bytes > summary->peak_live_bytes) summary->peak_live_bytes = table->live_bytes;
+  if (table->observer) table->observer(table->observer_context, id, size, slot->failed);
   return DEVBUF_OK;
 }
 
@@ -199,11 +203,13 @@ static devbuf_status replay_free(uint64_t id, unsigned long line, replay_table *
   replay_entry *slot = table_find(table, id);
   if (!slot)
     return devbuf__error(DEVBUF_FORMAT_ERROR, "trace line %lu: free of allocation %" PRIu64 " that is not live", line, id);
-  if (!slot->failed) {
+  bool refused = slot->failed;
+  if (!refused) {
     devbuf_allocator_free(allocator, &slot->memory);
     table->live_bytes -= slot->size;
   }
   table_remove(table, slot);
+  if (table->observer) table->observer(table->observer_context, id, 0, refused);
   summary->frees++;
   return DEVBUF_OK;
 }
@@ -221,6 +227,12 @@ static devbuf_status replay_line(const char *text, unsigned long line, replay_ta
 }
 
 devbuf_status devbuf_trace_replay(const char *path, devbuf_allocator_t *allocator, devbuf_trace_summary_t *out_summary) {
+  return devbuf_trace_replay_observed(path, allocator, NULL, NULL, out_summary);
+}
+
+devbuf_status devbuf_trace_replay_observed(const char *path, devbuf_allocator_t *allocator,
+                                           devbuf_trace_observer_fn observer, void *context,
+                                           devbuf_trace_summary_t *out_summary) {
   if (!path || !allocator || !out_summary)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "trace replay: path, allocator and out_summary are required");
   int fd = -1;
@@ -233,7 +245,7 @@ devbuf_status devbuf_trace_replay(const char *path, devbuf_allocator_t *allocato
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "trace: no host memory to read '%.200s'", path);
   }
   devbuf_trace_summary_t summary = {0};
-  replay_table table = {.next_id = 1};
+  replay_table table = {.next_id = 1, .observer = observer, .observer_context = context};
   char text[256];
   unsigned long line = 0;
   while (status == DEVBUF_OK && fgets(text, sizeof text, file)) {

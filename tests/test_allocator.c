@@ -382,6 +382,17 @@ static void write_file(const char *path, const char *text) {
   fclose(file);
 }
 
+typedef struct observed {
+  char text[256];
+  size_t used;
+} observed;
+
+static void observe(void *context, uint64_t id, uint64_t size, int refused) {
+  observed *seen = context;
+  seen->used += (size_t)snprintf(seen->text + seen->used, sizeof seen->text - seen->used, "%c%llu:%llu%s ",
+                                 size ? 'a' : 'f', (unsigned long long)id, (unsigned long long)size, refused ? "!" : "");
+}
+
 static void test_trace_and_replay(void) {
   char path[] = "/tmp/devbuf-trace-XXXXXX";
   int fd = mkstemp(path);
@@ -437,6 +448,15 @@ static void test_trace_and_replay(void) {
   CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));
   CHECK_EQ_U(summary.leaked, 1);
   CHECK_STATUS(devbuf_trace_replay("/nonexistent/trace", target.caching, &summary), DEVBUF_IO_ERROR);
+  // The observer hears every record in order, refusals included.
+  write_file(path, "# devbuf trace 1\na 1 64\na 2 1000000000000\nf 1\nf 2\n");
+  devbuf_caching_options_t limited = {.memory_limit = 1 << 20};
+  test_allocators small = test_allocators_open(&limited);
+  observed seen = {.used = 0};
+  CHECK_OK(devbuf_trace_replay_observed(path, small.caching, observe, &seen, &summary));
+  CHECK(strcmp(seen.text, "a1:64 a2:1000000000000! f1:0 f2:0! ") == 0);
+  CHECK_EQ_U(summary.failed_allocs, 1);
+  test_allocators_close(&small);
   // Many allocations, few live at once: the live table stays small and every free finds its
   // allocation after the table's entries moved (growth, removals that shift later entries).
   FILE *many = fopen(path, "w");

@@ -94,6 +94,8 @@ static void test_allocator_calls(devbuf_device_t *cpu) {
   INVALID(devbuf_trace_replay(NULL, allocator, &summary));
   INVALID(devbuf_trace_replay("/tmp/x", NULL, &summary));
   INVALID(devbuf_trace_replay("/tmp/x", allocator, NULL));
+  INVALID(devbuf_trace_replay_observed(NULL, NULL, NULL, NULL, NULL));
+  INVALID(devbuf_trace_replay_observed("/tmp/x", allocator, NULL, NULL, NULL));
 }
 
 static void test_buffers(devbuf_device_t *cpu) {

@@ -100,11 +100,13 @@ typedef struct load_request {
   int verify, copy, json;
 } load_request;
 
+// 0 to go on, PARSE_HELP when the usage was asked for (and printed), else 2 (a mistake).
+#define PARSE_HELP (-1)
 static int parse(int argc, char **argv, load_request *out) {
   *out = (load_request){.spec = "cpu"};
   for (int i = 1; i < argc; i++) {
     char safe[256];
-    if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("load") - 1;
+    if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("load") == 0 ? PARSE_HELP : 1;
     if (strcmp(argv[i], "--verify") == 0) {
       out->verify = 1;
     } else if (strcmp(argv[i], "--copy") == 0) {
@@ -240,7 +242,7 @@ static void print_json(const load_request *request, devbuf_device_t *device, con
 int devbuf_cmd_load(int argc, char **argv) {
   load_request request;
   int parsed = parse(argc, argv, &request);
-  if (parsed) return parsed < 0 ? 0 : parsed; // help (0) or a mistake (2)
+  if (parsed) return parsed == PARSE_HELP ? 0 : parsed;
   char sample[1024];
   if (!request.path) {
     int made = sample_path(sample, sizeof sample, request.json);

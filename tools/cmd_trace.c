@@ -12,13 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t replay_page; // the page policy the replay used, for the JSON document
-
-static void print_text(const char *path, const char *spec, const devbuf_trace_summary_t *summary,
+static void print_text(const char *path, const char *spec, uint64_t page, const devbuf_trace_summary_t *summary,
                        const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts) {
   char safe_path[1024], safe_spec[64];
-  printf("replayed %s on %s: %llu allocations, %llu frees, %llu refused, %llu never freed\n",
-         DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec), (unsigned long long)summary->allocs,
+  printf("replayed %s with %s's policy, %llu-byte page: %llu allocations, %llu frees, %llu refused, %llu never freed\n",
+         DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec), (unsigned long long)page,
+         (unsigned long long)summary->allocs,
          (unsigned long long)summary->frees, (unsigned long long)summary->failed_allocs,
          (unsigned long long)summary->leaked);
   printf("peak requested %llu bytes; peak reserved %llu bytes; allocator peak %llu bytes (rounded); "
@@ -28,9 +27,9 @@ static void print_text(const char *path, const char *spec, const devbuf_trace_su
          (unsigned long long)stats->system_frees, (unsigned long long)stats->cache_hits);
 }
 
-static void print_json(const char *path, const char *spec, const devbuf_trace_summary_t *summary,
+static void print_json(const char *path, const char *spec, uint64_t page, const devbuf_trace_summary_t *summary,
                        const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts) {
-  printf("{\"page_bytes\": %llu, \"file\": ", (unsigned long long)replay_page);
+  printf("{\"page_bytes\": %llu, \"file\": ", (unsigned long long)page);
   devbuf_tool_json_string(path, stdout);
   printf(", \"device\": ");
   devbuf_tool_json_string(spec, stdout);
@@ -46,7 +45,7 @@ static void print_json(const char *path, const char *spec, const devbuf_trace_su
 }
 
 int devbuf_cmd_trace(int argc, char **argv) {
-  const char *path = NULL, *spec = "cpu", *page = NULL, *subcommand = NULL;
+  const char *path = NULL, *spec = "cpu", *html_path = NULL, *subcommand = NULL;
   devbuf_caching_options_t options = {0};
   int json = 0;
   for (int i = 1; i < argc; i++) {
@@ -60,7 +59,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
       json = 1;
     } else if (strcmp(argv[i], "-o") == 0 && subcommand[0] == 'v') {
       if (++i == argc) return devbuf_tool_misuse("trace", "-o needs the path of the page to write");
-      page = argv[i];
+      html_path = argv[i];
     } else if (strcmp(argv[i], "--device") == 0) {
       if (++i == argc) return devbuf_tool_misuse("trace", "--device needs a device, such as cpu or opencl:0");
       spec = argv[i];
@@ -83,24 +82,24 @@ int devbuf_cmd_trace(int argc, char **argv) {
     }
   }
   if (!subcommand || !path) return devbuf_tool_misuse("trace", "replay or view, and a trace FILE, are needed");
-  if (subcommand[0] == 'v' && !page) return devbuf_tool_misuse("trace", "view needs -o PAGE.html");
+  if (subcommand[0] == 'v' && !html_path) return devbuf_tool_misuse("trace", "view needs -o PAGE.html");
   devbuf_device_t *device = NULL;
   int opened = devbuf_tool_open_device("trace", spec, &device);
   if (opened) return opened;
   int code = 0;
   if (subcommand[0] == 'v') {
-    code = devbuf_tool_trace_view(device, path, page);
+    code = devbuf_tool_trace_view(device, path, html_path);
   } else {
     devbuf_counting_upstream counts;
     devbuf_allocator_t *caching = NULL;
     devbuf_status status = devbuf_tool_counting_caching(device, &options, &counts, &caching);
-    replay_page = options.page_size ? options.page_size : devbuf_device_page_size(device);
+    uint64_t page = options.page_size ? options.page_size : devbuf_device_page_size(device);
     devbuf_trace_summary_t summary;
     if (status == DEVBUF_OK) status = devbuf_trace_replay(path, caching, &summary);
     if (status == DEVBUF_OK) {
       devbuf_allocator_stats_t stats;
       devbuf_allocator_stats(caching, &stats);
-      (json ? print_json : print_text)(path, spec, &summary, &stats, &counts);
+      (json ? print_json : print_text)(path, spec, page, &summary, &stats, &counts);
     } else {
       devbuf_tool_report("trace", NULL);
       code = 1;

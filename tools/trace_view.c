@@ -1,6 +1,7 @@
-// The trace view of trace_view.h. The trace is read once into events; a caching allocator
-// over a counting upstream replays them, giving the reserved bytes after every event; the
-// page then samples the timeline in COLUMNS columns. Each of the DRAWN allocations that
+// The trace view of trace_view.h. devbuf_trace_replay_observed plays the trace through a
+// caching allocator over a counting upstream and tells the view of every record, which it
+// keeps with the live and reserved bytes after it; the page then samples that timeline in
+// COLUMNS columns. Each of the DRAWN allocations that
 // cover the most area (bytes x events) is a polygon stacked in allocation order (as a
 // stack: when an older allocation goes, the newer ones above it move down); the rest of the
 // live bytes form one grey area beneath them.
@@ -23,19 +24,19 @@
 typedef struct allocation {
   uint64_t size;
   size_t born, died;       // event indices; died == event count when never freed
-  devbuf_memory_t memory;
   int refused;
   int drawn;
 } allocation;
 
 typedef struct timeline {
-  allocation *allocations; // index = id - 1
+  allocation *allocations; // index = id - 1 (ids come as 1, 2, 3, ...)
   size_t count, capacity;
-  size_t *events;          // per event: allocation index * 2 (+1 for a free)
-  size_t event_count, event_capacity;
   uint64_t *live, *reserved; // after each event
-  uint64_t peak_live, peak_reserved;
+  size_t event_count, event_capacity;
+  uint64_t live_now, peak_live, peak_reserved;
   size_t peak_live_at, peak_reserved_at;
+  const devbuf_counting_upstream *counts;
+  int out_of_memory;
 } timeline;
 
 static int grow(void **items, size_t *capacity, size_t count, size_t item_size) {
@@ -48,88 +49,29 @@ static int grow(void **items, size_t *capacity, size_t count, size_t item_size) 
   return 1;
 }
 
-// Reads the a/f lines (the rules of devbuf_trace_replay: ids 1, 2, 3, ..., frees of live ones).
-static int read_trace(const char *path, timeline *t, char *why, size_t why_capacity) {
-  char reason[128];
-  FILE *file = devbuf_tool_open_regular(path, reason, sizeof reason);
-  if (!file) return snprintf(why, why_capacity, "cannot read the trace: %s", reason), 0;
-  char line[256];
-  unsigned long number = 0;
-  int ok = 1;
-  while (ok && fgets(line, sizeof line, file)) {
-    number++;
-    uint64_t id, size;
-    char tail;
-    if (number == 1 && strncmp(line, "# devbuf trace 1", 16) != 0) {
-      snprintf(why, why_capacity, "it does not start with '# devbuf trace 1'");
-      ok = 0;
-    } else if (line[0] == '#' || line[0] == '\n') {
-      continue;
-    } else if (sscanf(line, "a %" SCNu64 " %" SCNu64 " %c", &id, &size, &tail) == 2) {
-      if (id != t->count + 1 || size == 0) {
-        snprintf(why, why_capacity, "line %lu: allocation %" PRIu64 " of %" PRIu64 " bytes (the next is %zu)", number,
-                 id, size, t->count + 1);
-        ok = 0;
-      } else if (!grow((void **)&t->allocations, &t->capacity, t->count, sizeof *t->allocations) ||
-                 !grow((void **)&t->events, &t->event_capacity, t->event_count, sizeof *t->events)) {
-        snprintf(why, why_capacity, "out of memory");
-        ok = 0;
-      } else {
-        t->allocations[t->count] = (allocation){.size = size, .born = t->event_count, .died = SIZE_MAX};
-        t->events[t->event_count++] = t->count++ * 2;
-      }
-    } else if (sscanf(line, "f %" SCNu64 " %c", &id, &tail) == 1) {
-      if (id == 0 || id > t->count || t->allocations[id - 1].died != SIZE_MAX) {
-        snprintf(why, why_capacity, "line %lu: free of allocation %" PRIu64 " that is not live", number, id);
-        ok = 0;
-      } else if (!grow((void **)&t->events, &t->event_capacity, t->event_count, sizeof *t->events)) {
-        snprintf(why, why_capacity, "out of memory");
-        ok = 0;
-      } else {
-        t->allocations[id - 1].died = t->event_count;
-        t->events[t->event_count++] = (size_t)(id - 1) * 2 + 1;
-      }
-    } else {
-      snprintf(why, why_capacity, "line %lu is not a record", number);
-      ok = 0;
-    }
+// The replay's observer: one event per record, with the bytes live and reserved after it.
+static void on_record(void *context, uint64_t id, uint64_t size, int refused) {
+  timeline *t = context;
+  size_t capacity = t->event_capacity; // `live` and `reserved` grow alike: one capacity for both
+  if (t->out_of_memory || !grow((void **)&t->live, &capacity, t->event_count, sizeof *t->live) ||
+      !grow((void **)&t->reserved, &t->event_capacity, t->event_count, sizeof *t->reserved) ||
+      (size && !grow((void **)&t->allocations, &t->capacity, t->count, sizeof *t->allocations))) {
+    t->out_of_memory = 1;
+    return;
   }
-  if (ok && number == 0) snprintf(why, why_capacity, "it is empty"), ok = 0;
-  fclose(file);
-  for (size_t i = 0; ok && i < t->count; i++)
-    if (t->allocations[i].died == SIZE_MAX) t->allocations[i].died = t->event_count;
-  return ok;
-}
-
-// Replays the events through `caching`, recording live and reserved bytes after each.
-static int replay(timeline *t, devbuf_allocator_t *caching, const devbuf_counting_upstream *counts) {
-  t->live = calloc(t->event_count + 1, sizeof *t->live);
-  t->reserved = calloc(t->event_count + 1, sizeof *t->reserved);
-  if (!t->live || !t->reserved) return 0;
-  uint64_t live = 0;
-  for (size_t e = 0; e < t->event_count; e++) {
-    allocation *a = &t->allocations[t->events[e] / 2];
-    if (t->events[e] % 2 == 0) {
-      a->refused = devbuf_allocator_alloc(caching, a->size, &a->memory) != DEVBUF_OK;
-      if (!a->refused) live += a->size;
-    } else if (!a->refused) {
-      devbuf_allocator_free(caching, &a->memory);
-      live -= a->size;
-    }
-    t->live[e] = live;
-    t->reserved[e] = counts->held;
-    if (live > t->peak_live) t->peak_live = live, t->peak_live_at = e;
+  size_t e = t->event_count++;
+  if (size) {
+    t->allocations[t->count++] = (allocation){.size = size, .born = e, .died = SIZE_MAX, .refused = refused};
+    if (!refused) t->live_now += size;
+  } else {
+    allocation *a = &t->allocations[id - 1];
+    a->died = e;
+    if (!refused) t->live_now -= a->size;
   }
-  t->peak_reserved = counts->peak_held;
-  for (size_t e = 0; e < t->event_count; e++)
-    if (t->reserved[e] == t->peak_reserved) {
-      t->peak_reserved_at = e;
-      break;
-    }
-  for (size_t i = 0; i < t->count; i++) // what the trace never freed
-    if (t->allocations[i].died == t->event_count && !t->allocations[i].refused)
-      devbuf_allocator_free(caching, &t->allocations[i].memory);
-  return 1;
+  t->live[e] = t->live_now;
+  t->reserved[e] = t->counts->held;
+  if (t->live_now > t->peak_live) t->peak_live = t->live_now, t->peak_live_at = e;
+  if (t->counts->held > t->peak_reserved) t->peak_reserved = t->counts->held, t->peak_reserved_at = e;
 }
 
 static int by_area(const void *a, const void *b, void *context) {
@@ -194,12 +136,11 @@ static void write_page(FILE *out, const char *path, const timeline *t) {
   }
   fprintf(out, " %.1f,%.1f\"><title>smaller allocations</title></polygon>\n", LEFT + WIDTH, y_of(0, top));
   // The drawn allocations: per column, each one's base is the live bytes below it.
-  uint64_t *base = calloc(t->count ? t->count : 1, sizeof *base);
   uint64_t *bases = calloc((size_t)COLUMNS * DRAWN + 1, sizeof *bases);
   size_t *drawn = calloc(DRAWN + 1, sizeof *drawn), drawn_count = 0;
-  for (size_t i = 0; base && bases && drawn && i < t->count; i++)
+  for (size_t i = 0; bases && drawn && i < t->count; i++)
     if (t->allocations[i].drawn) drawn[drawn_count++] = i;
-  for (size_t c = 0; base && bases && drawn && c < COLUMNS && events; c++) {
+  for (size_t c = 0; bases && drawn && c < COLUMNS && events; c++) {
     size_t e = column_event(c, events);
     uint64_t below = 0;
     size_t next_drawn = 0;
@@ -210,7 +151,7 @@ static void write_page(FILE *out, const char *path, const timeline *t) {
       if (alive) below += a->size;
     }
   }
-  for (size_t d = 0; base && bases && drawn && d < drawn_count; d++) {
+  for (size_t d = 0; bases && drawn && d < drawn_count; d++) {
     const allocation *a = &t->allocations[drawn[d]];
     unsigned hue = (unsigned)(drawn[d] * 137u % 360u);
     fprintf(out, "<polygon fill=\"hsl(%u,60%%,60%%)\" stroke=\"hsl(%u,60%%,40%%)\" stroke-width=\"0.3\" points=\"", hue,
@@ -238,7 +179,6 @@ static void write_page(FILE *out, const char *path, const timeline *t) {
             drawn[d] + 1, a->size, a->born, a->died == events ? "the end, never freed, " : "", a->died,
             a->died - a->born);
   }
-  free(base);
   free(bases);
   free(drawn);
   // Reserved bytes: the highest value in each column, so that no peak hides between samples.
@@ -265,16 +205,21 @@ static void write_page(FILE *out, const char *path, const timeline *t) {
 }
 
 int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char *page) {
-  timeline t = {0};
-  char why[256], safe[1024];
-  int code = 1;
   devbuf_counting_upstream counts;
+  timeline t = {.counts = &counts};
+  char safe[1024];
+  int code = 1;
   devbuf_allocator_t *caching = NULL;
-  if (!read_trace(path, &t, why, sizeof why)) {
-    fprintf(stderr, "devbuf trace: %s: %s\n", DEVBUF_PRINTABLE(path, safe), why);
-  } else if (devbuf_tool_counting_caching(device, NULL, &counts, &caching) != DEVBUF_OK || !replay(&t, caching, &counts)) {
+  devbuf_trace_summary_t summary;
+  devbuf_status status = devbuf_tool_counting_caching(device, NULL, &counts, &caching);
+  if (status == DEVBUF_OK) status = devbuf_trace_replay_observed(path, caching, on_record, &t, &summary);
+  if (status != DEVBUF_OK) {
     devbuf_tool_report("trace", NULL);
+  } else if (t.out_of_memory) {
+    fprintf(stderr, "devbuf trace: no memory to draw %s\n", DEVBUF_PRINTABLE(path, safe));
   } else {
+    for (size_t i = 0; i < t.count; i++)
+      if (t.allocations[i].died == SIZE_MAX) t.allocations[i].died = t.event_count; // never freed
     choose_drawn(&t);
     FILE *out = fopen(page, "w");
     if (!out) {
@@ -288,7 +233,6 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char
   }
   devbuf_allocator_release(caching);
   free(t.allocations);
-  free(t.events);
   free(t.live);
   free(t.reserved);
   return code;
