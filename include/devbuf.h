@@ -206,6 +206,10 @@ typedef struct devbuf_memory {
   uint64_t device; // backend address or handle (on the CPU: the same as `host`)
   size_t size;     // bytes reserved, >= the bytes requested
   void *token;     // the allocator's own bookkeeping; opaque to everyone else
+  // Where `device` is a handle (OpenCL: a cl_mem), the byte offset of this memory within
+  // it: a caching allocator hands out blocks of one upstream allocation. 0 where `device`
+  // is an address (the CPU, CUDA), whose blocks carry their offset in the address.
+  size_t offset;
 } devbuf_memory_t;
 
 // The interface any allocator implements; a user supplies one to devbuf_allocator_create.
@@ -223,7 +227,13 @@ typedef struct devbuf_allocator_vtable {
 typedef struct devbuf_allocator_stats {
   uint64_t active;       // bytes held by live allocations
   uint64_t peak;         // the highest `active` since creation or the last reset_peak
-  uint64_t cached;       // bytes kept for reuse, not in use
+  uint64_t reserved;     // bytes held from upstream: active + cached
+  uint64_t cached;       // bytes kept for reuse, not in use (reserved - active)
+  uint64_t released_in_flight; // of those, bytes released while submitted work still uses
+                               // them: only work ordered after that work gets them
+  uint64_t segments;           // upstream allocations held
+  uint64_t largest_free_block; // the largest request the cache can serve without upstream
+  double fragmentation;        // 1 - active / reserved (0 when nothing is reserved)
   uint64_t mapped;       // bytes of files mapped through this allocator's device
   uint64_t live_buffers; // allocations not yet freed
   uint64_t system_allocs; // calls that reached the underlying (system/driver) allocator
@@ -292,6 +302,39 @@ DEVBUF_API void devbuf_allocator_reset_peak(devbuf_allocator_t *allocator);
 // Gives every cached block back to the upstream allocator (caching allocators only; a
 // no-op elsewhere).
 DEVBUF_API void devbuf_allocator_clear_cache(devbuf_allocator_t *allocator);
+
+// A caching allocator's memory picture: every segment it holds and every block of it.
+typedef enum devbuf_block_state {
+  DEVBUF_BLOCK_FREE = 0,          // cached: any request that fits may take it
+  DEVBUF_BLOCK_ACTIVE = 1,        // handed out
+  DEVBUF_BLOCK_IN_FLIGHT = 2,     // released while submitted work still uses it: only work
+                                  // ordered after that work may take it
+  DEVBUF_BLOCK_THREAD_CACHED = 3, // free, kept in one thread's bin for its next request
+} devbuf_block_state;
+
+typedef struct devbuf_snapshot_block {
+  uint64_t offset, size;          // bytes within the segment
+  devbuf_block_state state;
+} devbuf_snapshot_block_t;
+
+typedef struct devbuf_snapshot_segment {
+  uint64_t serial;                // creation order (0, 1, ...)
+  uint64_t size;
+  const char *pool;               // "small" or "large" (which requests it serves)
+  size_t block_count;
+  const devbuf_snapshot_block_t *blocks; // in address order; their sizes add up to `size`
+} devbuf_snapshot_segment_t;
+
+typedef struct devbuf_allocator_snapshot {
+  size_t segment_count;
+  const devbuf_snapshot_segment_t *segments; // in creation order
+} devbuf_allocator_snapshot_t;
+
+// Takes a snapshot of a caching allocator (exact while no other thread allocates or
+// frees); UNSUPPORTED for other kinds. Free it with devbuf_allocator_snapshot_free.
+DEVBUF_API devbuf_status devbuf_allocator_snapshot(devbuf_allocator_t *allocator,
+                                                   devbuf_allocator_snapshot_t **out_snapshot);
+DEVBUF_API void devbuf_allocator_snapshot_free(devbuf_allocator_snapshot_t *snapshot);
 
 // Adaptors. Each wraps `upstream` (retained) and is itself an allocator.
 // Counts calls and bytes; read them with devbuf_allocator_stats.
@@ -491,8 +534,15 @@ DEVBUF_API devbuf_status devbuf_buffer_synchronize(devbuf_buffer_t *buffer);
 // Waits only for submitted work that uses this buffer's bytes.
 DEVBUF_API devbuf_status devbuf_buffer_wait(devbuf_buffer_t *buffer);
 // The device address of the view's first byte; NOT_ALLOCATED if it has no memory.
-// On the CPU it is the host address.
+// On the CPU it is the host address. UNSUPPORTED on OpenCL, whose memory has no address:
+// see devbuf_buffer_device_handle.
 DEVBUF_API devbuf_status devbuf_buffer_device_ptr(devbuf_buffer_t *buffer, uint64_t *out_address);
+// The backend's handle of the memory under the view and the view's byte offset within it:
+// on OpenCL the cl_mem of the caching allocator's segment and the offset of the view in
+// it (pass both, as a sub-buffer or a kernel offset); elsewhere the address of the
+// view's allocation block and the view's offset in it. NOT_ALLOCATED without memory.
+DEVBUF_API devbuf_status devbuf_buffer_device_handle(devbuf_buffer_t *buffer, uint64_t *out_handle,
+                                                     size_t *out_offset);
 // Address and length for CPU writes that the caller orders with an event; no host
 // access is opened and in-flight work is not checked. It first waits for the work of a
 // previous owner of reused memory. NOT_CPU_ACCESSIBLE for device memory, READ_ONLY for

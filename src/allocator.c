@@ -18,17 +18,12 @@ void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocat
   atomic_init(&c->frees, 0);
   atomic_init(&c->failed, 0);
   atomic_init(&c->calls, 0);
-  devbuf__mutex_init(&allocator->pending_lock);
-  allocator->pending = NULL;
-  atomic_init(&allocator->pending_bytes, 0);
-  atomic_init(&allocator->pending_count, 0);
   if (link == DEVBUF__HOLDS_DEVICE) devbuf_device_retain(device);
 }
 
 void devbuf__allocator_destroy(devbuf_allocator_t *allocator) {
   devbuf_device_t *device = allocator->device;
   devbuf__device_link link = allocator->link;
-  pthread_mutex_destroy(&allocator->pending_lock); // empty: pending storages hold references
   allocator->ops->destroy(allocator);
   if (link == DEVBUF__HOLDS_DEVICE) devbuf_device_release(device);
 }
@@ -119,11 +114,10 @@ devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator, devbuf_alloc
     stats.alloc_calls = atomic_load(&c->calls);
     stats.failed_allocs = atomic_load(&c->failed);
   }
-  // Memory of released buffers whose work still runs is back in the cache already.
-  uint64_t pending_bytes = atomic_load(&allocator->pending_bytes), pending_count = atomic_load(&allocator->pending_count);
-  stats.active -= pending_bytes < stats.active ? pending_bytes : stats.active;
-  stats.cached += pending_bytes;
-  stats.live_buffers -= pending_count < stats.live_buffers ? pending_count : stats.live_buffers;
+  if (!allocator->ops->stats) { // without a cache, whatever is held is in use
+    stats.reserved = stats.active;
+    stats.segments = stats.live_buffers;
+  }
   stats.mapped = atomic_load(&allocator->device->mapped_bytes);
   *out_stats = stats;
   return DEVBUF_OK;
@@ -228,4 +222,17 @@ devbuf_status devbuf_allocator_create(devbuf_device_t *device, const devbuf_allo
   custom->ctx = ctx;
   *out_allocator = &custom->base;
   return DEVBUF_OK;
+}
+
+devbuf_status devbuf_allocator_snapshot(devbuf_allocator_t *allocator, devbuf_allocator_snapshot_t **out_snapshot) {
+  if (!allocator || !out_snapshot) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_snapshot is NULL");
+  *out_snapshot = NULL;
+  if (!devbuf__is_caching(allocator))
+    return devbuf__error(DEVBUF_UNSUPPORTED, "a %s allocator keeps no segments to picture: only caching ones do",
+                         allocator->ops->kind);
+  return devbuf__caching_snapshot(allocator, out_snapshot);
+}
+
+void devbuf_allocator_snapshot_free(devbuf_allocator_snapshot_t *snapshot) {
+  if (snapshot) devbuf__caching_snapshot_free(snapshot);
 }

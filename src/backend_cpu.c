@@ -66,6 +66,7 @@ static devbuf_status cpu_raw_alloc(devbuf_device_t *device, devbuf_memory_kind k
   out->device = (uint64_t)(uintptr_t)pointer;
   out->size = size;
   out->token = NULL;
+  out->offset = 0;
   return DEVBUF_OK;
 }
 

@@ -181,6 +181,7 @@ static devbuf_status opencl_open(devbuf_device_t *device, int index) {
   device->unified_memory = info_u64(cl, state->id, CL_DEVICE_HOST_UNIFIED_MEMORY, 4) != 0;
   device->svm_capabilities = info_u64(cl, state->id, CL_DEVICE_SVM_CAPABILITIES, 8);
   device->page_size = 4096;
+  device->memory_handles = true; // a block is its segment's cl_mem and an offset
   device->host_accessible = false; // device memory; host-visible memory is its own kind
   return DEVBUF_OK;
 }
@@ -213,7 +214,7 @@ static devbuf_status opencl_raw_alloc(devbuf_device_t *device, devbuf_memory_kin
       return devbuf__opencl_error(code, "%s: mapping %zu bytes of host-visible memory", device->spec, size);
     }
   }
-  *out = (devbuf_memory_t){.host = host, .device = (uint64_t)(uintptr_t)mem, .size = size, .token = NULL};
+  *out = (devbuf_memory_t){.host = host, .device = (uint64_t)(uintptr_t)mem, .size = size, .token = NULL, .offset = 0};
   return DEVBUF_OK;
 }
 
@@ -230,7 +231,7 @@ static devbuf_status opencl_write(devbuf_device_t *device, const devbuf_memory_t
     return DEVBUF_OK;
   }
   devbuf__opencl_device *state = devbuf__opencl_of(device);
-  cl_int code = state->cl->clEnqueueWriteBuffer(state->transfers, devbuf__cl_mem(dst), CL_TRUE, offset, size, src, 0,
+  cl_int code = state->cl->clEnqueueWriteBuffer(state->transfers, devbuf__cl_mem(dst), CL_TRUE, dst->offset + offset, size, src, 0,
                                                 NULL, NULL);
   if (code != CL_SUCCESS)
     return devbuf__opencl_error(code, "%s: writing %zu bytes at offset %zu", device->spec, size, offset);
@@ -244,7 +245,7 @@ static devbuf_status opencl_read(devbuf_device_t *device, const devbuf_memory_t 
     return DEVBUF_OK;
   }
   devbuf__opencl_device *state = devbuf__opencl_of(device);
-  cl_int code = state->cl->clEnqueueReadBuffer(state->transfers, devbuf__cl_mem(src), CL_TRUE, offset, size, dst, 0,
+  cl_int code = state->cl->clEnqueueReadBuffer(state->transfers, devbuf__cl_mem(src), CL_TRUE, src->offset + offset, size, dst, 0,
                                                NULL, NULL);
   if (code != CL_SUCCESS)
     return devbuf__opencl_error(code, "%s: reading %zu bytes at offset %zu", device->spec, size, offset);
@@ -266,7 +267,8 @@ devbuf_status devbuf__opencl_enqueue_copy(devbuf_device_t *device, cl_command_qu
   devbuf__opencl_device *state = devbuf__opencl_of(device);
   const devbuf__opencl_api *cl = state->cl;
   *out_event = NULL;
-  bool overlap = dst->device == src->device && dst_offset < src_offset + size && src_offset < dst_offset + size;
+  size_t dst_at = dst->offset + dst_offset, src_at = src->offset + src_offset; // within the cl_mem objects
+  bool overlap = dst->device == src->device && dst_at < src_at + size && src_at < dst_at + size;
   if (size == 0 || overlap) { // OpenCL refuses overlapping copies within one buffer: stage through the host
     devbuf_status status = size ? wait_all(cl, queue, wait_count, waits) : DEVBUF_OK;
     if (status != DEVBUF_OK || size == 0) return status;
@@ -277,7 +279,7 @@ devbuf_status devbuf__opencl_enqueue_copy(devbuf_device_t *device, cl_command_qu
     devbuf__free(staging);
     return status;
   }
-  cl_int code = cl->clEnqueueCopyBuffer(queue, devbuf__cl_mem(src), devbuf__cl_mem(dst), src_offset, dst_offset, size,
+  cl_int code = cl->clEnqueueCopyBuffer(queue, devbuf__cl_mem(src), devbuf__cl_mem(dst), src_at, dst_at, size,
                                         wait_count, wait_count ? waits : NULL, out_event);
   if (code != CL_SUCCESS) return devbuf__opencl_error(code, "%s: copying %zu bytes", device->spec, size);
   return DEVBUF_OK;
@@ -298,7 +300,7 @@ devbuf_status devbuf__opencl_enqueue_fill(devbuf_device_t *device, cl_command_qu
                                           cl_uint wait_count, const cl_event *waits, cl_event *out_event) {
   devbuf__opencl_device *state = devbuf__opencl_of(device);
   *out_event = NULL;
-  bool native = pattern_size <= 128 && (pattern_size & (pattern_size - 1)) == 0 && offset % pattern_size == 0;
+  bool native = pattern_size <= 128 && (pattern_size & (pattern_size - 1)) == 0 && (dst->offset + offset) % pattern_size == 0;
   if (size == 0 || !native) { // the driver fills only power-of-two patterns at aligned offsets: write it out
     devbuf_status status = size ? wait_all(state->cl, queue, wait_count, waits) : DEVBUF_OK;
     if (status != DEVBUF_OK || size == 0) return status;
@@ -309,7 +311,7 @@ devbuf_status devbuf__opencl_enqueue_fill(devbuf_device_t *device, cl_command_qu
     devbuf__free(bytes);
     return status;
   }
-  cl_int code = state->cl->clEnqueueFillBuffer(queue, devbuf__cl_mem(dst), pattern, pattern_size, offset, size,
+  cl_int code = state->cl->clEnqueueFillBuffer(queue, devbuf__cl_mem(dst), pattern, pattern_size, dst->offset + offset, size,
                                                wait_count, wait_count ? waits : NULL, out_event);
   if (code != CL_SUCCESS) return devbuf__opencl_error(code, "%s: filling %zu bytes", device->spec, size);
   return DEVBUF_OK;

@@ -157,7 +157,23 @@ devbuf_status devbuf_buffer_device_ptr(devbuf_buffer_t *buffer, uint64_t *out_ad
     return devbuf__error(DEVBUF_NOT_ALLOCATED, "buffer %llu (storage %llu, %zu bytes) has no memory yet",
                          (unsigned long long)buffer->handle_id, (unsigned long long)buffer->storage->id,
                          buffer->size);
+  if (buffer->storage->device->memory_handles)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "buffer %llu: %s memory has no device address, only a handle and an "
+                         "offset (devbuf_buffer_device_handle)", (unsigned long long)buffer->handle_id,
+                         buffer->storage->device->spec);
   *out_address = buffer->size ? buffer->storage->memory.device + buffer->offset : 0;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_buffer_device_handle(devbuf_buffer_t *buffer, uint64_t *out_handle, size_t *out_offset) {
+  if (!buffer || !out_handle || !out_offset)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer, out_handle or out_offset is NULL");
+  if (!devbuf_buffer_is_allocated(buffer))
+    return devbuf__error(DEVBUF_NOT_ALLOCATED, "buffer %llu (storage %llu, %zu bytes) has no memory yet",
+                         (unsigned long long)buffer->handle_id, (unsigned long long)buffer->storage->id,
+                         buffer->size);
+  *out_handle = buffer->storage->memory.device;
+  *out_offset = buffer->storage->memory.offset + buffer->offset;
   return DEVBUF_OK;
 }
 

@@ -87,7 +87,7 @@ static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export
       .dtype = {code, bits, 1},
       .shape = record->shape,
       .strides = record->strides,
-      .byte_offset = buffer->offset,
+      .byte_offset = storage->memory.offset + buffer->offset, // a block of a segment's cl_mem on OpenCL
   };
   *out_read_only = read_only;
   return DEVBUF_OK;

@@ -82,8 +82,10 @@ void devbuf__hazard_wake_locked(devbuf__hazard *hazard) {
 
 static bool push_dep(const devbuf__record *conflicting, const devbuf__record *record, devbuf__dep **deps,
                      size_t *count, size_t *capacity) {
-  devbuf__work *work = conflicting->work;
-  bool order_only = conflicting->owner != record->owner;
+  return devbuf__deps_push(deps, count, capacity, conflicting->work, conflicting->owner != record->owner);
+}
+
+bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__work *work, bool order_only) {
   for (size_t i = 0; i < *count; i++) {
     if ((*deps)[i].work == work) {
       (*deps)[i].order_only &= order_only; // a data dependency through any use is one
@@ -100,6 +102,32 @@ static bool push_dep(const devbuf__record *conflicting, const devbuf__record *re
     *capacity = grown_capacity;
   }
   (*deps)[(*count)++] = (devbuf__dep){devbuf__work_retain(work), order_only};
+  return true;
+}
+
+bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size, devbuf__work ***works,
+                            size_t *count, size_t *capacity) {
+  for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
+    const devbuf__record *newest[2] = {newest_overlap(&segment->writes, offset, size),
+                                       newest_overlap(&segment->reads, offset, size)};
+    for (int k = 0; k < 2; k++) {
+      if (!newest[k]) continue;
+      devbuf__work *work = newest[k]->work;
+      bool known = false;
+      for (size_t i = 0; i < *count && !known; i++) known = (*works)[i] == work;
+      if (known) continue;
+      if (*count == *capacity) {
+        size_t grown_capacity = *capacity ? 2 * *capacity : 4;
+        devbuf__work **grown = devbuf__malloc(grown_capacity * sizeof *grown);
+        if (!grown) return false;
+        for (size_t i = 0; i < *count; i++) grown[i] = (*works)[i];
+        devbuf__free(*works);
+        *works = grown;
+        *capacity = grown_capacity;
+      }
+      (*works)[(*count)++] = devbuf__work_retain(work);
+    }
+  }
   return true;
 }
 

@@ -83,6 +83,21 @@ void devbuf__hazard_wake_locked(devbuf__hazard *hazard);
 bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue,
                         devbuf__dep **deps, size_t *dep_count, size_t *dep_capacity);
 
+// Appends to `works` (retained, once each) the newest work of each queue whose records
+// overlap [offset, offset + size): what must complete before anything else uses those
+// bytes. False when no host memory is left.
+bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size, devbuf__work ***works,
+                            size_t *count, size_t *capacity);
+// Appends `work` to `deps` (retained) unless it is there already; a data dependency wins
+// over an ordering-only one. False when no host memory is left.
+bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__work *work, bool order_only);
+
+// Work items seen from the tracker (queue.c): retain and release, completion, and a wait.
+devbuf__work *devbuf__work_retain(devbuf__work *work);
+void devbuf__work_release(devbuf__work *work);
+bool devbuf__work_done(const devbuf__work *work);
+void devbuf__work_wait(devbuf__work *work);
+
 // Removes a completed record; caller holds the lock. When the last record goes and an idle
 // callback is armed, it is disarmed and handed out: the caller calls it after unlocking.
 // Caller also wakes waiters (devbuf__hazard_wake_locked) once done removing.

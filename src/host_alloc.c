@@ -6,6 +6,7 @@
 
 void *devbuf__malloc(size_t size) { return malloc(size); }
 void *devbuf__calloc(size_t count, size_t size) { return calloc(count, size); }
+void *devbuf__realloc(void *pointer, size_t size) { return realloc(pointer, size); }
 void devbuf__free(void *pointer) { free(pointer); }
 
 #ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP

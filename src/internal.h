@@ -30,6 +30,7 @@ void devbuf__clear_error(void);
 // Every host allocation the library makes for its own bookkeeping goes through here.
 void *devbuf__malloc(size_t size);
 void *devbuf__calloc(size_t count, size_t size);
+void *devbuf__realloc(void *pointer, size_t size);
 void devbuf__free(void *pointer);
 
 // ---- files (file_open.c) ----------------------------------------------------------------
@@ -89,13 +90,6 @@ static inline bool devbuf__mul_overflows(size_t a, size_t b, size_t *out) {
 }
 static inline bool devbuf__add_overflows(size_t a, size_t b, size_t *out) {
   return __builtin_add_overflow(a, b, out);
-}
-
-// Largest cached size acceptable for a request of `size`: min(2 x size, size + 2 pages).
-static inline size_t devbuf__fit_limit(size_t size, size_t page) {
-  size_t twice = size > SIZE_MAX / 2 ? SIZE_MAX : 2 * size;
-  size_t plus = size > SIZE_MAX - 2 * page ? SIZE_MAX : size + 2 * page;
-  return twice < plus ? twice : plus;
 }
 
 // ---- backends (backend_*.c) -------------------------------------------------------------
@@ -176,6 +170,8 @@ struct devbuf_device {
   devbuf_allocator_t *host_allocator;  // host-visible memory (the same as `allocator` when
                                        // device memory is host-accessible)
   devbuf_allocator_t *managed_allocator; // managed memory; NULL without it
+  bool memory_handles;                 // memory.device is a handle and memory.offset applies
+                                       // (OpenCL cl_mem); elsewhere an address
   atomic_uint_least64_t mapped_bytes;  // bytes of live file mappings on this device
   void *backend_state;                 // owned by the backend
   struct devbuf_device *next_open;     // registry list
@@ -221,11 +217,6 @@ struct devbuf_allocator {
   devbuf__device_link link;
   devbuf_memory_kind memory_kind;      // what its memory is (raw allocators decide; others inherit)
   devbuf__counters counters;
-  // Memory of released buffers whose submitted work still runs: handed back to the
-  // allocator when the work completes, or reused at once by a buffer allocated for work.
-  pthread_mutex_t pending_lock;
-  struct devbuf__storage *pending;     // list through storage->next_pending
-  atomic_uint_least64_t pending_bytes, pending_count;
 };
 
 // Initialises the common part; retains `device` for DEVBUF__HOLDS_DEVICE.
@@ -245,6 +236,28 @@ static inline bool devbuf__allocator_host_accessible(const devbuf_allocator_t *a
 devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
                                                const devbuf_caching_options_t *options,
                                                devbuf__device_link link, devbuf_allocator_t **out);
+
+// Memory released while submitted work may still use it (B10), in the caching allocator
+// (src/caching/). Its bytes go back to the cache at once, marked in flight under an opaque
+// `fence` of the releaser's: host allocations never get them, allocations for work may.
+typedef struct devbuf__in_flight devbuf__in_flight;
+bool devbuf__is_caching(const devbuf_allocator_t *allocator);
+// Frees `memory` (from this caching allocator) in flight; *out_range names the range until
+// devbuf__caching_fence_done. OUT_OF_MEMORY without host memory for the record: the
+// caller then keeps the memory until its work is done.
+devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator, const devbuf_memory_t *memory,
+                                             void *fence, devbuf__in_flight **out_range);
+// The fence's work completed: its bytes are free for everyone.
+void devbuf__caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight *range);
+// An allocation for work that will be ordered after the work using what it reuses: it may
+// take bytes released in flight. For each in-flight range it overlaps, `visit` is called
+// (under the allocator's lock, so the fence is alive) with the fence and the overlap in the
+// fence's own byte offsets; a false answer makes it allocate bytes no work uses instead.
+devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator, devbuf_allocator_snapshot_t **out);
+void devbuf__caching_snapshot_free(devbuf_allocator_snapshot_t *snapshot);
+devbuf_status devbuf__caching_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
+                                            bool (*visit)(void *context, void *fence, size_t offset, size_t size),
+                                            void *context, devbuf_memory_t *out);
 
 // ---- storage and buffers (storage.c, buffer*.c) -----------------------------------------
 typedef enum devbuf__storage_state {
@@ -277,7 +290,12 @@ typedef struct devbuf__storage {
   devbuf_memory_t memory;              // valid once state is ALLOCATED
   pthread_mutex_t lock;                // lazy allocation, host-access list, hazard creation
   struct devbuf__hazard *_Atomic hazard; // in-flight work on the memory; made on first submission
-  struct devbuf__storage *next_pending, *prev_pending; // allocator's pending list, once released
+  devbuf__in_flight *in_flight;        // once released in flight to a caching allocator
+  // Work of earlier owners of reused bytes (retained, ordering only): every submission
+  // waits for what of it has not completed, host access waits for all of it. Read and
+  // written under the tracker's lock, which exists whenever this is non-empty.
+  devbuf__work **inherited;
+  size_t inherited_count, inherited_capacity;
   devbuf__host_access *accesses;       // open host accesses
   atomic_size_t open_accesses;         // length of `accesses` (read without the lock)
 } devbuf__storage;

@@ -232,12 +232,13 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue qu
     devbuf__work_use *use = &work->uses[u];
     // A zero-length use is tracked by nothing, so its memory may be gone: the kernel gets NULL.
     cl_mem mem = use->size ? devbuf__cl_mem(&use->memory) : NULL;
-    if (use->size && (use->offset || use->size != use->memory.size)) {
-      cl_buffer_region region = {use->offset, use->size};
+    size_t origin = use->memory.offset + use->offset; // within the segment's cl_mem
+    if (use->size && (origin || use->size != use->memory.size)) {
+      cl_buffer_region region = {origin, use->size};
       mem = cl->clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &code); // flags: the parent's
       if (!mem) {
         status = devbuf__opencl_error(code, "%s: a view of %zu bytes at %zu for argument %u", device->spec, use->size,
-                                      use->offset, index);
+                                      origin, index);
         break;
       }
       views[view_count++] = mem;

@@ -196,6 +196,10 @@ static devbuf_status wait_done(devbuf__work *work) {
   return work->status;
 }
 
+bool devbuf__work_done(const devbuf__work *work) { return atomic_load_explicit(&work->done, memory_order_acquire); }
+
+void devbuf__work_wait(devbuf__work *work) { (void)wait_done(work); }
+
 // ---- completion ------------------------------------------------------------------------
 
 // Retires finished (or never run) items of one queue, in order: their records leave the
@@ -672,10 +676,19 @@ static devbuf_status check_use(devbuf_queue_t *queue, const devbuf_use_t *use, s
   return devbuf__storage_ensure_allocated_for_work(storage);
 }
 
-static devbuf_status add_record(devbuf__work *work, devbuf__work_use *slot, devbuf__hazard *hazard) {
+// Records a use in the storage's tracker (whose lock the caller holds), depending on the
+// conflicting work of other queues and on the unfinished work of the bytes' earlier owners.
+static devbuf_status add_record(devbuf__work *work, devbuf__work_use *slot, devbuf__storage *storage,
+                                devbuf__hazard *hazard) {
   if (!devbuf__hazard_add(hazard, &slot->record, work->queue, &work->deps, &work->dep_count, &work->dep_capacity))
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
   slot->hazard = hazard;
+  for (size_t i = 0; i < storage->inherited_count; i++) {
+    devbuf__work *earlier = storage->inherited[i];
+    if (earlier->queue == work->queue || devbuf__work_done(earlier)) continue; // its own queue orders it
+    if (!devbuf__deps_push(&work->deps, &work->dep_count, &work->dep_capacity, earlier, true))
+      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
+  }
   return DEVBUF_OK;
 }
 
@@ -699,7 +712,7 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   if (hazard) {
     devbuf__spin_lock(&hazard->lock);
     if (!atomic_load(&storage->open_accesses)) {
-      devbuf_status status = add_record(work, slot, hazard);
+      devbuf_status status = add_record(work, slot, storage, hazard);
       devbuf__spin_unlock(&hazard->lock);
       return status;
     }
@@ -713,7 +726,7 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   }
   if (status == DEVBUF_OK) {
     devbuf__spin_lock(&hazard->lock);
-    status = add_record(work, slot, hazard);
+    status = add_record(work, slot, storage, hazard);
     devbuf__spin_unlock(&hazard->lock);
   }
   pthread_mutex_unlock(&storage->lock);

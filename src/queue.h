@@ -53,8 +53,6 @@ struct devbuf__work {
   devbuf__work_use uses[];
 };
 
-devbuf__work *devbuf__work_retain(devbuf__work *work);
-void devbuf__work_release(devbuf__work *work);
 // Waits for the work of other queues that `work` depends on, then lets go of it (so that
 // finished work never keeps a chain of older work alive). A dependency already enqueued on
 // a device (its device_event set) is offered to `on_device` first, which answers true when

@@ -1,8 +1,8 @@
 // Storage: the memory shared by a buffer and its views. Reference counted; allocated
 // lazily exactly once. On the last release the memory goes back at once: to the
-// allocator if no submitted work uses it, otherwise to the allocator's pending list, from
-// which work may reuse it (ordered after the old work by the hazard tracker) and which
-// hands it to the allocator when the old work completes.
+// allocator if no submitted work uses it, otherwise (to a caching allocator) in flight: its
+// bytes are then handed only to memory allocated for work, which inherits the old work on
+// them and is ordered after it; the record and its tracker stay until that work is done.
 #include "hazard.h"
 
 static atomic_uint_least64_t id_counter = 1;
@@ -30,6 +30,8 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
 // Frees the record itself (its memory has been handed on or given back).
 static void storage_free_record(devbuf__storage *storage) {
   pthread_mutex_destroy(&storage->lock);
+  for (size_t i = 0; i < storage->inherited_count; i++) devbuf__work_release(storage->inherited[i]);
+  devbuf__free(storage->inherited);
   if (storage->allocator)
     devbuf_allocator_release(storage->allocator);
   else
@@ -37,8 +39,13 @@ static void storage_free_record(devbuf__storage *storage) {
   devbuf__free(storage);
 }
 
-static void storage_finalize(devbuf__storage *storage) {
-  if (storage->release_external)
+// No submitted work uses the memory any more: it goes back (or, released in flight, its
+// bytes stop being in flight), and the record goes.
+static void storage_finalize(void *context) {
+  devbuf__storage *storage = context;
+  if (storage->in_flight)
+    devbuf__caching_fence_done(storage->allocator, storage->in_flight);
+  else if (storage->release_external)
     storage->release_external(storage);
   else if (storage->allocator && storage->size &&
            atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED)
@@ -47,36 +54,8 @@ static void storage_finalize(devbuf__storage *storage) {
   storage_free_record(storage);
 }
 
-// ---- the allocator's pending list ------------------------------------------------------
-
-static void pending_unlink_locked(devbuf_allocator_t *allocator, devbuf__storage *storage) {
-  if (storage->prev_pending)
-    storage->prev_pending->next_pending = storage->next_pending;
-  else
-    allocator->pending = storage->next_pending;
-  if (storage->next_pending) storage->next_pending->prev_pending = storage->prev_pending;
-  atomic_fetch_sub(&allocator->pending_bytes, storage->memory.size);
-  atomic_fetch_sub(&allocator->pending_count, 1);
-}
-
-static bool is_pending(const devbuf_allocator_t *allocator, const devbuf__storage *storage) {
-  return storage->prev_pending || allocator->pending == storage;
-}
-
-// The old work completed: the memory goes to the allocator.
-static void finalize_when_idle(void *context) {
-  devbuf__storage *storage = context;
-  devbuf_allocator_t *allocator = storage->allocator;
-  if (allocator) {
-    pthread_mutex_lock(&allocator->pending_lock);
-    if (is_pending(allocator, storage)) pending_unlink_locked(allocator, storage);
-    pthread_mutex_unlock(&allocator->pending_lock);
-  }
-  storage_finalize(storage);
-}
-
 static bool reusable_for_work(const devbuf__storage *storage) {
-  return storage->allocator && storage->size && !storage->mapped &&
+  return storage->allocator && storage->size && !storage->mapped && devbuf__is_caching(storage->allocator) &&
          atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED;
 }
 
@@ -92,68 +71,57 @@ void devbuf__storage_release(devbuf__storage *storage) {
     storage_finalize(storage);
     return;
   }
-  devbuf_allocator_t *allocator = reusable_for_work(storage) ? storage->allocator : NULL;
-  if (allocator) { // listed before it is armed: a reuser takes only armed entries
-    pthread_mutex_lock(&allocator->pending_lock);
-    storage->prev_pending = NULL;
-    storage->next_pending = allocator->pending;
-    if (allocator->pending) allocator->pending->prev_pending = storage;
-    allocator->pending = storage;
-    atomic_fetch_add(&allocator->pending_bytes, storage->memory.size);
-    atomic_fetch_add(&allocator->pending_count, 1);
-    pthread_mutex_unlock(&allocator->pending_lock);
-  }
+  // The bytes go back to the cache at once, in flight under this record (whose tracker says
+  // which work uses which of them) until the work is done. Without a caching allocator (or
+  // host memory for the in-flight record) the memory waits for the work instead.
   devbuf__spin_lock(&hazard->lock);
-  bool busy = hazard->records != 0;
+  bool busy = hazard->records != 0; // a first look: settled under the lock below
+  devbuf__spin_unlock(&hazard->lock);
+  if (busy && reusable_for_work(storage) &&
+      devbuf__caching_free_in_flight(storage->allocator, &storage->memory, storage, &storage->in_flight) != DEVBUF_OK)
+    storage->in_flight = NULL;
+  devbuf__spin_lock(&hazard->lock);
+  busy = hazard->records != 0;
   if (busy) {
-    hazard->on_idle = finalize_when_idle;
+    hazard->on_idle = storage_finalize;
     hazard->idle_ctx = storage;
   }
   devbuf__spin_unlock(&hazard->lock);
-  if (!busy) finalize_when_idle(storage);
-}
-
-// Moves the best fitting pending memory (and its tracker) of the allocator to `storage`.
-static bool take_pending(devbuf__storage *storage) {
-  devbuf_allocator_t *allocator = storage->allocator;
-  if (!atomic_load_explicit(&allocator->pending_count, memory_order_relaxed)) return false;
-  size_t limit = devbuf__fit_limit(storage->size, storage->device->page_size);
-  devbuf__storage *best = NULL;
-  pthread_mutex_lock(&allocator->pending_lock);
-  for (devbuf__storage *candidate = allocator->pending; candidate; candidate = candidate->next_pending) {
-    size_t size = candidate->memory.size;
-    if (size < storage->size || size > limit || (best && size >= best->memory.size)) continue;
-    devbuf__hazard *hazard = atomic_load(&candidate->hazard);
-    devbuf__spin_lock(&hazard->lock);
-    bool armed = hazard->on_idle == finalize_when_idle;
-    devbuf__spin_unlock(&hazard->lock);
-    if (armed) best = candidate;
-  }
-  if (best) {
-    devbuf__hazard *hazard = atomic_load(&best->hazard);
-    devbuf__spin_lock(&hazard->lock);
-    bool armed = hazard->on_idle == finalize_when_idle;
-    if (armed) hazard->on_idle = NULL; // its work runs on; this storage owns it now
-    devbuf__spin_unlock(&hazard->lock);
-    if (armed)
-      pending_unlink_locked(allocator, best);
-    else
-      best = NULL;
-  }
-  pthread_mutex_unlock(&allocator->pending_lock);
-  if (!best) return false;
-  storage->memory = best->memory;
-  atomic_store(&storage->hazard, atomic_load(&best->hazard));
-  storage_free_record(best);
-  return true;
+  if (!busy) storage_finalize(storage);
 }
 
 // ---- allocation --------------------------------------------------------------------------
 
-static devbuf_status allocate_locked(devbuf__storage *storage) {
+// The caching allocator's visit of an in-flight range that memory for `context` reuses: the
+// newest work of each queue on those bytes of the earlier owner is inherited.
+static bool inherit_work(void *context, void *fence, size_t offset, size_t size) {
+  devbuf__storage *storage = context, *earlier = fence;
+  devbuf__hazard *hazard = atomic_load_explicit(&earlier->hazard, memory_order_acquire);
+  devbuf__spin_lock(&hazard->lock);
+  bool ok = devbuf__hazard_collect(hazard, offset, size, &storage->inherited, &storage->inherited_count,
+                                   &storage->inherited_capacity);
+  devbuf__spin_unlock(&hazard->lock);
+  return ok;
+}
+
+// Waits for inherited work and lets go of it (when no tracker could be made to order it).
+static void wait_inherited_now(devbuf__storage *storage) {
+  for (size_t i = 0; i < storage->inherited_count; i++) {
+    devbuf__work_wait(storage->inherited[i]);
+    devbuf__work_release(storage->inherited[i]);
+  }
+  storage->inherited_count = 0;
+}
+
+static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
   if (storage->size == 0) return DEVBUF_OK; // zero-length storage owns no memory
-  devbuf_status status = devbuf_allocator_alloc(storage->allocator, storage->size, &storage->memory);
+  // Reused memory is only clean once its old work is done: zeroed buffers do not reuse.
+  bool ordered = for_work && !(storage->flags & DEVBUF_BUFFER_ZERO) && devbuf__is_caching(storage->allocator);
+  devbuf_status status =
+      ordered ? devbuf__caching_alloc_ordered(storage->allocator, storage->size, inherit_work, storage, &storage->memory)
+              : devbuf_allocator_alloc(storage->allocator, storage->size, &storage->memory);
   if (status != DEVBUF_OK) return status;
+  if (storage->inherited_count && !devbuf__storage_hazard_locked(storage)) wait_inherited_now(storage);
   if (storage->flags & DEVBUF_BUFFER_ZERO) {
     devbuf_device_t *device = storage->device;
     status = device->backend->zero(device, &storage->memory, 0, storage->size);
@@ -171,9 +139,7 @@ static devbuf_status ensure_allocated(devbuf__storage *storage, bool for_work) {
   pthread_mutex_lock(&storage->lock);
   devbuf_status status = DEVBUF_OK;
   if (atomic_load_explicit(&storage->state, memory_order_relaxed) != DEVBUF__ALLOCATED) {
-    // Reused memory is only clean once its old work is done: zeroed buffers do not reuse.
-    bool reused = for_work && storage->size && !(storage->flags & DEVBUF_BUFFER_ZERO) && take_pending(storage);
-    if (!reused) status = allocate_locked(storage);
+    status = allocate_locked(storage, for_work);
     if (status == DEVBUF_OK) atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
   }
   pthread_mutex_unlock(&storage->lock);
@@ -213,6 +179,18 @@ static devbuf__conflict ranges_conflict(const devbuf__hazard *hazard, const devb
   return worst;
 }
 
+// The first inherited work not yet completed; the completed ones are let go on the way.
+// Caller holds the tracker's lock.
+static devbuf__work *first_unfinished_inherited(devbuf__storage *storage) {
+  while (storage->inherited_count) {
+    devbuf__work *work = storage->inherited[storage->inherited_count - 1];
+    if (!devbuf__work_done(work)) return work;
+    devbuf__work_release(work);
+    storage->inherited_count--;
+  }
+  return NULL;
+}
+
 devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__byte_range *ranges, size_t count,
                                         devbuf__own_work own, const char *what, devbuf__hazard **out_hazard) {
   for (;;) {
@@ -221,6 +199,14 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
     *out_hazard = hazard;
     if (!hazard) return DEVBUF_OK;
     devbuf__spin_lock(&hazard->lock);
+    devbuf__work *earlier = first_unfinished_inherited(storage);
+    if (earlier) { // an earlier owner's work on reused bytes: wait for it, then look again
+      devbuf__work_retain(earlier);
+      devbuf__storage_unlock(storage, hazard);
+      devbuf__work_wait(earlier);
+      devbuf__work_release(earlier);
+      continue;
+    }
     const devbuf__byte_range *range = NULL;
     devbuf__conflict conflict = ranges_conflict(hazard, ranges, count, storage->id, own == DEVBUF__OWN_IGNORE, &range);
     if (conflict == DEVBUF__NO_CONFLICT) return DEVBUF_OK;
@@ -245,7 +231,7 @@ bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
   if (!hazard || size == 0) return false;
   devbuf__spin_lock(&hazard->lock);
-  bool used = devbuf__hazard_overlaps(hazard, offset, size);
+  bool used = first_unfinished_inherited(storage) || devbuf__hazard_overlaps(hazard, offset, size);
   devbuf__spin_unlock(&hazard->lock);
   return used;
 }
@@ -254,6 +240,13 @@ void devbuf__storage_wait_unused(devbuf__storage *storage, size_t offset, size_t
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
   if (!hazard || size == 0) return;
   devbuf__spin_lock(&hazard->lock);
+  for (devbuf__work *earlier; (earlier = first_unfinished_inherited(storage));) {
+    devbuf__work_retain(earlier);
+    devbuf__spin_unlock(&hazard->lock);
+    devbuf__work_wait(earlier);
+    devbuf__work_release(earlier);
+    devbuf__spin_lock(&hazard->lock);
+  }
   while (devbuf__hazard_overlaps(hazard, offset, size)) devbuf__hazard_wait_progress(hazard);
   devbuf__spin_unlock(&hazard->lock);
 }

@@ -48,17 +48,23 @@ static void test_memory_kinds(void) {
   }
 }
 
-// Large blocks are 2 MiB granules: 3 MiB takes 4 MiB, and a 3.5 MiB request reuses it.
+// Blocks round to 512 bytes; segments above 10 MiB to 2 MiB pages: 12 MiB + 1 takes a
+// 14 MiB segment, whose rest a 1.5 MiB request then reuses.
 static void test_granularity(void) {
   devbuf_allocator_t *allocator = devbuf_device_allocator(device);
   devbuf_allocator_clear_cache(allocator);
   devbuf_allocator_stats_t before = stats_of(allocator);
-  size_t size = 3u << 20;
-  devbuf_buffer_t *buffer = NULL;
+  size_t size = (12u << 20) + 1;
+  devbuf_buffer_t *buffer = NULL, *second = NULL;
   CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer));
-  CHECK_EQ_U(stats_of(allocator).active - before.active, 4u << 20);
+  CHECK_EQ_U(stats_of(allocator).active - before.active, (12u << 20) + 512);
+  CHECK_EQ_U(stats_of(allocator).reserved - before.reserved, 14u << 20);
+  size = (3u << 20) / 2;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &second));
+  CHECK_EQ_U(stats_of(allocator).system_allocs, before.system_allocs + 1);
+  devbuf_buffer_release(second);
   devbuf_buffer_release(buffer);
-  size = (7u << 20) / 2;
+  size = 13u << 20; // the whole segment again, coalesced
   CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer));
   CHECK_EQ_U(stats_of(allocator).system_allocs, before.system_allocs + 1);
   devbuf_buffer_release(buffer);

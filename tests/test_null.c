@@ -193,6 +193,10 @@ static void test_host_access(devbuf_device_t *cpu) {
   INVALID(devbuf_buffer_device_ptr(NULL, NULL));
   INVALID(devbuf_buffer_device_ptr(NULL, &address));
   INVALID(devbuf_buffer_device_ptr(buffer, NULL));
+  size_t offset;
+  INVALID(devbuf_buffer_device_handle(NULL, &address, &offset));
+  INVALID(devbuf_buffer_device_handle(buffer, NULL, &offset));
+  INVALID(devbuf_buffer_device_handle(buffer, &address, NULL));
   INVALID(devbuf_buffer_unsynchronized_ptr(NULL, NULL, NULL));
   INVALID(devbuf_buffer_unsynchronized_ptr(buffer, NULL, NULL));
   CHECK_EQ_U(devbuf_buffer_open_accesses(buffer), 0);

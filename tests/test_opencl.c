@@ -194,8 +194,10 @@ static void test_dlpack_of_device_memory(void) {
   CHECK_OK(devbuf_buffer_copyin(buffer, values, sizeof values));
   CHECK_OK(devbuf_buffer_to_dlpack_versioned(buffer, 0, &tensor));
   uint64_t handle;
-  devbuf_buffer_device_ptr(buffer, &handle);
+  size_t offset;
+  CHECK_OK(devbuf_buffer_device_handle(buffer, &handle, &offset));
   CHECK(tensor->dl_tensor.device.device_type == DEVBUF_DL_OPENCL && tensor->dl_tensor.data == (void *)(uintptr_t)handle);
+  CHECK_EQ_U(tensor->dl_tensor.byte_offset, offset);
   CHECK_OK(devbuf_buffer_from_dlpack_versioned(tensor, &imported));
   CHECK_OK(devbuf_buffer_copyout(imported, back, sizeof back)); // a cl_mem the driver accepts
   CHECK(back[2] == 3);

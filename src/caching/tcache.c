@@ -2,7 +2,7 @@
 // per size (up to 16 pages) and its own counters, so that the common alloc/free pair takes
 // no lock and writes no memory that another thread writes. Slow events (a thread's first
 // call, its exit, flush requests, an allocator's destruction) take one global lock.
-#include "allocator_caching.h"
+#include "caching.h"
 
 #include <stdlib.h>
 
@@ -23,9 +23,10 @@ static _Thread_local unsigned next_victim;
 
 void devbuf__tcache_init_bins(caching_allocator *self) {
   size_t count = 0;
-  for (size_t c = 1; c <= self->small_classes; c++) self->bin_size[count++] = c * SMALL_GRANULE;
-  if (self->small_limit == self->page)
-    for (size_t pages = 2; pages <= TCACHE_MAX_PAGES; pages++) self->bin_size[count++] = pages * self->page;
+  size_t page = self->policy.page;
+  for (size_t c = 1; c <= self->small_classes; c++) self->bin_size[count++] = c * GRANULE;
+  if (self->small_limit == page)
+    for (size_t pages = 2; pages <= TCACHE_MAX_PAGES; pages++) self->bin_size[count++] = pages * page;
   for (size_t i = 0; i < count; i++) {
     size_t capacity = TCACHE_CLASS_BYTES / self->bin_size[i];
     self->bin_capacity[i] = capacity < TCACHE_MIN_BLOCKS ? TCACHE_MIN_BLOCKS : (uint32_t)capacity;
@@ -34,7 +35,7 @@ void devbuf__tcache_init_bins(caching_allocator *self) {
 }
 
 uint32_t devbuf__tcache_bin_of(const caching_allocator *self, size_t size) {
-  if (size <= self->small_limit) return (uint32_t)(size / SMALL_GRANULE - 1);
+  if (size <= self->small_limit) return (uint32_t)(size / GRANULE - 1);
   size_t index = self->small_classes + (size >> self->page_shift) - 2;
   return index < self->bin_count && self->bin_size[index] == size ? (uint32_t)index : (uint32_t)self->bin_count;
 }
@@ -54,18 +55,18 @@ void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_
   for (size_t c = 0; c < self->bin_count; c++) {
     while (cache->bins[c]) {
       cblock *block = cache->bins[c];
-      cache->bins[c] = block->next;
+      cache->bins[c] = block->bin_next;
       atomic_store_explicit(&cache->bin_count[c], atomic_load_explicit(&cache->bin_count[c], memory_order_relaxed) - 1,
                             memory_order_relaxed);
       if (blocks)
         blocks[n++] = block;
       else
-        devbuf__caching_shard_insert(self, block, may_give_back); // no memory to sort: any order
+        devbuf__caching_put(self, block, may_give_back); // no memory to sort: any order
     }
   }
   if (!blocks) return;
   qsort(blocks, n, sizeof *blocks, by_release);
-  for (size_t i = 0; i < n; i++) devbuf__caching_shard_insert(self, blocks[i], may_give_back);
+  for (size_t i = 0; i < n; i++) devbuf__caching_put(self, blocks[i], may_give_back);
   devbuf__free(blocks);
 }
 
@@ -179,11 +180,12 @@ bool devbuf__tcache_alloc(caching_allocator *self, size_t requested, devbuf_memo
   tcache *cache = hot_cache(self);
   if (!cache || requested > self->bin_size[self->bin_count - 1]) return false;
   size_t bin = requested <= self->small_limit
-                   ? (requested + SMALL_GRANULE - 1) / SMALL_GRANULE - 1
-                   : self->small_classes + ((requested + self->page - 1) >> self->page_shift) - 2;
+                   ? (requested + GRANULE - 1) / GRANULE - 1
+                   : self->small_classes + ((requested + self->policy.page - 1) >> self->page_shift) - 2;
   cblock *block = cache->bins[bin];
   if (!block) return false;
-  cache->bins[bin] = block->next;
+  cache->bins[bin] = block->bin_next;
+  atomic_store_explicit(&block->state, BLOCK_ACTIVE, memory_order_relaxed);
   bin_count_add(cache, bin, (uint32_t)-1);
   tcache_add(&cache->bin_hits, 1);
   caching_hand_out(self, cache, block, out);
@@ -199,22 +201,11 @@ bool devbuf__tcache_free(caching_allocator *self, cblock *block) {
   tcache_add(&cache->live, (uint64_t)-1);
   tcache_add(&cache->active, (uint64_t)0 - block->size);
   block->released_at = cache->release_seq++;
-  block->next = cache->bins[bin];
+  atomic_store_explicit(&block->state, BLOCK_BINNED, memory_order_relaxed);
+  block->bin_next = cache->bins[bin];
   cache->bins[bin] = block;
   bin_count_add(cache, bin, 1);
   return true;
-}
-
-cblock *devbuf__tcache_take(caching_allocator *self, tcache *cache, size_t size, size_t limit) {
-  if (!cache->bins_on) return NULL;
-  for (size_t c = devbuf__tcache_bin_of(self, size); c < self->bin_count && self->bin_size[c] <= limit; c++) {
-    cblock *block = cache->bins[c];
-    if (!block) continue;
-    cache->bins[c] = block->next;
-    bin_count_add(cache, c, (uint32_t)-1);
-    return block;
-  }
-  return NULL;
 }
 
 void devbuf__tcache_detach_all(caching_allocator *self) {

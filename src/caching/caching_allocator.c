@@ -1,0 +1,464 @@
+// The caching allocator: requests, limits, statistics, lifetime.
+//
+// Sizes round to 512 bytes (to the page between one and 16 pages where pages are at most
+// 32 KiB, so that thread bins serve them). A request first tries the calling thread's bins
+// (small blocks, no lock: tcache.c), then the best fit in its pool in the thread's shard,
+// then in the other shards, and only then takes a new segment from upstream (its size from
+// policy.c). Blocks split on allocation and coalesce on release (pool.c). Under a limit,
+// whole idle segments go back upstream, the longest idle first.
+#include "caching.h"
+
+#include <string.h>
+
+static atomic_uint next_shard_index;
+static _Thread_local unsigned thread_shard __attribute__((tls_model("initial-exec"))) = ~0u;
+
+static inline shard *my_shard(caching_allocator *self) {
+  if (DEVBUF_UNLIKELY(thread_shard == ~0u)) thread_shard = atomic_fetch_add(&next_shard_index, 1) % SHARD_COUNT;
+  return &self->shards[thread_shard];
+}
+
+bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out) {
+  size_t page = self->policy.page;
+  size_t granule = size > self->small_limit && self->small_limit == page && size <= TCACHE_MAX_PAGES * page ? page
+                                                                                                          : GRANULE;
+  size_t padded;
+  if (devbuf__add_overflows(size, granule - 1, &padded)) return false;
+  *out = padded & ~(granule - 1);
+  return true;
+}
+
+// ---- giving memory back ---------------------------------------------------------------
+
+// Gives back the idle segment that has been idle longest, of all shards. False if none is.
+static bool give_back_oldest(caching_allocator *self) {
+  for (;;) {
+    shard *victim = NULL;
+    uint64_t oldest = UINT64_MAX;
+    for (int i = 0; i < SHARD_COUNT; i++) {
+      shard *s = &self->shards[i];
+      if (!atomic_load_explicit(&s->free_blocks, memory_order_relaxed)) continue;
+      pthread_mutex_lock(&s->lock);
+      if (s->idle_oldest && s->idle_oldest->idle_since < oldest) {
+        oldest = s->idle_oldest->idle_since;
+        victim = s;
+      }
+      pthread_mutex_unlock(&s->lock);
+    }
+    if (!victim) return false;
+    pthread_mutex_lock(&victim->lock);
+    csegment *segment = victim->idle_oldest && victim->idle_oldest->idle_since == oldest
+                            ? devbuf__shard_take_idle(self, victim)
+                            : NULL; // another thread took or used it first: look again
+    pthread_mutex_unlock(&victim->lock);
+    if (segment) {
+      devbuf__segment_give_back(self, segment);
+      return true;
+    }
+  }
+}
+
+static bool over_limits(caching_allocator *self) {
+  uint64_t cache_limit = atomic_load_explicit(&self->cache_limit, memory_order_relaxed);
+  uint64_t memory_limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
+  return (cache_limit && atomic_load_explicit(&self->free_bytes, memory_order_relaxed) > cache_limit) ||
+         (memory_limit && atomic_load_explicit(&self->reserved, memory_order_relaxed) > memory_limit);
+}
+
+// Gives back idle segments, longest idle first, while the cache is over its limit or the
+// reserved bytes over the memory limit (either may have been lowered while memory was in
+// use). Bytes of segments still partly used stay: only whole segments go back.
+void devbuf__caching_enforce_limits(caching_allocator *self) {
+  while (DEVBUF_UNLIKELY(over_limits(self)) && give_back_oldest(self)) {
+  }
+}
+
+void devbuf__caching_put(caching_allocator *self, cblock *block, bool may_give_back) {
+  shard *home = block->segment->shard;
+  pthread_mutex_lock(&home->lock);
+  devbuf__pool_put(self, home, block);
+  pthread_mutex_unlock(&home->lock);
+  if (may_give_back) devbuf__caching_enforce_limits(self);
+}
+
+// ---- statistics helpers ---------------------------------------------------------------
+
+static void raise_peak(atomic_uint_least64_t *peak, uint64_t value) {
+  uint64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
+  while (seen < value &&
+         !atomic_compare_exchange_weak_explicit(peak, &seen, value, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+// Sums of the threads' counters.
+typedef struct thread_sums {
+  uint64_t active, live, hits, calls;
+} thread_sums;
+
+static thread_sums sum_threads(caching_allocator *self) {
+  thread_sums sums = {.active = atomic_load(&self->homeless_active), .live = atomic_load(&self->homeless_live)};
+  for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next) {
+    uint64_t bin_hits = atomic_load_explicit(&c->bin_hits, memory_order_relaxed);
+    sums.active += atomic_load_explicit(&c->active, memory_order_relaxed);
+    sums.live += atomic_load_explicit(&c->live, memory_order_relaxed);
+    sums.hits += bin_hits + atomic_load_explicit(&c->shared_hits, memory_order_relaxed);
+    sums.calls += bin_hits + atomic_load_explicit(&c->shared_calls, memory_order_relaxed);
+  }
+  return sums;
+}
+
+// Called when a thread's active figure passes its own last observation: while one thread
+// allocates at a time this keeps peak exact; when several race, a sum may miss a moment.
+void devbuf__caching_observe_peak(caching_allocator *self) { raise_peak(&self->peak, sum_threads(self).active); }
+
+static size_t largest_free(caching_allocator *self) {
+  size_t largest = 0;
+  for (int i = 0; i < SHARD_COUNT; i++) {
+    shard *s = &self->shards[i];
+    if (!atomic_load_explicit(&s->free_blocks, memory_order_relaxed)) continue;
+    pthread_mutex_lock(&s->lock);
+    for (int p = 0; p < POOL_COUNT; p++) {
+      size_t size = devbuf__pool_largest(&s->pools[p]);
+      if (size > largest) largest = size;
+    }
+    pthread_mutex_unlock(&s->lock);
+  }
+  return largest;
+}
+
+// ---- allocation ----------------------------------------------------------------------
+
+static devbuf_status fail(caching_allocator *self, devbuf_status status) {
+  atomic_fetch_add_explicit(&self->failed, 1, memory_order_relaxed);
+  return status;
+}
+
+static devbuf_status out_of_memory(caching_allocator *self, size_t requested, size_t size, uint64_t limit) {
+  uint64_t active = sum_threads(self).active, reserved = atomic_load(&self->reserved);
+  return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                                  "requested %zu bytes (%zu rounded) with %llu bytes active, %llu cached, %llu "
+                                  "released in flight, a largest free block of %zu bytes and a memory limit of %llu "
+                                  "bytes",
+                                  requested, size, (unsigned long long)active,
+                                  (unsigned long long)(reserved > active ? reserved - active : 0),
+                                  (unsigned long long)atomic_load(&self->in_flight_bytes), largest_free(self),
+                                  (unsigned long long)limit));
+}
+
+// Reserves the bytes of a new segment against the memory limit (giving idle segments back
+// to make room); 0 when even the smallest segment for the request does not fit.
+static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
+  for (;;) {
+    uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
+    uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
+    uint64_t room = !limit ? UINT64_MAX : limit > reserved ? limit - reserved : 0;
+    size_t bytes = devbuf__policy_segment_size(&self->policy, pool, size, reserved, room);
+    if (!bytes) {
+      if (limit && give_back_oldest(self)) continue;
+      return 0;
+    }
+    if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) return bytes;
+  }
+}
+
+// A new segment for a block of `size` bytes, and the block, in the caller's shard.
+static devbuf_status grow(caching_allocator *self, size_t requested, size_t size, int pool, cblock **out) {
+  size_t bytes = reserve_segment(self, pool, size);
+  if (!bytes) return out_of_memory(self, requested, size, atomic_load(&self->memory_limit));
+  devbuf_memory_t memory;
+  devbuf_status status = devbuf_allocator_alloc(self->upstream, bytes, &memory);
+  // The system may refuse while idle segments are still held: give those back, retry.
+  while (status == DEVBUF_OUT_OF_MEMORY && give_back_oldest(self))
+    status = devbuf_allocator_alloc(self->upstream, bytes, &memory);
+  if (status != DEVBUF_OK) {
+    atomic_fetch_sub(&self->reserved, bytes);
+    return fail(self, status);
+  }
+  atomic_fetch_add_explicit(&self->system_allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&self->segments, 1, memory_order_relaxed);
+  shard *home = my_shard(self);
+  pthread_mutex_lock(&home->lock);
+  csegment *segment = devbuf__segment_create(self, home, pool, &memory, bytes);
+  bool refused;
+  cblock *block = segment ? devbuf__pool_take(self, home, pool, size, false, NULL, NULL, &refused) : NULL;
+  pthread_mutex_unlock(&home->lock);
+  if (!segment) {
+    atomic_fetch_sub(&self->reserved, bytes);
+    atomic_fetch_sub(&self->segments, 1);
+    atomic_fetch_add(&self->system_frees, 1);
+    devbuf_allocator_free(self->upstream, &memory);
+    return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a segment record"));
+  }
+  *out = block; // the new segment fits it, and its lock was held from creation on
+  return DEVBUF_OK;
+}
+
+typedef struct visitor {
+  bool (*visit)(void *context, void *fence, size_t offset, size_t size); // NULL: a host allocation
+  void *context;
+} visitor;
+
+// The shared path: the thread's shard, then the others, then a new segment. An ordered
+// allocation whose visitor refused every candidate is served like a host one.
+static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t requested, size_t size,
+                                  const visitor *ordered, cblock **out) {
+  int pool = devbuf__policy_pool(&self->policy, size);
+  shard *home = my_shard(self);
+  bool use_in_flight = ordered && ordered->visit;
+  for (int i = -1; i < SHARD_COUNT; i++) {
+    shard *s = i < 0 ? home : &self->shards[i];
+    if ((i >= 0 && s == home) || !atomic_load_explicit(&s->free_blocks, memory_order_relaxed)) continue;
+    pthread_mutex_lock(&s->lock);
+    bool refused;
+    cblock *block = devbuf__pool_take(self, s, pool, size, use_in_flight, use_in_flight ? ordered->visit : NULL,
+                                      use_in_flight ? ordered->context : NULL, &refused);
+    if (refused) block = devbuf__pool_take(self, s, pool, size, false, NULL, NULL, &refused);
+    pthread_mutex_unlock(&s->lock);
+    if (block) {
+      tcache_add(&cache->shared_hits, 1);
+      *out = block;
+      return DEVBUF_OK;
+    }
+  }
+  return grow(self, requested, size, pool, out);
+}
+
+// Everything the thread's bins could not serve at once.
+static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const visitor *ordered,
+                                devbuf_memory_t *out) {
+  tcache *cache = devbuf__tcache_get(self);
+  if (DEVBUF_UNLIKELY(!cache)) return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a thread cache"));
+  tcache_add(&cache->shared_calls, 1);
+  size_t size;
+  if (DEVBUF_UNLIKELY(!devbuf__caching_round(self, requested, &size)))
+    return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "requested %zu bytes: too large to round", requested));
+  uint64_t max_buffers = atomic_load_explicit(&self->max_buffers, memory_order_relaxed);
+  if (max_buffers) {
+    // Every live block counts, also those handed out before the limit was set: the threads'
+    // figures, plus the allocations admitted but not yet handed out (each counted before it
+    // leaves `admitting`, so a racing check sees it in one or the other).
+    uint64_t admitted = atomic_fetch_add(&self->admitting, 1);
+    uint64_t live = sum_threads(self).live + admitted;
+    if (live >= max_buffers) {
+      atomic_fetch_sub(&self->admitting, 1);
+      return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                                      "requested %zu bytes with %llu buffers live and a buffer-count limit of %llu",
+                                      requested, (unsigned long long)live, (unsigned long long)max_buffers));
+    }
+  }
+  cblock *block = NULL;
+  devbuf_status status = alloc_shared(self, cache, requested, size, ordered, &block);
+  if (status == DEVBUF_OK) caching_hand_out(self, cache, block, out);
+  if (max_buffers) atomic_fetch_sub(&self->admitting, 1);
+  return status;
+}
+
+static devbuf_status caching_alloc(devbuf_allocator_t *base, size_t requested, devbuf_memory_t *out) {
+  caching_allocator *self = (caching_allocator *)base;
+  if (DEVBUF_LIKELY(devbuf__tcache_alloc(self, requested, out))) return DEVBUF_OK;
+  return alloc_slow(self, requested, NULL, out);
+}
+
+// Counts a release in the calling thread's figures.
+static void count_release(caching_allocator *self, const cblock *block) {
+  tcache *cache = devbuf__tcache_get(self);
+  if (DEVBUF_LIKELY(cache != NULL)) {
+    tcache_add(&cache->live, (uint64_t)-1);
+    tcache_add(&cache->active, (uint64_t)0 - block->size);
+  } else { // no host memory for a thread cache: count the release in the shared figures
+    atomic_fetch_sub(&self->homeless_live, 1);
+    atomic_fetch_sub(&self->homeless_active, block->size);
+  }
+}
+
+static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory) {
+  caching_allocator *self = (caching_allocator *)base;
+  cblock *block = memory->token;
+  if (DEVBUF_LIKELY(devbuf__tcache_free(self, block))) return;
+  count_release(self, block);
+  devbuf__caching_put(self, block, true);
+}
+
+// ---- memory released in flight -------------------------------------------------------
+
+static const devbuf__allocator_ops caching_ops;
+
+bool devbuf__is_caching(const devbuf_allocator_t *allocator) { return allocator && allocator->ops == &caching_ops; }
+
+devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator, const devbuf_memory_t *memory, void *fence,
+                                             devbuf__in_flight **out_range) {
+  caching_allocator *self = (caching_allocator *)allocator;
+  cblock *block = memory->token;
+  devbuf__in_flight *range = devbuf__malloc(sizeof *range);
+  if (!range) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record memory released in flight");
+  count_release(self, block);
+  csegment *segment = block->segment;
+  *range = (devbuf__in_flight){.segment = segment, .fence = fence, .offset = block->offset, .size = block->size};
+  atomic_fetch_add(&self->in_flight_bytes, block->size);
+  pthread_mutex_lock(&segment->shard->lock);
+  range->next = segment->in_flight;
+  if (segment->in_flight) segment->in_flight->prev = range;
+  segment->in_flight = range;
+  devbuf__pool_put(self, segment->shard, block);
+  pthread_mutex_unlock(&segment->shard->lock);
+  *out_range = range;
+  return DEVBUF_OK;
+}
+
+void devbuf__caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight *range) {
+  caching_allocator *self = (caching_allocator *)allocator;
+  csegment *segment = range->segment;
+  pthread_mutex_lock(&segment->shard->lock);
+  if (range->prev)
+    range->prev->next = range->next;
+  else
+    segment->in_flight = range->next;
+  if (range->next) range->next->prev = range->prev;
+  devbuf__segment_check_idle(self, segment);
+  pthread_mutex_unlock(&segment->shard->lock);
+  atomic_fetch_sub(&self->in_flight_bytes, range->size);
+  devbuf__free(range);
+  devbuf__caching_enforce_limits(self);
+}
+
+devbuf_status devbuf__caching_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
+                                            bool (*visit)(void *context, void *fence, size_t offset, size_t size),
+                                            void *context, devbuf_memory_t *out) {
+  visitor ordered = {visit, context};
+  return alloc_slow((caching_allocator *)allocator, size, &ordered, out);
+}
+
+// ---- statistics, options, lifetime ---------------------------------------------------
+
+static void caching_stats(devbuf_allocator_t *base, devbuf_allocator_stats_t *out) {
+  caching_allocator *self = (caching_allocator *)base;
+  thread_sums sums = sum_threads(self);
+  raise_peak(&self->peak, sums.active);
+  uint64_t reserved = atomic_load(&self->reserved);
+  out->active = sums.active;
+  out->peak = atomic_load(&self->peak);
+  out->reserved = reserved;
+  out->cached = reserved > sums.active ? reserved - sums.active : 0;
+  out->released_in_flight = atomic_load(&self->in_flight_bytes);
+  out->segments = atomic_load(&self->segments);
+  out->largest_free_block = largest_free(self);
+  out->fragmentation = reserved ? 1.0 - (double)sums.active / (double)reserved : 0.0;
+  out->live_buffers = sums.live;
+  out->system_allocs = atomic_load(&self->system_allocs);
+  out->system_frees = atomic_load(&self->system_frees);
+  out->failed_allocs = atomic_load(&self->failed);
+  out->cache_hits = sums.hits;
+  out->alloc_calls = sums.calls;
+}
+
+static void caching_reset_peak(devbuf_allocator_t *base) {
+  caching_allocator *self = (caching_allocator *)base;
+  for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next)
+    atomic_store_explicit(&c->local_peak, atomic_load_explicit(&c->active, memory_order_relaxed), memory_order_relaxed);
+  atomic_store(&self->peak, sum_threads(self).active);
+}
+
+// Other threads empty their bins into the shards at their next call.
+static void request_flush(caching_allocator *self) { atomic_fetch_add(&self->flush_epoch, 1); }
+
+static void caching_clear_cache(devbuf_allocator_t *base) {
+  caching_allocator *self = (caching_allocator *)base;
+  request_flush(self);
+  tcache *mine = devbuf__tcache_get(self);
+  if (mine) devbuf__tcache_flush(self, mine, true);
+  while (give_back_oldest(self)) {
+  }
+}
+
+static void caching_destroy(devbuf_allocator_t *base) {
+  caching_allocator *self = (caching_allocator *)base;
+  devbuf__tcache_detach_all(self); // the bins go to the pools ...
+  for (int i = 0; i < SHARD_COUNT; i++) {
+    shard *s = &self->shards[i];
+    while (s->segments) { // ... and every segment back upstream (blocks never freed go too)
+      csegment *segment = s->segments;
+      s->segments = segment->next;
+      for (cblock *block = segment->first; block;) {
+        cblock *after = block->after;
+        devbuf__free(block);
+        block = after;
+      }
+      while (segment->in_flight) { // none while storages live: each holds a reference
+        devbuf__in_flight *range = segment->in_flight;
+        segment->in_flight = range->next;
+        devbuf__free(range);
+      }
+      devbuf__segment_give_back(self, segment);
+    }
+    pthread_mutex_destroy(&s->lock);
+  }
+  devbuf_allocator_release(self->upstream);
+  devbuf__free(self);
+}
+
+static const devbuf__allocator_ops caching_ops = {
+    .kind = "caching",
+    .alloc = caching_alloc,
+    .free = caching_free,
+    .destroy = caching_destroy,
+    .stats = caching_stats,
+    .reset_peak = caching_reset_peak,
+    .clear_cache = caching_clear_cache,
+};
+
+static void apply_options(caching_allocator *self, const devbuf_caching_options_t *options) {
+  atomic_store(&self->memory_limit, options->memory_limit);
+  atomic_store(&self->cache_limit, options->cache_limit);
+  atomic_store(&self->max_buffers, options->max_buffers);
+  // Limits need every free block where eviction can reach it: thread bins only without them.
+  atomic_store(&self->bins_allowed, !options->memory_limit && !options->cache_limit && !options->max_buffers);
+  request_flush(self);
+}
+
+devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream, const devbuf_caching_options_t *options,
+                                               devbuf__device_link link, devbuf_allocator_t **out) {
+  caching_allocator *self = devbuf__calloc(1, sizeof *self);
+  if (!self) {
+    devbuf_allocator_release(upstream);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a caching allocator");
+  }
+  devbuf__allocator_init(&self->base, &caching_ops, upstream->device, link);
+  self->base.memory_kind = upstream->memory_kind;
+  self->id = devbuf__next_id();
+  self->upstream = upstream;
+  self->handles = upstream->device->memory_handles;
+  devbuf__policy_init(&self->policy, options->page_size ? options->page_size : upstream->device->page_size);
+  self->page_shift = (unsigned)__builtin_ctzll(self->policy.page);
+  self->small_classes = self->policy.page / GRANULE;
+  if (self->small_classes > MAX_SMALL_CLASSES) self->small_classes = MAX_SMALL_CLASSES;
+  self->small_limit = self->small_classes * GRANULE;
+  for (int i = 0; i < SHARD_COUNT; i++) devbuf__mutex_init(&self->shards[i].lock);
+  devbuf__tcache_init_bins(self);
+  apply_options(self, options);
+  *out = &self->base;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream, const devbuf_caching_options_t *options,
+                                              devbuf_allocator_t **out_allocator) {
+  if (!upstream || !out_allocator) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "upstream or out_allocator is NULL");
+  uint64_t page = options ? options->page_size : 0;
+  if (page && (page < 4096 || page > ((uint64_t)1 << 30) || (page & (page - 1))))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "page_size %llu: a power of two from 4096 to 2^30, or 0",
+                         (unsigned long long)page);
+  devbuf_caching_options_t none = {0};
+  return devbuf__caching_allocator_create(devbuf_allocator_retain(upstream), options ? options : &none,
+                                          DEVBUF__HOLDS_DEVICE, out_allocator);
+}
+
+devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator,
+                                                   const devbuf_caching_options_t *options) {
+  if (!allocator || !options || allocator->ops != &caching_ops)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "set_options needs a caching allocator and options");
+  caching_allocator *self = (caching_allocator *)allocator;
+  apply_options(self, options);
+  tcache *mine = devbuf__tcache_get(self);
+  if (mine) devbuf__tcache_flush(self, mine, true); // the caller's own bins obey at once
+  devbuf__caching_enforce_limits(self);
+  return DEVBUF_OK;
+}

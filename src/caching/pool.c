@@ -1,0 +1,324 @@
+// Segments and their blocks. Every byte of a segment belongs to exactly one block; blocks
+// are linked in address order; free neighbours are always merged, so a free block is as
+// large as the free bytes around it. A pool's free blocks sit in a treap keyed by (size,
+// segment, offset): the smallest block that fits, lowest address first, in O(log n).
+// Bytes released while work may still use them are free blocks too, overlaid by in-flight
+// ranges of their segment: ordered (work) allocations may take them, others step around.
+#include "caching.h"
+
+#include <string.h>
+
+// ---- the free tree ------------------------------------------------------------------------
+
+static bool key_less(size_t size, uint64_t serial, size_t offset, const cblock *b) {
+  if (size != b->size) return size < b->size;
+  if (serial != b->segment->serial) return serial < b->segment->serial;
+  return offset < b->offset;
+}
+
+static bool block_less(const cblock *a, const cblock *b) { return key_less(a->size, a->segment->serial, a->offset, b); }
+
+// Whether block `b` is ordered before the key (size, serial, offset).
+static bool block_before_key(const cblock *b, size_t size, uint64_t serial, size_t offset) {
+  if (size != b->size) return b->size < size;
+  if (serial != b->segment->serial) return b->segment->serial < serial;
+  return b->offset < offset;
+}
+
+// Splits `tree` into the blocks ordered before `key` and the others.
+static void tree_split(cblock *tree, const cblock *key, cblock **before, cblock **after) {
+  if (!tree) {
+    *before = *after = NULL;
+  } else if (block_less(tree, key)) {
+    tree_split(tree->right, key, &tree->right, after);
+    *before = tree;
+  } else {
+    tree_split(tree->left, key, before, &tree->left);
+    *after = tree;
+  }
+}
+
+static cblock *tree_merge(cblock *before, cblock *after) {
+  if (!before) return after;
+  if (!after) return before;
+  if (before->priority > after->priority) {
+    before->right = tree_merge(before->right, after);
+    return before;
+  }
+  after->left = tree_merge(before, after->left);
+  return after;
+}
+
+static cblock *tree_insert(cblock *tree, cblock *node) {
+  if (!tree) return node;
+  if (node->priority > tree->priority) {
+    tree_split(tree, node, &node->left, &node->right);
+    return node;
+  }
+  if (block_less(node, tree))
+    tree->left = tree_insert(tree->left, node);
+  else
+    tree->right = tree_insert(tree->right, node);
+  return tree;
+}
+
+static cblock *tree_erase(cblock *tree, const cblock *node) {
+  if (tree == node) return tree_merge(node->left, node->right);
+  if (block_less(node, tree))
+    tree->left = tree_erase(tree->left, node);
+  else
+    tree->right = tree_erase(tree->right, node);
+  return tree;
+}
+
+// The first block whose key is not below (size, serial, offset).
+static cblock *tree_lower_bound(cblock *tree, size_t size, uint64_t serial, size_t offset) {
+  cblock *found = NULL;
+  while (tree) {
+    if (block_before_key(tree, size, serial, offset)) {
+      tree = tree->right;
+    } else {
+      found = tree;
+      tree = tree->left;
+    }
+  }
+  return found;
+}
+
+size_t devbuf__pool_largest(const cpool *pool) {
+  const cblock *tree = pool->free_root;
+  while (tree && tree->right) tree = tree->right;
+  return tree ? tree->size : 0;
+}
+
+static uint32_t priority_of(const void *pointer) {
+  uint64_t x = (uint64_t)(uintptr_t)pointer;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return (uint32_t)x;
+}
+
+static void free_insert(caching_allocator *self, shard *s, cblock *block) {
+  cpool *pool = &s->pools[block->segment->pool];
+  block->left = block->right = NULL;
+  atomic_store_explicit(&block->state, BLOCK_FREE, memory_order_relaxed);
+  pool->free_root = tree_insert(pool->free_root, block);
+  pool->free_blocks++;
+  pool->free_bytes += block->size;
+  atomic_fetch_add_explicit(&s->free_blocks, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&self->free_bytes, block->size, memory_order_relaxed);
+}
+
+static void free_remove(caching_allocator *self, shard *s, cblock *block) {
+  cpool *pool = &s->pools[block->segment->pool];
+  pool->free_root = tree_erase(pool->free_root, block);
+  pool->free_blocks--;
+  pool->free_bytes -= block->size;
+  atomic_fetch_sub_explicit(&s->free_blocks, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&self->free_bytes, block->size, memory_order_relaxed);
+}
+
+// ---- block records --------------------------------------------------------------------------
+
+static cblock *record_new(csegment *segment, size_t offset, size_t size) {
+  cblock *block = devbuf__malloc(sizeof *block);
+  if (!block) return NULL;
+  *block = (cblock){.segment = segment, .offset = offset, .size = size, .bin = UINT32_MAX};
+  block->priority = priority_of(block);
+  return block;
+}
+
+// ---- idle segments --------------------------------------------------------------------------
+
+static void idle_unlink(shard *s, csegment *segment) {
+  if (!segment->idle) return;
+  if (segment->idle_newer)
+    segment->idle_newer->idle_older = segment->idle_older;
+  else
+    s->idle_newest = segment->idle_older;
+  if (segment->idle_older)
+    segment->idle_older->idle_newer = segment->idle_newer;
+  else
+    s->idle_oldest = segment->idle_newer;
+  segment->idle = false;
+}
+
+void devbuf__segment_check_idle(caching_allocator *self, csegment *segment) {
+  if (segment->idle || segment->used_blocks || segment->in_flight) return;
+  shard *s = segment->shard;
+  segment->idle = true;
+  segment->idle_since = atomic_fetch_add_explicit(&self->tick, 1, memory_order_relaxed);
+  segment->idle_newer = NULL;
+  segment->idle_older = s->idle_newest;
+  if (s->idle_newest) s->idle_newest->idle_newer = segment;
+  s->idle_newest = segment;
+  if (!s->idle_oldest) s->idle_oldest = segment;
+}
+
+csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool, const devbuf_memory_t *upstream,
+                                 size_t size) {
+  csegment *segment = devbuf__calloc(1, sizeof *segment);
+  cblock *block = segment ? record_new(segment, 0, size) : NULL;
+  if (!block) {
+    devbuf__free(segment);
+    return NULL;
+  }
+  segment->upstream = *upstream;
+  segment->size = size;
+  segment->shard = s;
+  segment->pool = pool;
+  segment->serial = atomic_fetch_add_explicit(&self->serial, 1, memory_order_relaxed);
+  segment->first = block;
+  segment->next = s->segments;
+  if (s->segments) s->segments->prev = segment;
+  s->segments = segment;
+  free_insert(self, s, block);
+  devbuf__segment_check_idle(self, segment);
+  return segment;
+}
+
+csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s) {
+  csegment *segment = s->idle_oldest;
+  if (!segment) return NULL;
+  idle_unlink(s, segment);
+  free_remove(self, s, segment->first); // idle: one free block covers it
+  devbuf__free(segment->first);
+  segment->first = NULL;
+  if (segment->prev)
+    segment->prev->next = segment->next;
+  else
+    s->segments = segment->next;
+  if (segment->next) segment->next->prev = segment->prev;
+  return segment;
+}
+
+void devbuf__segment_give_back(caching_allocator *self, csegment *segment) {
+  atomic_fetch_sub_explicit(&self->reserved, segment->size, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&self->segments, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&self->system_frees, 1, memory_order_relaxed);
+  devbuf_allocator_free(self->upstream, &segment->upstream);
+  devbuf__free(segment);
+}
+
+// ---- taking and putting blocks ----------------------------------------------------------------
+
+// The end of the in-flight range that overlaps [offset, offset + size) and ends last, or 0.
+static size_t in_flight_end(const csegment *segment, size_t offset, size_t size) {
+  size_t end = 0;
+  for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
+    if (r->offset < offset + size && offset < r->offset + r->size && r->offset + r->size > end)
+      end = r->offset + r->size;
+  return end;
+}
+
+// Where `size` bytes of a free block avoid every in-flight range; false if nowhere.
+static bool find_clear_start(const cblock *block, size_t size, size_t *out_start) {
+  size_t start = block->offset, end = block->offset + block->size;
+  if (!block->segment->in_flight) {
+    *out_start = start;
+    return true;
+  }
+  while (start + size <= end) {
+    size_t blocked_until = in_flight_end(block->segment, start, size);
+    if (!blocked_until) {
+      *out_start = start;
+      return true;
+    }
+    start = (blocked_until + GRANULE - 1) & ~(size_t)(GRANULE - 1);
+  }
+  return false;
+}
+
+// Cuts the free block `block` (out of the tree) so that [start, start + size) is a block of
+// its own, returned; the bytes before and after go back to the tree. Without a record for a
+// piece, that piece stays part of the returned block (larger than asked: still correct).
+static cblock *carve(caching_allocator *self, shard *s, cblock *block, size_t start, size_t size) {
+  csegment *segment = block->segment;
+  if (start > block->offset) {
+    cblock *piece = record_new(segment, start, block->offset + block->size - start);
+    if (piece) {
+      piece->before = block;
+      piece->after = block->after;
+      if (block->after) block->after->before = piece;
+      block->after = piece;
+      block->size = start - block->offset;
+      free_insert(self, s, block);
+      block = piece;
+    }
+  }
+  if (block->size > size) {
+    cblock *rest = record_new(segment, block->offset + size, block->size - size);
+    if (rest) {
+      rest->before = block;
+      rest->after = block->after;
+      if (block->after) block->after->before = rest;
+      block->after = rest;
+      block->size = size;
+      free_insert(self, s, rest);
+    }
+  }
+  return block;
+}
+
+// Calls `visit` for each in-flight range that [offset, offset + size) of the segment
+// overlaps, in that range's own offsets; false as soon as one answers false.
+static bool visit_in_flight(const csegment *segment, size_t offset, size_t size,
+                            bool (*visit)(void *context, void *fence, size_t offset, size_t size), void *context) {
+  for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) {
+    size_t low = r->offset > offset ? r->offset : offset;
+    size_t high = r->offset + r->size < offset + size ? r->offset + r->size : offset + size;
+    if (low < high && !visit(context, r->fence, low - r->offset, high - low)) return false;
+  }
+  return true;
+}
+
+cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t size, bool ordered,
+                          bool (*visit)(void *context, void *fence, size_t offset, size_t size), void *context,
+                          bool *out_refused) {
+  *out_refused = false;
+  cpool *p = &s->pools[pool];
+  size_t start = 0;
+  cblock *block = tree_lower_bound(p->free_root, size, 0, 0);
+  if (!ordered)
+    while (block && !find_clear_start(block, size, &start))
+      block = tree_lower_bound(p->free_root, block->size, block->segment->serial, block->offset + 1);
+  if (!block) return NULL;
+  if (ordered) start = block->offset;
+  free_remove(self, s, block);
+  block = carve(self, s, block, start, size);
+  csegment *segment = block->segment;
+  if (segment->used_blocks++ == 0) idle_unlink(s, segment);
+  atomic_store_explicit(&block->state, BLOCK_ACTIVE, memory_order_relaxed);
+  block->bin = devbuf__tcache_bin_of(self, block->size);
+  if (ordered && segment->in_flight && !visit_in_flight(segment, block->offset, block->size, visit, context)) {
+    devbuf__pool_put(self, s, block);
+    *out_refused = true;
+    return NULL;
+  }
+  return block;
+}
+
+static void merge_into(cblock *into, cblock *next) {
+  into->size += next->size;
+  into->after = next->after;
+  if (next->after) next->after->before = into;
+  devbuf__free(next);
+}
+
+void devbuf__pool_put(caching_allocator *self, shard *s, cblock *block) {
+  csegment *segment = block->segment;
+  segment->used_blocks--;
+  cblock *before = block->before, *after = block->after;
+  if (before && atomic_load_explicit(&before->state, memory_order_relaxed) == BLOCK_FREE) {
+    free_remove(self, s, before);
+    merge_into(before, block);
+    block = before;
+  }
+  if (after && atomic_load_explicit(&after->state, memory_order_relaxed) == BLOCK_FREE) {
+    free_remove(self, s, after);
+    merge_into(block, after);
+  }
+  free_insert(self, s, block);
+  devbuf__segment_check_idle(self, segment);
+}

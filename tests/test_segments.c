@@ -1,0 +1,259 @@
+// The caching allocator's segments, exactly: which segments a sequence of requests
+// reserves, how blocks split and coalesce, what the limits give back, and that the
+// statistics and the snapshot say so after every step.
+#include "check.h"
+
+#define MiB ((size_t)1 << 20)
+
+static devbuf_caching_options_t cpu_page = {.page_size = 4096};
+
+// The snapshot as text: "small 2097152: A1048576 F1048576 | large ..." (A active, F free,
+// I in flight, T thread-cached), segments in creation order.
+static void render(devbuf_allocator_t *caching, char *out, size_t capacity) {
+  devbuf_allocator_snapshot_t *snapshot = NULL;
+  CHECK_OK(devbuf_allocator_snapshot(caching, &snapshot));
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; snapshot && i < snapshot->segment_count; i++) {
+    const devbuf_snapshot_segment_t *segment = &snapshot->segments[i];
+    used += (size_t)snprintf(out + used, capacity - used, "%s%s %llu:", i ? " | " : "", segment->pool,
+                             (unsigned long long)segment->size);
+    uint64_t next_offset = 0;
+    for (size_t b = 0; b < segment->block_count; b++) {
+      const devbuf_snapshot_block_t *block = &segment->blocks[b];
+      CHECK_EQ_U(block->offset, next_offset); // blocks tile the segment
+      next_offset = block->offset + block->size;
+      used += (size_t)snprintf(out + used, capacity - used, " %c%llu", "AFIT"[block->state == DEVBUF_BLOCK_ACTIVE ? 0
+                                                                           : block->state == DEVBUF_BLOCK_FREE ? 1
+                                                                           : block->state == DEVBUF_BLOCK_IN_FLIGHT ? 2
+                                                                                                                    : 3],
+                               (unsigned long long)block->size);
+    }
+    CHECK_EQ_U(next_offset, segment->size);
+  }
+  devbuf_allocator_snapshot_free(snapshot);
+}
+
+#define CHECK_PICTURE(caching, expected)                                                                             \
+  do {                                                                                                               \
+    char picture_[4096];                                                                                             \
+    render((caching), picture_, sizeof picture_);                                                                    \
+    if (strcmp(picture_, (expected)) != 0) {                                                                         \
+      fprintf(stderr, "%s:%d: snapshot\n  is       %s\n  expected %s\n", __FILE__, __LINE__, picture_, (expected)); \
+      check_failures++;                                                                                              \
+    }                                                                                                                \
+  } while (0)
+
+static devbuf_memory_t alloc_ok(devbuf_allocator_t *caching, size_t size) {
+  devbuf_memory_t memory = {0};
+  CHECK_OK(devbuf_allocator_alloc(caching, size, &memory));
+  return memory;
+}
+
+// The issue's first cases: small requests share a small segment; freeing gives one extent;
+// a freed large block serves smaller requests by splitting.
+static void test_share_coalesce_split(void) {
+  test_allocators t = test_allocators_open(&cpu_page);
+  devbuf_memory_t first = alloc_ok(t.caching, MiB);
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.system_allocs, 1);
+  CHECK_EQ_U(s.reserved, 2 * MiB);
+  CHECK_EQ_U(s.segments, 1);
+  CHECK_EQ_U(s.largest_free_block, MiB);
+  CHECK_PICTURE(t.caching, "small 2097152: A1048576 F1048576");
+  devbuf_memory_t second = alloc_ok(t.caching, MiB);
+  CHECK_EQ_U(stats_of(t.caching).system_allocs, 1);
+  CHECK((char *)second.host == (char *)first.host + MiB);
+  CHECK_PICTURE(t.caching, "small 2097152: A1048576 A1048576");
+  CHECK_EQ_U(stats_of(t.caching).largest_free_block, 0);
+  devbuf_allocator_free(t.caching, &first);
+  CHECK_PICTURE(t.caching, "small 2097152: F1048576 A1048576");
+  devbuf_allocator_free(t.caching, &second);
+  CHECK_PICTURE(t.caching, "small 2097152: F2097152");
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.largest_free_block, 2 * MiB);
+  CHECK_EQ_U(s.active, 0);
+  CHECK_EQ_U(s.cached, 2 * MiB);
+
+  // Above 10 MiB a request gets a segment of its own; freed, it serves smaller ones.
+  devbuf_memory_t big = alloc_ok(t.caching, 16 * MiB);
+  CHECK_PICTURE(t.caching, "small 2097152: F2097152 | large 16777216: A16777216");
+  devbuf_allocator_free(t.caching, &big);
+  devbuf_memory_t twelve = alloc_ok(t.caching, 12 * MiB), three = alloc_ok(t.caching, 3 * MiB);
+  CHECK_PICTURE(t.caching, "small 2097152: F2097152 | large 16777216: A12582912 A3145728 F1048576");
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.system_allocs, 2);
+  CHECK_EQ_U(s.cache_hits, 3); // the second 1 MiB, the 12 MiB and the 3 MiB
+  CHECK_EQ_U(s.active, 15 * MiB);
+  CHECK_EQ_U(s.reserved, 18 * MiB);
+  devbuf_allocator_free(t.caching, &twelve);
+  // A 13 MiB request does not fit the 12 MiB hole: a new segment.
+  devbuf_memory_t thirteen = alloc_ok(t.caching, 13 * MiB);
+  CHECK_PICTURE(t.caching, "small 2097152: F2097152 | large 16777216: F12582912 A3145728 F1048576 | large 13631488: "
+                           "A13631488");
+  devbuf_allocator_free(t.caching, &three); // coalesces with both neighbours
+  CHECK_PICTURE(t.caching, "small 2097152: F2097152 | large 16777216: F16777216 | large 13631488: A13631488");
+  devbuf_allocator_free(t.caching, &thirteen);
+  CHECK_EQ_U(stats_of(t.caching).system_frees, 0);
+  devbuf_allocator_clear_cache(t.caching);
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.system_frees, 3);
+  CHECK_EQ_U(s.reserved, 0);
+  CHECK_PICTURE(t.caching, "");
+  test_allocators_close(&t);
+}
+
+// Sizes between 1 and 10 MiB share 20 MiB segments.
+static void test_medium_segments(void) {
+  test_allocators t = test_allocators_open(&cpu_page);
+  devbuf_memory_t blocks[5];
+  for (int i = 0; i < 5; i++) blocks[i] = alloc_ok(t.caching, 4 * MiB);
+  CHECK_PICTURE(t.caching, "large 20971520: A4194304 A4194304 A4194304 A4194304 A4194304");
+  devbuf_memory_t sixth = alloc_ok(t.caching, 4 * MiB);
+  CHECK_PICTURE(t.caching, "large 20971520: A4194304 A4194304 A4194304 A4194304 A4194304 | large 20971520: A4194304 "
+                           "F16777216");
+  devbuf_allocator_free(t.caching, &blocks[1]);
+  devbuf_allocator_free(t.caching, &blocks[2]);
+  // 8 MiB fits the merged hole of the first segment (best fit: smaller than the 16 MiB rest).
+  devbuf_memory_t eight = alloc_ok(t.caching, 8 * MiB);
+  CHECK((char *)eight.host == (char *)blocks[1].host);
+  CHECK_EQ_U(stats_of(t.caching).system_allocs, 2);
+  devbuf_allocator_free(t.caching, &eight);
+  devbuf_allocator_free(t.caching, &sixth);
+  for (int i = 0; i < 5; i++)
+    if (i != 1 && i != 2) devbuf_allocator_free(t.caching, &blocks[i]);
+  CHECK_PICTURE(t.caching, "large 20971520: F20971520 | large 20971520: F20971520");
+  test_allocators_close(&t);
+}
+
+// The worked orders of the issue: 8 x 16 MiB then 4 x 32 MiB, and the reverse.
+static void test_worked_orders(void) {
+  test_allocators t = test_allocators_open(&cpu_page);
+  devbuf_memory_t blocks[8];
+  for (int i = 0; i < 8; i++) blocks[i] = alloc_ok(t.caching, 16 * MiB);
+  for (int i = 0; i < 8; i++) devbuf_allocator_free(t.caching, &blocks[i]);
+  // Separate 16 MiB segments never merge: each 32 MiB request needs its own.
+  for (int i = 0; i < 4; i++) blocks[i] = alloc_ok(t.caching, 32 * MiB);
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.reserved, 256 * MiB);
+  CHECK_EQ_U(s.system_allocs, 12);
+  CHECK_EQ_U(s.segments, 12);
+  for (int i = 0; i < 4; i++) devbuf_allocator_free(t.caching, &blocks[i]);
+  test_allocators_close(&t);
+
+  t = test_allocators_open(&cpu_page);
+  for (int i = 0; i < 4; i++) blocks[i] = alloc_ok(t.caching, 32 * MiB);
+  for (int i = 0; i < 4; i++) devbuf_allocator_free(t.caching, &blocks[i]);
+  // Each 32 MiB segment splits into two 16 MiB blocks.
+  for (int i = 0; i < 8; i++) blocks[i] = alloc_ok(t.caching, 16 * MiB);
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.reserved, 128 * MiB);
+  CHECK_EQ_U(s.system_allocs, 4);
+  CHECK_EQ_U(s.active, 128 * MiB);
+  CHECK(s.fragmentation == 0.0);
+  CHECK_PICTURE(t.caching, "large 33554432: A16777216 A16777216 | large 33554432: A16777216 A16777216 | large "
+                           "33554432: A16777216 A16777216 | large 33554432: A16777216 A16777216");
+  for (int i = 0; i < 8; i++) devbuf_allocator_free(t.caching, &blocks[i]);
+  test_allocators_close(&t);
+}
+
+// Limits give back whole idle segments, the longest idle first; a loop that fits under the
+// memory limit makes no system allocation after its first pass.
+static void test_limits_give_back_idle_segments(void) {
+  test_allocators t = test_allocators_open(&cpu_page);
+  devbuf_memory_t blocks[4];
+  size_t sizes[4] = {11 * MiB, 12 * MiB, 13 * MiB, 14 * MiB};
+  for (int i = 0; i < 4; i++) blocks[i] = alloc_ok(t.caching, sizes[i]);
+  int order[4] = {2, 0, 3, 1}; // idle longest: blocks[2]'s segment
+  for (int i = 0; i < 4; i++) devbuf_allocator_free(t.caching, &blocks[order[i]]);
+  devbuf_caching_options_t options = cpu_page;
+  options.cache_limit = 40 * MiB; // 50 MiB cached: the 13 MiB segment goes
+  CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &options));
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.cached, 37 * MiB);
+  CHECK_EQ_U(s.system_frees, 1);
+  options.cache_limit = 20 * MiB; // then the 11 MiB one, then the 14 MiB one
+  CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &options));
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.cached, 12 * MiB);
+  CHECK_EQ_U(s.system_frees, 3);
+  CHECK_PICTURE(t.caching, "large 12582912: F12582912");
+  test_allocators_close(&t);
+
+  options = cpu_page;
+  options.memory_limit = 64 * MiB;
+  t = test_allocators_open(&options);
+  uint64_t after_first_pass = 0;
+  for (int pass = 0; pass < 5; pass++) {
+    devbuf_memory_t held[12];
+    for (int i = 0; i < 12; i++) held[i] = alloc_ok(t.caching, (size_t)(1 + i % 5) * MiB + 4096 * (size_t)i);
+    for (int i = 0; i < 12; i += 2) devbuf_allocator_free(t.caching, &held[i]);
+    devbuf_memory_t big = alloc_ok(t.caching, 20 * MiB);
+    devbuf_allocator_free(t.caching, &big);
+    for (int i = 1; i < 12; i += 2) devbuf_allocator_free(t.caching, &held[i]);
+    if (pass == 0) after_first_pass = stats_of(t.caching).system_allocs;
+  }
+  s = stats_of(t.caching);
+  CHECK_EQ_U(s.system_allocs, after_first_pass);
+  CHECK_EQ_U(s.system_frees, 0);
+  CHECK(s.reserved <= 64 * MiB);
+  test_allocators_close(&t);
+}
+
+// Over the memory limit: idle segments go first, then the request is refused with every
+// figure that explains why.
+static void test_memory_limit(void) {
+  devbuf_caching_options_t options = cpu_page;
+  options.memory_limit = 40 * MiB;
+  test_allocators t = test_allocators_open(&options);
+  devbuf_memory_t a = alloc_ok(t.caching, 15 * MiB), b = alloc_ok(t.caching, 15 * MiB), c;
+  devbuf_memory_t small = alloc_ok(t.caching, 100); // a 2 MiB small segment still fits
+  CHECK_EQ_U(stats_of(t.caching).reserved, 32 * MiB);
+  devbuf_memory_t medium = alloc_ok(t.caching, 5 * MiB);
+  CHECK_EQ_U(stats_of(t.caching).reserved, 40 * MiB); // its segment shrank to 8 MiB, not 20
+  CHECK_STATUS(devbuf_allocator_alloc(t.caching, 12 * MiB, &c), DEVBUF_OUT_OF_MEMORY);
+  CHECK_MESSAGE("requested 12582912 bytes (12582912 rounded) with 36700672 bytes active, 5242368 cached, 0 released "
+                "in flight, a largest free block of 3145728 bytes and a memory limit of 41943040 bytes");
+  CHECK_EQ_U(stats_of(t.caching).failed_allocs, 1);
+  // With b and the medium block freed, neither hole holds 20 MiB: both idle segments go
+  // back, the one idle longer first, to make room.
+  devbuf_allocator_free(t.caching, &b);
+  devbuf_allocator_free(t.caching, &medium);
+  c = alloc_ok(t.caching, 20 * MiB);
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.system_frees, 2);
+  CHECK_EQ_U(s.reserved, 37 * MiB);
+  CHECK_PICTURE(t.caching, "large 15728640: A15728640 | small 2097152: A512 F2096640 | large 20971520: A20971520");
+  devbuf_allocator_free(t.caching, &a);
+  devbuf_allocator_free(t.caching, &c);
+  devbuf_allocator_free(t.caching, &small);
+  test_allocators_close(&t);
+}
+
+// Stacked on a user's allocator, the caching allocator follows the device's segment policy.
+static void test_over_any_upstream(void) {
+  test_allocators t = test_allocators_open(NULL);
+  devbuf_allocator_t *outer = NULL;
+  CHECK_OK(devbuf_caching_allocator_create(t.caching, &cpu_page, &outer)); // a cache over a cache
+  devbuf_memory_t memory = alloc_ok(outer, 1000);
+  CHECK_EQ_U(stats_of(outer).reserved, 2 * MiB);
+  CHECK_EQ_U(stats_of(t.caching).active, 2 * MiB); // the outer segment is one inner block
+  devbuf_allocator_free(outer, &memory);
+  devbuf_allocator_release(outer);
+  CHECK_EQ_U(stats_of(t.caching).active, 0);
+  devbuf_allocator_snapshot_t *snapshot = NULL;
+  CHECK_STATUS(devbuf_allocator_snapshot(t.raw, &snapshot), DEVBUF_UNSUPPORTED);
+  CHECK_MESSAGE("only caching ones");
+  CHECK(snapshot == NULL);
+  test_allocators_close(&t);
+}
+
+int main(void) {
+  RUN(test_share_coalesce_split);
+  RUN(test_medium_segments);
+  RUN(test_worked_orders);
+  RUN(test_limits_give_back_idle_segments);
+  RUN(test_memory_limit);
+  RUN(test_over_any_upstream);
+  return CHECK_EXIT();
+}
