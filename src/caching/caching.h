@@ -87,7 +87,8 @@ typedef struct segment_policy {
   size_t small_segment;             // ... of this size
   size_t medium_max;                // requests up to this come from medium segments ...
   size_t medium_segment;            // ... of this size; larger ones round to the page
-  unsigned growth_shift;            // a new segment holds at least reserved >> this (0: off)
+  unsigned burst_shift;             // until the first free, a medium segment holds at least
+                                    // the pool's reserved bytes >> this (0: off)
 } segment_policy;
 
 // Per-thread figures and small-block bins. Counters are written only by the owning thread
@@ -130,6 +131,8 @@ typedef struct caching_allocator {
   char pad0[64];
   atomic_uint_least64_t peak;
   atomic_uint_least64_t reserved;     // bytes upstream holds for us
+  atomic_uint_least64_t pool_reserved[POOL_COUNT];
+  atomic_bool freed_any;              // a block went back through the shared path
   atomic_uint_least64_t segments;     // segments held
   atomic_uint_least64_t free_bytes;   // bytes in the pools' free trees (thread bins not counted)
   atomic_uint_least64_t in_flight_bytes; // bytes released while work may still use them
@@ -146,10 +149,11 @@ typedef struct caching_allocator {
 void devbuf__policy_init(segment_policy *policy, size_t page);
 // The pool of a request of `size` rounded bytes.
 int devbuf__policy_pool(const segment_policy *policy, size_t size);
-// Bytes of a new segment for a `size`-byte block of `pool` while `reserved` bytes are
-// held, at most `room` (a limit's headroom; SIZE_MAX without one); 0 if none fits.
-size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size, uint64_t reserved,
-                                   uint64_t room);
+// Bytes of a new segment for a `size`-byte block of `pool` while the pool holds
+// `pool_reserved` bytes, `burst` while nothing was freed yet, at most `room` (a memory
+// limit's headroom; UINT64_MAX without one); 0 if no segment fits.
+size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size, uint64_t pool_reserved,
+                                   bool burst, uint64_t room);
 
 // ---- pool.c (caller holds the shard's lock unless said otherwise)
 // A new segment over `upstream` memory, one free block; false without host memory.

@@ -152,7 +152,9 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
     uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
     uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
     uint64_t room = !limit ? UINT64_MAX : limit > reserved ? limit - reserved : 0;
-    size_t bytes = devbuf__policy_segment_size(&self->policy, pool, size, reserved, room);
+    size_t bytes = devbuf__policy_segment_size(&self->policy, pool, size, atomic_load_explicit(&self->pool_reserved[pool], memory_order_relaxed),
+                                               !atomic_load_explicit(&self->freed_any, memory_order_relaxed),
+                                               room);
     if (!bytes) {
       if (limit && give_back_oldest(self)) continue;
       return 0;
@@ -162,9 +164,11 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
 }
 
 // A new segment for a block of `size` bytes, and the block, in the caller's shard.
-static devbuf_status grow(caching_allocator *self, size_t requested, size_t size, int pool, cblock **out) {
+// *out stays NULL (and the status OK) when the memory limit leaves no room for it.
+static devbuf_status grow(caching_allocator *self, size_t size, int pool, cblock **out) {
+  *out = NULL;
   size_t bytes = reserve_segment(self, pool, size);
-  if (!bytes) return out_of_memory(self, requested, size, atomic_load(&self->memory_limit));
+  if (!bytes) return DEVBUF_OK;
   devbuf_memory_t memory;
   devbuf_status status = devbuf_allocator_alloc(self->upstream, bytes, &memory);
   // The system may refuse while idle segments are still held: give those back, retry.
@@ -176,6 +180,7 @@ static devbuf_status grow(caching_allocator *self, size_t requested, size_t size
   }
   atomic_fetch_add_explicit(&self->system_allocs, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&self->segments, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&self->pool_reserved[pool], bytes, memory_order_relaxed);
   shard *home = my_shard(self);
   pthread_mutex_lock(&home->lock);
   csegment *segment = devbuf__segment_create(self, home, pool, &memory, bytes);
@@ -185,6 +190,7 @@ static devbuf_status grow(caching_allocator *self, size_t requested, size_t size
   if (!segment) {
     atomic_fetch_sub(&self->reserved, bytes);
     atomic_fetch_sub(&self->segments, 1);
+    atomic_fetch_sub(&self->pool_reserved[pool], bytes);
     atomic_fetch_add(&self->system_frees, 1);
     devbuf_allocator_free(self->upstream, &memory);
     return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a segment record"));
@@ -198,11 +204,9 @@ typedef struct visitor {
   void *context;
 } visitor;
 
-// The shared path: the thread's shard, then the others, then a new segment. An ordered
-// allocation whose visitor refused every candidate is served like a host one.
-static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t requested, size_t size,
-                                  const visitor *ordered, cblock **out) {
-  int pool = devbuf__policy_pool(&self->policy, size);
+// Best fit in `pool`: the thread's shard first, then the others. An ordered allocation whose
+// visitor refused is served like a host one.
+static cblock *take_free(caching_allocator *self, int pool, size_t size, const visitor *ordered) {
   shard *home = my_shard(self);
   bool use_in_flight = ordered && ordered->visit;
   for (int i = -1; i < SHARD_COUNT; i++) {
@@ -214,13 +218,31 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
                                       use_in_flight ? ordered->context : NULL, &refused);
     if (refused) block = devbuf__pool_take(self, s, pool, size, false, NULL, NULL, &refused);
     pthread_mutex_unlock(&s->lock);
-    if (block) {
-      tcache_add(&cache->shared_hits, 1);
-      *out = block;
-      return DEVBUF_OK;
-    }
+    if (block) return block;
   }
-  return grow(self, requested, size, pool, out);
+  return NULL;
+}
+
+// The shared path: a free block of the request's pool, else a new segment; at the memory
+// limit, where no segment fits any more, a free block of the other pool rather than a
+// refusal.
+static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t requested, size_t size,
+                                  const visitor *ordered, cblock **out) {
+  int pool = devbuf__policy_pool(&self->policy, size);
+  cblock *block = take_free(self, pool, size, ordered);
+  if (block) {
+    tcache_add(&cache->shared_hits, 1);
+    *out = block;
+    return DEVBUF_OK;
+  }
+  devbuf_status status = grow(self, size, pool, &block);
+  if (status == DEVBUF_OK && !block && (block = take_free(self, POOL_COUNT - 1 - pool, size, ordered)))
+    tcache_add(&cache->shared_hits, 1);
+  if (status != DEVBUF_OK || block) {
+    *out = block;
+    return status;
+  }
+  return out_of_memory(self, requested, size, atomic_load(&self->memory_limit));
 }
 
 // Everything the thread's bins could not serve at once.
@@ -276,6 +298,8 @@ static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory
   cblock *block = memory->token;
   if (DEVBUF_LIKELY(devbuf__tcache_free(self, block))) return;
   count_release(self, block);
+  if (DEVBUF_UNLIKELY(!atomic_load_explicit(&self->freed_any, memory_order_relaxed)))
+    atomic_store_explicit(&self->freed_any, true, memory_order_relaxed);
   devbuf__caching_put(self, block, true);
 }
 

@@ -1,10 +1,15 @@
 // Segment sizes. The shape follows PyTorch's CUDA caching allocator, whose figures the
 // traces compare against: requests of at most 1 MiB share 2 MiB segments, those up to
 // 10 MiB share 20 MiB segments, larger ones get a segment of their own rounded to the page.
-// Unlike it, a new large segment grows with the pool (at least 1/2^growth_shift of what
-// is already reserved): a program that builds up gigabytes makes a few dozen system
-// allocations, not hundreds, and what the last segment leaves over is bounded by that
-// fraction.
+//
+// One rule differs. A program first builds what it keeps (weights, gradients, optimizer
+// state) and only then starts to free. While nothing has been freed, the medium segments
+// grow with the pool: each holds at least 1/8 of what the pool already holds. Those
+// long-lived blocks then sit packed in a few dozen segments instead of hundreds of 20 MiB
+// ones (fewer driver calls, each of them slow), and what the last one leaves over is at
+// most an eighth of the pool, which the allocations after it fill first (best fit takes
+// free bytes before any new segment). Requests above 10 MiB keep segments of their own:
+// packed among long-lived blocks, their holes would be too small for the next large block.
 #include "caching.h"
 
 #define MIB ((size_t)1 << 20)
@@ -19,23 +24,23 @@ void devbuf__policy_init(segment_policy *policy, size_t page) {
   policy->small_segment = round_up(2 * MIB, page);
   policy->medium_max = 10 * MIB;
   policy->medium_segment = round_up(20 * MIB, page);
-  policy->growth_shift = 0;
+  policy->burst_shift = 3;
 }
 
 int devbuf__policy_pool(const segment_policy *policy, size_t size) {
   return size <= policy->small_max ? POOL_SMALL : POOL_LARGE;
 }
 
-size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size, uint64_t reserved,
-                                   uint64_t room) {
+size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size, uint64_t pool_reserved,
+                                   bool burst, uint64_t room) {
   size_t least = round_up(size, policy->page);
   if (!least || least > room) return 0;
-  size_t chosen = pool == POOL_SMALL ? policy->small_segment : size <= policy->medium_max ? policy->medium_segment : least;
-  if (pool == POOL_LARGE && policy->growth_shift) {
-    size_t grown = round_up((size_t)(reserved >> policy->growth_shift), policy->page);
+  bool medium = pool == POOL_LARGE && size <= policy->medium_max;
+  size_t chosen = pool == POOL_SMALL ? policy->small_segment : medium ? policy->medium_segment : least;
+  if (medium && burst && policy->burst_shift) {
+    size_t grown = round_up((size_t)(pool_reserved >> policy->burst_shift), policy->page);
     if (grown > chosen) chosen = grown;
   }
-  if (chosen < least) chosen = least;
-  if (chosen > room) chosen = (size_t)room & ~(policy->page - 1);
+  if (chosen > room) chosen = (size_t)room & ~(policy->page - 1); // at a memory limit: what is left
   return chosen < least ? least : chosen;
 }

@@ -195,6 +195,7 @@ csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s) {
 
 void devbuf__segment_give_back(caching_allocator *self, csegment *segment) {
   atomic_fetch_sub_explicit(&self->reserved, segment->size, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&self->pool_reserved[segment->pool], segment->size, memory_order_relaxed);
   atomic_fetch_sub_explicit(&self->segments, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&self->system_frees, 1, memory_order_relaxed);
   devbuf_allocator_free(self->upstream, &segment->upstream);
