@@ -199,6 +199,14 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
     *out_hazard = hazard;
     if (!hazard) return DEVBUF_OK;
     devbuf__spin_lock(&hazard->lock);
+    const devbuf__byte_range *range = NULL;
+    devbuf__conflict conflict = ranges_conflict(hazard, ranges, count, storage->id, own == DEVBUF__OWN_IGNORE, &range);
+    if (conflict == DEVBUF__CONFLICT_OWN && own == DEVBUF__OWN_REFUSE) {
+      devbuf__storage_unlock(storage, hazard);
+      return devbuf__error(DEVBUF_IN_USE, "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
+                           range->offset, range->offset + range->size, (unsigned long long)storage->id,
+                           range->write ? "uses" : "writes");
+    }
     devbuf__work *earlier = first_unfinished_inherited(storage);
     if (earlier) { // an earlier owner's work on reused bytes: wait for it, then look again
       devbuf__work_retain(earlier);
@@ -207,15 +215,7 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
       devbuf__work_release(earlier);
       continue;
     }
-    const devbuf__byte_range *range = NULL;
-    devbuf__conflict conflict = ranges_conflict(hazard, ranges, count, storage->id, own == DEVBUF__OWN_IGNORE, &range);
     if (conflict == DEVBUF__NO_CONFLICT) return DEVBUF_OK;
-    if (conflict == DEVBUF__CONFLICT_OWN && own == DEVBUF__OWN_REFUSE) {
-      devbuf__storage_unlock(storage, hazard);
-      return devbuf__error(DEVBUF_IN_USE, "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
-                           range->offset, range->offset + range->size, (unsigned long long)storage->id,
-                           range->write ? "uses" : "writes");
-    }
     pthread_mutex_unlock(&storage->lock);
     devbuf__hazard_wait_progress(hazard); // the storage is alive, so is its tracker
     devbuf__spin_unlock(&hazard->lock);

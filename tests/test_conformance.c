@@ -41,6 +41,18 @@ static uint64_t place_of(devbuf_buffer_t *buffer) {
   return handle + offset;
 }
 
+// Whether two buffers' bytes are apart: where memory is a handle plus offset (OpenCL),
+// different handles are different segments.
+static bool apart(devbuf_buffer_t *x, devbuf_buffer_t *y) {
+  uint64_t x_handle = 0, y_handle = 0;
+  size_t x_offset = 0, y_offset = 0;
+  CHECK_OK(devbuf_buffer_device_handle(x, &x_handle, &x_offset));
+  CHECK_OK(devbuf_buffer_device_handle(y, &y_handle, &y_offset));
+  if (devbuf_device_kind_of(device) == DEVBUF_DEVICE_OPENCL && x_handle != y_handle) return true;
+  uint64_t x_start = x_handle + x_offset, y_start = y_handle + y_offset;
+  return x_start + devbuf_buffer_size(x) <= y_start || y_start + devbuf_buffer_size(y) <= x_start;
+}
+
 // A caching allocator over the device's raw allocator reuses its memory exactly.
 static void test_caching_reuse(void) {
   devbuf_allocator_t *raw = NULL, *counted = NULL, *caching = NULL;
@@ -426,6 +438,72 @@ static void test_copy_within_storage(void) {
   devbuf_buffer_release(buffer);
 }
 
+// B10 after coalescing: a block released while its work waits merges with its free
+// neighbour at once. The CPU is never handed those bytes; work that reuses the merged
+// bytes from another queue runs only after the released block's work.
+static void test_reuse_after_coalescing(void) {
+  enum { KIB = 1024, BLOCK = 128 * KIB, FILLER = 256 * KIB };
+  devbuf_allocator_t *raw = NULL, *caching = NULL;
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  CHECK_OK(devbuf_caching_allocator_create(raw, NULL, &caching));
+  // One 2 MiB small segment, full: A, B, then seven fillers.
+  devbuf_buffer_t *a = new_bytes(caching, BLOCK, 0), *b = new_bytes(caching, BLOCK, 0), *fillers[7];
+  for (int i = 0; i < 7; i++) fillers[i] = new_bytes(caching, FILLER, 0);
+  CHECK_EQ_U(stats_of(caching).segments, 1);
+  uint64_t a_place = place_of(a);
+  CHECK(place_of(b) == a_place + BLOCK);
+  devbuf_queue_t *old_queue, *new_queue;
+  CHECK_OK(devbuf_queue_create(device, &old_queue));
+  CHECK_OK(devbuf_queue_create(device, &new_queue));
+  devbuf_event_t *go, *done;
+  CHECK_OK(devbuf_event_create(0, &go));
+  CHECK_OK(devbuf_event_create(0, &done));
+  unsigned char one = 1, two = 2;
+  CHECK_OK(devbuf_queue_wait(old_queue, go, 1));
+  CHECK_OK(devbuf_queue_fill(old_queue, a, &one, 1));
+  devbuf_buffer_release(a); // in flight: its fill waits for `go`
+  devbuf_buffer_release(b); // free: merges with A's bytes
+  devbuf_allocator_stats_t s = stats_of(caching);
+  CHECK_EQ_U(s.released_in_flight, BLOCK);
+  CHECK_EQ_U(s.largest_free_block, 2 * BLOCK);
+  // The CPU: 192 KiB would fit the merged bytes only over A's, so it gets a new segment.
+  devbuf_buffer_t *host = new_bytes(caching, 3 * BLOCK / 2, 0);
+  CHECK_EQ_U(stats_of(caching).segments, 2);
+  // Work from another queue takes all of the merged bytes, after A's fill.
+  size_t size = 2 * BLOCK;
+  devbuf_buffer_t *reused = NULL;
+  CHECK_OK(devbuf_buffer_new(caching, DEVBUF_UINT8, &size, 1, 0, &reused));
+  CHECK_OK(devbuf_queue_fill(new_queue, reused, &two, 1));
+  CHECK_OK(devbuf_queue_signal(new_queue, done, 1));
+  CHECK(place_of(reused) == a_place);
+  CHECK(apart(host, reused));
+  struct timespec pause = {0, 50 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  CHECK_EQ_U(devbuf_event_value(done), 0); // still waiting for A's fill
+  const void *data;
+  size_t bytes;
+  devbuf_status peek = devbuf_buffer_contents(reused, &data, &bytes);
+  CHECK(peek == DEVBUF_IN_USE || peek == DEVBUF_NOT_CPU_ACCESSIBLE); // its own fill is pending
+  CHECK_OK(devbuf_event_signal(go, 1));
+  CHECK_OK(devbuf_queue_finish(new_queue));
+  CHECK_OK(devbuf_queue_finish(old_queue));
+  unsigned char *back = read_back(reused);
+  size_t wrong = 0;
+  for (size_t i = 0; i < size; i++) wrong += back[i] != 2;
+  CHECK_EQ_U(wrong, 0);
+  free(back);
+  CHECK_EQ_U(stats_of(caching).released_in_flight, 0);
+  devbuf_buffer_release(reused);
+  devbuf_buffer_release(host);
+  for (int i = 0; i < 7; i++) devbuf_buffer_release(fillers[i]);
+  devbuf_event_release(go);
+  devbuf_event_release(done);
+  devbuf_queue_release(old_queue);
+  devbuf_queue_release(new_queue);
+  devbuf_allocator_release(caching);
+  devbuf_allocator_release(raw);
+}
+
 static void test_cancel(void) {
   devbuf_queue_t *queue;
   CHECK_OK(devbuf_queue_create(device, &queue));
@@ -465,6 +543,7 @@ int main(int argc, char **argv) {
   RUN(test_release_in_flight);
   RUN(test_cancel);
   RUN(test_reuse_after_cancel);
+  RUN(test_reuse_after_coalescing);
   RUN(test_empty_access);
   RUN(test_copy_within_storage);
   devbuf_device_release(device);
