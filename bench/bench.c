@@ -148,7 +148,7 @@ void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]) {
 }
 
 static bool known_section(const char *name) {
-  static const char *const sections[] = {"alloc", "copy", "threads", "queue", "load"};
+  static const char *const sections[] = {"alloc", "copy", "threads", "queue", "load", "traces"};
   for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
     if (strcmp(name, sections[i]) == 0) return true;
   return false;
@@ -176,9 +176,12 @@ int devbuf_cmd_bench(int argc, char **argv) {
       config.runs = (int)runs;
     } else if (strcmp(argv[i], "--only") == 0) {
       if (i + 1 == argc || !known_section(argv[i + 1]))
-        return devbuf_tool_misuse("bench", "--only takes alloc, copy, threads, queue or load, not '%s'",
+        return devbuf_tool_misuse("bench", "--only takes alloc, copy, threads, queue, load or traces, not '%s'",
                                   devbuf_tool_printable(i + 1 < argc ? argv[i + 1] : "", safe, sizeof safe));
       only = argv[++i];
+    } else if (strcmp(argv[i], "--traces") == 0) {
+      if (++i == argc) return devbuf_tool_misuse("bench", "--traces needs a folder of traces");
+      config.traces = argv[i];
     } else if (strcmp(argv[i], "--load") == 0) {
       only = "load";
     } else if (strcmp(argv[i], "--json") == 0) {
@@ -213,6 +216,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
     if (!only || strcmp(only, "threads") == 0) bench_threads(&config);
     if (!only || strcmp(only, "queue") == 0) bench_queue(&config);
     if (!only || strcmp(only, "load") == 0) bench_load(&config);
+    if (!only || strcmp(only, "traces") == 0) bench_traces(&config);
   }
   if (json_out) {
     fflush(stdout);

@@ -13,6 +13,7 @@ typedef struct bench_config {
   int runs;        // repetitions; every figure is the median over them
   int quick;       // fewer sizes and iterations (the README's main command)
   devbuf_device_t *device;
+  const char *traces; // the folder of allocation traces (--traces; NULL: tests/data/traces)
 } bench_config;
 
 // A malloc-like allocator to compare with.
@@ -49,6 +50,8 @@ void bench_copy(const bench_config *config);
 void bench_threads(const bench_config *config);
 void bench_queue(const bench_config *config);
 void bench_load(const bench_config *config);
+// Real allocation traces replayed against PyTorch's figures (memory figures, no timing).
+void bench_traces(const bench_config *config);
 // OpenCL devices: allocation and copies against the driver's own calls.
 void bench_opencl(const bench_config *config);
 // CUDA devices: allocation against cuMemAlloc, the stream-ordered pool and PyTorch; copies.

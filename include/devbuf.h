@@ -319,6 +319,7 @@ typedef struct devbuf_snapshot_block {
 
 typedef struct devbuf_snapshot_segment {
   uint64_t serial;                // creation order (0, 1, ...)
+  uint64_t device;                // the upstream memory's `device` (an address or a handle)
   uint64_t size;
   const char *pool;               // "small" or "large" (which requests it serves)
   size_t block_count;

@@ -138,8 +138,35 @@ static void test_nth_fails_until_none(void) {
   }
 }
 
+// A real training step replayed with every Nth segment allocation failing: each fault is one
+// refused request (the replay goes on), nothing leaks, and once the faults stop the same
+// replay is refused nothing.
+static void test_trace_replay_under_faults(void) {
+  const char *trace = test_data("traces/bcrafton-assignment2-systems/memory_snapshot.trace");
+  const uint64_t periods[] = {1, 2, 3, 7, 25};
+  for (size_t i = 0; i < sizeof periods / sizeof periods[0]; i++) {
+    rig r = rig_open();
+    CHECK_OK(devbuf_fault_adaptor_arm(r.fault, periods[i], DEVBUF_FAULT_EVERY));
+    devbuf_trace_summary_t summary;
+    CHECK_OK(devbuf_trace_replay(trace, r.caching, &summary));
+    uint64_t fired = devbuf_fault_adaptor_fired(r.fault);
+    CHECK(fired > 0);
+    CHECK_EQ_U(summary.failed_allocs, fired);
+    check_balanced(&r, (int)fired);
+    CHECK_OK(devbuf_fault_adaptor_arm(r.fault, 0, DEVBUF_FAULT_ONCE));
+    CHECK_OK(devbuf_trace_replay(trace, r.caching, &summary));
+    CHECK_EQ_U(summary.failed_allocs, 0);
+    CHECK_EQ_U(stats_of(r.caching).active, 0);
+    devbuf_allocator_clear_cache(r.caching);
+    CHECK_EQ_U(stats_of(r.raw).active, 0);
+    rig_close(&r);
+  }
+}
+
 int main(void) {
+  test_require_data();
   RUN(test_every_nth_fails);
   RUN(test_nth_fails_until_none);
+  RUN(test_trace_replay_under_faults);
   return CHECK_EXIT();
 }

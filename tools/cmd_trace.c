@@ -12,8 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+// What each pass of a replay added: its system allocations and refusals.
+typedef struct pass_figures {
+  uint64_t system_allocs, refused;
+} pass_figures;
+
 static void print_text(const char *path, const char *spec, uint64_t page, const devbuf_trace_summary_t *summary,
-                       const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts) {
+                       const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts,
+                       const pass_figures *passes, int pass_count) {
   char safe_path[1024], safe_spec[64];
   printf("replayed %s with %s's policy, %llu-byte page: %llu allocations, %llu frees, %llu refused, %llu never freed\n",
          DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec), (unsigned long long)page,
@@ -25,29 +31,37 @@ static void print_text(const char *path, const char *spec, uint64_t page, const 
          (unsigned long long)summary->peak_live_bytes, (unsigned long long)counts->peak_held,
          (unsigned long long)stats->peak, (unsigned long long)stats->system_allocs,
          (unsigned long long)stats->system_frees, (unsigned long long)stats->cache_hits);
+  for (int i = 1; i < pass_count; i++)
+    printf("pass %d: %llu system allocations, %llu refused\n", i + 1, (unsigned long long)passes[i].system_allocs,
+           (unsigned long long)passes[i].refused);
 }
 
 static void print_json(const char *path, const char *spec, uint64_t page, const devbuf_trace_summary_t *summary,
-                       const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts) {
+                       const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts,
+                       const pass_figures *passes, int pass_count) {
   printf("{\"page_bytes\": %llu, \"file\": ", (unsigned long long)page);
   devbuf_tool_json_string(path, stdout);
   printf(", \"device\": ");
   devbuf_tool_json_string(spec, stdout);
   printf(", \"allocs\": %llu, \"frees\": %llu, \"refused\": %llu, \"never_freed\": %llu, "
          "\"peak_requested_bytes\": %llu, \"peak_reserved_bytes\": %llu, \"allocator_peak_bytes\": %llu, "
-         "\"system_allocs\": %llu, \"system_frees\": %llu, \"cache_hits\": %llu}\n",
+         "\"system_allocs\": %llu, \"system_frees\": %llu, \"cache_hits\": %llu, \"passes\": [",
          (unsigned long long)summary->allocs, (unsigned long long)summary->frees,
          (unsigned long long)summary->failed_allocs, (unsigned long long)summary->leaked,
          (unsigned long long)summary->peak_live_bytes, (unsigned long long)counts->peak_held,
          (unsigned long long)stats->peak,
          (unsigned long long)stats->system_allocs, (unsigned long long)stats->system_frees,
          (unsigned long long)stats->cache_hits);
+  for (int i = 0; i < pass_count; i++)
+    printf("%s{\"system_allocs\": %llu, \"refused\": %llu}", i ? ", " : "",
+           (unsigned long long)passes[i].system_allocs, (unsigned long long)passes[i].refused);
+  printf("]}\n");
 }
 
 int devbuf_cmd_trace(int argc, char **argv) {
   const char *path = NULL, *spec = "cpu", *html_path = NULL, *subcommand = NULL;
   devbuf_caching_options_t options = {0};
-  int json = 0;
+  int json = 0, pass_count = 1;
   for (int i = 1; i < argc; i++) {
     char safe[256];
     if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("trace");
@@ -63,6 +77,13 @@ int devbuf_cmd_trace(int argc, char **argv) {
     } else if (strcmp(argv[i], "--device") == 0) {
       if (++i == argc) return devbuf_tool_misuse("trace", "--device needs a device, such as cpu or opencl:0");
       spec = argv[i];
+    } else if (strcmp(argv[i], "--passes") == 0 && subcommand[0] == 'r') {
+      char *end = NULL;
+      long count = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
+      if (!end || *end || count < 1 || count > 100)
+        return devbuf_tool_misuse("trace", "--passes takes a count from 1 to 100, not '%s'",
+                                  DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
+      pass_count = (int)count;
     } else if ((strcmp(argv[i], "--memory-limit") == 0 || strcmp(argv[i], "--page") == 0) && subcommand[0] == 'r') {
       const char *option = argv[i];
       char *end = NULL;
@@ -94,12 +115,20 @@ int devbuf_cmd_trace(int argc, char **argv) {
     devbuf_allocator_t *caching = NULL;
     devbuf_status status = devbuf_tool_counting_caching(device, &options, &counts, &caching);
     uint64_t page = options.page_size ? options.page_size : devbuf_device_page_size(device);
-    devbuf_trace_summary_t summary;
-    if (status == DEVBUF_OK) status = devbuf_trace_replay(path, caching, &summary);
-    if (status == DEVBUF_OK) {
-      devbuf_allocator_stats_t stats;
+    devbuf_trace_summary_t summary, first = {0};
+    pass_figures passes[100];
+    devbuf_allocator_stats_t stats = {0};
+    // Later passes replay into what the earlier ones left cached: a workload that fits
+    // makes no system allocation after its first pass.
+    for (int pass = 0; pass < pass_count && status == DEVBUF_OK; pass++) {
+      uint64_t allocs_before = stats.system_allocs;
+      status = devbuf_trace_replay(path, caching, &summary);
       devbuf_allocator_stats(caching, &stats);
-      (json ? print_json : print_text)(path, spec, page, &summary, &stats, &counts);
+      passes[pass] = (pass_figures){stats.system_allocs - allocs_before, summary.failed_allocs};
+      if (pass == 0) first = summary;
+    }
+    if (status == DEVBUF_OK) {
+      (json ? print_json : print_text)(path, spec, page, &first, &stats, &counts, passes, pass_count);
     } else {
       devbuf_tool_report("trace", NULL);
       code = 1;

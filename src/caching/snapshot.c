@@ -84,6 +84,7 @@ static bool add_segment(picture *p, const csegment *segment) {
   // Block pointers are set once every block is in place (the array may still move).
   p->segments[p->public.segment_count++] = (devbuf_snapshot_segment_t){
       .serial = segment->serial,
+      .device = segment->upstream.device,
       .size = segment->size,
       .pool = segment->pool == POOL_SMALL ? "small" : "large",
       .block_count = p->block_count - first,

@@ -1,0 +1,157 @@
+// The caching allocator on real PyTorch training and inference runs: every trace of a
+// folder like tests/data/traces (a sub-folder per source, each with *.trace files and the
+// figures.json of PyTorch's own CUDA caching allocator, CCA) replayed over a counting
+// upstream at a CUDA device's 2 MiB page and at the CPU's 4 KiB one, without a limit and
+// at a memory limit of CCA's peak. Memory figures, not timings: they are exact, so one run
+// says all.
+#include "bench.h"
+#include "counting_upstream.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cca_figures {
+  char trace[256];
+  uint64_t peak_reserved, system_allocs;
+} cca_figures;
+
+// The number after `"key": ` at or after `from`, before `until`; false if none.
+static bool number_after(const char *from, const char *until, const char *key, uint64_t *out) {
+  char needle[64];
+  snprintf(needle, sizeof needle, "\"%s\": ", key);
+  const char *at = strstr(from, needle);
+  if (!at || (until && at > until)) return false;
+  char *end = NULL;
+  *out = strtoull(at + strlen(needle), &end, 10);
+  return end != at + strlen(needle);
+}
+
+// The entries of a figures.json (written by the traces' converter: one `"trace": "NAME"`
+// per entry, its numbers after it). Returns how many were read, at most `capacity`.
+static size_t read_figures(const char *path, cca_figures *out, size_t capacity) {
+  FILE *file = fopen(path, "r");
+  if (!file) return 0;
+  static char text[1 << 20];
+  size_t length = fread(text, 1, sizeof text - 1, file);
+  fclose(file);
+  text[length] = '\0';
+  size_t count = 0;
+  for (const char *at = strstr(text, "\"trace\": \""); at && count < capacity;) {
+    const char *name = at + strlen("\"trace\": \"");
+    const char *next = strstr(name, "\"trace\": \"");
+    const char *quote = strchr(name, '"');
+    cca_figures *f = &out[count];
+    if (quote && (size_t)(quote - name) < sizeof f->trace) {
+      memcpy(f->trace, name, (size_t)(quote - name));
+      f->trace[quote - name] = '\0';
+      if (number_after(name, next, "cca_peak_reserved", &f->peak_reserved) &&
+          number_after(name, next, "cca_system_allocs", &f->system_allocs))
+        count++;
+    }
+    at = next;
+  }
+  return count;
+}
+
+typedef struct replay_result {
+  bool ok;
+  uint64_t peak_requested, peak_reserved, system_allocs, refused, second_pass_allocs;
+} replay_result;
+
+static replay_result replay(devbuf_device_t *device, const char *path, uint64_t page, uint64_t limit) {
+  replay_result result = {0};
+  devbuf_caching_options_t options = {.page_size = page, .memory_limit = limit};
+  devbuf_counting_upstream counts;
+  devbuf_allocator_t *caching = NULL;
+  devbuf_trace_summary_t summary;
+  if (devbuf_tool_counting_caching(device, &options, &counts, &caching) != DEVBUF_OK ||
+      devbuf_trace_replay(path, caching, &summary) != DEVBUF_OK) {
+    devbuf_allocator_release(caching);
+    return result;
+  }
+  devbuf_allocator_stats_t stats;
+  devbuf_allocator_stats(caching, &stats);
+  result = (replay_result){true, summary.peak_live_bytes, counts.peak_held, stats.system_allocs, summary.failed_allocs,
+                           0};
+  if (devbuf_trace_replay(path, caching, &summary) == DEVBUF_OK) { // into what the first pass left cached
+    devbuf_allocator_stats(caching, &stats);
+    result.second_pass_allocs = stats.system_allocs - result.system_allocs;
+    result.refused += summary.failed_allocs;
+  }
+  devbuf_allocator_release(caching);
+  return result;
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+void bench_traces(const bench_config *config) {
+  const char *folder = config->traces ? config->traces : "tests/data/traces";
+  printf("== real allocation traces (%s): devbuf's caching allocator against PyTorch's (CCA) ==\n", folder);
+  DIR *dir = opendir(folder);
+  if (!dir) {
+    printf("   (skipped: no folder %s; run from the repository root or pass --traces DIR)\n\n", folder);
+    return;
+  }
+  char *sources[64];
+  size_t source_count = 0;
+  for (struct dirent *entry; (entry = readdir(dir)) && source_count < 64;)
+    if (entry->d_name[0] != '.') sources[source_count++] = strdup(entry->d_name);
+  closedir(dir);
+  qsort(sources, source_count, sizeof *sources, by_name);
+  printf("   %-46s %5s %9s %7s %7s %6s %15s %8s %9s %7s\n", "trace", "page", "requested", "CCA", "devbuf", "ratio",
+         "sys allocs/CCA", "refused", "at limit", "pass 2");
+  int met = 0, rows = 0;
+  double worst_ratio = 0;
+  for (size_t s = 0; s < source_count; s++) {
+    char path[4096];
+    int length = snprintf(path, sizeof path, "%s/%s/figures.json", folder, sources[s]);
+    if (length < 0 || (size_t)length >= sizeof path) continue;
+    static cca_figures figures[64];
+    size_t count = read_figures(path, figures, 64);
+    for (size_t t = 0; t < count; t++) {
+      length = snprintf(path, sizeof path, "%s/%s/%s", folder, sources[s], figures[t].trace);
+      if (length < 0 || (size_t)length >= sizeof path) continue;
+      char name[600];
+      length = snprintf(name, sizeof name, "%s/%s", sources[s], figures[t].trace);
+      if (length < 0 || (size_t)length >= sizeof name) continue;
+      for (int p = 0; p < 2; p++) {
+        uint64_t page = p == 0 ? (uint64_t)2 << 20 : 4096;
+        replay_result free_run = replay(config->device, path, page, 0);
+        replay_result limited = replay(config->device, path, page, figures[t].peak_reserved);
+        if (!free_run.ok || !limited.ok) {
+          printf("   %-46.46s cannot be replayed: %s\n", figures[t].trace, devbuf_last_error());
+          continue;
+        }
+        double ratio = (double)free_run.peak_reserved / (double)figures[t].peak_reserved;
+        bool row_met = ratio <= 1.03 && free_run.system_allocs <= figures[t].system_allocs && limited.refused == 0 &&
+                       limited.system_allocs <= figures[t].system_allocs && limited.second_pass_allocs == 0;
+        rows++;
+        met += row_met;
+        if (ratio > worst_ratio) worst_ratio = ratio;
+        printf("   %-46.46s %5s %9.3f %7.3f %7.3f %6.3f %7llu/%-7llu %8llu %9llu %7llu%s\n", name + (strlen(name) > 46 ? strlen(name) - 46 : 0),
+               p == 0 ? "2 MiB" : "4 KiB", (double)free_run.peak_requested / (1 << 30),
+               (double)figures[t].peak_reserved / (1 << 30), (double)free_run.peak_reserved / (1 << 30), ratio,
+               (unsigned long long)free_run.system_allocs, (unsigned long long)figures[t].system_allocs,
+               (unsigned long long)limited.refused, (unsigned long long)limited.system_allocs,
+               (unsigned long long)limited.second_pass_allocs, row_met ? "" : "  <- misses a target");
+        char figure[700];
+        snprintf(figure, sizeof figure, "%s %s peak reserved / CCA", name, p == 0 ? "2 MiB" : "4 KiB");
+        bench_figure("traces", figure, ratio, "x", ratio <= 1.03);
+        snprintf(figure, sizeof figure, "%s %s system allocations / CCA", name, p == 0 ? "2 MiB" : "4 KiB");
+        bench_figure("traces", figure, (double)free_run.system_allocs / (double)figures[t].system_allocs, "x",
+                     free_run.system_allocs <= figures[t].system_allocs);
+        snprintf(figure, sizeof figure, "%s %s refused at CCA's peak", name, p == 0 ? "2 MiB" : "4 KiB");
+        bench_figure("traces", figure, (double)limited.refused, "requests", limited.refused == 0);
+      }
+    }
+  }
+  for (size_t s = 0; s < source_count; s++) free(sources[s]);
+  printf("   GiB = 2^30 bytes; ratio: devbuf's peak reserved / CCA's, without a limit; sys allocs: devbuf's\n"
+         "   system allocations / CCA's (the traces' README counts them); refused, at limit, pass 2: with a\n"
+         "   memory limit of CCA's peak, the requests refused (both passes), the system allocations of the\n"
+         "   first pass and of a second pass into the same cache. Targets per row: ratio <= 1.03, sys\n"
+         "   allocs <= CCA's without and at the limit, nothing refused, pass 2 = 0.\n");
+  printf("   %d of %d rows meet every target; worst ratio %.3f\n\n", met, rows, worst_ratio);
+}

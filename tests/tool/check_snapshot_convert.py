@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""tools/snapshot_to_trace.py on a snapshot-shaped pickle written here: the trace it gives
+is exactly what the conversion rules say, devbuf replays it, and a class reference in the
+pickle (os.system, by __reduce__) becomes inert data instead of running.
+Usage: check_snapshot_convert.py DEVBUF_TOOL SOURCE_DIR SCRATCH_DIR"""
+import os
+import pickle
+import subprocess
+import sys
+
+tool, source, scratch = sys.argv[1:4]
+os.makedirs(scratch, exist_ok=True)
+marker = os.path.join(scratch, "executed")
+if os.path.exists(marker):
+    os.unlink(marker)
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, (f"touch {marker}",))
+
+
+MiB = 1 << 20
+snapshot = {
+    "segments": [
+        {"device": 0, "address": 0x10000000, "total_size": 2 * MiB, "stream": 0, "segment_type": "small",
+         "blocks": [{"address": 0x10000000, "size": 512, "requested_size": 100, "state": "active_allocated"},
+                    {"address": 0x10000200, "size": 1024, "requested_size": 1000, "state": "active_allocated"},
+                    {"address": 0x10000600, "size": 2 * MiB - 1536, "requested_size": 0, "state": "inactive"}]},
+        {"device": 0, "address": 0x20000000, "total_size": 20 * MiB, "stream": 0, "segment_type": "large",
+         "blocks": [{"address": 0x20000000, "size": 20 * MiB, "requested_size": 0, "state": "inactive"}]},
+        {"device": 1, "address": 0x90000000, "total_size": 2 * MiB, "stream": 0, "segment_type": "small", "blocks": []},
+    ],
+    "device_traces": [[
+        {"action": "free_requested", "addr": 0x30000000, "size": 300, "stream": 0},
+        {"action": "free_completed", "addr": 0x30000000, "size": 300, "stream": 0, "frames": [Evil()]},
+        {"action": "segment_alloc", "addr": 0x20000000, "size": 20 * MiB, "stream": 0},
+        {"action": "alloc", "addr": 0x20000000, "size": 4 * MiB - 10, "stream": 0},
+        {"action": "alloc", "addr": 0x10000200, "size": 1000, "stream": 0},
+        {"action": "alloc", "addr": 0x10000600, "size": 0, "stream": 0},
+        {"action": "free_completed", "addr": 0x20000000, "size": 4 * MiB - 10, "stream": 0},
+        {"action": "segment_free", "addr": 0x30000000, "size": 2 * MiB, "stream": 0},
+    ]],
+    "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": None},
+}
+pickled = os.path.join(scratch, "snapshot.pickle")
+with open(pickled, "wb") as f:
+    pickle.dump(snapshot, f, protocol=4)
+trace = os.path.join(scratch, "snapshot.trace")
+converter = os.path.join(source, "tools", "snapshot_to_trace.py")
+result = subprocess.run([sys.executable, converter, pickled, "-o", trace], capture_output=True, text=True)
+failures = []
+
+
+def expect(condition, what):
+    if not condition:
+        failures.append(what)
+        print(f"FAIL: {what}")
+
+
+expect(result.returncode == 0, f"converter exit {result.returncode}: {result.stderr}")
+expect(not os.path.exists(marker), "the pickle's os.system call ran")
+lines = open(trace).read().splitlines() if os.path.exists(trace) else []
+expected = [
+    "# devbuf trace 1",
+    "# stream 0",
+    "# s 0 2097152 small",          # held at the start (not allocated by the trace) ...
+    "# s 1 2097152 small",          # ... and the one the trace freed
+    "# p 0 0 1 512", "a 1 100",     # live throughout
+    "# p 1 0 2 512", "a 2 300",     # freed by the trace without an alloc: request rounded to 512
+    "f 2",
+    "# S 20971520",
+    "a 3 4194294",
+    "a 4 1000",                     # the zero-byte allocation is left out
+    "f 3",
+    "# E", "# F 2097152",
+]
+body = [line for line in lines if not line.startswith("# converted")]
+expect(body == expected, "trace lines:\n  " + "\n  ".join(body))
+replayed = subprocess.run([tool, "trace", "replay", trace, "--json"], capture_output=True, text=True)
+expect(replayed.returncode == 0 and '"allocs": 4' in replayed.stdout and '"never_freed": 2' in replayed.stdout,
+       f"devbuf replays it: {replayed.stdout} {replayed.stderr}")
+# Not a snapshot, and not a pickle: a message, exit 1.
+junk = os.path.join(scratch, "junk.pickle")
+with open(junk, "wb") as f:
+    pickle.dump([1, 2, 3], f)
+bad = subprocess.run([sys.executable, converter, junk], capture_output=True, text=True)
+expect(bad.returncode == 1 and "not a memory snapshot" in bad.stderr, "a list is refused")
+with open(junk, "wb") as f:
+    f.write(b"\x80\x04garbage")
+bad = subprocess.run([sys.executable, converter, junk], capture_output=True, text=True)
+expect(bad.returncode == 1 and "snapshot_to_trace:" in bad.stderr, "garbage is refused")
+print(f"{len(failures)} failures" if failures else "snapshot conversion ok")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Converts a PyTorch memory snapshot (the pickle torch.cuda.memory._dump_snapshot writes)
+into a devbuf allocation trace (the format of docs/traces.md), without torch and without
+running anything the pickle names: the unpickler builds plain containers and numbers, and
+turns every class reference into an inert dictionary.
+
+Usage: snapshot_to_trace.py SNAPSHOT.pickle [-o OUT.trace] [--device N]
+
+What it writes, for device N (0 by default):
+  - `# s I SIZE POOL`: the segments held when recording began (those at dump time, less the
+    ones the trace allocated, plus the ones it freed), in address order;
+  - `# p SEG OFFSET ID BLOCK` + `a ID SIZE`: allocations live when recording began (blocks
+    still allocated at dump time that the trace did not allocate, and allocations the
+    trace frees without having allocated them; for those BLOCK is the request rounded up
+    to 512 bytes), in address order;
+  - then the recorded events in order: `a ID SIZE` (the requested size), `f ID`
+    (free_completed), `# S SIZE` (segment_alloc), `# E` + `# F SIZE` (segment_free runs),
+    `# stream N` where the stream changes. Zero-byte allocations are left out.
+"""
+import argparse
+import pickle
+import sys
+
+SMALL_SEGMENT = 2 << 20
+
+
+class Inert(dict):
+    """What any class reference in the pickle becomes: a dictionary that remembers the name
+    and the arguments it was given. Nothing of the named class is imported or called."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self["__args__"] = list(args)
+        if kwargs:
+            self["__kwargs__"] = kwargs
+
+    def __setstate__(self, state):
+        self["__state__"] = state
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        # A fresh subclass per name, so that REDUCE, NEWOBJ and BUILD land in an Inert.
+        return type("Inert_" + "".join(c if c.isalnum() else "_" for c in f"{module}.{name}"), (Inert,),
+                    {"__module__": __name__, "qualified_name": f"{module}.{name}"})
+
+    def persistent_load(self, pid):
+        return Inert(pid)
+
+
+def load_snapshot(path):
+    with open(path, "rb") as f:
+        snapshot = RestrictedUnpickler(f).load()
+    if not isinstance(snapshot, dict) or "segments" not in snapshot:
+        raise ValueError(f"{path}: not a memory snapshot (a dictionary with 'segments')")
+    return snapshot
+
+
+def convert(snapshot, device=0, source="snapshot"):
+    traces = snapshot.get("device_traces") or []
+    events = [e for e in (traces[device] if device < len(traces) else []) if isinstance(e, dict)]
+    segments = [s for s in snapshot["segments"] if isinstance(s, dict) and s.get("device", 0) == device]
+    traced_segments = {e["addr"] for e in events if e.get("action") == "segment_alloc"}
+    # The segments held when recording began.
+    held = {s["address"]: (s["total_size"], s.get("segment_type", "large")) for s in segments
+            if s["address"] not in traced_segments}
+    for e in events:
+        if e.get("action") == "segment_free" and e["addr"] not in traced_segments:
+            held[e["addr"]] = (e["size"], "small" if e["size"] == SMALL_SEGMENT else "large")
+    start = sorted(held.items())
+
+    def place(address):
+        for index, (base, (size, _)) in enumerate(start):
+            if base <= address < base + size:
+                return index, address - base
+        return None
+
+    # Allocations live when recording began.
+    allocated_in_trace = {e["addr"] for e in events if e.get("action") == "alloc" and e.get("size", 0) > 0}
+    live_at_start = {}  # address -> (requested, block)
+    for s in segments:
+        for block in s.get("blocks", []):
+            if block.get("state") == "active_allocated" and block["address"] not in allocated_in_trace:
+                requested = block.get("requested_size", block["size"]) or block["size"]
+                live_at_start[block["address"]] = (requested, block["size"])
+    seen = set()
+    for e in events:
+        action, address = e.get("action"), e.get("addr")
+        if action == "alloc" and e.get("size", 0) > 0:
+            seen.add(address)
+        elif action == "free_completed" and address not in seen and address not in live_at_start:
+            live_at_start[address] = (e["size"], (e["size"] + 511) // 512 * 512)
+        if action == "free_completed":
+            seen.discard(address)
+
+    lines = ["# devbuf trace 1", f"# converted from {source}: device {device}, {len(events)} events"]
+    streams = sorted({e.get("stream", 0) for e in events}) or [0]
+    current_stream = streams[0]
+    lines.append(f"# stream {current_stream}")
+    for index, (_, (size, pool)) in enumerate(start):
+        lines.append(f"# s {index} {size} {pool}")
+    live = {}  # address -> id
+    next_id = 1
+    for address, (requested, block) in sorted(live_at_start.items()):
+        where = place(address)
+        if where is None:
+            raise ValueError(f"allocation at {address:#x} lies in no segment held at the start")
+        lines.append(f"# p {where[0]} {where[1]} {next_id} {block}")
+        lines.append(f"a {next_id} {requested}")
+        live[address] = next_id
+        next_id += 1
+    in_free_run = False
+    for e in events:
+        action = e.get("action")
+        stream = e.get("stream", 0)
+        if action in ("alloc", "free_completed", "segment_alloc", "segment_free") and stream != current_stream:
+            lines.append(f"# stream {stream}")
+            current_stream = stream
+        if action != "segment_free":
+            in_free_run = False
+        if action == "alloc":
+            if e.get("size", 0) <= 0:
+                continue
+            live[e["addr"]] = next_id
+            lines.append(f"a {next_id} {e['size']}")
+            next_id += 1
+        elif action == "free_completed":
+            if e["addr"] in live:
+                lines.append(f"f {live.pop(e['addr'])}")
+        elif action == "segment_alloc":
+            lines.append(f"# S {e['size']}")
+        elif action == "segment_free":
+            if not in_free_run:
+                lines.append("# E")
+                in_free_run = True
+            lines.append(f"# F {e['size']}")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description="PyTorch memory snapshot pickle -> devbuf trace")
+    parser.add_argument("snapshot")
+    parser.add_argument("-o", "--output")
+    parser.add_argument("--device", type=int, default=0)
+    args = parser.parse_args()
+    try:
+        text = convert(load_snapshot(args.snapshot), args.device, args.snapshot)
+    except (OSError, ValueError, KeyError, TypeError, pickle.UnpicklingError, EOFError) as error:
+        print(f"snapshot_to_trace: {error}", file=sys.stderr)
+        return 1
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
