@@ -251,23 +251,24 @@ DEVBUF_API devbuf_status devbuf_allocator_create(devbuf_device_t *device,
 
 // Options of a caching allocator; zero means "no limit" for each limit.
 typedef struct devbuf_caching_options {
-  uint64_t memory_limit; // active + cached bytes may not exceed it (cache evicted first)
-  uint64_t cache_limit;  // cached bytes above it are given back, least recently used first
+  uint64_t memory_limit; // reserved bytes may not exceed it (idle segments go back first)
+  uint64_t cache_limit;  // free bytes above it: idle segments go back, the longest idle first
   uint64_t max_buffers;  // live allocations may not exceed it
-  // Granularity of large blocks (a power of two from 4096 to 2^30); 0: the upstream
+  // The page segments round to (a power of two from 4096 to 2^30); 0: the upstream
   // device's page. Read at creation only (set_options ignores it): a replay can take
   // another device's policy, such as a CUDA device's 2 MiB on the CPU.
   uint64_t page_size;
 } devbuf_caching_options_t;
 
-// A caching allocator over `upstream`: 256-byte size classes up to a page, whole
-// pages above; best fit among cached blocks up to min(2 x size, size + 2 pages); LRU
-// eviction; limits. `upstream` is retained. Thread-safe.
-// Speed: while no limit is set, each thread keeps a few released blocks of up to 16 pages
-// in its own bins, so the common alloc/free pair takes no lock; a thread's bins return to
-// the shared pool (least recently released first) when the thread exits, when a limit is
-// set, and at clear_cache (other threads' bins at their next call). The shared pool has 16
-// shards with a short lock each.
+// A caching allocator over `upstream`: segments from upstream (requests up to 1 MiB share
+// 2 MiB segments, up to 10 MiB share 20 MiB ones, larger ones get their own, rounded to
+// the page), blocks carved by best fit on (size, address), split on allocation and
+// coalesced on release; sizes round to 512 bytes; limits give back whole idle segments,
+// the longest idle first (docs/allocator.md). `upstream` is retained. Thread-safe.
+// Speed: while no limit is set, each thread keeps a few released small blocks in its own
+// bins, so the common alloc/free pair takes no lock; a thread's bins return to the shared
+// pools when the thread exits, when a limit is set, and at clear_cache (other threads'
+// bins at their next call). The pools have 16 shards with a short lock each.
 DEVBUF_API devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
                                                          const devbuf_caching_options_t *options,
                                                          devbuf_allocator_t **out_allocator);
@@ -437,10 +438,11 @@ DEVBUF_API devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_d
 
 DEVBUF_API devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer);
 // Drops a reference. The last reference to a storage returns its memory at once: to
-// the allocator's cache when no submitted work uses it; otherwise to the allocator's
-// pending memory (counted as cached, not active), which a buffer allocated by a submission
-// may reuse at once (its work is ordered after the old work, and the CPU waits for it) and
-// which joins the cache when the old work completes. The CPU never gets it before then.
+// the allocator's cache when no submitted work uses it; otherwise, from a caching
+// allocator, to its cache in flight (counted as cached and as released in flight): a
+// buffer allocated by a submission may reuse those bytes at once, also merged into a larger
+// block (its work is ordered after the old work, and the CPU waits for it); the CPU never
+// gets them before the old work completes. Other allocators get the memory back then.
 DEVBUF_API void devbuf_buffer_release(devbuf_buffer_t *buffer);
 
 // Allocates the storage if it has no memory yet. When threads race, exactly one allocates.
