@@ -217,10 +217,18 @@ typedef struct devbuf_memory {
 // (size > 0), aligned to at least 64 bytes, or a status (setting a message with
 // devbuf_set_error is polite); free takes back exactly what alloc handed out. Both may be
 // called from any thread at once. destroy (optional) runs when the last reference goes.
+// Optionally (all four or none), address space for growable segments: reserve `size`
+// bytes of addresses with no memory behind them (out_reservation->size may be smaller),
+// map memory behind [offset, offset + size) of a reservation (offsets and sizes are whole
+// pages), unmap exactly a range mapped before, and unreserve once nothing is mapped.
 typedef struct devbuf_allocator_vtable {
   devbuf_status (*alloc)(void *ctx, size_t size, devbuf_memory_t *out_memory);
   void (*free)(void *ctx, const devbuf_memory_t *memory);
   void (*destroy)(void *ctx);
+  devbuf_status (*reserve)(void *ctx, size_t size, devbuf_memory_t *out_reservation);
+  devbuf_status (*map)(void *ctx, const devbuf_memory_t *reservation, size_t offset, size_t size);
+  void (*unmap)(void *ctx, const devbuf_memory_t *reservation, size_t offset, size_t size);
+  void (*unreserve)(void *ctx, const devbuf_memory_t *reservation);
 } devbuf_allocator_vtable_t;
 
 // Statistics. Byte figures count the sizes the allocator reserved (after rounding).
@@ -258,6 +266,12 @@ typedef struct devbuf_caching_options {
   // device's page. Read at creation only (set_options ignores it): a replay can take
   // another device's policy, such as a CUDA device's 2 MiB on the CPU.
   uint64_t page_size;
+  // Growable segments (read at creation only): each pool is one segment in reserved
+  // address space that maps memory as it grows and unmaps its free end under a limit and
+  // at clear_cache, like PyTorch's expandable segments. UNSUPPORTED at creation when the
+  // upstream cannot map memory into reserved addresses (the CPU's raw allocator can, and a
+  // user's allocator with reserve/map/unmap/unreserve).
+  uint32_t growable; // nonzero: on
 } devbuf_caching_options_t;
 
 // A caching allocator over `upstream`: segments from upstream (requests up to 1 MiB share

@@ -148,6 +148,23 @@ static void raw_free(devbuf_allocator_t *self, const devbuf_memory_t *memory) {
 
 static void plain_destroy(devbuf_allocator_t *self) { devbuf__free(self); }
 
+static devbuf_status raw_reserve(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
+  return self->device->backend->raw_reserve(self->device, size, out);
+}
+
+static devbuf_status raw_map(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
+                             size_t size) {
+  return self->device->backend->raw_map(self->device, reservation, offset, size);
+}
+
+static void raw_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+  self->device->backend->raw_unmap(self->device, reservation, offset, size);
+}
+
+static void raw_unreserve(devbuf_allocator_t *self, const devbuf_memory_t *reservation) {
+  self->device->backend->raw_unreserve(self->device, reservation);
+}
+
 static const devbuf__allocator_ops raw_ops = {
     .kind = "raw",
     .alloc = raw_alloc,
@@ -155,11 +172,24 @@ static const devbuf__allocator_ops raw_ops = {
     .destroy = plain_destroy,
 };
 
+// The same, for backends (and kinds of memory) that can map memory into reserved addresses.
+static const devbuf__allocator_ops raw_mappable_ops = {
+    .kind = "raw",
+    .alloc = raw_alloc,
+    .free = raw_free,
+    .destroy = plain_destroy,
+    .reserve = raw_reserve,
+    .map = raw_map,
+    .unmap = raw_unmap,
+    .unreserve = raw_unreserve,
+};
+
 devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memory_kind kind, bool borrow_device,
                                            devbuf_allocator_t **out) {
   devbuf_allocator_t *allocator = devbuf__malloc(sizeof *allocator);
   if (!allocator) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an allocator object");
-  devbuf__allocator_init(allocator, &raw_ops, device,
+  bool mappable = device->backend->raw_reserve && kind == DEVBUF_MEMORY_DEVICE;
+  devbuf__allocator_init(allocator, mappable ? &raw_mappable_ops : &raw_ops, device,
                          borrow_device ? DEVBUF__BORROWS_DEVICE : DEVBUF__HOLDS_DEVICE);
   allocator->memory_kind = kind;
   *out = allocator;
@@ -204,11 +234,46 @@ static void custom_destroy(devbuf_allocator_t *self) {
   devbuf__free(custom);
 }
 
+static devbuf_status custom_reserve(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
+  custom_allocator *custom = (custom_allocator *)self;
+  devbuf_memory_t reservation = {0};
+  devbuf_status status = custom->vtable->reserve(custom->ctx, size, &reservation);
+  if (status == DEVBUF_OK) *out = reservation;
+  return status;
+}
+
+static devbuf_status custom_map(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
+                                size_t size) {
+  custom_allocator *custom = (custom_allocator *)self;
+  return custom->vtable->map(custom->ctx, reservation, offset, size);
+}
+
+static void custom_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+  custom_allocator *custom = (custom_allocator *)self;
+  custom->vtable->unmap(custom->ctx, reservation, offset, size);
+}
+
+static void custom_unreserve(devbuf_allocator_t *self, const devbuf_memory_t *reservation) {
+  custom_allocator *custom = (custom_allocator *)self;
+  custom->vtable->unreserve(custom->ctx, reservation);
+}
+
 static const devbuf__allocator_ops custom_ops = {
     .kind = "custom",
     .alloc = custom_alloc,
     .free = custom_free,
     .destroy = custom_destroy,
+};
+
+static const devbuf__allocator_ops custom_mappable_ops = {
+    .kind = "custom",
+    .alloc = custom_alloc,
+    .free = custom_free,
+    .destroy = custom_destroy,
+    .reserve = custom_reserve,
+    .map = custom_map,
+    .unmap = custom_unmap,
+    .unreserve = custom_unreserve,
 };
 
 devbuf_status devbuf_allocator_create(devbuf_device_t *device, const devbuf_allocator_vtable_t *vtable,
@@ -217,7 +282,13 @@ devbuf_status devbuf_allocator_create(devbuf_device_t *device, const devbuf_allo
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device, vtable, vtable->alloc, vtable->free and out_allocator are required");
   custom_allocator *custom = devbuf__malloc(sizeof *custom);
   if (!custom) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an allocator object");
-  devbuf__allocator_init(&custom->base, &custom_ops, device, DEVBUF__HOLDS_DEVICE);
+  int mapping = !!vtable->reserve + !!vtable->map + !!vtable->unmap + !!vtable->unreserve;
+  if (mapping != 0 && mapping != 4) {
+    devbuf__free(custom);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "vtable: reserve, map, unmap and unreserve come all four or none "
+                         "(%d given)", mapping);
+  }
+  devbuf__allocator_init(&custom->base, mapping ? &custom_mappable_ops : &custom_ops, device, DEVBUF__HOLDS_DEVICE);
   custom->vtable = vtable;
   custom->ctx = ctx;
   *out_allocator = &custom->base;

@@ -78,6 +78,38 @@ static void cpu_raw_free(devbuf_device_t *device, const devbuf_memory_t *memory)
     free(memory->host);
 }
 
+// Growable segments: addresses reserved with no access and no commit charge; mapping
+// makes a range readable and writable (the kernel gives it pages as they are touched),
+// unmapping gives the pages back and takes the access away again.
+static devbuf_status cpu_raw_reserve(devbuf_device_t *device, size_t size, devbuf_memory_t *out) {
+  (void)device;
+  void *base = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "the system refused %zu bytes of addresses", size);
+  *out = (devbuf_memory_t){.host = base, .device = (uint64_t)(uintptr_t)base, .size = size};
+  return DEVBUF_OK;
+}
+
+static devbuf_status cpu_raw_map(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset,
+                                 size_t size) {
+  (void)device;
+  if (mprotect((char *)reservation->host + offset, size, PROT_READ | PROT_WRITE) != 0)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "the system refused to map %zu bytes at offset %zu (mprotect)", size,
+                         offset);
+  return DEVBUF_OK;
+}
+
+static void cpu_raw_unmap(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+  (void)device;
+  char *at = (char *)reservation->host + offset;
+  madvise(at, size, MADV_DONTNEED);
+  mprotect(at, size, PROT_NONE);
+}
+
+static void cpu_raw_unreserve(devbuf_device_t *device, const devbuf_memory_t *reservation) {
+  (void)device;
+  munmap(reservation->host, reservation->size);
+}
+
 static devbuf_status cpu_write(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
                                const void *src, size_t size) {
   (void)device;
@@ -112,6 +144,10 @@ const devbuf__backend devbuf__backend_cpu = {
     .open = cpu_open,
     .raw_alloc = cpu_raw_alloc,
     .raw_free = cpu_raw_free,
+    .raw_reserve = cpu_raw_reserve,
+    .raw_map = cpu_raw_map,
+    .raw_unmap = cpu_raw_unmap,
+    .raw_unreserve = cpu_raw_unreserve,
     .write = cpu_write,
     .read = cpu_read,
     .copy = cpu_copy,

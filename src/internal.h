@@ -112,6 +112,14 @@ typedef struct devbuf__backend {
   void (*close)(devbuf_device_t *device); // (optional)
   devbuf_status (*raw_alloc)(devbuf_device_t *device, devbuf_memory_kind kind, size_t size, devbuf_memory_t *out);
   void (*raw_free)(devbuf_device_t *device, const devbuf_memory_t *memory);
+  // (optional, all four or none) Address space for growable segments: reserve `size`
+  // bytes of addresses with no memory behind them (out->size may come back smaller), put
+  // memory behind [offset, offset + size) of a reservation, take back exactly such a range,
+  // give the reservation back once nothing is mapped in it.
+  devbuf_status (*raw_reserve)(devbuf_device_t *device, size_t size, devbuf_memory_t *out);
+  devbuf_status (*raw_map)(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset, size_t size);
+  void (*raw_unmap)(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset, size_t size);
+  void (*raw_unreserve)(devbuf_device_t *device, const devbuf_memory_t *reservation);
   // Copies between host memory and device memory, and within the device. `offset` is
   // in bytes from the start of the memory. Ranges of one memory may overlap (memmove).
   devbuf_status (*write)(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
@@ -192,6 +200,12 @@ typedef struct devbuf__allocator_ops {
   void (*stats)(devbuf_allocator_t *self, devbuf_allocator_stats_t *out);
   void (*reset_peak)(devbuf_allocator_t *self); // (optional, with stats)
   void (*clear_cache)(devbuf_allocator_t *self); // (optional)
+  // (optional, all four or none) Address space for growable segments, as the backend's
+  // raw_reserve, raw_map, raw_unmap and raw_unreserve.
+  devbuf_status (*reserve)(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out);
+  devbuf_status (*map)(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size);
+  void (*unmap)(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size);
+  void (*unreserve)(devbuf_allocator_t *self, const devbuf_memory_t *reservation);
 } devbuf__allocator_ops;
 
 // Counters the front end keeps for allocators without their own statistics.

@@ -32,7 +32,31 @@ static void space_free(void *context, const devbuf_memory_t *memory) {
   atomic_fetch_sub(&((address_space *)context)->held, memory->size);
 }
 
-static const devbuf_allocator_vtable_t space_vtable = {.alloc = space_alloc, .free = space_free};
+static devbuf_status space_reserve(void *context, size_t size, devbuf_memory_t *out) {
+  address_space *space = context;
+  *out = (devbuf_memory_t){.host = NULL, .device = atomic_fetch_add(&space->next, size), .size = size};
+  return DEVBUF_OK;
+}
+
+static devbuf_status space_map(void *context, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+  (void)reservation, (void)offset;
+  atomic_fetch_add(&((address_space *)context)->held, size);
+  return DEVBUF_OK;
+}
+
+static void space_unmap(void *context, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+  (void)reservation, (void)offset;
+  atomic_fetch_sub(&((address_space *)context)->held, size);
+}
+
+static void space_unreserve(void *context, const devbuf_memory_t *reservation) { (void)context, (void)reservation; }
+
+static const devbuf_allocator_vtable_t space_vtable = {.alloc = space_alloc,
+                                                       .free = space_free,
+                                                       .reserve = space_reserve,
+                                                       .map = space_map,
+                                                       .unmap = space_unmap,
+                                                       .unreserve = space_unreserve};
 
 // ---- the workload -----------------------------------------------------------------------
 
@@ -103,7 +127,7 @@ static void check_against_model(void) {
   CHECK_OK(devbuf_allocator_snapshot(caching, &snapshot));
   uint64_t reserved = 0;
   size_t missing = 0;
-  for (size_t s = 0; s < snapshot->segment_count; s++) reserved += snapshot->segments[s].size;
+  for (size_t s = 0; s < snapshot->segment_count; s++) reserved += snapshot->segments[s].size; // growable: mapped
   for (size_t i = 0; i < n; i++) { // each live block is an active block of its segment
     bool found = false;
     for (size_t s = 0; s < snapshot->segment_count && !found; s++) {
@@ -218,11 +242,18 @@ static void test_four_threads_at_a_limit(void) {
   run_model(&options);
 }
 
+// Growable segments: one per pool and shard, mapped and unmapped at their ends meanwhile.
+static void test_four_threads_growable(void) {
+  devbuf_caching_options_t options = {.growable = 1};
+  run_model(&options);
+}
+
 int main(void) {
   test_require_data();
   load_sizes();
   RUN(test_four_threads);
   RUN(test_four_threads_at_a_limit);
+  RUN(test_four_threads_growable);
   free(sizes);
   return CHECK_EXIT();
 }

@@ -241,11 +241,90 @@ static void test_over_any_upstream(void) {
   devbuf_allocator_free(outer, &memory);
   devbuf_allocator_release(outer);
   CHECK_EQ_U(stats_of(t.caching).active, 0);
+  devbuf_caching_options_t growable = {.growable = 1};
+  devbuf_allocator_t *refused = NULL;
+  CHECK_STATUS(devbuf_caching_allocator_create(t.raw, &growable, &refused), DEVBUF_UNSUPPORTED);
+  CHECK_MESSAGE("a stats allocator on cpu cannot");
+  CHECK(refused == NULL);
   devbuf_allocator_snapshot_t *snapshot = NULL;
   CHECK_STATUS(devbuf_allocator_snapshot(t.raw, &snapshot), DEVBUF_UNSUPPORTED);
   CHECK_MESSAGE("only caching ones");
   CHECK(snapshot == NULL);
   test_allocators_close(&t);
+}
+
+static devbuf_status half_alloc(void *ctx, size_t size, devbuf_memory_t *out) {
+  (void)ctx, (void)size, (void)out;
+  return DEVBUF_OUT_OF_MEMORY;
+}
+static void half_free(void *ctx, const devbuf_memory_t *memory) { (void)ctx, (void)memory; }
+static devbuf_status half_reserve(void *ctx, size_t size, devbuf_memory_t *out) {
+  (void)ctx, (void)size, (void)out;
+  return DEVBUF_OUT_OF_MEMORY;
+}
+
+// Growable segments over the CPU's reserved addresses: each pool one segment, mapped as its
+// highest block needs (2 MiB at least), its free end unmapped at clear_cache and under the
+// memory limit.
+static void test_growable_segments(void) {
+  devbuf_device_t *device = NULL;
+  devbuf_allocator_t *raw = NULL, *caching = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  devbuf_caching_options_t options = cpu_page;
+  options.growable = 1;
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &caching));
+  devbuf_memory_t small = alloc_ok(caching, 1000), big = alloc_ok(caching, 30 * MiB);
+  memset(small.host, 1, small.size); // memory stands behind both
+  memset(big.host, 2, big.size);
+  devbuf_allocator_stats_t s = stats_of(caching);
+  CHECK_EQ_U(s.reserved, 32 * MiB);
+  CHECK_EQ_U(s.segments, 2);
+  CHECK_EQ_U(s.system_allocs, 2);
+  CHECK_PICTURE(caching, "small 2097152: A1024 F2096128 | large 31457280: A31457280");
+  devbuf_memory_t next = alloc_ok(caching, 5 * MiB); // the large segment grows by 5 MiB
+  memset(next.host, 3, next.size);
+  CHECK((char *)next.host == (char *)big.host + 30 * MiB);
+  CHECK_EQ_U(stats_of(caching).reserved, 37 * MiB);
+  devbuf_allocator_free(caching, &big);
+  CHECK_PICTURE(caching, "small 2097152: A1024 F2096128 | large 36700160: F31457280 A5242880");
+  devbuf_memory_t again = alloc_ok(caching, 20 * MiB); // from the hole: nothing mapped
+  CHECK_EQ_U(stats_of(caching).system_allocs, 3);
+  devbuf_allocator_free(caching, &again);
+  devbuf_allocator_free(caching, &next);
+  devbuf_allocator_clear_cache(caching); // the large segment's free end goes, in the ranges it came in
+  s = stats_of(caching);
+  CHECK_EQ_U(s.reserved, 2 * MiB);
+  CHECK_EQ_U(s.system_frees, 2);
+  CHECK_PICTURE(caching, "small 2097152: A1024 F2096128 | large 0:");
+  devbuf_allocator_free(caching, &small);
+  devbuf_allocator_release(caching);
+
+  // At a memory limit: mapping what does not fit first unmaps other segments' free ends.
+  options.memory_limit = 8 * MiB;
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &caching));
+  devbuf_memory_t a = alloc_ok(caching, 3 * MiB), b = alloc_ok(caching, 3 * MiB), c;
+  devbuf_memory_t tiny = alloc_ok(caching, 100); // maps 2 MiB for the small pool: 8 MiB in all
+  devbuf_allocator_free(caching, &tiny);
+  CHECK_EQ_U(stats_of(caching).reserved, 8 * MiB);
+  CHECK_STATUS(devbuf_allocator_alloc(caching, 4 * MiB, &c), DEVBUF_OUT_OF_MEMORY);
+  CHECK_MESSAGE("requested 4194304 bytes (4194304 rounded) with 6291456 bytes active");
+  CHECK_EQ_U(stats_of(caching).reserved, 6 * MiB); // the small pool's free 2 MiB went, trying
+  devbuf_allocator_free(caching, &b);
+  c = alloc_ok(caching, 4 * MiB); // b's bytes, and 2 MiB more mapped
+  CHECK((char *)c.host == (char *)b.host);
+  memset(c.host, 4, c.size);
+  CHECK_EQ_U(stats_of(caching).reserved, 8 * MiB);
+  devbuf_allocator_free(caching, &a);
+  devbuf_allocator_free(caching, &c);
+  devbuf_allocator_release(caching);
+  devbuf_allocator_release(raw);
+  // A user's allocator gives all four address-space calls or none.
+  static const devbuf_allocator_vtable_t half = {.alloc = half_alloc, .free = half_free, .reserve = half_reserve};
+  devbuf_allocator_t *user = NULL;
+  CHECK_STATUS(devbuf_allocator_create(device, &half, NULL, &user), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("all four or none (1 given)");
+  devbuf_device_release(device);
 }
 
 int main(void) {
@@ -255,5 +334,6 @@ int main(void) {
   RUN(test_limits_give_back_idle_segments);
   RUN(test_memory_limit);
   RUN(test_over_any_upstream);
+  RUN(test_growable_segments);
   return CHECK_EXIT();
 }

@@ -17,12 +17,15 @@ typedef struct pass_figures {
   uint64_t system_allocs, refused;
 } pass_figures;
 
-static void print_text(const char *path, const char *spec, uint64_t page, const devbuf_trace_summary_t *summary,
+static void print_text(const char *path, const char *spec, uint64_t page, bool growable,
+                       const devbuf_trace_summary_t *summary,
                        const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts,
                        const pass_figures *passes, int pass_count) {
   char safe_path[1024], safe_spec[64];
-  printf("replayed %s with %s's policy, %llu-byte page: %llu allocations, %llu frees, %llu refused, %llu never freed\n",
+  printf("replayed %s with %s's policy, %llu-byte page%s: %llu allocations, %llu frees, %llu refused, %llu never "
+         "freed\n",
          DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec), (unsigned long long)page,
+         growable ? ", growable segments" : "",
          (unsigned long long)summary->allocs,
          (unsigned long long)summary->frees, (unsigned long long)summary->failed_allocs,
          (unsigned long long)summary->leaked);
@@ -36,10 +39,12 @@ static void print_text(const char *path, const char *spec, uint64_t page, const 
            (unsigned long long)passes[i].refused);
 }
 
-static void print_json(const char *path, const char *spec, uint64_t page, const devbuf_trace_summary_t *summary,
+static void print_json(const char *path, const char *spec, uint64_t page, bool growable,
+                       const devbuf_trace_summary_t *summary,
                        const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts,
                        const pass_figures *passes, int pass_count) {
-  printf("{\"page_bytes\": %llu, \"file\": ", (unsigned long long)page);
+  printf("{\"page_bytes\": %llu, \"growable\": %s, \"file\": ", (unsigned long long)page,
+         growable ? "true" : "false");
   devbuf_tool_json_string(path, stdout);
   printf(", \"device\": ");
   devbuf_tool_json_string(spec, stdout);
@@ -77,6 +82,8 @@ int devbuf_cmd_trace(int argc, char **argv) {
     } else if (strcmp(argv[i], "--device") == 0) {
       if (++i == argc) return devbuf_tool_misuse("trace", "--device needs a device, such as cpu or opencl:0");
       spec = argv[i];
+    } else if (strcmp(argv[i], "--growable") == 0 && subcommand[0] == 'r') {
+      options.growable = 1;
     } else if (strcmp(argv[i], "--passes") == 0 && subcommand[0] == 'r') {
       char *end = NULL;
       long count = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
@@ -128,7 +135,8 @@ int devbuf_cmd_trace(int argc, char **argv) {
       if (pass == 0) first = summary;
     }
     if (status == DEVBUF_OK) {
-      (json ? print_json : print_text)(path, spec, page, &first, &stats, &counts, passes, pass_count);
+      (json ? print_json : print_text)(path, spec, page, options.growable != 0, &first, &stats, &counts, passes,
+                                       pass_count);
     } else {
       devbuf_tool_report("trace", NULL);
       code = 1;

@@ -22,7 +22,40 @@ static void counting_free(void *context, const devbuf_memory_t *memory) {
   counts->frees++;
 }
 
-static const devbuf_allocator_vtable_t counting_vtable = {.alloc = counting_alloc, .free = counting_free};
+// Growable segments: addresses cost nothing; mapped ranges count as held.
+static devbuf_status counting_reserve(void *context, size_t size, devbuf_memory_t *out) {
+  devbuf_counting_upstream *counts = context;
+  if (!counts->next_address) counts->next_address = FAKE_BASE;
+  uint64_t address = counts->next_address;
+  counts->next_address += (size + FAKE_ALIGNMENT - 1) & ~(FAKE_ALIGNMENT - 1);
+  *out = (devbuf_memory_t){.host = (void *)(uintptr_t)address, .device = address, .size = size};
+  return DEVBUF_OK;
+}
+
+static devbuf_status counting_map(void *context, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+  (void)reservation, (void)offset;
+  devbuf_counting_upstream *counts = context;
+  counts->held += size;
+  if (counts->held > counts->peak_held) counts->peak_held = counts->held;
+  counts->allocs++;
+  return DEVBUF_OK;
+}
+
+static void counting_unmap(void *context, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+  (void)reservation, (void)offset;
+  devbuf_counting_upstream *counts = context;
+  counts->held -= size;
+  counts->frees++;
+}
+
+static void counting_unreserve(void *context, const devbuf_memory_t *reservation) { (void)context, (void)reservation; }
+
+static const devbuf_allocator_vtable_t counting_vtable = {.alloc = counting_alloc,
+                                                          .free = counting_free,
+                                                          .reserve = counting_reserve,
+                                                          .map = counting_map,
+                                                          .unmap = counting_unmap,
+                                                          .unreserve = counting_unreserve};
 
 devbuf_status devbuf_tool_counting_caching(devbuf_device_t *device, const devbuf_caching_options_t *options,
                                            devbuf_counting_upstream *counts, devbuf_allocator_t **out_caching) {

@@ -31,13 +31,14 @@ static const usage_entry entries[] = {
               "  benchmarks, side by side with malloc, memcpy, read() and Python; every figure is the\n"
               "  median of N runs (default 5, 1 to 101); --json: one object of every figure instead;\n"
               "  traces: the allocation traces of DIR (default tests/data/traces) against PyTorch's figures\n"},
-    {"trace", "devbuf trace replay FILE [--device SPEC] [--page BYTES] [--memory-limit BYTES] [--passes N]\n"
-              "                          [--json]\n"
+    {"trace", "devbuf trace replay FILE [--device SPEC] [--page BYTES] [--memory-limit BYTES] [--growable]\n"
+              "                          [--passes N] [--json]\n"
               "       devbuf trace view FILE -o PAGE.html [--device SPEC]\n"
               "  replay: plays an allocation trace against a caching allocator with SPEC's segment policy\n"
               "  (default cpu; --page: another page for segments, such as CUDA's 2097152) over an\n"
               "  upstream that counts bytes and holds no memory; prints peak requested and reserved\n"
-              "  bytes, system allocations and frees, refusals; --passes: replays N times into the same\n"
+              "  bytes, system allocations and frees, refusals; --growable: growable segments (each pool\n"
+              "  one segment that maps memory as it grows); --passes: replays N times into the same\n"
               "  cache and says what each later pass allocated from the system\n"
               "  view: the same replay drawn as one self-contained HTML page: live bytes over time\n"
               "  stacked by allocation, reserved bytes as a line, the peaks marked\n"},

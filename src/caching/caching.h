@@ -64,6 +64,12 @@ typedef struct csegment {
   struct csegment *next, *prev;     // the shard's segments, newest first
   struct csegment *idle_newer, *idle_older; // the shard's idle segments
   bool idle;
+  // Growable segments (growable.c): reserved addresses, memory behind [0, mapped) only,
+  // mapped in ranges whose sizes `chunks` lists in address order (unmapped last first).
+  bool growable;
+  size_t mapped;
+  size_t *chunks;
+  size_t chunk_count, chunk_capacity;
 } csegment;
 
 typedef struct cpool {
@@ -76,6 +82,7 @@ typedef struct shard {
   cpool pools[POOL_COUNT];
   csegment *segments;               // every segment, newest first
   csegment *idle_oldest, *idle_newest;
+  csegment *growing[POOL_COUNT];    // growable mode: each pool's one segment, once made
   atomic_size_t free_blocks;        // read without the lock to skip empty shards
   char pad[64];
 } shard;
@@ -117,6 +124,7 @@ typedef struct caching_allocator {
   uint64_t id;                      // unique, never reused: keys the threads' cache slots
   devbuf_allocator_t *upstream;     // owned reference
   bool handles;                     // upstream memory is a handle plus offset (OpenCL)
+  bool growable;                    // each pool is one growable segment per shard
   segment_policy policy;
   size_t small_classes;             // thread bins of GRANULE multiples
   size_t small_limit;               // small_classes * GRANULE
@@ -158,7 +166,7 @@ size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_
 // ---- pool.c (caller holds the shard's lock unless said otherwise)
 // A new segment over `upstream` memory, one free block; false without host memory.
 csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool, const devbuf_memory_t *upstream,
-                                 size_t size);
+                                 size_t size, bool growable);
 // Best fit of `size` bytes in the pool, split and marked active; NULL if nothing fits.
 // Without `ordered` it skips bytes released in flight; with it, those count as free and
 // `visit` is told of each in-flight range the block overlaps (see devbuf__caching_alloc_ordered),
@@ -174,8 +182,24 @@ csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s);
 void devbuf__segment_give_back(caching_allocator *self, csegment *segment);
 // Marks a segment idle if nothing uses it any more.
 void devbuf__segment_check_idle(caching_allocator *self, csegment *segment);
-// The largest free block of a pool (0 when none).
+// The largest free block of a pool, counting only bytes with memory behind them (0 when none).
 size_t devbuf__pool_largest(const cpool *pool);
+
+// ---- growable.c
+// The caller's shard's growable segment of `pool`, made if needed (false without memory or
+// host memory for it; a message is set).
+bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool);
+// Maps what a block just carved from a growable segment needs, within the memory limit
+// (unmapping free ends of growable segments to make room); the block stays the caller's
+// either way; *out_grew: whether it mapped (a system allocation). Takes the shard's lock.
+devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, bool *out_grew);
+// Unmaps the free end of one growable segment that has some (of any shard); false if none
+// has. With `all`, of every one, as far as each goes.
+bool devbuf__growable_shrink(caching_allocator *self, bool all);
+// The bytes of a growable segment's block that have memory behind them.
+size_t devbuf__growable_mapped_part(const cblock *block);
+// Unmaps everything and gives the addresses back (the allocator's end).
+void devbuf__growable_release(caching_allocator *self, csegment *segment);
 
 // ---- caching_allocator.c
 bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out);

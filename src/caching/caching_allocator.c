@@ -58,18 +58,23 @@ static bool give_back_oldest(caching_allocator *self) {
   }
 }
 
+static uint64_t sum_active(caching_allocator *self);
+
 static bool over_limits(caching_allocator *self) {
   uint64_t cache_limit = atomic_load_explicit(&self->cache_limit, memory_order_relaxed);
   uint64_t memory_limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
-  return (cache_limit && atomic_load_explicit(&self->free_bytes, memory_order_relaxed) > cache_limit) ||
-         (memory_limit && atomic_load_explicit(&self->reserved, memory_order_relaxed) > memory_limit);
+  if (DEVBUF_LIKELY(!cache_limit && !memory_limit)) return false;
+  uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
+  // Growable segments' free ends are mostly addresses: what is cached there is reserved - active.
+  uint64_t cached = self->growable ? reserved - sum_active(self) : atomic_load(&self->free_bytes);
+  return (cache_limit && cached > cache_limit) || (memory_limit && reserved > memory_limit);
 }
 
-// Gives back idle segments, longest idle first, while the cache is over its limit or the
-// reserved bytes over the memory limit (either may have been lowered while memory was in
-// use). Bytes of segments still partly used stay: only whole segments go back.
+// Gives back idle segments, longest idle first (growable ones: their free ends), while the
+// cache is over its limit or the reserved bytes over the memory limit (either may have been
+// lowered while memory was in use). Bytes of segments still partly used stay.
 void devbuf__caching_enforce_limits(caching_allocator *self) {
-  while (DEVBUF_UNLIKELY(over_limits(self)) && give_back_oldest(self)) {
+  while (DEVBUF_UNLIKELY(over_limits(self)) && (give_back_oldest(self) || devbuf__growable_shrink(self, false))) {
   }
 }
 
@@ -106,6 +111,8 @@ static thread_sums sum_threads(caching_allocator *self) {
   }
   return sums;
 }
+
+static uint64_t sum_active(caching_allocator *self) { return sum_threads(self).active; }
 
 // Called when a thread's active figure passes its own last observation: while one thread
 // allocates at a time this keeps peak exact; when several race, a sum may miss a moment.
@@ -183,7 +190,7 @@ static devbuf_status grow(caching_allocator *self, size_t size, int pool, cblock
   atomic_fetch_add_explicit(&self->pool_reserved[pool], bytes, memory_order_relaxed);
   shard *home = my_shard(self);
   pthread_mutex_lock(&home->lock);
-  csegment *segment = devbuf__segment_create(self, home, pool, &memory, bytes);
+  csegment *segment = devbuf__segment_create(self, home, pool, &memory, bytes, false);
   bool refused;
   cblock *block = segment ? devbuf__pool_take(self, home, pool, size, false, NULL, NULL, &refused) : NULL;
   pthread_mutex_unlock(&home->lock);
@@ -230,6 +237,20 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
                                   const visitor *ordered, cblock **out) {
   int pool = devbuf__policy_pool(&self->policy, size);
   cblock *block = take_free(self, pool, size, ordered);
+  if (self->growable && !block && devbuf__growable_ensure(self, my_shard(self), pool))
+    block = take_free(self, pool, size, ordered); // the new segment's free end
+  if (block && block->segment->growable) {
+    bool grew;
+    devbuf_status mapped = devbuf__growable_map_for(self, block, &grew);
+    if (mapped != DEVBUF_OK) {
+      devbuf__caching_put(self, block, false);
+      return mapped == DEVBUF_OUT_OF_MEMORY ? out_of_memory(self, requested, size, atomic_load(&self->memory_limit))
+                                            : fail(self, mapped);
+    }
+    if (!grew) tcache_add(&cache->shared_hits, 1); // a hit unless its segment had to grow
+    *out = block;
+    return DEVBUF_OK;
+  }
   if (block) {
     tcache_add(&cache->shared_hits, 1);
     *out = block;
@@ -392,6 +413,7 @@ static void caching_clear_cache(devbuf_allocator_t *base) {
   if (mine) devbuf__tcache_flush(self, mine, true);
   while (give_back_oldest(self)) {
   }
+  devbuf__growable_shrink(self, true);
 }
 
 static void caching_destroy(devbuf_allocator_t *base) {
@@ -412,7 +434,10 @@ static void caching_destroy(devbuf_allocator_t *base) {
         segment->in_flight = range->next;
         devbuf__free(range);
       }
-      devbuf__segment_give_back(self, segment);
+      if (segment->growable)
+        devbuf__growable_release(self, segment);
+      else
+        devbuf__segment_give_back(self, segment);
     }
     pthread_mutex_destroy(&s->lock);
   }
@@ -451,6 +476,7 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream, con
   self->id = devbuf__next_id();
   self->upstream = upstream;
   self->handles = upstream->device->memory_handles;
+  self->growable = options->growable != 0;
   devbuf__policy_init(&self->policy, options->page_size ? options->page_size : upstream->device->page_size);
   self->page_shift = (unsigned)__builtin_ctzll(self->policy.page);
   self->small_classes = self->policy.page / GRANULE;
@@ -470,6 +496,9 @@ devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream, cons
   if (page && (page < 4096 || page > ((uint64_t)1 << 30) || (page & (page - 1))))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "page_size %llu: a power of two from 4096 to 2^30, or 0",
                          (unsigned long long)page);
+  if (options && options->growable && !upstream->ops->reserve)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "growable segments need an upstream that maps memory into reserved "
+                         "addresses; a %s allocator on %s cannot", upstream->ops->kind, upstream->device->spec);
   devbuf_caching_options_t none = {0};
   return devbuf__caching_allocator_create(devbuf_allocator_retain(upstream), options ? options : &none,
                                           DEVBUF__HOLDS_DEVICE, out_allocator);

@@ -85,11 +85,19 @@ static cblock *tree_lower_bound(cblock *tree, size_t size, uint64_t serial, size
   return found;
 }
 
-size_t devbuf__pool_largest(const cpool *pool) {
-  const cblock *tree = pool->free_root;
-  while (tree && tree->right) tree = tree->right;
-  return tree ? tree->size : 0;
+// Largest first: a growable segment's free end counts only as far as it is mapped, so the
+// search goes on past it.
+static size_t largest_in(const cblock *tree, size_t best) {
+  for (; tree && tree->size > best; tree = tree->left) {
+    best = largest_in(tree->right, best);
+    size_t usable = tree->segment->growable ? devbuf__growable_mapped_part(tree) : tree->size;
+    if (usable > best) best = usable;
+    if (!tree->segment->growable) break; // everything to its left is smaller
+  }
+  return best;
 }
+
+size_t devbuf__pool_largest(const cpool *pool) { return largest_in(pool->free_root, 0); }
 
 static uint32_t priority_of(const void *pointer) {
   uint64_t x = (uint64_t)(uintptr_t)pointer;
@@ -107,7 +115,7 @@ static void free_insert(caching_allocator *self, shard *s, cblock *block) {
   pool->free_blocks++;
   pool->free_bytes += block->size;
   atomic_fetch_add_explicit(&s->free_blocks, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&self->free_bytes, block->size, memory_order_relaxed);
+  if (!block->segment->growable) atomic_fetch_add_explicit(&self->free_bytes, block->size, memory_order_relaxed);
 }
 
 static void free_remove(caching_allocator *self, shard *s, cblock *block) {
@@ -116,7 +124,7 @@ static void free_remove(caching_allocator *self, shard *s, cblock *block) {
   pool->free_blocks--;
   pool->free_bytes -= block->size;
   atomic_fetch_sub_explicit(&s->free_blocks, 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&self->free_bytes, block->size, memory_order_relaxed);
+  if (!block->segment->growable) atomic_fetch_sub_explicit(&self->free_bytes, block->size, memory_order_relaxed);
 }
 
 // ---- block records --------------------------------------------------------------------------
@@ -145,7 +153,7 @@ static void idle_unlink(shard *s, csegment *segment) {
 }
 
 void devbuf__segment_check_idle(caching_allocator *self, csegment *segment) {
-  if (segment->idle || segment->used_blocks || segment->in_flight) return;
+  if (segment->idle || segment->growable || segment->used_blocks || segment->in_flight) return;
   shard *s = segment->shard;
   segment->idle = true;
   segment->idle_since = atomic_fetch_add_explicit(&self->tick, 1, memory_order_relaxed);
@@ -157,7 +165,7 @@ void devbuf__segment_check_idle(caching_allocator *self, csegment *segment) {
 }
 
 csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool, const devbuf_memory_t *upstream,
-                                 size_t size) {
+                                 size_t size, bool growable) {
   csegment *segment = devbuf__calloc(1, sizeof *segment);
   cblock *block = segment ? record_new(segment, 0, size) : NULL;
   if (!block) {
@@ -168,6 +176,7 @@ csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool, co
   segment->size = size;
   segment->shard = s;
   segment->pool = pool;
+  segment->growable = growable;
   segment->serial = atomic_fetch_add_explicit(&self->serial, 1, memory_order_relaxed);
   segment->first = block;
   segment->next = s->segments;
@@ -232,21 +241,21 @@ static bool find_clear_start(const cblock *block, size_t size, size_t *out_start
 }
 
 // Cuts the free block `block` (out of the tree) so that [start, start + size) is a block of
-// its own, returned; the bytes before and after go back to the tree. Without a record for a
-// piece, that piece stays part of the returned block (larger than asked: still correct).
+// its own, returned; the bytes before and after go back to the tree. Without a record for
+// the bytes after, they stay part of the returned block (larger than asked: still correct);
+// without one for the bytes before (which in-flight bytes may be), NULL.
 static cblock *carve(caching_allocator *self, shard *s, cblock *block, size_t start, size_t size) {
   csegment *segment = block->segment;
   if (start > block->offset) {
     cblock *piece = record_new(segment, start, block->offset + block->size - start);
-    if (piece) {
-      piece->before = block;
-      piece->after = block->after;
-      if (block->after) block->after->before = piece;
-      block->after = piece;
-      block->size = start - block->offset;
-      free_insert(self, s, block);
-      block = piece;
-    }
+    if (!piece) return NULL;
+    piece->before = block;
+    piece->after = block->after;
+    if (block->after) block->after->before = piece;
+    block->after = piece;
+    block->size = start - block->offset;
+    free_insert(self, s, block);
+    block = piece;
   }
   if (block->size > size) {
     cblock *rest = record_new(segment, block->offset + size, block->size - size);
@@ -287,7 +296,12 @@ cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t si
   if (!block) return NULL;
   if (ordered) start = block->offset;
   free_remove(self, s, block);
-  block = carve(self, s, block, start, size);
+  cblock *carved = carve(self, s, block, start, size);
+  if (!carved) { // no host memory for a block record
+    free_insert(self, s, block);
+    return NULL;
+  }
+  block = carved;
   csegment *segment = block->segment;
   if (segment->used_blocks++ == 0) idle_unlink(s, segment);
   atomic_store_explicit(&block->state, BLOCK_ACTIVE, memory_order_relaxed);

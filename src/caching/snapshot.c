@@ -74,9 +74,12 @@ static bool add_segment(picture *p, const csegment *segment) {
     p->segment_capacity = capacity;
   }
   size_t first = p->block_count;
-  for (const cblock *block = segment->first; block; block = block->after) {
+  size_t size = segment->growable ? segment->mapped : segment->size; // a growable one: what is mapped
+  for (const cblock *block = segment->first; block && block->offset < size; block = block->after) {
     block_state state = atomic_load_explicit(&block->state, memory_order_relaxed);
-    bool ok = state == BLOCK_FREE ? add_free(p, segment, block)
+    cblock mapped_part = *block;
+    if (segment->growable) mapped_part.size = devbuf__growable_mapped_part(block);
+    bool ok = state == BLOCK_FREE ? add_free(p, segment, &mapped_part)
                                   : add_block(p, block->offset, block->size,
                                               state == BLOCK_BINNED ? DEVBUF_BLOCK_THREAD_CACHED : DEVBUF_BLOCK_ACTIVE);
     if (!ok) return false;
@@ -85,7 +88,7 @@ static bool add_segment(picture *p, const csegment *segment) {
   p->segments[p->public.segment_count++] = (devbuf_snapshot_segment_t){
       .serial = segment->serial,
       .device = segment->upstream.device,
-      .size = segment->size,
+      .size = size,
       .pool = segment->pool == POOL_SMALL ? "small" : "large",
       .block_count = p->block_count - first,
       .blocks = (const devbuf_snapshot_block_t *)(uintptr_t)first,
