@@ -91,6 +91,7 @@ static void cuda_close(devbuf_device_t *device) {
   }
   pthread_mutex_destroy(&state->staging_lock);
   pthread_mutex_destroy(&state->events_lock);
+  pthread_mutex_destroy(&state->mappings_lock);
   pthread_mutex_destroy(&state->builtins_lock);
   if (state->context) state->cu->cuDevicePrimaryCtxRelease(state->id);
   devbuf__free(state);
@@ -110,6 +111,7 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
   if (!state) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a CUDA device");
   state->cu = cu;
   pthread_mutex_init(&state->events_lock, NULL);
+  pthread_mutex_init(&state->mappings_lock, NULL);
   pthread_mutex_init(&state->builtins_lock, NULL);
   pthread_mutex_init(&state->staging_lock, NULL);
   device->backend_state = state;
@@ -339,6 +341,10 @@ const devbuf__backend devbuf__backend_cuda = {
     .close = cuda_close,
     .raw_alloc = cuda_raw_alloc,
     .raw_free = cuda_raw_free,
+    .raw_reserve = devbuf__cuda_reserve,
+    .raw_map = devbuf__cuda_map,
+    .raw_unmap = devbuf__cuda_unmap,
+    .raw_unreserve = devbuf__cuda_unreserve,
     .write = cuda_write,
     .read = cuda_read,
     .copy = cuda_copy,

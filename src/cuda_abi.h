@@ -15,6 +15,31 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+// Virtual memory management (CUDA 10.2 and later): the layouts of cuda.h.
+typedef struct CUmemLocation {
+  int type; // CU_MEM_LOCATION_TYPE_DEVICE
+  int id;
+} CUmemLocation;
+
+typedef struct CUmemAllocationProp {
+  int type;                 // CU_MEM_ALLOCATION_TYPE_PINNED
+  int requestedHandleTypes; // 0: none
+  CUmemLocation location;
+  void *win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+} CUmemAllocationProp;
+
+typedef struct CUmemAccessDesc {
+  CUmemLocation location;
+  int flags; // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+} CUmemAccessDesc;
 
 enum {
   CUDA_SUCCESS = 0,
@@ -38,6 +63,10 @@ enum {
   CU_STREAM_WAIT_VALUE_GEQ = 0x0,
   CU_STREAM_WRITE_VALUE_DEFAULT = 0x0,
   CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+  CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+  CU_MEM_LOCATION_TYPE_DEVICE = 1,
+  CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+  CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
 };
 
 enum {
@@ -106,6 +135,15 @@ typedef struct devbuf__cuda_api {
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
   CUresult (*cuStreamWaitValue32)(CUstream, CUdeviceptr, uint32_t, unsigned);
   CUresult (*cuStreamWriteValue32)(CUstream, CUdeviceptr, uint32_t, unsigned);
+  // Virtual memory management, for growable segments (all or none).
+  CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
+  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+  CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+  CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
+  CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+  CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
 } devbuf__cuda_api;
 
 #endif

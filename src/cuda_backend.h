@@ -24,9 +24,19 @@ typedef struct devbuf__cuda_device {
   pthread_mutex_t events_lock;
   CUevent spare_events[256]; // events of retired work, for the next items (cuda_queue.c)
   size_t spare_count;
+  pthread_mutex_t mappings_lock;      // the physical memory behind growable segments (cuda_vmm.c)
+  struct devbuf__cuda_mapping *mappings;
 } devbuf__cuda_device;
 
 static inline devbuf__cuda_device *devbuf__cuda_of(const devbuf_device_t *device) { return device->backend_state; }
+
+// Growable segments on CUDA's virtual memory management (cuda_vmm.c): the backend's
+// raw_reserve, raw_map, raw_unmap and raw_unreserve. UNSUPPORTED where the driver lacks it.
+devbuf_status devbuf__cuda_reserve(devbuf_device_t *device, size_t size, devbuf_memory_t *out);
+devbuf_status devbuf__cuda_map(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset,
+                               size_t size);
+void devbuf__cuda_unmap(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset, size_t size);
+void devbuf__cuda_unreserve(devbuf_device_t *device, const devbuf_memory_t *reservation);
 
 // Makes the device's context current on the calling thread (every entry point calls it).
 devbuf_status devbuf__cuda_enter(devbuf_device_t *device);

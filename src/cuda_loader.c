@@ -32,6 +32,18 @@ static void load(void) {
   api.cuStreamWaitValue32 = (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(library, "cuStreamWaitValue32_v2");
   api.cuStreamWriteValue32 =
       (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(library, "cuStreamWriteValue32_v2");
+  // Virtual memory management: every entry point, or none of them.
+  *(void **)&api.cuMemAddressReserve = dlsym(library, "cuMemAddressReserve");
+  *(void **)&api.cuMemAddressFree = dlsym(library, "cuMemAddressFree");
+  *(void **)&api.cuMemCreate = dlsym(library, "cuMemCreate");
+  *(void **)&api.cuMemRelease = dlsym(library, "cuMemRelease");
+  *(void **)&api.cuMemMap = dlsym(library, "cuMemMap");
+  *(void **)&api.cuMemUnmap = dlsym(library, "cuMemUnmap");
+  *(void **)&api.cuMemSetAccess = dlsym(library, "cuMemSetAccess");
+  *(void **)&api.cuMemGetAllocationGranularity = dlsym(library, "cuMemGetAllocationGranularity");
+  if (!api.cuMemAddressReserve || !api.cuMemAddressFree || !api.cuMemCreate || !api.cuMemRelease || !api.cuMemMap ||
+      !api.cuMemUnmap || !api.cuMemSetAccess || !api.cuMemGetAllocationGranularity)
+    api.cuMemAddressReserve = NULL; // the marker the backend tests
   CUresult code = api.cuInit(0);
   if (code == CUDA_ERROR_STUB_LIBRARY) {
     snprintf(load_failure, sizeof load_failure,

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 typedef int CUresult;
@@ -435,6 +436,119 @@ EXPORT CUresult cuMemAllocAsync(CUdeviceptr *out, size_t size, void *s) {
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr address, void *s) {
   drain(s);
   return cuMemFree_v2(address);
+}
+
+// ---- virtual memory management: reserved addresses are host addresses with no access;
+// a physical allocation counts against the capacity and is host memory once mapped ------
+
+#define GRANULARITY ((size_t)2 << 20)
+
+typedef struct physical {
+  size_t size;
+  uintptr_t mapped_at; // 0 while unmapped
+  struct physical *next;
+} physical;
+static physical *physicals; // under lock: every physical allocation, for cuMemUnmap to find
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *out, const void *prop, int option) {
+  (void)prop, (void)option;
+  *out = GRANULARITY;
+  return OK;
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *out, size_t size, size_t alignment, CUdeviceptr hint,
+                                    unsigned long long flags) {
+  (void)alignment, (void)hint, (void)flags;
+  if (!size || size % GRANULARITY) return INVALID_VALUE;
+  if (failed()) return failed();
+  void *base = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) return OUT_OF_MEMORY;
+  know(base, size);
+  *out = (CUdeviceptr)(uintptr_t)base;
+  return OK;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr base, size_t size) {
+  if (!forget((void *)(uintptr_t)base)) return INVALID_VALUE;
+  munmap((void *)(uintptr_t)base, size);
+  return OK;
+}
+
+EXPORT CUresult cuMemCreate(unsigned long long *out, size_t size, const void *prop, unsigned long long flags) {
+  (void)prop, (void)flags;
+  if (!size || size % GRANULARITY) return INVALID_VALUE;
+  if (failed()) return failed();
+  pthread_mutex_lock(&lock);
+  bool fits = size <= capacity - allocated;
+  if (fits) allocated += size;
+  pthread_mutex_unlock(&lock);
+  physical *p = fits ? calloc(1, sizeof *p) : NULL;
+  if (!p) {
+    if (fits) {
+      pthread_mutex_lock(&lock);
+      allocated -= size;
+      pthread_mutex_unlock(&lock);
+    }
+    return OUT_OF_MEMORY;
+  }
+  p->size = size;
+  pthread_mutex_lock(&lock);
+  p->next = physicals;
+  physicals = p;
+  pthread_mutex_unlock(&lock);
+  *out = (unsigned long long)(uintptr_t)p;
+  return OK;
+}
+
+EXPORT CUresult cuMemRelease(unsigned long long handle) {
+  physical *p = (physical *)(uintptr_t)handle;
+  pthread_mutex_lock(&lock);
+  physical **link = &physicals;
+  while (*link && *link != p) link = &(*link)->next;
+  bool ok = *link && !p->mapped_at; // the driver would keep it until unmapped; devbuf never asks that
+  if (ok) {
+    *link = p->next;
+    allocated -= p->size;
+  }
+  pthread_mutex_unlock(&lock);
+  if (!ok) return INVALID_VALUE;
+  free(p);
+  return OK;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr at, size_t size, size_t offset, unsigned long long handle,
+                         unsigned long long flags) {
+  (void)flags;
+  physical *p = (physical *)(uintptr_t)handle;
+  if (!p || p->mapped_at || offset || size != p->size || at % GRANULARITY) return INVALID_VALUE;
+  if (mprotect((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE) != 0) return INVALID_VALUE;
+  memset((void *)(uintptr_t)at, 0xa5, size); // not zero, like cuMemAlloc here
+  pthread_mutex_lock(&lock);
+  p->mapped_at = at;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr at, size_t size, const void *desc, size_t count) {
+  (void)at, (void)size;
+  return desc && count ? OK : INVALID_VALUE;
+}
+
+// Unmaps whole mappings only (what devbuf does; the driver allows more).
+EXPORT CUresult cuMemUnmap(CUdeviceptr at, size_t size) {
+  size_t unmapped = 0;
+  pthread_mutex_lock(&lock);
+  for (physical *p = physicals; p; p = p->next)
+    if (p->mapped_at >= at && p->mapped_at + p->size <= at + size) {
+      unmapped += p->size;
+      p->mapped_at = 0;
+    }
+  pthread_mutex_unlock(&lock);
+  if (unmapped != size) return INVALID_VALUE;
+  if (madvise((void *)(uintptr_t)at, size, MADV_DONTNEED) != 0 ||
+      mprotect((void *)(uintptr_t)at, size, PROT_NONE) != 0)
+    return INVALID_VALUE;
+  return OK;
 }
 
 EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {

@@ -296,6 +296,41 @@ static void test_memory_limit(void) {
   devbuf_allocator_release(limited);
 }
 
+// Growable segments on the driver's virtual memory management: a pool is one segment that
+// maps 2 MiB pages as it grows; a block may span two mappings; clear_cache unmaps them.
+static void test_growable_segments(void) {
+  devbuf_allocator_t *raw = NULL, *growable = NULL;
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  devbuf_caching_options_t options = {.growable = 1};
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &growable));
+  devbuf_allocator_release(raw);
+  size_t three = 3u << 20, five = 5u << 20;
+  devbuf_buffer_t *a = NULL, *b = NULL;
+  CHECK_OK(devbuf_buffer_allocate(growable, DEVBUF_UINT8, &three, 1, 0, &a));
+  CHECK_OK(devbuf_buffer_allocate(growable, DEVBUF_UINT8, &five, 1, 0, &b)); // over the 4 MiB line
+  devbuf_allocator_stats_t s = stats_of(growable);
+  CHECK_EQ_U(s.reserved, 8u << 20);
+  CHECK_EQ_U(s.system_allocs, 2);
+  uint64_t a_address = 0, b_address = 0;
+  CHECK_OK(devbuf_buffer_device_ptr(a, &a_address));
+  CHECK_OK(devbuf_buffer_device_ptr(b, &b_address));
+  CHECK(b_address == a_address + three);
+  unsigned char *pattern = malloc(five), *back = malloc(five);
+  for (size_t i = 0; i < five; i++) pattern[i] = (unsigned char)(i * 7 + (i >> 12));
+  CHECK_OK(devbuf_buffer_copyin(b, pattern, five));
+  CHECK_OK(devbuf_buffer_copyout(b, back, five));
+  CHECK(memcmp(pattern, back, five) == 0);
+  free(pattern);
+  free(back);
+  devbuf_buffer_release(a);
+  devbuf_buffer_release(b);
+  devbuf_allocator_clear_cache(growable);
+  s = stats_of(growable);
+  CHECK_EQ_U(s.reserved, 0);
+  CHECK_EQ_U(s.system_frees, 2);
+  devbuf_allocator_release(growable);
+}
+
 // How many of the first `size` bytes of `buffer` are not `value` (all of them if it cannot be read).
 static size_t bytes_not(devbuf_buffer_t *buffer, size_t size, unsigned char value) {
   unsigned char *back = malloc(size);
@@ -504,6 +539,7 @@ int main(int argc, char **argv) {
     RUN(test_weight_file_round_trip);
     RUN(test_copies_across_backends);
     RUN(test_memory_limit);
+    RUN(test_growable_segments);
     RUN(test_stream_aware_reuse);
     RUN(test_cross_stream_wait);
     RUN(test_host_access_under_work);
