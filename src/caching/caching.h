@@ -32,15 +32,21 @@ typedef enum block_state {
 struct csegment;
 
 typedef struct cblock {
-  struct csegment *segment;
-  size_t offset, size;              // within the segment; size is what statistics count
-  struct cblock *before, *after;    // neighbours in the segment, in address order
-  struct cblock *left, *right;      // free tree (while free)
+  // What the thread bins' hot path touches, in the first cache line.
   struct cblock *bin_next;          // thread bin stack (while binned)
-  uint64_t released_at;             // thread-bin release order (for flushes)
-  uint32_t priority;                // free tree heap order
+  size_t size;                      // what statistics count
+  void *host;                       // what a hand-out reports, set when it is carved:
+  uint64_t device;                  //   addresses (or the segment's handle) ...
+  size_t device_offset;             //   ... and the offset within a handle
   uint32_t bin;                     // thread bin of this size; >= bin_count: none
   _Atomic uint8_t state;            // block_state; read by snapshots of other threads' bins
+  uint64_t released_at;             // thread-bin release order (for flushes)
+  // The segment's bookkeeping.
+  struct csegment *segment;
+  size_t offset;                    // within the segment
+  struct cblock *before, *after;    // neighbours in the segment, in address order
+  struct cblock *left, *right;      // free tree (while free)
+  uint32_t priority;                // free tree heap order
 } cblock;
 
 // Bytes of a segment released while submitted work may still use them (see in_flight.c).
@@ -243,15 +249,9 @@ static inline void caching_hand_out(caching_allocator *self, tcache *cache, cblo
     atomic_store_explicit(&cache->local_peak, active, memory_order_relaxed);
     devbuf__caching_observe_peak(self);
   }
-  const devbuf_memory_t *segment = &block->segment->upstream;
-  out->host = segment->host ? (char *)segment->host + block->offset : NULL;
-  if (self->handles) {
-    out->device = segment->device;
-    out->offset = segment->offset + block->offset;
-  } else {
-    out->device = segment->device + block->offset;
-    out->offset = 0;
-  }
+  out->host = block->host;
+  out->device = block->device;
+  out->offset = block->device_offset;
   out->size = block->size;
   out->token = block;
 }

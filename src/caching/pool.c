@@ -306,6 +306,10 @@ cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t si
   if (segment->used_blocks++ == 0) idle_unlink(s, segment);
   atomic_store_explicit(&block->state, BLOCK_ACTIVE, memory_order_relaxed);
   block->bin = devbuf__tcache_bin_of(self, block->size);
+  const devbuf_memory_t *memory = &segment->upstream;
+  block->host = memory->host ? (char *)memory->host + block->offset : NULL;
+  block->device = self->handles ? memory->device : memory->device + block->offset;
+  block->device_offset = self->handles ? memory->offset + block->offset : 0;
   if (ordered && segment->in_flight && !visit_in_flight(segment, block->offset, block->size, visit, context)) {
     devbuf__pool_put(self, s, block);
     *out_refused = true;
