@@ -287,7 +287,7 @@ DEVBUF_API devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *ups
                                                          const devbuf_caching_options_t *options,
                                                          devbuf_allocator_t **out_allocator);
 // Changes the limits of a caching allocator at run time; INVALID_ARGUMENT for other kinds.
-// Lowering the cache limit evicts at once.
+// Lowering a limit gives idle segments back at once.
 DEVBUF_API devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator,
                                                               const devbuf_caching_options_t *options);
 

@@ -1,5 +1,5 @@
-// The caching allocator: the seeds' statistics, size classes, best fit, LRU eviction,
-// limits; user allocators; the statistics, trace and fault adaptors.
+// The caching allocator: the seeds' statistics, rounding, lazy allocation, the buffer-count
+// limit; user allocators; the statistics, trace and fault adaptors (segments: test_segments.c).
 #include "check.h"
 
 #include <unistd.h>

@@ -1,13 +1,14 @@
 // The caching allocator's layout, private to this folder: segments and their blocks
-// (pool.c), the allocator itself (caching_allocator.c), per-thread caches (tcache.c) and
-// the segment policy (policy.c). Nothing here knows storages, buffers or queues: memory
-// released while work still runs is an opaque fence with a byte range (in_flight.c).
+// (pool.c), the allocator itself with memory released in flight (caching_allocator.c),
+// growable segments (growable.c), per-thread caches (tcache.c), the segment policy
+// (policy.c) and the snapshot (snapshot.c). Nothing here knows storages, buffers or
+// queues: memory released while work still runs is an opaque fence with a byte range.
 //
 // Where a free block can be:
 //   thread bin    small blocks of one thread, exact size classes, no locks; only while the
 //                 allocator has no limits (limits need every free byte where eviction sees it)
 //   free tree     free (and released-in-flight) bytes of a pool, best fit by (size, address)
-//   upstream      whole idle segments given back (system free)
+//   upstream      whole idle segments given back (system free); growable ones: free ends
 #ifndef DEVBUF_CACHING_H
 #define DEVBUF_CACHING_H
 
@@ -49,7 +50,7 @@ typedef struct cblock {
   uint32_t priority;                // free tree heap order
 } cblock;
 
-// Bytes of a segment released while submitted work may still use them (see in_flight.c).
+// Bytes of a segment released while submitted work may still use them.
 typedef struct devbuf__in_flight {
   struct csegment *segment;
   void *fence;                      // the releaser's: told back to it in visits

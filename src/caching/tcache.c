@@ -49,7 +49,7 @@ void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_
   size_t total = 0;
   for (size_t c = 0; c < self->bin_count; c++) total += atomic_load_explicit(&cache->bin_count[c], memory_order_relaxed);
   if (!total) return;
-  // Into the shared pool in release order, so that LRU eviction sees the true order.
+  // Into the shared pools in release order: segments then become idle in the true order.
   cblock **blocks = devbuf__malloc(total * sizeof *blocks);
   size_t n = 0;
   for (size_t c = 0; c < self->bin_count; c++) {
