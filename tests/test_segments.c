@@ -230,6 +230,23 @@ static void test_memory_limit(void) {
   test_allocators_close(&t);
 }
 
+// At the memory limit, a request whose pool has no room takes the other pool's free bytes
+// rather than giving an idle segment back only to make another (churn).
+static void test_no_churn_at_the_limit(void) {
+  devbuf_caching_options_t options = cpu_page;
+  options.memory_limit = 15 * MiB;
+  test_allocators t = test_allocators_open(&options);
+  devbuf_memory_t big = alloc_ok(t.caching, 15 * MiB);
+  devbuf_allocator_free(t.caching, &big); // idle, and the limit is reached
+  devbuf_memory_t small = alloc_ok(t.caching, 100);
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.system_allocs, 1);
+  CHECK_EQ_U(s.system_frees, 0);
+  CHECK_PICTURE(t.caching, "large 15728640: A512 F15728128");
+  devbuf_allocator_free(t.caching, &small);
+  test_allocators_close(&t);
+}
+
 // Stacked on a user's allocator, the caching allocator follows the device's segment policy.
 static void test_over_any_upstream(void) {
   test_allocators t = test_allocators_open(NULL);
@@ -333,6 +350,7 @@ int main(void) {
   RUN(test_worked_orders);
   RUN(test_limits_give_back_idle_segments);
   RUN(test_memory_limit);
+  RUN(test_no_churn_at_the_limit);
   RUN(test_over_any_upstream);
   RUN(test_growable_segments);
   return CHECK_EXIT();

@@ -231,8 +231,7 @@ static cblock *take_free(caching_allocator *self, int pool, size_t size, const v
 }
 
 // The shared path: a free block of the request's pool, else a new segment; at the memory
-// limit, where no segment fits any more, a free block of the other pool rather than a
-// refusal.
+// limit, a free block of the other pool rather than churn or a refusal.
 static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t requested, size_t size,
                                   const visitor *ordered, cblock **out) {
   int pool = devbuf__policy_pool(&self->policy, size);
@@ -251,6 +250,12 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
     *out = block;
     return DEVBUF_OK;
   }
+  // Where a new segment would not fit under the memory limit without giving idle ones
+  // back, the other pool's free bytes come first: giving back to allocate again is churn.
+  uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
+  if (!block && limit &&
+      atomic_load_explicit(&self->reserved, memory_order_relaxed) + size > limit)
+    block = take_free(self, POOL_COUNT - 1 - pool, size, ordered);
   if (block) {
     tcache_add(&cache->shared_hits, 1);
     *out = block;
