@@ -100,8 +100,8 @@ void bench_traces(const bench_config *config) {
     if (entry->d_name[0] != '.') sources[source_count++] = strdup(entry->d_name);
   closedir(dir);
   qsort(sources, source_count, sizeof *sources, by_name);
-  printf("   %-46s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %-26s\n", "", "", "", "", "", "", "", "at CCA's", "peak:", "",
-         "growable segments");
+  printf("   %-46s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %-26s\n", "", "", "", "", "", "", "", "at CCA's",
+         "peak:", "", "growable segments");
   printf("   %-46s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %7s %6s %5s %4s\n", "trace", "page", "requested", "CCA",
          "devbuf", "ratio", "sys allocs/CCA", "refused", "sys", "pass 2", "devbuf", "/req", "sys", "ref");
   int met = 0, rows = 0, growable_rows = 0;
@@ -138,7 +138,8 @@ void bench_traces(const bench_config *config) {
         rows++;
         met += row_met;
         if (ratio > worst_ratio) worst_ratio = ratio;
-        printf("   %-46.46s %5s %9.3f %7.3f %7.3f %6.3f %7llu/%-7llu %7llu %8llu %6llu %s | %7.3f %6.3f %5llu %4llu%s\n",
+        printf("   %-46.46s %5s %9.3f %7.3f %7.3f %6.3f %7llu/%-7llu %7llu %8llu %6llu %s | %7.3f %6.3f %5llu "
+               "%4llu%s\n",
                name + (strlen(name) > 46 ? strlen(name) - 46 : 0), p == 0 ? "2 MiB" : "4 KiB",
                (double)free_run.peak_requested / (1 << 30), (double)figures[t].peak_reserved / (1 << 30),
                (double)free_run.peak_reserved / (1 << 30), ratio, (unsigned long long)free_run.system_allocs,

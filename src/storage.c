@@ -117,9 +117,9 @@ static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
   if (storage->size == 0) return DEVBUF_OK; // zero-length storage owns no memory
   // Reused memory is only clean once its old work is done: zeroed buffers do not reuse.
   bool ordered = for_work && !(storage->flags & DEVBUF_BUFFER_ZERO) && devbuf__is_caching(storage->allocator);
-  devbuf_status status =
-      ordered ? devbuf__caching_alloc_ordered(storage->allocator, storage->size, inherit_work, storage, &storage->memory)
-              : devbuf_allocator_alloc(storage->allocator, storage->size, &storage->memory);
+  devbuf_status status = ordered ? devbuf__caching_alloc_ordered(storage->allocator, storage->size, inherit_work,
+                                                                 storage, &storage->memory)
+                                 : devbuf_allocator_alloc(storage->allocator, storage->size, &storage->memory);
   if (status != DEVBUF_OK) return status;
   if (storage->inherited_count && !devbuf__storage_hazard_locked(storage)) wait_inherited_now(storage);
   if (storage->flags & DEVBUF_BUFFER_ZERO) {

@@ -134,8 +134,8 @@ static void check_against_model(void) {
       const devbuf_snapshot_segment_t *segment = &snapshot->segments[s];
       if (all[i].device < segment->device || all[i].device + all[i].size > segment->device + segment->size) continue;
       for (size_t b = 0; b < segment->block_count && !found; b++)
-        found = segment->blocks[b].offset == all[i].device - segment->device && segment->blocks[b].size == all[i].size &&
-                segment->blocks[b].state == DEVBUF_BLOCK_ACTIVE;
+        found = segment->blocks[b].offset == all[i].device - segment->device &&
+                segment->blocks[b].size == all[i].size && segment->blocks[b].state == DEVBUF_BLOCK_ACTIVE;
     }
     missing += !found;
   }

@@ -7,6 +7,16 @@
 
 static devbuf_caching_options_t cpu_page = {.page_size = 4096};
 
+static char state_letter(devbuf_block_state state) {
+  switch (state) {
+  case DEVBUF_BLOCK_ACTIVE: return 'A';
+  case DEVBUF_BLOCK_FREE: return 'F';
+  case DEVBUF_BLOCK_IN_FLIGHT: return 'I';
+  case DEVBUF_BLOCK_THREAD_CACHED: return 'T';
+  }
+  return '?';
+}
+
 // The snapshot as text: "small 2097152: A1048576 F1048576 | large ..." (A active, F free,
 // I in flight, T thread-cached), segments in creation order.
 static void render(devbuf_allocator_t *caching, char *out, size_t capacity) {
@@ -23,10 +33,7 @@ static void render(devbuf_allocator_t *caching, char *out, size_t capacity) {
       const devbuf_snapshot_block_t *block = &segment->blocks[b];
       CHECK_EQ_U(block->offset, next_offset); // blocks tile the segment
       next_offset = block->offset + block->size;
-      used += (size_t)snprintf(out + used, capacity - used, " %c%llu", "AFIT"[block->state == DEVBUF_BLOCK_ACTIVE ? 0
-                                                                           : block->state == DEVBUF_BLOCK_FREE ? 1
-                                                                           : block->state == DEVBUF_BLOCK_IN_FLIGHT ? 2
-                                                                                                                    : 3],
+      used += (size_t)snprintf(out + used, capacity - used, " %c%llu", state_letter(block->state),
                                (unsigned long long)block->size);
     }
     CHECK_EQ_U(next_offset, segment->size);

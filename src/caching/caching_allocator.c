@@ -159,9 +159,9 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
     uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
     uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
     uint64_t room = !limit ? UINT64_MAX : limit > reserved ? limit - reserved : 0;
-    size_t bytes = devbuf__policy_segment_size(&self->policy, pool, size, atomic_load_explicit(&self->pool_reserved[pool], memory_order_relaxed),
-                                               !atomic_load_explicit(&self->freed_any, memory_order_relaxed),
-                                               room);
+    uint64_t pool_reserved = atomic_load_explicit(&self->pool_reserved[pool], memory_order_relaxed);
+    bool burst = !atomic_load_explicit(&self->freed_any, memory_order_relaxed);
+    size_t bytes = devbuf__policy_segment_size(&self->policy, pool, size, pool_reserved, burst, room);
     if (!bytes) {
       if (limit && give_back_oldest(self)) continue;
       return 0;
