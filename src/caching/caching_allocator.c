@@ -243,8 +243,10 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
     devbuf_status mapped = devbuf__growable_map_for(self, block, &grew);
     if (mapped != DEVBUF_OK) {
       devbuf__caching_put(self, block, false);
-      return mapped == DEVBUF_OUT_OF_MEMORY ? out_of_memory(self, requested, size, atomic_load(&self->memory_limit))
-                                            : fail(self, mapped);
+      uint64_t limit = atomic_load(&self->memory_limit);
+      return mapped == DEVBUF_OUT_OF_MEMORY && limit ? out_of_memory(self, requested, size, limit)
+                                                     : fail(self, mapped); // the system's own refusal
+
     }
     if (!grew) tcache_add(&cache->shared_hits, 1); // a hit unless its segment had to grow
     *out = block;

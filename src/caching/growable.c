@@ -78,20 +78,23 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
       return devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping %zu more bytes for a block of %zu is over the memory limit",
                            need, block->size);
     }
-    devbuf_status status = push_chunk(segment, need)
-                               ? self->upstream->ops->map(self->upstream, &segment->upstream, segment->mapped, need)
-                               : devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record a mapping");
+    bool pushed = push_chunk(segment, need);
+    devbuf_status status = pushed ? self->upstream->ops->map(self->upstream, &segment->upstream, segment->mapped, need)
+                                  : devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record a mapping");
     if (status != DEVBUF_OK) {
-      if (segment->chunk_count && segment->chunks[segment->chunk_count - 1] == need) segment->chunk_count--;
+      if (pushed) segment->chunk_count--;
       atomic_fetch_sub(&self->reserved, need);
-    } else {
-      *out_grew = true;
-      segment->mapped += need;
-      atomic_fetch_add(&self->pool_reserved[segment->pool], need);
-      atomic_fetch_add(&self->system_allocs, 1);
+      pthread_mutex_unlock(&s->lock);
+      // The system may refuse while other growable segments hold free ends: those first.
+      if (status == DEVBUF_OUT_OF_MEMORY && pushed && devbuf__growable_shrink(self, false)) continue;
+      return status;
     }
+    *out_grew = true;
+    segment->mapped += need;
+    atomic_fetch_add(&self->pool_reserved[segment->pool], need);
+    atomic_fetch_add(&self->system_allocs, 1);
     pthread_mutex_unlock(&s->lock);
-    return status;
+    return DEVBUF_OK;
   }
 }
 
