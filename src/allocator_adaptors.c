@@ -60,8 +60,8 @@ typedef struct fault_adaptor {
   atomic_uint_least64_t fired;
 } fault_adaptor;
 
-static devbuf_status fault_alloc(devbuf_allocator_t *base, size_t size, devbuf_memory_t *out) {
-  fault_adaptor *self = (fault_adaptor *)base;
+// INJECTED_FAULT when this call is one to fail.
+static devbuf_status fault_check(fault_adaptor *self, size_t size) {
   uint64_t call = atomic_fetch_add(&self->calls, 1) + 1;
   uint64_t fail_at = atomic_load(&self->fail_at);
   int mode = atomic_load(&self->mode);
@@ -72,7 +72,37 @@ static devbuf_status fault_alloc(devbuf_allocator_t *base, size_t size, devbuf_m
     return devbuf__error(DEVBUF_INJECTED_FAULT, "injected fault: allocation %llu of %zu bytes",
                          (unsigned long long)call, size);
   }
-  return pass_alloc(base, size, out);
+  return DEVBUF_OK;
+}
+
+static devbuf_status fault_alloc(devbuf_allocator_t *base, size_t size, devbuf_memory_t *out) {
+  devbuf_status status = fault_check((fault_adaptor *)base, size);
+  return status == DEVBUF_OK ? pass_alloc(base, size, out) : status;
+}
+
+// Over an upstream that maps memory into reserved addresses, mapping counts as an
+// allocation call (and fails like one); the rest passes through.
+static devbuf_status pass_reserve(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
+  devbuf_allocator_t *upstream = ((wrapper *)self)->upstream;
+  return upstream->ops->reserve(upstream, size, out);
+}
+
+static devbuf_status fault_map(devbuf_allocator_t *base, const devbuf_memory_t *reservation, size_t offset,
+                               size_t size) {
+  devbuf_status status = fault_check((fault_adaptor *)base, size);
+  if (status != DEVBUF_OK) return status;
+  devbuf_allocator_t *upstream = ((wrapper *)base)->upstream;
+  return upstream->ops->map(upstream, reservation, offset, size);
+}
+
+static void pass_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+  devbuf_allocator_t *upstream = ((wrapper *)self)->upstream;
+  upstream->ops->unmap(upstream, reservation, offset, size);
+}
+
+static void pass_unreserve(devbuf_allocator_t *self, const devbuf_memory_t *reservation) {
+  devbuf_allocator_t *upstream = ((wrapper *)self)->upstream;
+  upstream->ops->unreserve(upstream, reservation);
 }
 
 static const devbuf__allocator_ops fault_ops = {
@@ -82,12 +112,28 @@ static const devbuf__allocator_ops fault_ops = {
     .destroy = wrapper_destroy,
 };
 
+static const devbuf__allocator_ops fault_mappable_ops = {
+    .kind = "fault",
+    .alloc = fault_alloc,
+    .free = pass_free,
+    .destroy = wrapper_destroy,
+    .reserve = pass_reserve,
+    .map = fault_map,
+    .unmap = pass_unmap,
+    .unreserve = pass_unreserve,
+};
+
+static bool is_fault_adaptor(const devbuf_allocator_t *allocator) {
+  return allocator && (allocator->ops == &fault_ops || allocator->ops == &fault_mappable_ops);
+}
+
 devbuf_status devbuf_fault_adaptor_create(devbuf_allocator_t *upstream, uint64_t fail_at, devbuf_fault_mode mode,
                                           devbuf_allocator_t **out_allocator) {
   if (!out_allocator || (unsigned)mode > DEVBUF_FAULT_EVERY)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "fault adaptor: out_allocator is NULL or mode %d is unknown", (int)mode);
   fault_adaptor *self = NULL;
-  devbuf_status status = wrapper_create(upstream, &fault_ops, sizeof *self, (wrapper **)&self);
+  devbuf_status status = wrapper_create(upstream, upstream && upstream->ops->reserve ? &fault_mappable_ops : &fault_ops,
+                                        sizeof *self, (wrapper **)&self);
   if (status != DEVBUF_OK) return status;
   atomic_init(&self->calls, 0);
   atomic_init(&self->fail_at, fail_at);
@@ -98,7 +144,7 @@ devbuf_status devbuf_fault_adaptor_create(devbuf_allocator_t *upstream, uint64_t
 }
 
 devbuf_status devbuf_fault_adaptor_arm(devbuf_allocator_t *allocator, uint64_t fail_at, devbuf_fault_mode mode) {
-  if (!allocator || allocator->ops != &fault_ops || (unsigned)mode > DEVBUF_FAULT_EVERY)
+  if (!is_fault_adaptor(allocator) || (unsigned)mode > DEVBUF_FAULT_EVERY)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "fault_adaptor_arm needs a fault adaptor and a known mode (got %d)",
                          (int)mode);
   fault_adaptor *self = (fault_adaptor *)allocator;
@@ -110,6 +156,6 @@ devbuf_status devbuf_fault_adaptor_arm(devbuf_allocator_t *allocator, uint64_t f
 }
 
 uint64_t devbuf_fault_adaptor_fired(const devbuf_allocator_t *allocator) {
-  if (!allocator || allocator->ops != &fault_ops) return 0;
+  if (!is_fault_adaptor(allocator)) return 0;
   return atomic_load(&((fault_adaptor *)allocator)->fired);
 }

@@ -163,10 +163,43 @@ static void test_trace_replay_under_faults(void) {
   }
 }
 
+// The same with growable segments: each fault is a refused mapping, nothing stays mapped.
+static void test_growable_replay_under_faults(void) {
+  const char *trace = test_data("traces/bcrafton-assignment2-systems/memory_snapshot.trace");
+  devbuf_device_t *device = NULL;
+  devbuf_allocator_t *raw = NULL, *fault = NULL, *caching = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  CHECK_OK(devbuf_fault_adaptor_create(raw, 0, DEVBUF_FAULT_ONCE, &fault));
+  devbuf_caching_options_t options = {.growable = 1};
+  CHECK_OK(devbuf_caching_allocator_create(fault, &options, &caching));
+  const uint64_t periods[] = {1, 2, 5, 31};
+  for (size_t i = 0; i < sizeof periods / sizeof periods[0]; i++) {
+    CHECK_OK(devbuf_fault_adaptor_arm(fault, periods[i], DEVBUF_FAULT_EVERY));
+    uint64_t fired_before = devbuf_fault_adaptor_fired(fault); // counted over the adaptor's life
+    devbuf_trace_summary_t summary;
+    CHECK_OK(devbuf_trace_replay(trace, caching, &summary));
+    uint64_t fired = devbuf_fault_adaptor_fired(fault) - fired_before;
+    CHECK(fired > 0);
+    CHECK_EQ_U(summary.failed_allocs, fired);
+    CHECK_EQ_U(stats_of(caching).active, 0);
+    CHECK_OK(devbuf_fault_adaptor_arm(fault, 0, DEVBUF_FAULT_ONCE));
+    CHECK_OK(devbuf_trace_replay(trace, caching, &summary));
+    CHECK_EQ_U(summary.failed_allocs, 0);
+    devbuf_allocator_clear_cache(caching);
+    CHECK_EQ_U(stats_of(caching).reserved, 0);
+  }
+  devbuf_allocator_release(caching);
+  devbuf_allocator_release(fault);
+  devbuf_allocator_release(raw);
+  devbuf_device_release(device);
+}
+
 int main(void) {
   test_require_data();
   RUN(test_every_nth_fails);
   RUN(test_nth_fails_until_none);
   RUN(test_trace_replay_under_faults);
+  RUN(test_growable_replay_under_faults);
   return CHECK_EXIT();
 }
