@@ -80,6 +80,11 @@ static void test_allocator_calls(devbuf_device_t *cpu) {
   INVALID(devbuf_allocator_stats(allocator, NULL));
   devbuf_allocator_reset_peak(NULL);
   devbuf_allocator_clear_cache(NULL);
+  devbuf_allocator_snapshot_t *snapshot = NULL;
+  INVALID(devbuf_allocator_snapshot(NULL, NULL));
+  INVALID(devbuf_allocator_snapshot(NULL, &snapshot));
+  INVALID(devbuf_allocator_snapshot(allocator, NULL));
+  devbuf_allocator_snapshot_free(NULL);
   INVALID(devbuf_stats_adaptor_create(NULL, NULL));
   INVALID(devbuf_stats_adaptor_create(allocator, NULL));
   INVALID(devbuf_trace_adaptor_create(NULL, NULL, NULL));
