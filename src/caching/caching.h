@@ -102,7 +102,8 @@ typedef struct segment_policy {
   size_t medium_max;                // requests up to this come from medium segments ...
   size_t medium_segment;            // ... of this size; larger ones round to the page
   unsigned burst_shift;             // until the first free, a medium segment holds at least
-                                    // the pool's reserved bytes >> this (0: off)
+                                    // the pool's reserved bytes >> this (0: off) ...
+  size_t burst_blocks;              // ... but at most this many of the largest request so far
 } segment_policy;
 
 // Per-thread figures and small-block bins. Counters are written only by the owning thread
@@ -148,6 +149,7 @@ typedef struct caching_allocator {
   atomic_uint_least64_t reserved;     // bytes upstream holds for us
   atomic_uint_least64_t pool_reserved[POOL_COUNT];
   atomic_bool freed_any;              // a block went back through the shared path
+  atomic_size_t largest_request;      // of the large pool, rounded
   atomic_uint_least64_t segments;     // segments held
   atomic_uint_least64_t free_bytes;   // bytes in the pools' free trees (thread bins not counted)
   atomic_uint_least64_t in_flight_bytes; // bytes released while work may still use them
@@ -165,10 +167,11 @@ void devbuf__policy_init(segment_policy *policy, size_t page);
 // The pool of a request of `size` rounded bytes.
 int devbuf__policy_pool(const segment_policy *policy, size_t size);
 // Bytes of a new segment for a `size`-byte block of `pool` while the pool holds
-// `pool_reserved` bytes, `burst` while nothing was freed yet, at most `room` (a memory
-// limit's headroom; UINT64_MAX without one); 0 if no segment fits.
+// `pool_reserved` bytes, `burst` while nothing was freed yet, the large pool's largest
+// request so far `largest_request`, at most `room` (a memory limit's headroom; UINT64_MAX
+// without one); 0 if no segment fits.
 size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size, uint64_t pool_reserved,
-                                   bool burst, uint64_t room);
+                                   bool burst, size_t largest_request, uint64_t room);
 
 // ---- pool.c (caller holds the shard's lock unless said otherwise)
 // A new segment over `upstream` memory, one free block; false without host memory.

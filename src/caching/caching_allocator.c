@@ -161,7 +161,8 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
     uint64_t room = !limit ? UINT64_MAX : limit > reserved ? limit - reserved : 0;
     uint64_t pool_reserved = atomic_load_explicit(&self->pool_reserved[pool], memory_order_relaxed);
     bool burst = !atomic_load_explicit(&self->freed_any, memory_order_relaxed);
-    size_t bytes = devbuf__policy_segment_size(&self->policy, pool, size, pool_reserved, burst, room);
+    size_t largest = atomic_load_explicit(&self->largest_request, memory_order_relaxed);
+    size_t bytes = devbuf__policy_segment_size(&self->policy, pool, size, pool_reserved, burst, largest, room);
     if (!bytes) {
       if (limit && give_back_oldest(self)) continue;
       return 0;
@@ -235,6 +236,10 @@ static cblock *take_free(caching_allocator *self, int pool, size_t size, const v
 static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t requested, size_t size,
                                   const visitor *ordered, cblock **out) {
   int pool = devbuf__policy_pool(&self->policy, size);
+  if (pool == POOL_LARGE) { // the largest request so far (a race may lose a raise: a hint only)
+    size_t largest = atomic_load_explicit(&self->largest_request, memory_order_relaxed);
+    if (size > largest) atomic_store_explicit(&self->largest_request, size, memory_order_relaxed);
+  }
   cblock *block = take_free(self, pool, size, ordered);
   if (self->growable && !block && devbuf__growable_ensure(self, my_shard(self), pool))
     block = take_free(self, pool, size, ordered); // the new segment's free end

@@ -4,12 +4,13 @@
 //
 // One rule differs. A program first builds what it keeps (weights, gradients, optimizer
 // state) and only then starts to free. While nothing has been freed, the medium segments
-// grow with the pool: each holds at least 1/8 of what the pool already holds. Those
-// long-lived blocks then sit packed in a few dozen segments instead of hundreds of 20 MiB
-// ones (fewer driver calls, each of them slow), and what the last one leaves over is at
-// most an eighth of the pool, which the allocations after it fill first (best fit takes
-// free bytes before any new segment). Requests above 10 MiB keep segments of their own:
-// packed among long-lived blocks, their holes would be too small for the next large block.
+// grow with the pool: each holds at least 1/8 of what the pool already holds, but no more
+// than four of the largest blocks asked for so far. Those long-lived blocks then sit packed
+// in a few dozen segments instead of hundreds of 20 MiB ones (fewer driver calls, each of
+// them slow), and what the last one leaves over when the first free ends the burst is at
+// most an eighth of the pool and four of the program's largest blocks; the allocations
+// after it fill it first (best fit takes free bytes before any new segment). Requests above
+// 10 MiB that find no free block keep segments of their own.
 #include "caching.h"
 
 #define MIB ((size_t)1 << 20)
@@ -25,6 +26,7 @@ void devbuf__policy_init(segment_policy *policy, size_t page) {
   policy->medium_max = 10 * MIB;
   policy->medium_segment = round_up(20 * MIB, page);
   policy->burst_shift = 3;
+  policy->burst_blocks = 4;
 }
 
 int devbuf__policy_pool(const segment_policy *policy, size_t size) {
@@ -32,13 +34,17 @@ int devbuf__policy_pool(const segment_policy *policy, size_t size) {
 }
 
 size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size, uint64_t pool_reserved,
-                                   bool burst, uint64_t room) {
+                                   bool burst, size_t largest_request, uint64_t room) {
   size_t least = round_up(size, policy->page);
   if (!least || least > room) return 0;
   bool medium = pool == POOL_LARGE && size <= policy->medium_max;
   size_t chosen = pool == POOL_SMALL ? policy->small_segment : medium ? policy->medium_segment : least;
   if (medium && burst && policy->burst_shift) {
     size_t grown = round_up((size_t)(pool_reserved >> policy->burst_shift), policy->page);
+    size_t cap = largest_request > SIZE_MAX / policy->burst_blocks
+                     ? SIZE_MAX
+                     : round_up(largest_request * policy->burst_blocks, policy->page);
+    if (cap && grown > cap) grown = cap;
     if (grown > chosen) chosen = grown;
   }
   if (chosen > room) chosen = (size_t)room & ~(policy->page - 1); // at a memory limit: what is left
