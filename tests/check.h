@@ -92,6 +92,16 @@ static inline void test_allocators_close(test_allocators *t) {
   devbuf_device_release(t->device);
 }
 
+// A caching allocator of a test's own over `device`'s raw memory: which free block serves a
+// request is then known (the device's allocator holds what earlier tests left, some of it
+// in other threads' bins). NULL if it cannot be made.
+static inline devbuf_allocator_t *own_caching_allocator(devbuf_device_t *device) {
+  devbuf_allocator_t *raw = NULL, *caching = NULL;
+  if (devbuf_device_raw_allocator(device, &raw) == DEVBUF_OK) devbuf_caching_allocator_create(raw, NULL, &caching);
+  devbuf_allocator_release(raw);
+  return caching;
+}
+
 static inline devbuf_allocator_stats_t stats_of(devbuf_allocator_t *allocator) {
   devbuf_allocator_stats_t stats;
   if (devbuf_allocator_stats(allocator, &stats) != DEVBUF_OK) memset(&stats, 0xff, sizeof stats);

@@ -345,7 +345,7 @@ static size_t bytes_not(devbuf_buffer_t *buffer, size_t size, unsigned char valu
 // stream 2: the device address is the same, and stream 2's fill waits for stream 1's
 // (held back by an event), so the last value is stream 2's.
 static void test_stream_aware_reuse(void) {
-  devbuf_allocator_t *allocator = devbuf_device_allocator(device);
+  devbuf_allocator_t *allocator = own_caching_allocator(device); // which block a request gets is known
   devbuf_queue_t *first, *second;
   CHECK_OK(devbuf_queue_create(device, &first));
   CHECK_OK(devbuf_queue_create(device, &second));
@@ -371,6 +371,7 @@ static void test_stream_aware_reuse(void) {
   devbuf_event_release(go);
   devbuf_queue_release(first);
   devbuf_queue_release(second);
+  devbuf_allocator_release(allocator);
 }
 
 // Work on one stream behind a run of work on another (fewer items than a queue enqueues at

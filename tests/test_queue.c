@@ -236,6 +236,8 @@ static void test_cross_queue_ordering(void) {
 // ---- release while in flight (B10) ------------------------------------------------------
 
 static void test_release_in_flight_and_reuse(void) {
+  devbuf_allocator_t *device_allocator = allocator;
+  allocator = own_caching_allocator(device); // which block a request gets is then known
   devbuf_queue_t *a = NULL, *b = NULL;
   devbuf_event_t *gate = NULL;
   CHECK_OK(devbuf_queue_create(device, &a));
@@ -300,6 +302,8 @@ static void test_release_in_flight_and_reuse(void) {
   devbuf_event_release(gate);
   devbuf_queue_release(a);
   devbuf_queue_release(b);
+  devbuf_allocator_release(allocator);
+  allocator = device_allocator;
 }
 
 // A chain of kernels over memory released and reused while earlier work is pending.
@@ -390,6 +394,8 @@ static void test_failure_propagation(void) {
 // queue: that work waits for the kernel (ordering), but the kernel's failure stays with its
 // own queue and events. The new buffer is written and its queue goes on.
 static void test_reuse_does_not_inherit_failure(void) {
+  devbuf_allocator_t *device_allocator = allocator;
+  allocator = own_caching_allocator(device);
   devbuf_queue_t *old_queue = NULL, *new_queue = NULL;
   devbuf_event_t *gate = NULL, *old_done = NULL;
   CHECK_OK(devbuf_queue_create(device, &old_queue));
@@ -423,6 +429,8 @@ static void test_reuse_does_not_inherit_failure(void) {
   devbuf_event_release(old_done);
   devbuf_queue_release(old_queue);
   devbuf_queue_release(new_queue);
+  devbuf_allocator_release(allocator);
+  allocator = device_allocator;
 }
 
 static void test_destroy_and_cancel_with_pending_work(void) {

@@ -252,6 +252,20 @@ static void test_no_churn_at_the_limit(void) {
   CHECK_PICTURE(t.caching, "large 15728640: A512 F15728128");
   devbuf_allocator_free(t.caching, &small);
   test_allocators_close(&t);
+
+  // Idle segments are not given back for a request that would be refused anyway.
+  options.memory_limit = 20 * MiB;
+  t = test_allocators_open(&options);
+  devbuf_memory_t x = alloc_ok(t.caching, 12 * MiB), y = alloc_ok(t.caching, 4 * MiB), z;
+  CHECK_EQ_U(stats_of(t.caching).reserved, 20 * MiB); // y's segment: the 8 MiB the limit left
+  devbuf_allocator_free(t.caching, &y);
+  CHECK_STATUS(devbuf_allocator_alloc(t.caching, 16 * MiB, &z), DEVBUF_OUT_OF_MEMORY);
+  CHECK_EQ_U(stats_of(t.caching).system_frees, 0);
+  y = alloc_ok(t.caching, 6 * MiB); // still there to serve this
+  CHECK_EQ_U(stats_of(t.caching).system_allocs, 2);
+  devbuf_allocator_free(t.caching, &x);
+  devbuf_allocator_free(t.caching, &y);
+  test_allocators_close(&t);
 }
 
 // Stacked on a user's allocator, the caching allocator follows the device's segment policy.

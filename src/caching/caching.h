@@ -151,6 +151,7 @@ typedef struct caching_allocator {
   atomic_bool freed_any;              // a block went back through the shared path
   atomic_size_t largest_request;      // of the large pool, rounded
   atomic_uint_least64_t segments;     // segments held
+  atomic_uint_least64_t idle_bytes;   // bytes of idle segments (what a limit could give back)
   atomic_uint_least64_t free_bytes;   // bytes in the pools' free trees (thread bins not counted)
   atomic_uint_least64_t in_flight_bytes; // bytes released while work may still use them
   atomic_uint_least64_t admitting;    // allocations past the buffer-count check, not handed out

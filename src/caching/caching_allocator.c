@@ -164,7 +164,10 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
     size_t largest = atomic_load_explicit(&self->largest_request, memory_order_relaxed);
     size_t bytes = devbuf__policy_segment_size(&self->policy, pool, size, pool_reserved, burst, largest, room);
     if (!bytes) {
-      if (limit && give_back_oldest(self)) continue;
+      // Idle segments go back only where that makes the room: never for a refusal.
+      size_t least = (size + self->policy.page - 1) & ~(self->policy.page - 1);
+      bool enough = limit && room + atomic_load_explicit(&self->idle_bytes, memory_order_relaxed) >= least;
+      if (enough && give_back_oldest(self)) continue;
       return 0;
     }
     if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) return bytes;

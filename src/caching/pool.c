@@ -139,8 +139,9 @@ static cblock *record_new(csegment *segment, size_t offset, size_t size) {
 
 // ---- idle segments --------------------------------------------------------------------------
 
-static void idle_unlink(shard *s, csegment *segment) {
+static void idle_unlink(caching_allocator *self, shard *s, csegment *segment) {
   if (!segment->idle) return;
+  atomic_fetch_sub_explicit(&self->idle_bytes, segment->size, memory_order_relaxed);
   if (segment->idle_newer)
     segment->idle_newer->idle_older = segment->idle_older;
   else
@@ -156,6 +157,7 @@ void devbuf__segment_check_idle(caching_allocator *self, csegment *segment) {
   if (segment->idle || segment->growable || segment->used_blocks || segment->in_flight) return;
   shard *s = segment->shard;
   segment->idle = true;
+  atomic_fetch_add_explicit(&self->idle_bytes, segment->size, memory_order_relaxed);
   segment->idle_since = atomic_fetch_add_explicit(&self->tick, 1, memory_order_relaxed);
   segment->idle_newer = NULL;
   segment->idle_older = s->idle_newest;
@@ -190,7 +192,7 @@ csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool, co
 csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s) {
   csegment *segment = s->idle_oldest;
   if (!segment) return NULL;
-  idle_unlink(s, segment);
+  idle_unlink(self, s, segment);
   free_remove(self, s, segment->first); // idle: one free block covers it
   devbuf__free(segment->first);
   segment->first = NULL;
@@ -303,7 +305,7 @@ cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t si
   }
   block = carved;
   csegment *segment = block->segment;
-  if (segment->used_blocks++ == 0) idle_unlink(s, segment);
+  if (segment->used_blocks++ == 0) idle_unlink(self, s, segment);
   atomic_store_explicit(&block->state, BLOCK_ACTIVE, memory_order_relaxed);
   block->bin = devbuf__tcache_bin_of(self, block->size);
   const devbuf_memory_t *memory = &segment->upstream;
