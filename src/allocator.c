@@ -55,14 +55,6 @@ const char *devbuf_allocator_kind(const devbuf_allocator_t *allocator) {
   return allocator ? allocator->ops->kind : NULL;
 }
 
-static void raise_peak(atomic_uint_least64_t *peak, uint64_t value) {
-  uint64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
-  while (seen < value &&
-         !atomic_compare_exchange_weak_explicit(peak, &seen, value, memory_order_relaxed,
-                                                memory_order_relaxed)) {
-  }
-}
-
 devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
                                      devbuf_memory_t *out_memory) {
   if (DEVBUF_UNLIKELY(!allocator || !out_memory))
@@ -79,7 +71,7 @@ devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
     return status;
   }
   uint64_t active = atomic_fetch_add_explicit(&c->active, memory.size, memory_order_relaxed) + memory.size;
-  raise_peak(&c->peak, active);
+  devbuf__raise_peak(&c->peak, active);
   atomic_fetch_add_explicit(&c->live, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&c->allocs, 1, memory_order_relaxed);
   *out_memory = memory;

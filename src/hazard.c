@@ -35,24 +35,11 @@ static const devbuf__record *newest_overlap(const devbuf__record_list *list, siz
   return NULL;
 }
 
-devbuf__conflict devbuf__hazard_conflict(const devbuf__hazard *hazard, size_t offset, size_t size, bool write,
-                                         uint64_t owner, bool ignore_own) {
-  devbuf__conflict worst = DEVBUF__NO_CONFLICT;
-  for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
-    for (int kind = 0; kind < (write ? 2 : 1); kind++) {
-      const devbuf__record_list *list = kind == 0 ? &segment->writes : &segment->reads;
-      if (!list->count || list->high <= offset || offset + size <= list->low) continue;
-      for (const devbuf__record *record = list->newest; record; record = record->older) {
-        if (!overlaps(record, offset, size)) continue;
-        if (record->owner == owner) {
-          if (ignore_own) continue;
-          return DEVBUF__CONFLICT_OWN;
-        }
-        worst = DEVBUF__CONFLICT_PREVIOUS_OWNER;
-      }
-    }
-  }
-  return worst;
+bool devbuf__hazard_conflicts(const devbuf__hazard *hazard, size_t offset, size_t size, bool write) {
+  for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
+    if (newest_overlap(&segment->writes, offset, size) || (write && newest_overlap(&segment->reads, offset, size)))
+      return true;
+  return false;
 }
 
 bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size) {
@@ -78,11 +65,6 @@ void devbuf__hazard_wake_locked(devbuf__hazard *hazard) {
   pthread_mutex_lock(&hazard->sleep_lock);
   pthread_cond_broadcast(&hazard->progress);
   pthread_mutex_unlock(&hazard->sleep_lock);
-}
-
-static bool push_dep(const devbuf__record *conflicting, const devbuf__record *record, devbuf__dep **deps,
-                     size_t *count, size_t *capacity) {
-  return devbuf__deps_push(deps, count, capacity, conflicting->work, conflicting->owner != record->owner);
 }
 
 bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__work *work, bool order_only) {
@@ -156,8 +138,8 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
     }
     const devbuf__record *write = newest_overlap(&segment->writes, record->offset, record->size);
     const devbuf__record *read = record->write ? newest_overlap(&segment->reads, record->offset, record->size) : NULL;
-    if (write && !push_dep(write, record, deps, dep_count, dep_capacity)) return false;
-    if (read && !push_dep(read, record, deps, dep_count, dep_capacity)) return false;
+    if (write && !devbuf__deps_push(deps, dep_count, dep_capacity, write->work, false)) return false;
+    if (read && !devbuf__deps_push(deps, dep_count, dep_capacity, read->work, false)) return false;
   }
   if (!own) {
     own = take_empty_segment(hazard);

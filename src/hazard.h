@@ -11,8 +11,8 @@ typedef struct devbuf__segment devbuf__segment;
 
 // Work of another queue that a work item must wait for. Work submitted through the same
 // storage is a data dependency: if it fails, what reads or overwrites its bytes fails too.
-// Work of a previous owner of reused memory is ordering only: its outcome belongs to its
-// own queue and events, never to the next owner of the memory.
+// Work of an earlier owner of reused memory (a storage's inherited work) is ordering only:
+// its outcome belongs to its own queue and events, never to the next owner of the memory.
 typedef struct devbuf__dep {
   devbuf__work *work; // retained
   bool order_only;
@@ -22,7 +22,6 @@ typedef struct devbuf__dep {
 typedef struct devbuf__record {
   devbuf__work *work;
   devbuf__segment *segment;            // the records of the work's queue
-  uint64_t owner;                      // storage id of the buffer that submitted it
   size_t offset, size;                 // bytes of the memory
   bool write;
   struct devbuf__record *newer, *older;
@@ -56,30 +55,21 @@ typedef struct devbuf__hazard {
   void *idle_ctx;
 } devbuf__hazard;
 
-typedef enum devbuf__conflict {
-  DEVBUF__NO_CONFLICT = 0,
-  DEVBUF__CONFLICT_PREVIOUS_OWNER = 1, // work of a released buffer whose memory was reused
-  DEVBUF__CONFLICT_OWN = 2,            // work submitted through this storage
-} devbuf__conflict;
-
 devbuf__hazard *devbuf__hazard_create(void);
 void devbuf__hazard_destroy(devbuf__hazard *hazard);
 
 // Caller holds hazard->lock for the following.
-// The worst conflict of records with an access to [offset, offset + size): a write access
-// conflicts with every overlapping record, a read access with overlapping writes. With
-// `ignore_own`, records of `owner` do not count.
-devbuf__conflict devbuf__hazard_conflict(const devbuf__hazard *hazard, size_t offset, size_t size, bool write,
-                                         uint64_t owner, bool ignore_own);
-// Whether any record overlaps the range (owner or not).
+// Whether a record conflicts with an access to [offset, offset + size): a write access
+// conflicts with every overlapping record, a read access with overlapping writes.
+bool devbuf__hazard_conflicts(const devbuf__hazard *hazard, size_t offset, size_t size, bool write);
+// Whether any record overlaps the range.
 bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size);
 // Blocks until some record completes (the lock is released while waiting).
 void devbuf__hazard_wait_progress(devbuf__hazard *hazard);
 // Wakes the threads in devbuf__hazard_wait_progress, if any; the caller holds the lock.
 void devbuf__hazard_wake_locked(devbuf__hazard *hazard);
 // Adds `record` for work on `queue` and appends to `deps` the newest conflicting record's
-// work of every other queue (ordering only when that record has another owner). False when
-// no host memory is left.
+// work of every other queue (data dependencies). False when no host memory is left.
 bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue,
                         devbuf__dep **deps, size_t *dep_count, size_t *dep_capacity);
 

@@ -92,6 +92,14 @@ static inline bool devbuf__add_overflows(size_t a, size_t b, size_t *out) {
   return __builtin_add_overflow(a, b, out);
 }
 
+// Raises an atomic maximum to `value` (statistics' peaks).
+static inline void devbuf__raise_peak(atomic_uint_least64_t *peak, uint64_t value) {
+  uint64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
+  while (seen < value &&
+         !atomic_compare_exchange_weak_explicit(peak, &seen, value, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
 // ---- backends (backend_*.c) -------------------------------------------------------------
 typedef struct devbuf__work devbuf__work;
 

@@ -705,7 +705,7 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   slot->offset = buffer->offset;
   slot->size = buffer->size;
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
-  slot->record = (devbuf__record){.work = work, .owner = storage->id, .offset = buffer->offset,
+  slot->record = (devbuf__record){.work = work, .offset = buffer->offset,
                                   .size = buffer->size, .write = write};
   // Fast path: no host access is open (they are opened holding the tracker's lock).
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);

@@ -163,20 +163,13 @@ devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage) {
   return hazard;
 }
 
-// The worst conflict of submitted work with host access to any of the ranges.
-static devbuf__conflict ranges_conflict(const devbuf__hazard *hazard, const devbuf__byte_range *ranges, size_t count,
-                                        uint64_t owner, bool ignore_own, const devbuf__byte_range **out_range) {
-  devbuf__conflict worst = DEVBUF__NO_CONFLICT;
-  for (size_t i = 0; i < count && worst != DEVBUF__CONFLICT_OWN; i++) {
-    if (!ranges[i].size) continue; // an empty range overlaps nothing
-    devbuf__conflict conflict =
-        devbuf__hazard_conflict(hazard, ranges[i].offset, ranges[i].size, ranges[i].write, owner, ignore_own);
-    if (conflict > worst) {
-      worst = conflict;
-      *out_range = &ranges[i];
-    }
-  }
-  return worst;
+// The first of the ranges that submitted work conflicts with host access to, or NULL.
+static const devbuf__byte_range *conflicting_range(const devbuf__hazard *hazard, const devbuf__byte_range *ranges,
+                                                   size_t count) {
+  for (size_t i = 0; i < count; i++) // an empty range overlaps nothing
+    if (ranges[i].size && devbuf__hazard_conflicts(hazard, ranges[i].offset, ranges[i].size, ranges[i].write))
+      return &ranges[i];
+  return NULL;
 }
 
 // The first inherited work not yet completed; the completed ones are let go on the way.
@@ -199,9 +192,9 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
     *out_hazard = hazard;
     if (!hazard) return DEVBUF_OK;
     devbuf__spin_lock(&hazard->lock);
-    const devbuf__byte_range *range = NULL;
-    devbuf__conflict conflict = ranges_conflict(hazard, ranges, count, storage->id, own == DEVBUF__OWN_IGNORE, &range);
-    if (conflict == DEVBUF__CONFLICT_OWN && own == DEVBUF__OWN_REFUSE) {
+    // The tracker holds this storage's own work only; earlier owners' is inherited.
+    const devbuf__byte_range *range = own == DEVBUF__OWN_IGNORE ? NULL : conflicting_range(hazard, ranges, count);
+    if (range && own == DEVBUF__OWN_REFUSE) {
       devbuf__storage_unlock(storage, hazard);
       return devbuf__error(DEVBUF_IN_USE, "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
                            range->offset, range->offset + range->size, (unsigned long long)storage->id,
@@ -215,7 +208,7 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
       devbuf__work_release(earlier);
       continue;
     }
-    if (conflict == DEVBUF__NO_CONFLICT) return DEVBUF_OK;
+    if (!range) return DEVBUF_OK;
     pthread_mutex_unlock(&storage->lock);
     devbuf__hazard_wait_progress(hazard); // the storage is alive, so is its tracker
     devbuf__spin_unlock(&hazard->lock);

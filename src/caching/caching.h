@@ -81,7 +81,6 @@ typedef struct csegment {
 
 typedef struct cpool {
   cblock *free_root;                // treap keyed by (size, segment serial, offset)
-  size_t free_blocks, free_bytes;
 } cpool;
 
 typedef struct shard {
@@ -240,6 +239,11 @@ tcache *devbuf__tcache_get(caching_allocator *self);
 void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back);
 // Called when the allocator is destroyed: detaches every thread cache.
 void devbuf__tcache_detach_all(caching_allocator *self);
+
+// `size` rounded up to a multiple of `page` (a power of two); 0 if that overflows.
+static inline size_t caching_round_up(size_t size, size_t page) {
+  return size > SIZE_MAX - (page - 1) ? 0 : (size + page - 1) & ~(page - 1);
+}
 
 static inline void tcache_add(atomic_uint_least64_t *counter, uint64_t delta) {
   atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + delta, memory_order_relaxed);

@@ -28,6 +28,29 @@ bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *o
   return true;
 }
 
+// ---- statistics helpers ---------------------------------------------------------------
+
+// Sums of the threads' counters.
+typedef struct thread_sums {
+  uint64_t active, live, hits, calls;
+} thread_sums;
+
+static thread_sums sum_threads(caching_allocator *self) {
+  thread_sums sums = {.active = atomic_load(&self->homeless_active), .live = atomic_load(&self->homeless_live)};
+  for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next) {
+    uint64_t bin_hits = atomic_load_explicit(&c->bin_hits, memory_order_relaxed);
+    sums.active += atomic_load_explicit(&c->active, memory_order_relaxed);
+    sums.live += atomic_load_explicit(&c->live, memory_order_relaxed);
+    sums.hits += bin_hits + atomic_load_explicit(&c->shared_hits, memory_order_relaxed);
+    sums.calls += bin_hits + atomic_load_explicit(&c->shared_calls, memory_order_relaxed);
+  }
+  return sums;
+}
+
+// Called when a thread's active figure passes its own last observation: while one thread
+// allocates at a time this keeps peak exact; when several race, a sum may miss a moment.
+void devbuf__caching_observe_peak(caching_allocator *self) { devbuf__raise_peak(&self->peak, sum_threads(self).active); }
+
 // ---- giving memory back ---------------------------------------------------------------
 
 // Gives back the idle segment that has been idle longest, of all shards. False if none is.
@@ -58,15 +81,13 @@ static bool give_back_oldest(caching_allocator *self) {
   }
 }
 
-static uint64_t sum_active(caching_allocator *self);
-
 static bool over_limits(caching_allocator *self) {
   uint64_t cache_limit = atomic_load_explicit(&self->cache_limit, memory_order_relaxed);
   uint64_t memory_limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
   if (DEVBUF_LIKELY(!cache_limit && !memory_limit)) return false;
   uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
   // Growable segments' free ends are mostly addresses: what is cached there is reserved - active.
-  uint64_t cached = self->growable ? reserved - sum_active(self) : atomic_load(&self->free_bytes);
+  uint64_t cached = self->growable ? reserved - sum_threads(self).active : atomic_load(&self->free_bytes);
   return (cache_limit && cached > cache_limit) || (memory_limit && reserved > memory_limit);
 }
 
@@ -85,38 +106,6 @@ void devbuf__caching_put(caching_allocator *self, cblock *block, bool may_give_b
   pthread_mutex_unlock(&home->lock);
   if (may_give_back) devbuf__caching_enforce_limits(self);
 }
-
-// ---- statistics helpers ---------------------------------------------------------------
-
-static void raise_peak(atomic_uint_least64_t *peak, uint64_t value) {
-  uint64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
-  while (seen < value &&
-         !atomic_compare_exchange_weak_explicit(peak, &seen, value, memory_order_relaxed, memory_order_relaxed)) {
-  }
-}
-
-// Sums of the threads' counters.
-typedef struct thread_sums {
-  uint64_t active, live, hits, calls;
-} thread_sums;
-
-static thread_sums sum_threads(caching_allocator *self) {
-  thread_sums sums = {.active = atomic_load(&self->homeless_active), .live = atomic_load(&self->homeless_live)};
-  for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next) {
-    uint64_t bin_hits = atomic_load_explicit(&c->bin_hits, memory_order_relaxed);
-    sums.active += atomic_load_explicit(&c->active, memory_order_relaxed);
-    sums.live += atomic_load_explicit(&c->live, memory_order_relaxed);
-    sums.hits += bin_hits + atomic_load_explicit(&c->shared_hits, memory_order_relaxed);
-    sums.calls += bin_hits + atomic_load_explicit(&c->shared_calls, memory_order_relaxed);
-  }
-  return sums;
-}
-
-static uint64_t sum_active(caching_allocator *self) { return sum_threads(self).active; }
-
-// Called when a thread's active figure passes its own last observation: while one thread
-// allocates at a time this keeps peak exact; when several race, a sum may miss a moment.
-void devbuf__caching_observe_peak(caching_allocator *self) { raise_peak(&self->peak, sum_threads(self).active); }
 
 static size_t largest_free(caching_allocator *self) {
   size_t largest = 0;
@@ -165,8 +154,8 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
     size_t bytes = devbuf__policy_segment_size(&self->policy, pool, size, pool_reserved, burst, largest, room);
     if (!bytes) {
       // Idle segments go back only where that makes the room: never for a refusal.
-      size_t least = (size + self->policy.page - 1) & ~(self->policy.page - 1);
-      bool enough = limit && room + atomic_load_explicit(&self->idle_bytes, memory_order_relaxed) >= least;
+      size_t least = caching_round_up(size, self->policy.page);
+      bool enough = limit && least && room + atomic_load_explicit(&self->idle_bytes, memory_order_relaxed) >= least;
       if (enough && give_back_oldest(self)) continue;
       return 0;
     }
@@ -393,7 +382,7 @@ devbuf_status devbuf__caching_alloc_ordered(devbuf_allocator_t *allocator, size_
 static void caching_stats(devbuf_allocator_t *base, devbuf_allocator_stats_t *out) {
   caching_allocator *self = (caching_allocator *)base;
   thread_sums sums = sum_threads(self);
-  raise_peak(&self->peak, sums.active);
+  devbuf__raise_peak(&self->peak, sums.active);
   uint64_t reserved = atomic_load(&self->reserved);
   out->active = sums.active;
   out->peak = atomic_load(&self->peak);

@@ -9,8 +9,6 @@
 
 #define RESERVATION ((size_t)1 << 40) // addresses per growable segment; upstreams may give fewer
 
-static size_t round_up(size_t size, size_t page) { return (size + page - 1) & ~(page - 1); }
-
 bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool) {
   pthread_mutex_lock(&s->lock);
   bool made = s->growing[pool] != NULL;
@@ -62,7 +60,7 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
   size_t end = block->offset + block->size;
   for (;;) {
     pthread_mutex_lock(&s->lock);
-    size_t target = round_up(end, self->policy.page);
+    size_t target = caching_round_up(end, self->policy.page);
     if (target > segment->size) target = segment->size;
     if (target <= segment->mapped) {
       pthread_mutex_unlock(&s->lock);

@@ -15,16 +15,12 @@
 
 #define MIB ((size_t)1 << 20)
 
-static size_t round_up(size_t size, size_t page) {
-  return size > SIZE_MAX - (page - 1) ? 0 : (size + page - 1) & ~(page - 1);
-}
-
 void devbuf__policy_init(segment_policy *policy, size_t page) {
   policy->page = page;
   policy->small_max = MIB;
-  policy->small_segment = round_up(2 * MIB, page);
+  policy->small_segment = caching_round_up(2 * MIB, page);
   policy->medium_max = 10 * MIB;
-  policy->medium_segment = round_up(20 * MIB, page);
+  policy->medium_segment = caching_round_up(20 * MIB, page);
   policy->burst_shift = 3;
   policy->burst_blocks = 4;
 }
@@ -35,15 +31,15 @@ int devbuf__policy_pool(const segment_policy *policy, size_t size) {
 
 size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size, uint64_t pool_reserved,
                                    bool burst, size_t largest_request, uint64_t room) {
-  size_t least = round_up(size, policy->page);
+  size_t least = caching_round_up(size, policy->page);
   if (!least || least > room) return 0;
   bool medium = pool == POOL_LARGE && size <= policy->medium_max;
   size_t chosen = pool == POOL_SMALL ? policy->small_segment : medium ? policy->medium_segment : least;
   if (medium && burst && policy->burst_shift) {
-    size_t grown = round_up((size_t)(pool_reserved >> policy->burst_shift), policy->page);
+    size_t grown = caching_round_up((size_t)(pool_reserved >> policy->burst_shift), policy->page);
     size_t cap = largest_request > SIZE_MAX / policy->burst_blocks
                      ? SIZE_MAX
-                     : round_up(largest_request * policy->burst_blocks, policy->page);
+                     : caching_round_up(largest_request * policy->burst_blocks, policy->page);
     if (cap && grown > cap) grown = cap;
     if (grown > chosen) chosen = grown;
   }

@@ -112,8 +112,6 @@ static void free_insert(caching_allocator *self, shard *s, cblock *block) {
   block->left = block->right = NULL;
   atomic_store_explicit(&block->state, BLOCK_FREE, memory_order_relaxed);
   pool->free_root = tree_insert(pool->free_root, block);
-  pool->free_blocks++;
-  pool->free_bytes += block->size;
   atomic_fetch_add_explicit(&s->free_blocks, 1, memory_order_relaxed);
   if (!block->segment->growable) atomic_fetch_add_explicit(&self->free_bytes, block->size, memory_order_relaxed);
 }
@@ -121,8 +119,6 @@ static void free_insert(caching_allocator *self, shard *s, cblock *block) {
 static void free_remove(caching_allocator *self, shard *s, cblock *block) {
   cpool *pool = &s->pools[block->segment->pool];
   pool->free_root = tree_erase(pool->free_root, block);
-  pool->free_blocks--;
-  pool->free_bytes -= block->size;
   atomic_fetch_sub_explicit(&s->free_blocks, 1, memory_order_relaxed);
   if (!block->segment->growable) atomic_fetch_sub_explicit(&self->free_bytes, block->size, memory_order_relaxed);
 }
