@@ -233,6 +233,8 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
     if (size > largest) atomic_store_explicit(&self->largest_request, size, memory_order_relaxed);
   }
   cblock *block = take_free(self, pool, size, ordered);
+  // Growable: the pool's segment, made on first need (where no addresses can be reserved,
+  // or the request is larger than them, plain segments serve it).
   if (self->growable && !block && devbuf__growable_ensure(self, my_shard(self), pool))
     block = take_free(self, pool, size, ordered); // the new segment's free end
   if (block && block->segment->growable) {

@@ -2,12 +2,15 @@
 // are carved from it like from any segment (best fit, split, coalesce); memory stands
 // behind its first `mapped` bytes only, mapped as the highest block needs it, in ranges
 // as large as that need (rounded to the page), so that what is reserved follows
-// what the program's blocks reach (in steps of at least 2 MiB). Under a limit, and at clear_cache, the free end goes
-// back range by range, last first. Nothing is unmapped otherwise: a loop that fits makes
-// no system call after its first pass.
+// what the program's blocks reach (in steps of at least 2 MiB). Under a limit, and at
+// clear_cache, the free end goes back range by range, last first. Nothing is unmapped
+// otherwise: a loop that fits makes no system call after its first pass.
 #include "caching.h"
 
-#define RESERVATION ((size_t)1 << 40) // addresses per growable segment; upstreams may give fewer
+// Addresses per growable segment: 1 TiB, or a quarter as much again and again where the
+// address space is short (a sanitizer's layout, an address-space limit), down to 4 GiB.
+#define RESERVATION_MOST ((size_t)1 << 40)
+#define RESERVATION_LEAST ((size_t)1 << 32)
 
 bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool) {
   pthread_mutex_lock(&s->lock);
@@ -15,7 +18,10 @@ bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool) {
   pthread_mutex_unlock(&s->lock);
   if (made) return true;
   devbuf_memory_t reservation;
-  if (self->upstream->ops->reserve(self->upstream, RESERVATION, &reservation) != DEVBUF_OK) return false;
+  devbuf_status reserved = DEVBUF_OUT_OF_MEMORY;
+  for (size_t size = RESERVATION_MOST; reserved != DEVBUF_OK && size >= RESERVATION_LEAST; size /= 4)
+    reserved = self->upstream->ops->reserve(self->upstream, size, &reservation);
+  if (reserved != DEVBUF_OK) return false; // the pool takes plain segments instead
   pthread_mutex_lock(&s->lock);
   csegment *segment = s->growing[pool]
                           ? NULL // another thread of this shard made it meanwhile
