@@ -268,6 +268,28 @@ static void test_no_churn_at_the_limit(void) {
   test_allocators_close(&t);
 }
 
+// Freed small blocks wait in the thread's bins (without limits), where they cannot merge.
+// Before a request gets a new segment the bins go back to the pools: two freed 64 KiB
+// neighbours then serve a 128 KiB request in the full segment.
+static void test_thread_bins_before_new_memory(void) {
+  test_allocators t = test_allocators_open(&cpu_page);
+  devbuf_memory_t blocks[32];
+  for (int i = 0; i < 32; i++) blocks[i] = alloc_ok(t.caching, 64 << 10);
+  devbuf_allocator_free(t.caching, &blocks[0]);
+  devbuf_allocator_free(t.caching, &blocks[1]);
+  char expected[1024] = "small 2097152: T65536 T65536";
+  for (int i = 2; i < 32; i++) strcat(expected, " A65536");
+  CHECK_PICTURE(t.caching, expected);
+  devbuf_memory_t pair = alloc_ok(t.caching, 128 << 10);
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.system_allocs, 1);
+  CHECK_EQ_U(s.reserved, 2 * MiB);
+  CHECK(pair.host == blocks[0].host);
+  devbuf_allocator_free(t.caching, &pair);
+  for (int i = 2; i < 32; i++) devbuf_allocator_free(t.caching, &blocks[i]);
+  test_allocators_close(&t);
+}
+
 // Stacked on a user's allocator, the caching allocator follows the device's segment policy.
 static void test_over_any_upstream(void) {
   test_allocators t = test_allocators_open(NULL);
@@ -372,6 +394,7 @@ int main(void) {
   RUN(test_limits_give_back_idle_segments);
   RUN(test_memory_limit);
   RUN(test_no_churn_at_the_limit);
+  RUN(test_thread_bins_before_new_memory);
   RUN(test_over_any_upstream);
   RUN(test_growable_segments);
   return CHECK_EXIT();

@@ -236,7 +236,7 @@ tcache *devbuf__tcache_get(caching_allocator *self);
 // Moves every block in the bins into the shared pool. Owner thread only, or under the
 // global lock once the owner thread is gone (then `may_give_back` is false, so that
 // nothing calls upstream while the lock is held).
-void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back);
+bool devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back);
 // Called when the allocator is destroyed: detaches every thread cache.
 void devbuf__tcache_detach_all(caching_allocator *self);
 

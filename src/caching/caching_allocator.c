@@ -233,6 +233,10 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
     if (size > largest) atomic_store_explicit(&self->largest_request, size, memory_order_relaxed);
   }
   cblock *block = take_free(self, pool, size, ordered);
+  // Before any new memory, the thread's bins go back to the pools: binned blocks merge
+  // with their free neighbours there and may serve this request (a system allocation or a
+  // refusal costs far more than refilling the bins later).
+  if (!block && devbuf__tcache_flush(self, cache, false)) block = take_free(self, pool, size, ordered);
   // Growable: the pool's segment, made on first need (where no addresses can be reserved,
   // or the request is larger than them, plain segments serve it).
   if (self->growable && !block && devbuf__growable_ensure(self, my_shard(self), pool))

@@ -45,10 +45,10 @@ static int by_release(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back) {
+bool devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back) {
   size_t total = 0;
   for (size_t c = 0; c < self->bin_count; c++) total += atomic_load_explicit(&cache->bin_count[c], memory_order_relaxed);
-  if (!total) return;
+  if (!total) return false;
   // Into the shared pools in release order: segments then become idle in the true order.
   cblock **blocks = devbuf__malloc(total * sizeof *blocks);
   size_t n = 0;
@@ -64,10 +64,11 @@ void devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_
         devbuf__caching_put(self, block, may_give_back); // no memory to sort: any order
     }
   }
-  if (!blocks) return;
+  if (!blocks) return true;
   qsort(blocks, n, sizeof *blocks, by_release);
   for (size_t i = 0; i < n; i++) devbuf__caching_put(self, blocks[i], may_give_back);
   devbuf__free(blocks);
+  return true;
 }
 
 // A slot's cache goes back to its allocator (or is freed if the allocator is gone).
