@@ -1,0 +1,228 @@
+"""Devices: where buffers live, their caching allocator's figures, limits and tracing."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+from typing import Any, Iterator
+
+from . import _dtypes
+from ._buffer import Buffer, _host_bytes, iter_dims
+from ._errors import DevbufError, InvalidArgumentError, check
+from ._native import BUFFER_ZERO, AllocatorStats, CachingOptions, DeviceInfo, P, Snapshot, lib
+
+_KINDS = {1: "cpu", 2: "opencl", 3: "cuda"}
+_BLOCK_STATES = {0: "free", 1: "active", 2: "in_flight", 3: "thread_cached"}
+
+# Allocators that new buffers of a device come from while a trace is recorded (by spec: every
+# Device object of one device shares them).
+_tracing: dict[str, list[int]] = {}
+_tracing_lock = threading.Lock()
+
+
+class Device:
+    """A device by spec: "cpu", "opencl:N" or "cuda:N". Opening a device that is missing
+    raises devbuf.UnavailableError with the reason."""
+
+    __slots__ = ("_handle", "__weakref__")
+
+    def __init__(self, spec: str = "cpu"):
+        if isinstance(spec, Device):
+            spec = spec.spec
+        out = P()
+        check(lib.devbuf_device_open(str(spec).encode(), ctypes.byref(out)))
+        self._handle = out.value
+
+    @classmethod
+    def _borrow(cls, handle: int) -> Device:
+        device = object.__new__(cls)
+        device._handle = lib.devbuf_device_retain(handle)
+        return device
+
+    def __del__(self) -> None:
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            lib.devbuf_device_release(handle)
+
+    # ---- facts -------------------------------------------------------------------------
+    @property
+    def spec(self) -> str:
+        return lib.devbuf_device_spec(self._handle).decode()
+
+    @property
+    def kind(self) -> str:
+        return _KINDS[lib.devbuf_device_kind_of(self._handle)]
+
+    @property
+    def name(self) -> str:
+        return lib.devbuf_device_name(self._handle).decode(errors="replace")
+
+    @property
+    def page_size(self) -> int:
+        return int(lib.devbuf_device_page_size(self._handle))
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What the driver reports: name, version, global_memory, max_allocation,
+        alignment, host_unified."""
+        info = DeviceInfo()
+        check(lib.devbuf_device_info(self._handle, ctypes.byref(info)))
+        return {"name": (info.name or b"").decode(errors="replace"),
+                "version": (info.version or b"").decode(errors="replace"),
+                "global_memory": info.global_memory, "max_allocation": info.max_allocation,
+                "alignment": info.alignment, "host_unified": bool(info.host_unified)}
+
+    def __repr__(self) -> str:
+        return f"<devbuf.Device {self.spec}: {self.name}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and other._handle == self._handle
+
+    def __hash__(self) -> int:
+        return hash(self._handle)
+
+    def synchronize(self) -> None:
+        """Waits for all work submitted to the device."""
+        check(lib.devbuf_device_synchronize(self._handle))
+
+    # ---- buffers -----------------------------------------------------------------------
+    def _allocator(self) -> int:
+        with _tracing_lock:
+            stack = _tracing.get(self.spec)
+            if stack:
+                return stack[-1]
+        return lib.devbuf_device_allocator(self._handle)
+
+    def _new(self, shape: Any, dtype: Any, flags: int) -> Buffer:
+        dims = list(iter_dims(shape))
+        array = (ctypes.c_size_t * max(len(dims), 1))(*dims)
+        out = P()
+        check(lib.devbuf_buffer_new(self._allocator(), _dtypes.code_of(dtype), array, len(dims), flags,
+                                    ctypes.byref(out)))
+        return Buffer._own(out.value)
+
+    def empty(self, shape: Any, dtype: Any = "float32") -> Buffer:
+        """A buffer of `shape` and `dtype` whose memory is taken on first use."""
+        return self._new(shape, dtype, 0)
+
+    def zeros(self, shape: Any, dtype: Any = "float32") -> Buffer:
+        """A buffer that reads back zero."""
+        return self._new(shape, dtype, BUFFER_ZERO)
+
+    def asbuffer(self, data: Any, dtype: Any = None, shape: Any = None) -> Buffer:
+        """A new buffer on this device holding a copy of `data`: a Buffer, anything with
+        __dlpack__ on the CPU (numpy, torch), or a bytes-like object (dtype and shape from
+        its format, or as given)."""
+        if isinstance(data, Buffer):
+            source = data
+        elif hasattr(data, "__dlpack__"):
+            from ._dlpack import from_dlpack
+
+            source = from_dlpack(data)
+        else:
+            view = memoryview(data)
+            name = dtype if dtype is not None else _FORMAT_TO_DTYPE.get(view.format.lstrip("@=<"), "uint8")
+            dims = shape if shape is not None else (view.shape if name != "uint8" or view.format == "B"
+                                                    else (view.nbytes,))
+            out = self.empty(dims, name)
+            with _host_bytes(data) as (address, size):
+                check(lib.devbuf_buffer_copyin(out._h, address, size))
+            return out
+        out = self.empty(source.shape if shape is None else shape, source.dtype if dtype is None else dtype)
+        out.copy_from(source)
+        return out
+
+    def queue(self) -> Any:
+        """A new in-order queue of work on this device."""
+        from ._queue import Queue
+
+        return Queue(self)
+
+    # ---- memory ------------------------------------------------------------------------
+    @property
+    def _caching(self) -> int:
+        return lib.devbuf_device_allocator(self._handle)
+
+    def memory_stats(self) -> dict[str, float]:
+        """The caching allocator's statistics: active, peak, reserved, cached,
+        released_in_flight, segments, largest_free_block, fragmentation, mapped,
+        live_buffers, system_allocs, system_frees, cache_hits, alloc_calls, failed_allocs."""
+        stats = AllocatorStats()
+        check(lib.devbuf_allocator_stats(self._caching, ctypes.byref(stats)))
+        return {name: getattr(stats, name) for name, _ in AllocatorStats._fields_}
+
+    def reset_peak(self) -> None:
+        lib.devbuf_allocator_reset_peak(self._caching)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Every segment the caching allocator holds, with its blocks: a list of
+        {"serial", "address", "size", "pool", "blocks": [{"offset", "size", "state"}]}, state
+        one of "free", "active", "in_flight", "thread_cached"."""
+        out = ctypes.POINTER(Snapshot)()
+        check(lib.devbuf_allocator_snapshot(self._caching, ctypes.byref(out)))
+        try:
+            picture = out.contents
+            segments = []
+            for i in range(picture.segment_count):
+                segment = picture.segments[i]
+                blocks = [{"offset": b.offset, "size": b.size, "state": _BLOCK_STATES.get(b.state, str(b.state))}
+                          for b in (segment.blocks[j] for j in range(segment.block_count))]
+                segments.append({"serial": segment.serial, "address": segment.device, "size": segment.size,
+                                 "pool": segment.pool.decode(), "blocks": blocks})
+            return segments
+        finally:
+            lib.devbuf_allocator_snapshot_free(out)
+
+    def set_limits(self, *, memory: int | None = None, cache: int | None = None,
+                   max_buffers: int | None = None) -> None:
+        """Sets the caching allocator's limits (bytes reserved, bytes cached, live
+        buffers); None is no limit. Lowering a limit gives idle segments back at once."""
+        options = CachingOptions(memory_limit=_limit(memory, "memory"), cache_limit=_limit(cache, "cache"),
+                                 max_buffers=_limit(max_buffers, "max_buffers"))
+        check(lib.devbuf_caching_allocator_set_options(self._caching, ctypes.byref(options)))
+
+    def clear_cache(self) -> None:
+        """Gives every cached block back to the system."""
+        lib.devbuf_allocator_clear_cache(self._caching)
+
+    @contextlib.contextmanager
+    def trace(self, path: str) -> Iterator[str]:
+        """Records the allocations and frees of the buffers made on this device inside the
+        block (by any thread) to `path`, in the format `devbuf trace replay` reads. The
+        file is complete once the block has ended and those buffers are gone."""
+        out = P()
+        check(lib.devbuf_trace_adaptor_create(lib.devbuf_device_allocator(self._handle), str(path).encode(),
+                                              ctypes.byref(out)))
+        spec = self.spec
+        with _tracing_lock:
+            _tracing.setdefault(spec, []).append(out.value)
+        try:
+            yield str(path)
+        finally:
+            with _tracing_lock:
+                _tracing[spec].remove(out.value)
+            lib.devbuf_allocator_release(out.value)  # buffers made meanwhile hold it until they go
+
+
+def _limit(value: int | None, name: str) -> int:
+    if value is None:
+        return 0
+    if int(value) <= 0:
+        raise InvalidArgumentError(f"{name} limit {value}: give a positive number, or None for no limit")
+    return int(value)
+
+
+_FORMAT_TO_DTYPE = {fmt: name for name, fmt in _dtypes.FORMATS.items()}
+_FORMAT_TO_DTYPE.update({"l": "int64", "L": "uint64", "c": "uint8"})
+
+
+def devices() -> list[Device]:
+    """The devices that open here: the CPU, then each OpenCL and CUDA device."""
+    found = [Device("cpu")]
+    for kind in ("opencl", "cuda"):
+        for index in range(64):
+            try:
+                found.append(Device(f"{kind}:{index}"))
+            except DevbufError:
+                break
+    return found

@@ -1,0 +1,127 @@
+"""devbuf's statuses as exceptions: one class per status, all derived from DevbufError, each
+also derived from the built-in exception a Python user would catch for it."""
+from __future__ import annotations
+
+from ._native import lib
+
+
+class DevbufError(Exception):
+    """A devbuf call failed. `status` is the status name ("IN_USE"), `message` what the
+    library said about the values involved."""
+
+    status: str = "UNKNOWN"
+
+    def __init__(self, message: str, status: str | None = None):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+    def __str__(self) -> str:
+        # The library's messages start with the status name already.
+        return self.message if self.message.startswith(self.status + ":") else f"{self.status}: {self.message}"
+
+
+class InvalidArgumentError(DevbufError, ValueError):
+    status = "INVALID_ARGUMENT"
+
+
+class OutOfMemoryError(DevbufError, MemoryError):
+    status = "OUT_OF_MEMORY"
+
+
+class SizeOverflowError(DevbufError, OverflowError):
+    status = "OVERFLOW"
+
+
+class OutOfRangeError(DevbufError, IndexError):
+    status = "OUT_OF_RANGE"
+
+
+class TypeMismatchError(DevbufError, TypeError):
+    status = "TYPE_MISMATCH"
+
+
+class SizeMismatchError(DevbufError, ValueError):
+    status = "SIZE_MISMATCH"
+
+
+class NotAllocatedError(DevbufError):
+    status = "NOT_ALLOCATED"
+
+
+class NotCpuAccessibleError(DevbufError):
+    status = "NOT_CPU_ACCESSIBLE"
+
+
+class ReadOnlyError(DevbufError):
+    status = "READ_ONLY"
+
+
+class InUseError(DevbufError):
+    status = "IN_USE"
+
+
+class HostAccessOpenError(DevbufError):
+    status = "HOST_ACCESS_OPEN"
+
+
+class UnavailableError(DevbufError):
+    status = "UNAVAILABLE"
+
+
+class DevbufTimeoutError(DevbufError, TimeoutError):
+    status = "TIMEOUT"
+
+
+class DevbufIOError(DevbufError, OSError):
+    status = "IO_ERROR"
+
+
+class FormatError(DevbufError, ValueError):
+    status = "FORMAT_ERROR"
+
+
+class DeviceFailureError(DevbufError):
+    status = "DEVICE_FAILURE"
+
+
+class UnsupportedError(DevbufError):
+    status = "UNSUPPORTED"
+
+
+class NotFoundError(DevbufError, LookupError):
+    status = "NOT_FOUND"
+
+
+class InjectedFaultError(DevbufError):
+    status = "INJECTED_FAULT"
+
+
+class CancelledError(DevbufError):
+    status = "CANCELLED"
+
+
+ERRORS: dict[str, type[DevbufError]] = {
+    cls.status: cls
+    for cls in (InvalidArgumentError, OutOfMemoryError, SizeOverflowError, OutOfRangeError, TypeMismatchError,
+                SizeMismatchError, NotAllocatedError, NotCpuAccessibleError, ReadOnlyError, InUseError,
+                HostAccessOpenError, UnavailableError, DevbufTimeoutError, DevbufIOError, FormatError,
+                DeviceFailureError, UnsupportedError, NotFoundError, InjectedFaultError, CancelledError)
+}
+
+
+def status_name(status: int) -> str:
+    return lib.devbuf_status_name(status).decode()
+
+
+def error(status: int) -> DevbufError:
+    """The exception for a failed call's status, with the calling thread's message."""
+    name = status_name(status)
+    message = lib.devbuf_last_error().decode(errors="replace") or lib.devbuf_status_str(status).decode()
+    return ERRORS.get(name, DevbufError)(message, name)
+
+
+def check(status: int) -> None:
+    if status != 0:
+        raise error(status)

@@ -1,0 +1,146 @@
+"""Weight files: devbuf.load (a lazy, read-only mapping of name -> Buffer) and devbuf.save."""
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Mapping
+from typing import Any, Iterator
+
+from ._buffer import Buffer
+from ._device import Device
+from ._errors import DevbufError, InvalidArgumentError, NotFoundError, check
+from ._native import LOAD_COPY, LoadOptions, MetadataEntry, NamedBuffer, P, TensorInfo, lib
+
+
+class TensorFile(Mapping):
+    """The tensors of a safetensors file by name, in file order. On the CPU each tensor is
+    a zero-copy, read-only view of one mapping of the file (pages are read when first
+    touched); elsewhere each is a copy in device memory. Buffers handed out outlive the
+    TensorFile and the file."""
+
+    def __init__(self, handle: int, path: str):
+        self._handle = handle
+        self.path = path
+        self._names: list[str] | None = None
+        self._metadata: dict[str, str] | None = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drops the table (buffers already handed out stay valid)."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            lib.devbuf_tensor_file_release(handle)
+
+    def __enter__(self) -> TensorFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def _h(self) -> int:
+        if not self._handle:
+            raise InvalidArgumentError(f"the tensor file {self.path} was closed")
+        return self._handle
+
+    def __getitem__(self, name: str) -> Buffer:
+        index = ctypes.c_size_t()
+        status = lib.devbuf_tensor_file_find(self._h, str(name).encode(), ctypes.byref(index))
+        if status != 0:
+            try:
+                check(status)
+            except NotFoundError as missing:
+                raise KeyError(name) from missing
+        return Buffer._borrow(lib.devbuf_tensor_file_buffer(self._h, index.value))
+
+    def _all_names(self) -> list[str]:
+        if self._names is None:
+            names = []
+            info = TensorInfo()
+            for i in range(lib.devbuf_tensor_file_count(self._h)):
+                check(lib.devbuf_tensor_file_info(self._h, i, ctypes.byref(info)))
+                names.append(info.name.decode())
+            self._names = names
+        return self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all_names())
+
+    def __len__(self) -> int:
+        return int(lib.devbuf_tensor_file_count(self._h))
+
+    def __contains__(self, name: object) -> bool:
+        index = ctypes.c_size_t()
+        return isinstance(name, str) and lib.devbuf_tensor_file_find(self._h, name.encode(), ctypes.byref(index)) == 0
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The header's "__metadata__" entries."""
+        if self._metadata is None:
+            key, value = ctypes.c_char_p(), ctypes.c_char_p()
+            entries = {}
+            for i in range(lib.devbuf_tensor_file_metadata_count(self._h)):
+                check(lib.devbuf_tensor_file_metadata(self._h, i, ctypes.byref(key), ctypes.byref(value)))
+                entries[key.value.decode()] = value.value.decode()
+            self._metadata = entries
+        return dict(self._metadata)
+
+    def __repr__(self) -> str:
+        return f"<devbuf.TensorFile {self.path}: {len(self)} tensors>" if self._handle else "<devbuf.TensorFile (closed)>"
+
+
+def load(path: str | os.PathLike[str], device: Device | str = "cpu", *, copy: bool = False) -> TensorFile:
+    """Opens a safetensors file on `device`, checked against every rule of the reference
+    reader (devbuf.FormatError names what is wrong). copy=True gives writable copies even
+    on the CPU."""
+    target = device if isinstance(device, Device) else Device(device)
+    options = LoadOptions(flags=LOAD_COPY if copy else 0)
+    out = P()
+    check(lib.devbuf_safetensors_load(target._handle, os.fsencode(path), ctypes.byref(options), ctypes.byref(out)))
+    return TensorFile(out.value, os.fspath(path))
+
+
+def save(path: str | os.PathLike[str], tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> None:
+    """Writes `tensors` (Buffers, numpy arrays, torch tensors, anything with __dlpack__ or
+    the buffer protocol) and optional string metadata to `path` atomically: readers see the
+    old file or the whole new one."""
+    from ._dlpack import from_dlpack
+
+    buffers = []
+    try:
+        for name, value in tensors.items():
+            if not isinstance(name, str):
+                raise InvalidArgumentError(f"tensor names are strings, not {name!r}")
+            buffers.append((name, _as_buffer(value, from_dlpack)))
+        named = (NamedBuffer * max(len(buffers), 1))(*[NamedBuffer(n.encode(), b._h) for n, b in buffers])
+        entries = list((metadata or {}).items())
+        for key, value in entries:
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise InvalidArgumentError(f"metadata maps strings to strings, not {key!r}: {value!r}")
+        meta = (MetadataEntry * max(len(entries), 1))(*[MetadataEntry(k.encode(), v.encode()) for k, v in entries])
+        check(lib.devbuf_safetensors_write(os.fsencode(path), named, len(buffers), meta, len(entries)))
+    finally:
+        for _, buffer in buffers:
+            buffer.close()
+
+
+def _as_buffer(value: Any, from_dlpack: Any) -> Buffer:
+    if isinstance(value, Buffer):
+        return value.view(0, value.nbytes)
+    if hasattr(value, "__dlpack__"):
+        try:
+            return from_dlpack(value)
+        except (DevbufError, BufferError, TypeError):  # strided, or a dtype devbuf lacks: copy in C order
+            if not _has_buffer(value):
+                raise
+    return Device("cpu").asbuffer(value)
+
+
+def _has_buffer(value: Any) -> bool:
+    try:
+        memoryview(value)
+    except TypeError:
+        return False
+    return True
