@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# A Python environment for the cross-checks: pinned numpy and safetensors from PyPI in
-# build/pyenv. When it cannot be made (no Python, no network), the Python tests skip and
-# say why; nothing else depends on it.
+# A Python environment for the cross-checks and the Python package's tests: pinned numpy,
+# safetensors and pytest from PyPI in build/pyenv. When it cannot be made (no Python, no
+# network), the Python tests skip and say why; nothing else depends on it.
 cd "$(dirname "$0")/.."
 NUMPY=numpy==2.2.6
 SAFETENSORS=safetensors==0.8.0
+PYTEST=pytest==8.4.2
 env=build/pyenv
 if [ -x "$env/bin/python3" ] && "$env/bin/python3" -c "
-import numpy, safetensors, sys
-sys.exit(not (numpy.__version__ == '${NUMPY#*==}' and safetensors.__version__ == '${SAFETENSORS#*==}'))" 2>/dev/null; then
+import numpy, safetensors, pytest, sys
+sys.exit(not (numpy.__version__ == '${NUMPY#*==}' and safetensors.__version__ == '${SAFETENSORS#*==}'
+              and pytest.__version__ == '${PYTEST#*==}'))" 2>/dev/null; then
   exit 0
 fi
 if ! command -v python3 >/dev/null; then
@@ -18,8 +20,8 @@ fi
 rm -rf "$env"
 mkdir -p build
 if ! python3 -m venv "$env" >build/pyenv.log 2>&1 ||
-   ! "$env/bin/pip" install -q "$NUMPY" "$SAFETENSORS" >>build/pyenv.log 2>&1; then
-  echo "python_env: cannot install $NUMPY $SAFETENSORS (see build/pyenv.log); the Python cross-checks will skip"
+   ! "$env/bin/pip" install -q "$NUMPY" "$SAFETENSORS" "$PYTEST" >>build/pyenv.log 2>&1; then
+  echo "python_env: cannot install $NUMPY $SAFETENSORS $PYTEST (see build/pyenv.log); the Python tests will skip"
   rm -rf "$env"
 fi
 exit 0

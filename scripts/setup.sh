@@ -15,6 +15,10 @@ command -v python3 >/dev/null || need+=(python3)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v readelf >/dev/null || need+=(binutils)
 command -v python3 >/dev/null && ! python3 -c "import venv, ensurepip" 2>/dev/null && need+=(python3-venv)
+# Python's headers, for the Python package's C module.
+command -v python3 >/dev/null && ! python3 -c "import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" 2>/dev/null &&
+  need+=(python3-dev)
 
 have_apt=0
 command -v apt-get >/dev/null && command -v apt-cache >/dev/null && have_apt=1

@@ -4,8 +4,8 @@ from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING, Any, Iterator
 
-from . import _capsule, _dtypes
-from ._errors import DevbufError, InvalidArgumentError, UnsupportedError, check
+from . import _dtypes, _ext
+from ._errors import HostAccessOpenError, InvalidArgumentError, UnsupportedError, check
 from ._native import DLPACK_READ_ONLY, P, lib
 
 if TYPE_CHECKING:
@@ -245,7 +245,7 @@ class Buffer:
             check(export(source._h, DLPACK_READ_ONLY if read_only else 0, ctypes.byref(out)))
         except UnsupportedError as unsupported:
             raise BufferError(str(unsupported)) from unsupported
-        return _capsule.wrap(out.value, versioned)
+        return _ext.wrap(out.value, versioned)
 
     def read_only_export(self) -> Buffer:
         """A view of the same bytes whose DLPack exports are read-only: numpy.from_dlpack of
@@ -256,14 +256,18 @@ class Buffer:
 
 
 class HostAccess:
-    """An open host access while its `with` block runs (see Buffer.read/write)."""
+    """An open host access while its `with` block runs (see Buffer.read/write). The access
+    ends when the block does, unless a memoryview or array made from the view is still
+    alive: then leaving the block raises devbuf.HostAccessOpenError and the access stays
+    open (ending it would let queued work race with that object) until close() succeeds."""
 
     def __init__(self, buffer: Buffer, *, write: bool, wait: bool):
         self._buffer = buffer
         self._write = write
         self._wait = wait
         self._pointer: int | None = None
-        self._views: list[memoryview] = []
+        self._memory: Any = None
+        self._view: memoryview | None = None
 
     def __enter__(self) -> memoryview:
         if self._pointer is not None:
@@ -276,35 +280,36 @@ class HostAccess:
             opener = lib.devbuf_buffer_contents_wait if self._wait else lib.devbuf_buffer_contents
         check(opener(handle, ctypes.byref(data), ctypes.byref(size)))
         self._pointer = data.value or 0
-        raw = memoryview((ctypes.c_char * size.value).from_address(self._pointer)) if size.value else \
-            memoryview(bytearray())
-        self._views = [raw, raw.cast("B")]
+        self._memory = _ext.HostMemory(self._pointer, size.value, not self._write)
+        view = memoryview(self._memory)
         fmt = _dtypes.FORMATS.get(self._buffer.dtype)
-        shape = list(self._buffer.shape)
         if fmt and size.value:
-            self._views.append(self._views[-1].cast(fmt, shape))
-        if not self._write:
-            self._views.append(self._views[-1].toreadonly())
-        return self._views[-1]
+            view = view.cast(fmt, list(self._buffer.shape))
+        self._view = view
+        return view
 
     def __exit__(self, *exc: object) -> None:
-        for view in reversed(self._views):
-            try:
-                view.release()
-            except BufferError:
-                # Something made from the view still points into the memory: the access
-                # stays open (ending it would let work race with that object).
-                raise DevbufError("an object made from the access's memoryview still uses it (numpy.asarray of "
-                                  "it?); the access stays open until it is gone and the access is closed again",
-                                  "HOST_ACCESS_OPEN") from None
-        self._views = []
-        pointer, self._pointer = self._pointer, None
-        check(lib.devbuf_buffer_end_access(self._buffer._h, pointer or None))
+        self.close()
 
     def close(self) -> None:
-        """Ends the access (again, after __exit__ refused because a view was still in use)."""
-        if self._pointer is not None:
-            self.__exit__(None, None, None)
+        """Ends the access (again, after leaving the block refused because a view made
+        from it was still alive)."""
+        if self._pointer is None:
+            return
+        if self._view is not None:
+            try:
+                self._view.release()
+            except BufferError:
+                pass  # an array holds this very view: counted below
+            else:
+                self._view = None
+        try:
+            self._memory.close()
+        except BufferError as alive:
+            raise HostAccessOpenError(f"HOST_ACCESS_OPEN: {alive}: the access stays open until they are gone "
+                                      "and close() is called") from None
+        pointer, self._pointer, self._memory = self._pointer, None, None
+        check(lib.devbuf_buffer_end_access(self._buffer._h, pointer or None))
 
 
 # ---- bytes-like objects ----------------------------------------------------------------------

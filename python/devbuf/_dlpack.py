@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from . import _capsule
+from . import _ext
 from ._buffer import Buffer
 from ._errors import check
 from ._native import P, lib
@@ -27,10 +27,10 @@ def from_dlpack(source: Any) -> Buffer:
             capsule = source.__dlpack__(max_version=MAX_VERSION)
         except TypeError:  # a producer from before DLPack 1.0
             capsule = source.__dlpack__()
-    address, versioned = _capsule.peek(capsule)
+    address, versioned = _ext.peek(capsule)
     out = P()
     importer = lib.devbuf_buffer_from_dlpack_versioned if versioned else lib.devbuf_buffer_from_dlpack
     # On failure the capsule still owns the tensor and its destructor gives it back.
     check(importer(address, ctypes.byref(out)))
-    _capsule.consume(capsule)
+    _ext.consume(capsule)
     return Buffer._own(out.value)

@@ -132,15 +132,10 @@ def _as_buffer(value: Any, from_dlpack: Any) -> Buffer:
     if hasattr(value, "__dlpack__"):
         try:
             return from_dlpack(value)
-        except (DevbufError, BufferError, TypeError):  # strided, or a dtype devbuf lacks: copy in C order
-            if not _has_buffer(value):
-                raise
+        except (DevbufError, BufferError, TypeError) as refused:  # strided, say: copy in C order
+            try:
+                view = memoryview(value)
+            except TypeError:
+                raise refused from None
+            return Device("cpu").asbuffer(view)
     return Device("cpu").asbuffer(value)
-
-
-def _has_buffer(value: Any) -> bool:
-    try:
-        memoryview(value)
-    except TypeError:
-        return False
-    return True

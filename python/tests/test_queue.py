@@ -1,0 +1,99 @@
+"""Queues, events, and host access as context managers against queued work."""
+import struct
+import threading
+import time
+
+import pytest
+
+import devbuf
+
+
+def held_queue(cpu):
+    """A queue whose work waits for an event the test signals."""
+    gate = devbuf.Event()
+    queue = cpu.queue()
+    queue.wait(gate, 1)
+    return queue, gate
+
+
+def test_fill_copy_signal(cpu):
+    src, dst = cpu.empty((16,), "float32"), cpu.zeros((16,), "float32")
+    done = devbuf.Event()
+    with cpu.queue() as queue:
+        queue.fill(src, 1.5)
+        queue.copy(dst, src)
+        queue.signal(done, 3)
+    assert done.value == 3 and done.wait(3, timeout=0)
+    assert struct.unpack("<16f", dst.to_bytes()) == (1.5,) * 16
+    with pytest.raises(devbuf.InvalidArgumentError):
+        cpu.queue().fill(cpu.empty((3,), "bfloat16"), 1.0)
+
+
+def test_host_access_against_queued_work(cpu):
+    buffer = cpu.zeros((8,), "int32")
+    queue, gate = held_queue(cpu)
+    queue.fill(buffer, 5)
+    with pytest.raises(devbuf.InUseError):
+        with buffer.read(wait=False):
+            pass
+    with pytest.raises(devbuf.InUseError):
+        with buffer.write(wait=False):
+            pass
+    assert buffer.in_use and buffer.open_accesses == 0
+    threading.Timer(0.05, gate.signal, args=(1,)).start()
+    with buffer.read() as view:  # waits for the fill
+        assert view.tolist() == [5] * 8 and view.readonly
+        with pytest.raises(devbuf.HostAccessOpenError):
+            queue.fill(buffer, 6)  # would race with the open access
+    assert buffer.open_accesses == 0
+    with buffer.write() as view:
+        view[3] = -1
+    queue.finish()
+    assert struct.unpack("<8i", buffer.to_bytes())[3] == -1
+
+
+def test_access_that_outlives_its_block_stays_open(cpu):
+    buffer = cpu.zeros((4,), "float64")
+    access = buffer.write()
+    with pytest.raises(devbuf.HostAccessOpenError):
+        with access as view:
+            kept = view.cast("B")  # an object still made from the view
+    assert buffer.open_accesses == 1
+    kept.release()
+    access.close()
+    assert buffer.open_accesses == 0
+    np = pytest.importorskip("numpy", reason="numpy is not installed")
+    access = buffer.read()
+    with pytest.raises(devbuf.HostAccessOpenError):
+        with access as view:
+            array = np.asarray(view)  # holds the view itself
+    assert buffer.open_accesses == 1 and array.sum() == 0
+    del array, view
+    assert buffer.open_accesses == 1  # open until close() is called again
+    access.close()
+    assert buffer.open_accesses == 0
+
+
+def test_event_waits_timeouts_and_failures(cpu):
+    event = devbuf.Event(2)
+    assert event.wait(2) and not event.wait(3, timeout=0.01)
+    with pytest.raises(devbuf.InvalidArgumentError):
+        event.signal(1)  # below the current value
+    with pytest.raises(devbuf.InvalidArgumentError):
+        event.wait(3, timeout=-1)
+    queue, gate = held_queue(cpu)
+    cancelled = devbuf.Event()
+    queue.signal(cancelled, 1)
+    queue.cancel()
+    with pytest.raises(devbuf.CancelledError):
+        cancelled.wait(1, timeout=5)
+
+
+def test_waits_release_the_gil(cpu):
+    event = devbuf.Event()
+    start = time.monotonic()
+    signaller = threading.Thread(target=lambda: (time.sleep(0.05), event.signal(1)))
+    signaller.start()
+    assert event.wait(1, timeout=10)  # the other thread ran Python meanwhile
+    signaller.join()
+    assert time.monotonic() - start < 5
