@@ -5,7 +5,7 @@ import ctypes
 from typing import TYPE_CHECKING, Any, Iterator
 
 from . import _dtypes, _ext
-from ._errors import HostAccessOpenError, InvalidArgumentError, UnsupportedError, check
+from ._errors import HostAccessOpenError, InvalidArgumentError, UnsupportedError, check, count
 from ._native import DLPACK_READ_ONLY, P, lib
 
 if TYPE_CHECKING:
@@ -44,15 +44,13 @@ class Buffer:
         return cls._own(lib.devbuf_buffer_retain(handle))
 
     # ---- lifetime ----------------------------------------------------------------------
-    def close(self) -> None:
+    def close(self, _release: Any = lib.devbuf_buffer_release) -> None:
         """Drops this reference now (the buffer is unusable afterwards)."""
-        handle, self._handle = self._handle, None
+        handle, self._handle = getattr(self, "_handle", None), None
         if handle:
-            lib.devbuf_buffer_release(handle)
+            _release(handle)
 
-    def __del__(self) -> None:
-        if getattr(self, "_handle", None):
-            self.close()
+    __del__ = close
 
     def __enter__(self) -> Buffer:
         return self
@@ -151,7 +149,7 @@ class Buffer:
     def view(self, offset: int, size: int) -> Buffer:
         """`size` bytes at byte `offset`, same dtype (both whole elements)."""
         out = P()
-        check(lib.devbuf_buffer_view(self._h, offset, size, ctypes.byref(out)))
+        check(lib.devbuf_buffer_view(self._h, count(offset, "offset"), count(size, "size"), ctypes.byref(out)))
         return Buffer._own(out.value, self._export_read_only)
 
     def __getitem__(self, key: slice) -> Buffer:
@@ -166,7 +164,7 @@ class Buffer:
     def reshape(self, shape: tuple[int, ...] | list[int], dtype: Any = None) -> Buffer:
         """The same bytes seen with another shape (and dtype); the byte size must match."""
         code = _dtypes.code_of(dtype) if dtype is not None else lib.devbuf_buffer_dtype(self._h)
-        dims = (ctypes.c_size_t * max(len(shape), 1))(*shape)
+        dims = (ctypes.c_size_t * max(len(shape), 1))(*[count(d, "dimension") for d in shape])
         out = P()
         check(lib.devbuf_buffer_reshape(self._h, code, dims, len(shape), ctypes.byref(out)))
         return Buffer._own(out.value, self._export_read_only)
@@ -291,6 +289,12 @@ class HostAccess:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        try:  # an access opened by hand and dropped: end it if nothing still uses the view
+            self.close()
+        except Exception:
+            pass
+
     def close(self) -> None:
         """Ends the access (again, after leaving the block refused because a view made
         from it was still alive)."""
@@ -367,7 +371,4 @@ class _host_bytes:
 
 def iter_dims(shape: Any) -> Iterator[int]:
     for dim in ((shape,) if isinstance(shape, int) else shape):
-        if int(dim) < 0:
-            raise InvalidArgumentError(f"shape {tuple(shape) if not isinstance(shape, int) else shape}: "
-                                       f"dimension {dim} is negative")
-        yield int(dim)
+        yield count(dim, f"shape {shape!r}: dimension")

@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 from . import _dtypes
 from ._buffer import Buffer, _host_bytes, iter_dims
-from ._errors import DevbufError, InvalidArgumentError, check
+from ._errors import DevbufError, InvalidArgumentError, check, count
 from ._native import BUFFER_ZERO, AllocatorStats, CachingOptions, DeviceInfo, P, Snapshot, lib
 
 _KINDS = {1: "cpu", 2: "opencl", 3: "cuda"}
@@ -39,10 +39,10 @@ class Device:
         device._handle = lib.devbuf_device_retain(handle)
         return device
 
-    def __del__(self) -> None:
+    def __del__(self, _release: Any = lib.devbuf_device_release) -> None:
         handle, self._handle = getattr(self, "_handle", None), None
         if handle:
-            lib.devbuf_device_release(handle)
+            _release(handle)
 
     # ---- facts -------------------------------------------------------------------------
     @property
@@ -207,8 +207,8 @@ class Device:
 def _limit(value: int | None, name: str) -> int:
     if value is None:
         return 0
-    if int(value) <= 0:
-        raise InvalidArgumentError(f"{name} limit {value}: give a positive number, or None for no limit")
+    if count(value, f"{name} limit") == 0:
+        raise InvalidArgumentError(f"{name} limit 0: give a positive number, or None for no limit")
     return int(value)
 
 

@@ -125,3 +125,14 @@ def error(status: int) -> DevbufError:
 def check(status: int) -> None:
     if status != 0:
         raise error(status)
+
+
+def count(value: object, what: str) -> int:
+    """`value` as a non-negative integer below 2**64, or InvalidArgumentError naming it."""
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{what} {value!r} is not an integer") from None
+    if number != value or not 0 <= number < 2**64:
+        raise InvalidArgumentError(f"{what} {value!r}: give an integer from 0 to 2**64 - 1")
+    return number

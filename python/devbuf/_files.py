@@ -24,14 +24,13 @@ class TensorFile(Mapping):
         self._names: list[str] | None = None
         self._metadata: dict[str, str] | None = None
 
-    def __del__(self) -> None:
-        self.close()
-
-    def close(self) -> None:
+    def close(self, _release: Any = lib.devbuf_tensor_file_release) -> None:
         """Drops the table (buffers already handed out stay valid)."""
         handle, self._handle = getattr(self, "_handle", None), None
         if handle:
-            lib.devbuf_tensor_file_release(handle)
+            _release(handle)
+
+    __del__ = close
 
     def __enter__(self) -> TensorFile:
         return self

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _dtypes
 from ._buffer import Buffer
-from ._errors import InvalidArgumentError, check
+from ._errors import InvalidArgumentError, check, count
 from ._native import P, lib
 
 if TYPE_CHECKING:
@@ -26,13 +26,13 @@ class Event:
 
     def __init__(self, initial: int = 0):
         out = P()
-        check(lib.devbuf_event_create(int(initial), ctypes.byref(out)))
+        check(lib.devbuf_event_create(count(initial, "initial value"), ctypes.byref(out)))
         self._handle = out.value
 
-    def __del__(self) -> None:
+    def __del__(self, _release: Any = lib.devbuf_event_release) -> None:
         handle, self._handle = getattr(self, "_handle", None), None
         if handle:
-            lib.devbuf_event_release(handle)
+            _release(handle)
 
     @property
     def value(self) -> int:
@@ -40,19 +40,20 @@ class Event:
 
     def signal(self, value: int) -> None:
         """Signals `value` from the host (not below the current value)."""
-        check(lib.devbuf_event_signal(self._handle, int(value)))
+        check(lib.devbuf_event_signal(self._handle, count(value, "value")))
 
     def wait(self, value: int, timeout: float | None = None) -> bool:
         """Waits until the value is at least `value`: True, or False when `timeout`
         seconds pass first (0 only checks). Raises the failure (DeviceFailureError,
         CancelledError, ...) if the work that was to signal it failed."""
-        if timeout is None:
+        target = count(value, "value")
+        if timeout is None or timeout == math.inf:
             nanoseconds = _FOREVER
-        elif timeout < 0 or math.isnan(timeout):
+        elif not timeout >= 0:  # negative, or NaN
             raise InvalidArgumentError(f"timeout {timeout}: give seconds >= 0, or None to wait forever")
         else:
             nanoseconds = min(int(timeout * 1e9), _FOREVER - 1)
-        status = lib.devbuf_event_wait(self._handle, int(value), nanoseconds)
+        status = lib.devbuf_event_wait(self._handle, target, nanoseconds)
         if status == _TIMEOUT:
             return False
         check(status)
@@ -79,10 +80,10 @@ class Queue:
         self._handle = out.value
         self.device = device
 
-    def __del__(self) -> None:
+    def __del__(self, _release: Any = lib.devbuf_queue_release) -> None:
         handle, self._handle = getattr(self, "_handle", None), None
         if handle:
-            lib.devbuf_queue_release(handle)  # submitted work still runs
+            _release(handle)  # submitted work still runs
 
     def __enter__(self) -> Queue:
         return self
@@ -107,11 +108,11 @@ class Queue:
 
     def signal(self, event: Event, value: int) -> None:
         """Signals `value` on `event` once the work submitted before has completed."""
-        check(lib.devbuf_queue_signal(self._handle, event._handle, int(value)))
+        check(lib.devbuf_queue_signal(self._handle, event._handle, count(value, "value")))
 
     def wait(self, event: Event, value: int) -> None:
         """Holds the work submitted after this until `event` reaches `value`."""
-        check(lib.devbuf_queue_wait(self._handle, event._handle, int(value)))
+        check(lib.devbuf_queue_wait(self._handle, event._handle, count(value, "value")))
 
     def finish(self) -> None:
         """Waits until all submitted work has completed; raises the queue's failure."""

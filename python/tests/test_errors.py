@@ -39,3 +39,45 @@ def test_closed_buffers_refuse(cpu):
     with pytest.raises(devbuf.InvalidArgumentError):
         buffer.to_bytes()
     assert "closed" in repr(buffer)
+
+
+def test_misuse_is_refused_by_name(cpu):
+    buffer = cpu.empty((16,), "float32")
+    for bad in (-1, 2.5, "3", 2**64):
+        with pytest.raises(devbuf.InvalidArgumentError):
+            buffer.view(bad, 4)
+    with pytest.raises(devbuf.InvalidArgumentError) as dimension:
+        cpu.empty((4, 1.5), "int8")
+    assert "1.5" in dimension.value.message
+    with pytest.raises(devbuf.InvalidArgumentError):
+        devbuf.Event(-1)
+    event = devbuf.Event(1)
+    assert event.wait(1, timeout=float("inf"))
+    with pytest.raises(devbuf.InvalidArgumentError):
+        event.wait(2, timeout=float("nan"))
+    with pytest.raises(devbuf.InvalidArgumentError):
+        event.signal(-3)
+    with pytest.raises(devbuf.InvalidArgumentError):
+        cpu.set_limits(memory=-5)
+    with pytest.raises(TypeError):
+        devbuf.Buffer()
+    with pytest.raises(TypeError):
+        buffer[3]
+    with pytest.raises(devbuf.InvalidArgumentError):
+        buffer[::2]
+    with pytest.raises(TypeError):
+        devbuf.from_dlpack(object())
+    with pytest.raises(devbuf.InvalidArgumentError):
+        cpu.queue().fill(buffer, b"")
+
+
+def test_an_access_dropped_unclosed_ends(cpu):
+    import gc
+
+    buffer = cpu.zeros((4,), "int32")
+    access = buffer.write()
+    access.__enter__()
+    assert buffer.open_accesses == 1
+    del access
+    gc.collect()
+    assert buffer.open_accesses == 0
