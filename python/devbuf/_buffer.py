@@ -5,7 +5,7 @@ import ctypes
 from typing import TYPE_CHECKING, Any, Iterator
 
 from . import _dtypes, _ext
-from ._errors import HostAccessOpenError, InvalidArgumentError, UnsupportedError, check, count
+from ._errors import DevbufError, HostAccessOpenError, InvalidArgumentError, check, count
 from ._native import DLPACK_READ_ONLY, P, lib
 
 if TYPE_CHECKING:
@@ -240,9 +240,13 @@ class Buffer:
         out = P()
         export = lib.devbuf_buffer_to_dlpack_versioned if versioned else lib.devbuf_buffer_to_dlpack
         try:
+            if stream != -1 and self.__dlpack_device__()[0] == _DL_CUDA:
+                # devbuf's streams are its own: the consumer's stream sees complete bytes
+                # once devbuf's work on them is done.
+                check(lib.devbuf_buffer_wait(source._h))
             check(export(source._h, DLPACK_READ_ONLY if read_only else 0, ctypes.byref(out)))
-        except UnsupportedError as unsupported:
-            raise BufferError(str(unsupported)) from unsupported
+        except DevbufError as refused:
+            raise BufferError(str(refused)) from refused
         return _ext.wrap(out.value, versioned)
 
     def read_only_export(self) -> Buffer:
@@ -253,22 +257,31 @@ class Buffer:
         return view
 
 
+def _address_of(function: Any) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value or 0
+
+
+_END_ACCESS, _RELEASE = _address_of(lib.devbuf_buffer_end_access), _address_of(lib.devbuf_buffer_release)
+
+
 class HostAccess:
     """An open host access while its `with` block runs (see Buffer.read/write). The access
-    ends when the block does, unless a memoryview or array made from the view is still
-    alive: then leaving the block raises devbuf.HostAccessOpenError and the access stays
-    open (ending it would let queued work race with that object) until close() succeeds."""
+    ends when the block does; if a memoryview or array made from the view is still alive,
+    leaving the block raises devbuf.HostAccessOpenError and the access ends by itself when
+    the last of them goes (ending it earlier would let queued work race with them). The
+    access holds its own reference to the buffer meanwhile."""
 
     def __init__(self, buffer: Buffer, *, write: bool, wait: bool):
         self._buffer = buffer
         self._write = write
         self._wait = wait
+        self._handle: int | None = None
         self._pointer: int | None = None
         self._memory: Any = None
         self._view: memoryview | None = None
 
     def __enter__(self) -> memoryview:
-        if self._pointer is not None:
+        if self._handle is not None:
             raise InvalidArgumentError("this access is already open")
         handle = self._buffer._h
         data, size = P(), ctypes.c_size_t()
@@ -277,12 +290,18 @@ class HostAccess:
         else:
             opener = lib.devbuf_buffer_contents_wait if self._wait else lib.devbuf_buffer_contents
         check(opener(handle, ctypes.byref(data), ctypes.byref(size)))
+        self._handle = lib.devbuf_buffer_retain(handle)
         self._pointer = data.value or 0
-        self._memory = _ext.HostMemory(self._pointer, size.value, not self._write)
-        view = memoryview(self._memory)
-        fmt = _dtypes.FORMATS.get(self._buffer.dtype)
-        if fmt and size.value:
-            view = view.cast(fmt, list(self._buffer.shape))
+        try:
+            self._memory = _ext.HostMemory(self._pointer, size.value, not self._write)
+            view = memoryview(self._memory)
+            fmt = _dtypes.FORMATS.get(self._buffer.dtype)
+            if fmt and size.value:
+                view = view.cast(fmt, list(self._buffer.shape))
+        except BaseException:
+            self._memory = None
+            self._end()
+            raise
         self._view = view
         return view
 
@@ -290,30 +309,37 @@ class HostAccess:
         self.close()
 
     def __del__(self) -> None:
-        try:  # an access opened by hand and dropped: end it if nothing still uses the view
+        try:
             self.close()
-        except Exception:
+        except Exception:  # views still alive: the access ends with the last of them
             pass
 
     def close(self) -> None:
-        """Ends the access (again, after leaving the block refused because a view made
-        from it was still alive)."""
-        if self._pointer is None:
+        """Ends the access (what leaving the `with` block does)."""
+        if self._handle is None:
             return
         if self._view is not None:
             try:
                 self._view.release()
             except BufferError:
-                pass  # an array holds this very view: counted below
-            else:
-                self._view = None
+                pass  # an array holds this very view: HostMemory counts it
+            self._view = None
+        memory, self._memory = self._memory, None
         try:
-            self._memory.close()
+            memory.close()
         except BufferError as alive:
-            raise HostAccessOpenError(f"HOST_ACCESS_OPEN: {alive}: the access stays open until they are gone "
-                                      "and close() is called") from None
-        pointer, self._pointer, self._memory = self._pointer, None, None
-        check(lib.devbuf_buffer_end_access(self._buffer._h, pointer or None))
+            handle, self._handle, self._pointer = self._handle, None, None
+            memory.end_later(_END_ACCESS, _RELEASE, handle)  # hands over our reference
+            raise HostAccessOpenError(f"HOST_ACCESS_OPEN: {alive}: the access ends when the last of them is gone, "
+                                      "and queued work on the bytes is refused until then") from None
+        self._end()
+
+    def _end(self) -> None:
+        handle, pointer, self._handle, self._pointer = self._handle, self._pointer, None, None
+        try:
+            check(lib.devbuf_buffer_end_access(handle, pointer or None))
+        finally:
+            lib.devbuf_buffer_release(handle)
 
 
 # ---- bytes-like objects ----------------------------------------------------------------------

@@ -87,18 +87,21 @@ class Device:
 
     # ---- buffers -----------------------------------------------------------------------
     def _allocator(self) -> int:
+        """The allocator new buffers come from, retained (a trace may end meanwhile)."""
         with _tracing_lock:
             stack = _tracing.get(self.spec)
-            if stack:
-                return stack[-1]
-        return lib.devbuf_device_allocator(self._handle)
+            return lib.devbuf_allocator_retain(stack[-1] if stack else lib.devbuf_device_allocator(self._handle))
 
     def _new(self, shape: Any, dtype: Any, flags: int) -> Buffer:
         dims = list(iter_dims(shape))
         array = (ctypes.c_size_t * max(len(dims), 1))(*dims)
+        code = _dtypes.code_of(dtype)
         out = P()
-        check(lib.devbuf_buffer_new(self._allocator(), _dtypes.code_of(dtype), array, len(dims), flags,
-                                    ctypes.byref(out)))
+        allocator = self._allocator()
+        try:
+            check(lib.devbuf_buffer_new(allocator, code, array, len(dims), flags, ctypes.byref(out)))
+        finally:
+            lib.devbuf_allocator_release(allocator)
         return Buffer._own(out.value)
 
     def empty(self, shape: Any, dtype: Any = "float32") -> Buffer:
@@ -113,17 +116,32 @@ class Device:
         """A new buffer on this device holding a copy of `data`: a Buffer, anything with
         __dlpack__ on the CPU (numpy, torch), or a bytes-like object (dtype and shape from
         its format, or as given)."""
+        source = None
         if isinstance(data, Buffer):
             source = data
         elif hasattr(data, "__dlpack__"):
             from ._dlpack import from_dlpack
 
-            source = from_dlpack(data)
-        else:
+            try:
+                source = from_dlpack(data)
+            except (DevbufError, BufferError, TypeError) as refused:  # strided, say: copy in C order
+                try:
+                    data = memoryview(data)
+                except TypeError:
+                    raise refused from None
+        if source is None:
             view = memoryview(data)
-            name = dtype if dtype is not None else _FORMAT_TO_DTYPE.get(view.format.lstrip("@=<"), "uint8")
-            dims = shape if shape is not None else (view.shape if name != "uint8" or view.format == "B"
-                                                    else (view.nbytes,))
+            known = _FORMAT_TO_DTYPE.get(view.format.lstrip("@=<"))
+            name = dtype if dtype is not None else known or "uint8"
+            if shape is not None:
+                dims = shape
+            elif dtype is None and known:
+                dims = view.shape
+            else:  # the bytes as elements of the dtype asked for
+                element_bits = _dtypes.bits(_dtypes.code_of(name))
+                if (view.nbytes * 8) % element_bits:
+                    raise InvalidArgumentError(f"{view.nbytes} bytes are not a whole number of {name} elements")
+                dims = ((view.nbytes * 8) // element_bits,)
             out = self.empty(dims, name)
             with _host_bytes(data) as (address, size):
                 check(lib.devbuf_buffer_copyin(out._h, address, size))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Any
 
 from ._errors import InvalidArgumentError
@@ -16,9 +17,13 @@ def _name_of(value: int) -> str | None:
 NAMES: tuple[str, ...] = tuple(name for name in (_name_of(i) for i in range(64)) if name is not None)
 CODES = {name: code for code, name in enumerate(NAMES)}
 
-# memoryview formats for the dtypes Python's buffer protocol can describe.
+# memoryview formats for the dtypes memoryview.cast takes (half floats from Python 3.12 on).
 FORMATS = {"bool": "?", "int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint8": "B", "uint16": "H",
-           "uint32": "I", "uint64": "Q", "float16": "e", "float32": "f", "float64": "d"}
+           "uint32": "I", "uint64": "Q", "float32": "f", "float64": "d"}
+if sys.version_info >= (3, 12):
+    FORMATS["float16"] = "e"
+# struct formats, for numbers written as one element (Queue.fill).
+STRUCT_FORMATS = dict(FORMATS, float16="e")
 
 
 def code_of(dtype: Any) -> int:

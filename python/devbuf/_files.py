@@ -130,11 +130,7 @@ def _as_buffer(value: Any, from_dlpack: Any) -> Buffer:
         return value.view(0, value.nbytes)
     if hasattr(value, "__dlpack__"):
         try:
-            return from_dlpack(value)
-        except (DevbufError, BufferError, TypeError) as refused:  # strided, say: copy in C order
-            try:
-                view = memoryview(value)
-            except TypeError:
-                raise refused from None
-            return Device("cpu").asbuffer(view)
-    return Device("cpu").asbuffer(value)
+            return from_dlpack(value)  # zero-copy where it can be
+        except (DevbufError, BufferError, TypeError):
+            pass
+    return Device("cpu").asbuffer(value)  # a copy (strided arrays in C order)

@@ -95,10 +95,13 @@ class Queue:
         """Fills `buffer` with a repeated pattern: bytes, or a number written as one
         element of the buffer's dtype."""
         if isinstance(pattern, (int, float, bool)):
-            fmt = _dtypes.FORMATS.get(buffer.dtype)
+            fmt = _dtypes.STRUCT_FORMATS.get(buffer.dtype)
             if fmt is None:
                 raise InvalidArgumentError(f"a number cannot be written as {buffer.dtype}: give the pattern as bytes")
-            pattern = struct.pack("<" + fmt, pattern)
+            try:
+                pattern = struct.pack("<" + fmt, pattern)
+            except struct.error as wrong:
+                raise InvalidArgumentError(f"{pattern!r} is not a {buffer.dtype}: {wrong}") from None
         data = bytes(pattern)
         check(lib.devbuf_queue_fill(self._handle, buffer._h, data, len(data)))
 

@@ -5,8 +5,10 @@
 //   only if no consumer took the tensor (a consumer renames the capsule "used_..."), as the
 //   DLPack Python specification asks.
 // - HostMemory: the bytes of an open host access as a buffer-protocol object that counts
-//   its exports, so that the access is ended only once no memoryview or array made from it
-//   is left (every view derived from a memoryview shares the one export it holds).
+//   its exports (every view derived from a memoryview shares the one export it holds), so
+//   that the access ends only once no memoryview or array made from it is left: when the
+//   Python side cannot end it yet, HostMemory ends it itself as the last view goes, calling
+//   libdevbuf's functions directly (no Python code runs while a buffer is released).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -39,8 +41,18 @@ static PyObject *wrap(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "a DLPack capsule needs a tensor, not NULL");
     return NULL;
   }
-  return PyCapsule_New((void *)(uintptr_t)address, versioned ? versioned_name : legacy_name,
-                       versioned ? versioned_destructor : legacy_destructor);
+  PyObject *capsule = PyCapsule_New((void *)(uintptr_t)address, versioned ? versioned_name : legacy_name,
+                                    versioned ? versioned_destructor : legacy_destructor);
+  if (!capsule) { // nobody else will give the tensor back
+    if (versioned) {
+      DLManagedTensorVersioned *tensor = (DLManagedTensorVersioned *)(uintptr_t)address;
+      if (tensor->deleter) tensor->deleter(tensor);
+    } else {
+      DLManagedTensor *tensor = (DLManagedTensor *)(uintptr_t)address;
+      if (tensor->deleter) tensor->deleter(tensor);
+    }
+  }
+  return capsule;
 }
 
 // peek(capsule) -> (address, versioned): the tensor of an unconsumed DLPack capsule.
@@ -71,6 +83,9 @@ static PyObject *consume(PyObject *self, PyObject *capsule) {
 
 // ---- HostMemory -----------------------------------------------------------------------
 
+typedef int (*end_access_fn)(void *buffer, const void *data); // devbuf_buffer_end_access
+typedef void (*release_fn)(void *buffer);                     // devbuf_buffer_release
+
 typedef struct {
   PyObject_HEAD
   void *address;
@@ -78,7 +93,21 @@ typedef struct {
   int readonly;
   int closed;
   Py_ssize_t exports;
+  // After end_later: the access to end, and the handle reference to drop, with the last view.
+  end_access_fn end_access;
+  release_fn release;
+  void *buffer;
 } HostMemory;
+
+static void end_now(HostMemory *self) {
+  end_access_fn end = self->end_access;
+  self->end_access = NULL;
+  self->closed = 1;
+  if (end) {
+    end(self->buffer, self->size ? self->address : NULL);
+    self->release(self->buffer);
+  }
+}
 
 static int host_memory_init(PyObject *object, PyObject *args, PyObject *kwargs) {
   HostMemory *self = (HostMemory *)object;
@@ -99,6 +128,7 @@ static int host_memory_init(PyObject *object, PyObject *args, PyObject *kwargs) 
   self->readonly = readonly;
   self->closed = 0;
   self->exports = 0;
+  self->end_access = NULL;
   return 0;
 }
 
@@ -118,7 +148,8 @@ static int host_memory_getbuffer(PyObject *object, Py_buffer *view, int flags) {
 
 static void host_memory_releasebuffer(PyObject *object, Py_buffer *view) {
   (void)view;
-  ((HostMemory *)object)->exports--;
+  HostMemory *self = (HostMemory *)object;
+  if (--self->exports == 0 && self->end_access) end_now(self);
 }
 
 // close(): no further views; BufferError while a view made before is still alive.
@@ -133,6 +164,24 @@ static PyObject *host_memory_close(PyObject *object, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+// end_later(end_access, release, buffer): once no view is left (now, if none is), calls
+// end_access(buffer, address) and release(buffer), both libdevbuf functions given by address;
+// the caller hands over one reference to `buffer`.
+static PyObject *host_memory_end_later(PyObject *object, PyObject *args) {
+  HostMemory *self = (HostMemory *)object;
+  unsigned long long end, release, buffer;
+  if (!PyArg_ParseTuple(args, "KKK", &end, &release, &buffer)) return NULL;
+  if (self->end_access || !end || !release || !buffer) {
+    PyErr_SetString(PyExc_ValueError, "end_later takes three addresses, once");
+    return NULL;
+  }
+  self->end_access = (end_access_fn)(uintptr_t)end;
+  self->release = (release_fn)(uintptr_t)release;
+  self->buffer = (void *)(uintptr_t)buffer;
+  if (self->exports == 0) end_now(self);
+  Py_RETURN_NONE;
+}
+
 static PyObject *host_memory_exports(PyObject *object, void *unused) {
   (void)unused;
   return PyLong_FromSsize_t(((HostMemory *)object)->exports);
@@ -140,6 +189,8 @@ static PyObject *host_memory_exports(PyObject *object, void *unused) {
 
 static PyMethodDef host_memory_methods[] = {
     {"close", host_memory_close, METH_NOARGS, "close(): refuse further views (BufferError while views are alive)"},
+    {"end_later", host_memory_end_later, METH_VARARGS,
+     "end_later(end_access, release, buffer): end the access when the last view goes"},
     {NULL, NULL, 0, NULL},
 };
 

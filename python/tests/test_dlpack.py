@@ -58,6 +58,17 @@ def test_devbuf_into_numpy(cpu, dtype):
     assert buffer.to_bytes()[: array.itemsize] == array[0, 0, 1].tobytes()
 
 
+def test_asbuffer_copies_any_layout(cpu):
+    strided = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
+    copy = cpu.asbuffer(strided)
+    assert copy.shape == (3, 2) and copy.dtype == "float32"
+    np.testing.assert_array_equal(np.from_dlpack(copy), strided)
+    raw = cpu.asbuffer(b"\0\0\x80?" * 2, dtype="float32")
+    assert raw.shape == (2,) and np.from_dlpack(raw).tolist() == [1.0, 1.0]
+    with pytest.raises(devbuf.InvalidArgumentError):
+        cpu.asbuffer(b"abc", dtype="int16")
+
+
 @pytest.mark.parametrize("dtype", LACKING)
 def test_dtypes_devbuf_lacks_are_refused(dtype):
     array = np.ones((2, 2), dtype=dtype)

@@ -27,6 +27,12 @@ def test_fill_copy_signal(cpu):
     assert struct.unpack("<16f", dst.to_bytes()) == (1.5,) * 16
     with pytest.raises(devbuf.InvalidArgumentError):
         cpu.queue().fill(cpu.empty((3,), "bfloat16"), 1.0)
+    with pytest.raises(devbuf.InvalidArgumentError):
+        cpu.queue().fill(cpu.empty((3,), "int32"), 1.5)
+    half = cpu.empty((2,), "float16")
+    with cpu.queue() as queue:
+        queue.fill(half, 1.0)
+    assert half.to_bytes() == bytes.fromhex("003c003c")
 
 
 def test_host_access_against_queued_work(cpu):
@@ -52,26 +58,35 @@ def test_host_access_against_queued_work(cpu):
     assert struct.unpack("<8i", buffer.to_bytes())[3] == -1
 
 
-def test_access_that_outlives_its_block_stays_open(cpu):
+def test_access_that_outlives_its_block_ends_with_its_last_view(cpu):
     buffer = cpu.zeros((4,), "float64")
-    access = buffer.write()
+    queue = cpu.queue()
     with pytest.raises(devbuf.HostAccessOpenError):
-        with access as view:
+        with buffer.write() as view:
             kept = view.cast("B")  # an object still made from the view
     assert buffer.open_accesses == 1
+    with pytest.raises(devbuf.HostAccessOpenError):
+        queue.fill(buffer, 1.0)  # would race with `kept`
+    kept[0] = 1
     kept.release()
-    access.close()
     assert buffer.open_accesses == 0
     np = pytest.importorskip("numpy", reason="numpy is not installed")
-    access = buffer.read()
     with pytest.raises(devbuf.HostAccessOpenError):
-        with access as view:
+        with buffer.read() as view:
             array = np.asarray(view)  # holds the view itself
-    assert buffer.open_accesses == 1 and array.sum() == 0
+    assert buffer.open_accesses == 1 and array[0] != 0
+    buffer.close()  # the access holds its own reference: the memory stays
+    assert array.sum() == array[0]
     del array, view
-    assert buffer.open_accesses == 1  # open until close() is called again
-    access.close()
-    assert buffer.open_accesses == 0
+    queue.finish()
+
+
+def test_typed_views_where_python_has_a_format(cpu):
+    for dtype, size in (("float16", 8), ("bfloat16", 8), ("float8_e4m3", 4)):
+        with cpu.zeros((4,), dtype).read() as view:
+            assert view.nbytes == size and view.tobytes() == bytes(size)
+    with cpu.zeros((2, 3), "int64").read() as view:
+        assert view.shape == (2, 3) and view.format == "q"
 
 
 def test_event_waits_timeouts_and_failures(cpu):
