@@ -409,6 +409,24 @@ DEVBUF_API devbuf_status devbuf_trace_replay_observed(const char *path, devbuf_a
 DEVBUF_API devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
 
+// The host memory devbuf allocates for itself (object records, tables, lists; not the
+// memory of buffers, which allocators hand out) all goes through these four functions,
+// libc's by default: a program may count it, put it in its own heap, or fail it to test
+// its error paths (as devbuf's own tests do, SQLite-style). Set them before any other
+// devbuf call, or give functions that can free what libc's malloc returned (a counter or a
+// fault injector that forwards to libc): memory allocated before is freed through the new
+// `free`. `ctx` is passed to each. NULL restores libc's. INVALID_ARGUMENT if a function is
+// missing. Not to be called while another thread is inside devbuf (queues' workers
+// included).
+typedef struct devbuf_host_memory_hooks {
+  void *(*malloc)(void *ctx, size_t size);
+  void *(*calloc)(void *ctx, size_t count, size_t size);
+  void *(*realloc)(void *ctx, void *pointer, size_t size);
+  void (*free)(void *ctx, void *pointer);
+  void *ctx;
+} devbuf_host_memory_hooks_t;
+DEVBUF_API devbuf_status devbuf_set_host_memory_hooks(const devbuf_host_memory_hooks_t *hooks);
+
 // ---------------------------------------------------------------------------------------
 // Buffers
 // ---------------------------------------------------------------------------------------

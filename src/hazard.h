@@ -85,6 +85,9 @@ bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devb
 // Work items seen from the tracker (queue.c): retain and release, completion, and a wait.
 devbuf__work *devbuf__work_retain(devbuf__work *work);
 void devbuf__work_release(devbuf__work *work);
+// Frees the work items kept for reuse (and their dependency lists): for tests that count
+// every host allocation.
+void devbuf__work_pool_trim(void);
 bool devbuf__work_done(const devbuf__work *work);
 void devbuf__work_wait(devbuf__work *work);
 

@@ -1,13 +1,45 @@
-// The one seam through which devbuf allocates host memory for its own bookkeeping, and the
-// library's lock initialisation.
+// The one seam through which devbuf allocates host memory for its own bookkeeping (with the
+// program's hooks, when it set them), and the library's lock initialisation.
 #include "internal.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
-void *devbuf__malloc(size_t size) { return malloc(size); }
-void *devbuf__calloc(size_t count, size_t size) { return calloc(count, size); }
-void *devbuf__realloc(void *pointer, size_t size) { return realloc(pointer, size); }
-void devbuf__free(void *pointer) { free(pointer); }
+static devbuf_host_memory_hooks_t hooks;
+static atomic_bool hooked; // read on every call: libc's functions unless set
+
+devbuf_status devbuf_set_host_memory_hooks(const devbuf_host_memory_hooks_t *new_hooks) {
+  if (!new_hooks) {
+    atomic_store(&hooked, false);
+    return DEVBUF_OK;
+  }
+  if (!new_hooks->malloc || !new_hooks->calloc || !new_hooks->realloc || !new_hooks->free)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "host memory hooks need malloc, calloc, realloc and free (%s is NULL)",
+                         !new_hooks->malloc ? "malloc" : !new_hooks->calloc ? "calloc"
+                                                       : !new_hooks->realloc ? "realloc" : "free");
+  atomic_store(&hooked, false); // no call uses `hooks` while it changes (single-threaded by contract)
+  hooks = *new_hooks;
+  atomic_store(&hooked, true);
+  return DEVBUF_OK;
+}
+
+void *devbuf__malloc(size_t size) {
+  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.malloc(hooks.ctx, size) : malloc(size);
+}
+void *devbuf__calloc(size_t count, size_t size) {
+  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.calloc(hooks.ctx, count, size)
+                                                              : calloc(count, size);
+}
+void *devbuf__realloc(void *pointer, size_t size) {
+  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.realloc(hooks.ctx, pointer, size)
+                                                              : realloc(pointer, size);
+}
+void devbuf__free(void *pointer) {
+  if (atomic_load_explicit(&hooked, memory_order_acquire))
+    hooks.free(hooks.ctx, pointer);
+  else
+    free(pointer);
+}
 
 #ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
 static pthread_mutexattr_t adaptive;

@@ -121,6 +121,19 @@ static void pool_return(devbuf__work *recycled) {
   }
 }
 
+void devbuf__work_pool_trim(void) {
+  devbuf__spin_lock(&pool_lock);
+  devbuf__work *items = pool;
+  pool = NULL;
+  pool_count = 0;
+  devbuf__spin_unlock(&pool_lock);
+  while (items) {
+    devbuf__work *next = items->next;
+    work_destroy(items);
+    items = next;
+  }
+}
+
 void devbuf__work_release(devbuf__work *work) {
   devbuf__work *recycled = NULL;
   work_unref(work, &recycled);
