@@ -27,12 +27,14 @@ class Buffer:
     when the last reference is gone (or at close())."""
 
     __slots__ = ("_handle", "_export_read_only", "__weakref__")
+    _handle: int | None
+    _export_read_only: bool
 
     def __init__(self) -> None:
         raise TypeError("Buffers come from Device.empty/zeros/asbuffer, devbuf.load and devbuf.from_dlpack")
 
     @classmethod
-    def _own(cls, handle: int, export_read_only: bool = False) -> Buffer:
+    def _own(cls, handle: int | None, export_read_only: bool = False) -> Buffer:
         """Wraps a handle whose reference this object now holds."""
         buffer = object.__new__(cls)
         buffer._handle = handle
@@ -40,7 +42,7 @@ class Buffer:
         return buffer
 
     @classmethod
-    def _borrow(cls, handle: int) -> Buffer:
+    def _borrow(cls, handle: int | None) -> Buffer:
         return cls._own(lib.devbuf_buffer_retain(handle))
 
     # ---- lifetime ----------------------------------------------------------------------
@@ -247,7 +249,7 @@ class Buffer:
             check(export(source._h, DLPACK_READ_ONLY if read_only else 0, ctypes.byref(out)))
         except DevbufError as refused:
             raise BufferError(str(refused)) from refused
-        return _ext.wrap(out.value, versioned)
+        return _ext.wrap(out.value or 0, versioned)
 
     def read_only_export(self) -> Buffer:
         """A view of the same bytes whose DLPack exports are read-only: numpy.from_dlpack of
@@ -293,11 +295,12 @@ class HostAccess:
         self._handle = lib.devbuf_buffer_retain(handle)
         self._pointer = data.value or 0
         try:
-            self._memory = _ext.HostMemory(self._pointer, size.value, not self._write)
-            view = memoryview(self._memory)
+            memory: Any = _ext.HostMemory(self._pointer, size.value, not self._write)
+            self._memory = memory
+            view = memoryview(memory)
             fmt = _dtypes.FORMATS.get(self._buffer.dtype)
             if fmt and size.value:
-                view = view.cast(fmt, list(self._buffer.shape))
+                view = view.cast(fmt, list(self._buffer.shape))  # type: ignore[call-overload]
         except BaseException:
             self._memory = None
             self._end()

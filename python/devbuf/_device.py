@@ -25,8 +25,9 @@ class Device:
     raises devbuf.UnavailableError with the reason."""
 
     __slots__ = ("_handle", "__weakref__")
+    _handle: int | None
 
-    def __init__(self, spec: str = "cpu"):
+    def __init__(self, spec: str | Device = "cpu"):
         if isinstance(spec, Device):
             spec = spec.spec
         out = P()
@@ -167,7 +168,7 @@ class Device:
         live_buffers, system_allocs, system_frees, cache_hits, alloc_calls, failed_allocs."""
         stats = AllocatorStats()
         check(lib.devbuf_allocator_stats(self._caching, ctypes.byref(stats)))
-        return {name: getattr(stats, name) for name, _ in AllocatorStats._fields_}
+        return {field[0]: getattr(stats, field[0]) for field in AllocatorStats._fields_}
 
     def reset_peak(self) -> None:
         lib.devbuf_allocator_reset_peak(self._caching)
@@ -211,15 +212,15 @@ class Device:
         out = P()
         check(lib.devbuf_trace_adaptor_create(lib.devbuf_device_allocator(self._handle), str(path).encode(),
                                               ctypes.byref(out)))
-        spec = self.spec
+        spec, tracer = self.spec, out.value or 0
         with _tracing_lock:
-            _tracing.setdefault(spec, []).append(out.value)
+            _tracing.setdefault(spec, []).append(tracer)
         try:
             yield str(path)
         finally:
             with _tracing_lock:
-                _tracing[spec].remove(out.value)
-            lib.devbuf_allocator_release(out.value)  # buffers made meanwhile hold it until they go
+                _tracing[spec].remove(tracer)
+            lib.devbuf_allocator_release(tracer)  # buffers made meanwhile hold it until they go
 
 
 def _limit(value: int | None, name: str) -> int:

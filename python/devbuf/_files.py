@@ -18,8 +18,8 @@ class TensorFile(Mapping):
     touched); elsewhere each is a copy in device memory. Buffers handed out outlive the
     TensorFile and the file."""
 
-    def __init__(self, handle: int, path: str):
-        self._handle = handle
+    def __init__(self, handle: int | None, path: str):
+        self._handle: int | None = handle
         self.path = path
         self._names: list[str] | None = None
         self._metadata: dict[str, str] | None = None
@@ -82,7 +82,7 @@ class TensorFile(Mapping):
             entries = {}
             for i in range(lib.devbuf_tensor_file_metadata_count(self._h)):
                 check(lib.devbuf_tensor_file_metadata(self._h, i, ctypes.byref(key), ctypes.byref(value)))
-                entries[key.value.decode()] = value.value.decode()
+                entries[(key.value or b"").decode()] = (value.value or b"").decode()
             self._metadata = entries
         return dict(self._metadata)
 
