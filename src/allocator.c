@@ -5,7 +5,7 @@
 
 void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocator_ops *ops,
                             devbuf_device_t *device, devbuf__device_link link) {
-  atomic_init(&allocator->refs, 1);
+  devbuf__ref_init(&allocator->refs, 1);
   allocator->ops = ops;
   allocator->device = device;
   allocator->link = link;
@@ -33,7 +33,7 @@ devbuf_allocator_t *devbuf_allocator_retain(devbuf_allocator_t *allocator) {
   if (allocator->link == DEVBUF__EMBEDDED)
     devbuf_device_retain(allocator->device);
   else
-    atomic_fetch_add_explicit(&allocator->refs, 1, memory_order_relaxed);
+    devbuf__ref_retain(&allocator->refs);
   return allocator;
 }
 
@@ -43,7 +43,7 @@ void devbuf_allocator_release(devbuf_allocator_t *allocator) {
     devbuf_device_release(allocator->device);
     return;
   }
-  if (atomic_fetch_sub_explicit(&allocator->refs, 1, memory_order_acq_rel) == 1)
+  if (devbuf__ref_drop(&allocator->refs))
     devbuf__allocator_destroy(allocator);
 }
 

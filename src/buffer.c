@@ -11,7 +11,7 @@ devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_
     devbuf__storage_release(storage);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer handle");
   }
-  atomic_init(&buffer->refs, 1);
+  devbuf__ref_init(&buffer->refs, 1);
   buffer->handle_id = devbuf__next_id();
   buffer->storage = storage;
   buffer->offset = offset;
@@ -72,7 +72,7 @@ devbuf_status devbuf_buffer_view(devbuf_buffer_t *buffer, size_t offset, size_t 
                          "view(offset %zu, size %zu) is not a whole number of %s elements (%u bits each)", offset,
                          size, devbuf_dtype_name(buffer->dtype), bits);
   size_t count = elements_in(size, bits);
-  atomic_fetch_add_explicit(&buffer->storage->refs, 1, memory_order_relaxed);
+  devbuf__ref_retain(&buffer->storage->refs);
   return devbuf__buffer_wrap(buffer->storage, buffer->offset + offset, size, buffer->dtype, &count, 1, out_view);
 }
 
@@ -85,17 +85,17 @@ devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype,
   if (bytes != buffer->size)
     return devbuf__error(DEVBUF_SIZE_MISMATCH, "reshape to %zu bytes of %s from a %zu-byte buffer", bytes,
                          devbuf_dtype_name(dtype), buffer->size);
-  atomic_fetch_add_explicit(&buffer->storage->refs, 1, memory_order_relaxed);
+  devbuf__ref_retain(&buffer->storage->refs);
   return devbuf__buffer_wrap(buffer->storage, buffer->offset, bytes, dtype, shape, ndim, out_view);
 }
 
 devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer) {
-  if (buffer) atomic_fetch_add_explicit(&buffer->refs, 1, memory_order_relaxed);
+  if (buffer) devbuf__ref_retain(&buffer->refs);
   return buffer;
 }
 
 void devbuf_buffer_release(devbuf_buffer_t *buffer) {
-  if (!buffer || atomic_fetch_sub_explicit(&buffer->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!buffer || !devbuf__ref_drop(&buffer->refs)) return;
   devbuf__storage *storage = buffer->storage;
   if (atomic_load_explicit(&storage->open_accesses, memory_order_acquire)) { // close what this handle left open, so no record names it
     pthread_mutex_lock(&storage->lock);

@@ -15,7 +15,7 @@
 // detaches it when the wait is over, so that a watch firing later writes nothing.
 typedef struct gate {
   pthread_mutex_t lock;
-  atomic_size_t refs;                 // the worker's and the watch's
+  devbuf__refcount refs;              // the worker's and the watch's
   volatile uint32_t *word;            // NULL once detached
   uint32_t target;
 } gate;
@@ -84,7 +84,7 @@ void devbuf__cuda_event_release(devbuf_device_t *device, void *event) {
 // ---- waits for host-signalled events ---------------------------------------------------------
 
 static void gate_unref(gate *g) {
-  if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+  if (!devbuf__ref_drop(&g->refs)) return;
   pthread_mutex_destroy(&g->lock);
   devbuf__free(g);
 }
@@ -304,7 +304,7 @@ static devbuf_status run_wait(devbuf_device_t *device, cuda_queue *q, devbuf__wo
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event wait");
   }
   pthread_mutex_init(&g->lock, NULL);
-  atomic_init(&g->refs, 2);
+  devbuf__ref_init(&g->refs, 2);
   g->word = q->gate_word;
   g->target = ++q->gates;
   devbuf_status status = DEVBUF_OK;

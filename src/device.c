@@ -62,7 +62,7 @@ static devbuf_status embedded_allocator(devbuf_device_t *device, devbuf_memory_k
 static devbuf_status device_create(const backend_entry *entry, int index, devbuf_device_t **out) {
   devbuf_device_t *device = devbuf__calloc(1, sizeof *device);
   if (!device) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a device object");
-  atomic_init(&device->refs, 1);
+  devbuf__ref_init(&device->refs, 1);
   atomic_init(&device->mapped_bytes, 0);
   atomic_init(&device->pending_work, 0);
   atomic_init(&device->sync_waiters, 0);
@@ -111,7 +111,7 @@ devbuf_status devbuf_device_open(const char *spec, devbuf_device_t **out_device)
   pthread_mutex_lock(&registry_lock);
   for (devbuf_device_t *device = open_devices; device; device = device->next_open) {
     if (device->backend == entry->backend && device->index == index) {
-      atomic_fetch_add(&device->refs, 1);
+      devbuf__ref_retain(&device->refs);
       pthread_mutex_unlock(&registry_lock);
       *out_device = device;
       return DEVBUF_OK;
@@ -129,23 +129,18 @@ devbuf_status devbuf_device_open(const char *spec, devbuf_device_t **out_device)
 }
 
 devbuf_device_t *devbuf_device_retain(devbuf_device_t *device) {
-  if (device) atomic_fetch_add(&device->refs, 1);
+  if (device) devbuf__ref_retain(&device->refs);
   return device;
 }
 
 void devbuf_device_release(devbuf_device_t *device) {
   if (!device) return;
   // Dropping a reference that is not the last needs no lock (buffers do it constantly).
-  size_t refs = atomic_load_explicit(&device->refs, memory_order_relaxed);
-  while (refs > 1) {
-    if (atomic_compare_exchange_weak_explicit(&device->refs, &refs, refs - 1, memory_order_acq_rel,
-                                              memory_order_relaxed))
-      return;
-  }
+  if (devbuf__ref_drop_unless_last(&device->refs)) return;
   // The last one: the registry lock makes "drop it" and "find the device in the registry"
   // one step, so device_open never hands out a device that is being destroyed.
   pthread_mutex_lock(&registry_lock);
-  if (atomic_fetch_sub(&device->refs, 1) != 1) {
+  if (!devbuf__ref_drop(&device->refs)) {
     pthread_mutex_unlock(&registry_lock);
     return;
   }

@@ -13,7 +13,7 @@ devbuf_status devbuf_event_create(uint64_t initial, devbuf_event_t **out_event) 
   if (!out_event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_event is NULL");
   devbuf_event_t *event = devbuf__calloc(1, sizeof *event);
   if (!event) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event");
-  atomic_init(&event->refs, 1);
+  devbuf__ref_init(&event->refs, 1);
   atomic_init(&event->value, initial);
   devbuf__mutex_init(&event->lock);
   pthread_condattr_t attributes;
@@ -26,7 +26,7 @@ devbuf_status devbuf_event_create(uint64_t initial, devbuf_event_t **out_event) 
 }
 
 devbuf_event_t *devbuf_event_retain(devbuf_event_t *event) {
-  if (event) atomic_fetch_add_explicit(&event->refs, 1, memory_order_relaxed);
+  if (event) devbuf__ref_retain(&event->refs);
   return event;
 }
 
@@ -59,7 +59,7 @@ devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
 }
 
 void devbuf_event_release(devbuf_event_t *event) {
-  if (!event || atomic_fetch_sub_explicit(&event->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!event || !devbuf__ref_drop(&event->refs)) return;
   notify(event->watches, DEVBUF_CANCELLED);
   pthread_cond_destroy(&event->reached);
   pthread_mutex_destroy(&event->lock);

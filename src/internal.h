@@ -10,6 +10,7 @@
 #define DEVBUF_INTERNAL_H
 
 #include "devbuf.h"
+#include "refcount.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -32,6 +33,8 @@ void *devbuf__malloc(size_t size);
 void *devbuf__calloc(size_t count, size_t size);
 void *devbuf__realloc(void *pointer, size_t size);
 void devbuf__free(void *pointer);
+// A new id, never 0 and never handed out before in this process (ids.c).
+uint64_t devbuf__next_id(void);
 
 // ---- files (file_open.c) ----------------------------------------------------------------
 // Opens a regular file for reading (IO_ERROR naming what it is otherwise, without blocking
@@ -105,7 +108,7 @@ typedef struct devbuf__work devbuf__work;
 
 // A program built for a device (devbuf_program_build): the backend's object, shared.
 struct devbuf_program {
-  atomic_size_t refs;
+  devbuf__refcount refs;
   devbuf_device_t *device; // retained
   void *backend_program;   // the backend's cached build
 };
@@ -169,7 +172,7 @@ extern const devbuf__backend devbuf__backend_cuda;
 
 // ---- devices (device.c) -----------------------------------------------------------------
 struct devbuf_device {
-  atomic_size_t refs;                  // external references; 0 destroys (under registry lock)
+  devbuf__refcount refs;               // external references; 0 destroys (under registry lock)
   const devbuf__backend *backend;
   int index;                           // N of "kind:N"
   char spec[32];                       // canonical spec, e.g. "cpu"
@@ -233,7 +236,7 @@ typedef enum devbuf__device_link {
 } devbuf__device_link;
 
 struct devbuf_allocator {
-  atomic_size_t refs;
+  devbuf__refcount refs;
   const devbuf__allocator_ops *ops;
   devbuf_device_t *device;
   devbuf__device_link link;
@@ -297,7 +300,7 @@ typedef struct devbuf__host_access {
 } devbuf__host_access;
 
 typedef struct devbuf__storage {
-  atomic_size_t refs;                  // handles that use it
+  devbuf__refcount refs;               // handles that use it
   uint64_t id;                         // the storage id shared by all views
   devbuf_allocator_t *allocator;       // NULL for mapped files
   devbuf_device_t *device;             // retained
@@ -328,7 +331,7 @@ static inline bool devbuf__storage_host_accessible(const devbuf__storage *storag
 }
 
 struct devbuf_buffer {
-  atomic_size_t refs;
+  devbuf__refcount refs;
   uint64_t handle_id;
   devbuf__storage *storage;            // one reference held per handle
   size_t offset, size;                 // bytes within the storage
@@ -337,7 +340,6 @@ struct devbuf_buffer {
   size_t shape[DEVBUF_MAX_NDIM];
 };
 
-uint64_t devbuf__next_id(void);
 devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_device_t *device,
                                      size_t size, uint32_t flags, devbuf__storage **out);
 void devbuf__storage_release(devbuf__storage *storage);

@@ -15,7 +15,7 @@ typedef struct gate {
   const devbuf__opencl_api *cl;
   cl_event user;
   atomic_bool settled;
-  atomic_int refs; // the event's watch and the waiting worker
+  devbuf__refcount refs; // the event's watch and the waiting worker
 } gate;
 
 typedef struct opencl_queue {
@@ -31,7 +31,7 @@ static void gate_open(gate *g) {
 }
 
 static void gate_unref(gate *g) {
-  if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+  if (!devbuf__ref_drop(&g->refs)) return;
   g->cl->clReleaseEvent(g->user);
   devbuf__free(g);
 }
@@ -302,7 +302,7 @@ static devbuf_status enqueue_wait(devbuf_device_t *device, opencl_queue *q, devb
     return devbuf__opencl_error(code, "%s: clCreateUserEvent", device->spec);
   }
   atomic_init(&g->settled, false);
-  atomic_init(&g->refs, 2);
+  devbuf__ref_init(&g->refs, 2);
   pthread_mutex_lock(&q->lock);
   q->waiting = g;
   pthread_mutex_unlock(&q->lock);

@@ -16,19 +16,19 @@ devbuf_status devbuf_program_build(devbuf_device_t *device, const char *source, 
     devbuf__free(program);
     return status;
   }
-  atomic_init(&program->refs, 1);
+  devbuf__ref_init(&program->refs, 1);
   program->device = devbuf_device_retain(device);
   *out_program = program;
   return DEVBUF_OK;
 }
 
 devbuf_program_t *devbuf_program_retain(devbuf_program_t *program) {
-  if (program) atomic_fetch_add_explicit(&program->refs, 1, memory_order_relaxed);
+  if (program) devbuf__ref_retain(&program->refs);
   return program;
 }
 
 void devbuf_program_release(devbuf_program_t *program) {
-  if (!program || atomic_fetch_sub_explicit(&program->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!program || !devbuf__ref_drop(&program->refs)) return;
   devbuf_device_t *device = program->device;
   device->backend->program_release(device, program->backend_program);
   devbuf__free(program);

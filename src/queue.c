@@ -45,7 +45,7 @@ struct devbuf_queue {
   // Written by the worker for every group of items it retires.
   atomic_uint_least64_t completed;  // retired items
   char apart_from_completed[CACHE_LINE];
-  atomic_size_t refs;
+  devbuf__refcount refs;
   char failure_message[512];
 };
 
@@ -64,7 +64,7 @@ static devbuf__work *pool;
 static size_t pool_count;
 
 devbuf__work *devbuf__work_retain(devbuf__work *work) {
-  atomic_fetch_add_explicit(&work->refs, 1, memory_order_relaxed);
+  devbuf__ref_retain(&work->refs);
   return work;
 }
 
@@ -78,7 +78,7 @@ static void work_destroy(devbuf__work *work) {
 // Drops a reference; an item whose last reference goes is cleaned and, if it is a pooled
 // one, appended to *recycled (for one push to the pool) instead of being freed.
 static void work_unref(devbuf__work *work, devbuf__work **recycled) {
-  if (atomic_fetch_sub_explicit(&work->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!devbuf__ref_drop(&work->refs)) return;
   for (size_t i = 0; i < work->dep_count; i++) work_unref(work->deps[i].work, recycled);
   work->dep_count = 0;
   devbuf_event_release(work->event);
@@ -168,7 +168,7 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
     devbuf__mutex_init(&work->lock);
     pthread_cond_init(&work->completed, NULL);
   }
-  atomic_init(&work->refs, 1);
+  devbuf__ref_init(&work->refs, 1);
   atomic_init(&work->cancel, false);
   atomic_init(&work->done, false);
   atomic_init(&work->waiters, 0);
@@ -565,7 +565,7 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   devbuf_queue_t *queue = devbuf__calloc(1, sizeof *queue);
   if (!queue && device_queue) device->backend->queue_destroy(device, device_queue);
   if (!queue) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a queue");
-  atomic_init(&queue->refs, 1);
+  devbuf__ref_init(&queue->refs, 1);
   atomic_init(&queue->incoming, NULL);
   atomic_init(&queue->submitted, 0);
   atomic_init(&queue->worker_idle, false);
@@ -587,12 +587,12 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
 }
 
 devbuf_queue_t *devbuf_queue_retain(devbuf_queue_t *queue) {
-  if (queue) atomic_fetch_add_explicit(&queue->refs, 1, memory_order_relaxed);
+  if (queue) devbuf__ref_retain(&queue->refs);
   return queue;
 }
 
 void devbuf_queue_release(devbuf_queue_t *queue) {
-  if (!queue || atomic_fetch_sub_explicit(&queue->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!queue || !devbuf__ref_drop(&queue->refs)) return;
   pthread_mutex_lock(&queue->lock);
   queue->released = true;
   bool drained = atomic_load(&queue->completed) == atomic_load(&queue->submitted);

@@ -25,7 +25,7 @@ typedef struct devbuf__work_use {
 } devbuf__work_use;
 
 struct devbuf__work {
-  atomic_size_t refs;              // the queue's, plus one per dependent
+  devbuf__refcount refs;           // the queue's, plus one per dependent
   bool pooled;                     // a fixed-size item that returns to the pool
   devbuf__work_kind kind;
   devbuf_queue_t *queue;
@@ -74,7 +74,7 @@ typedef struct devbuf__event_watch {
 } devbuf__event_watch;
 
 struct devbuf_event {
-  atomic_size_t refs;
+  devbuf__refcount refs;
   pthread_mutex_t lock;
   pthread_cond_t reached;
   atomic_uint_least64_t value;

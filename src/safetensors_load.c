@@ -122,7 +122,7 @@ static devbuf_status load_views(devbuf_device_t *device, const char *path, devbu
   devbuf__storage *storage = mapping->storage;
   for (size_t i = 0; status == DEVBUF_OK && i < file->count; i++) {
     const devbuf__tensor_entry *entry = &file->entries[i];
-    atomic_fetch_add_explicit(&storage->refs, 1, memory_order_relaxed);
+    devbuf__ref_retain(&storage->refs);
     status = devbuf__buffer_wrap(storage, (size_t)(8 + header_size + entry->begin), (size_t)(entry->end - entry->begin),
                                  entry->dtype, entry->shape, entry->ndim, &file->buffers[i]);
     if (status == DEVBUF_OK && options->on_tensor) {

@@ -5,15 +5,11 @@
 // them and is ordered after it; the record and its tracker stay until that work is done.
 #include "hazard.h"
 
-static atomic_uint_least64_t id_counter = 1;
-
-uint64_t devbuf__next_id(void) { return atomic_fetch_add_explicit(&id_counter, 1, memory_order_relaxed); }
-
 devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_device_t *device, size_t size,
                                      uint32_t flags, devbuf__storage **out) {
   devbuf__storage *storage = devbuf__calloc(1, sizeof *storage);
   if (!storage) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer's storage record");
-  atomic_init(&storage->refs, 1);
+  devbuf__ref_init(&storage->refs, 1);
   atomic_init(&storage->state, DEVBUF__UNALLOCATED);
   atomic_init(&storage->hazard, NULL);
   atomic_init(&storage->open_accesses, 0);
@@ -60,7 +56,7 @@ static bool reusable_for_work(const devbuf__storage *storage) {
 }
 
 void devbuf__storage_release(devbuf__storage *storage) {
-  if (!storage || atomic_fetch_sub_explicit(&storage->refs, 1, memory_order_acq_rel) != 1) return;
+  if (!storage || !devbuf__ref_drop(&storage->refs)) return;
   while (storage->accesses) { // left open by handles that were released: close them
     devbuf__host_access *access = storage->accesses;
     storage->accesses = access->next;

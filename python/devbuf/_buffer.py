@@ -47,7 +47,8 @@ class Buffer:
 
     # ---- lifetime ----------------------------------------------------------------------
     def close(self, _release: Any = lib.devbuf_buffer_release) -> None:
-        """Drops this reference now (the buffer is unusable afterwards)."""
+        """Drops this reference now (the object is unusable afterwards; not while another
+        thread is using the same object)."""
         handle, self._handle = getattr(self, "_handle", None), None
         if handle:
             _release(handle)
