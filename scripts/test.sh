@@ -21,8 +21,11 @@ suite() {
   local name=$1 cc=$2 sanitize=$3 build_type=$4
   shift 4
   echo "== $name: build"
+  # The sanitizer suites also run the debug validators (DEVBUF_DEBUG_CHECKS).
+  local debug_checks=OFF
+  [ -n "$sanitize" ] && debug_checks=ON
   if ! CC=$cc cmake -S . -B "build/$name" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
-      -DDEVBUF_SANITIZE="$sanitize" >"$log_dir/$name.configure" 2>&1 ||
+      -DDEVBUF_SANITIZE="$sanitize" -DDEVBUF_DEBUG_CHECKS=$debug_checks >"$log_dir/$name.configure" 2>&1 ||
      ! cmake --build "build/$name" >"$log_dir/$name.build" 2>&1; then
     cat "$log_dir/$name.configure" "$log_dir/$name.build" 2>/dev/null | tail -40
     echo "== $name: BUILD FAILED"

@@ -12,7 +12,7 @@ static devbuf_status counting_alloc(void *context, size_t size, devbuf_memory_t 
   counts->held += size;
   if (counts->held > counts->peak_held) counts->peak_held = counts->held;
   counts->allocs++;
-  *out = (devbuf_memory_t){.host = (void *)(uintptr_t)address, .device = address, .size = size};
+  *out = (devbuf_memory_t){.host = NULL, .device = address, .size = size}; // no memory: the CPU may not touch it
   return DEVBUF_OK;
 }
 
@@ -28,7 +28,7 @@ static devbuf_status counting_reserve(void *context, size_t size, devbuf_memory_
   if (!counts->next_address) counts->next_address = FAKE_BASE;
   uint64_t address = counts->next_address;
   counts->next_address += (size + FAKE_ALIGNMENT - 1) & ~(FAKE_ALIGNMENT - 1);
-  *out = (devbuf_memory_t){.host = (void *)(uintptr_t)address, .device = address, .size = size};
+  *out = (devbuf_memory_t){.host = NULL, .device = address, .size = size}; // no memory: the CPU may not touch it
   return DEVBUF_OK;
 }
 

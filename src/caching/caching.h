@@ -90,6 +90,7 @@ typedef struct shard {
   csegment *idle_oldest, *idle_newest;
   csegment *growing[POOL_COUNT];    // growable mode: each pool's one segment, once made
   atomic_size_t free_blocks;        // read without the lock to skip empty shards
+  unsigned debug_steps;             // DEVBUF_DEBUG_CHECKS: changes since the last validation
   char pad[64];
 } shard;
 
@@ -250,6 +251,28 @@ static inline void tcache_add(atomic_uint_least64_t *counter, uint64_t delta) {
 }
 
 // Counts a block as the calling thread's and describes it in `out`.
+// ---- validate.c: debug validators and poison (DEVBUF_DEBUG_CHECKS builds; no-ops otherwise)
+#ifndef DEVBUF_DEBUG_CHECKS
+#define DEVBUF_DEBUG_CHECKS 0
+#endif
+#define POISON_HANDED_OUT 0xA5 // over blocks handed out (BUFFER_ZERO clears it after), but
+                               // not over bytes earlier work may still read (ordered ones)
+#define POISON_RELEASED 0xDD   // over every block taken back (not memory released in flight)
+#if DEVBUF_DEBUG_CHECKS
+// Checks one shard's trees, segments and blocks against each other; aborts on a mismatch.
+// Caller holds the shard's lock.
+void devbuf__caching_validate_shard(caching_allocator *self, shard *s);
+// Counts a change to the shard, validating it every 64th. Caller holds the shard's lock.
+void devbuf__caching_debug_step(caching_allocator *self, shard *s);
+// Every shard, and the free and idle byte figures against what the shards hold.
+void devbuf__caching_validate(caching_allocator *self);
+void devbuf__caching_poison(const cblock *block, uint8_t byte);
+#else
+static inline void devbuf__caching_debug_step(caching_allocator *self, shard *s) { (void)self, (void)s; }
+static inline void devbuf__caching_validate(caching_allocator *self) { (void)self; }
+static inline void devbuf__caching_poison(const cblock *block, uint8_t byte) { (void)block, (void)byte; }
+#endif
+
 static inline void caching_hand_out(caching_allocator *self, tcache *cache, cblock *block, devbuf_memory_t *out) {
   tcache_add(&cache->live, 1);
   tcache_add(&cache->active, block->size);

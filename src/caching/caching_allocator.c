@@ -301,7 +301,12 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const
   }
   cblock *block = NULL;
   devbuf_status status = alloc_shared(self, cache, requested, size, ordered, &block);
-  if (status == DEVBUF_OK) caching_hand_out(self, cache, block, out);
+  if (status == DEVBUF_OK) {
+    // Host allocations step around bytes released in flight; ordered ones may take them
+    // while earlier work still reads them: only the former are poisoned.
+    if (!ordered || !ordered->visit) devbuf__caching_poison(block, POISON_HANDED_OUT);
+    caching_hand_out(self, cache, block, out);
+  }
   if (max_buffers) atomic_fetch_sub(&self->admitting, 1);
   return status;
 }
@@ -327,6 +332,7 @@ static void count_release(caching_allocator *self, const cblock *block) {
 static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory) {
   caching_allocator *self = (caching_allocator *)base;
   cblock *block = memory->token;
+  devbuf__caching_poison(block, POISON_RELEASED);
   if (DEVBUF_LIKELY(devbuf__tcache_free(self, block))) return;
   count_release(self, block);
   if (DEVBUF_UNLIKELY(!atomic_load_explicit(&self->freed_any, memory_order_relaxed)))
@@ -424,6 +430,7 @@ static void caching_clear_cache(devbuf_allocator_t *base) {
   while (give_back_oldest(self)) {
   }
   devbuf__growable_shrink(self, true);
+  devbuf__caching_validate(self);
 }
 
 static void caching_destroy(devbuf_allocator_t *base) {

@@ -313,6 +313,7 @@ cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t si
     *out_refused = true;
     return NULL;
   }
+  devbuf__caching_debug_step(self, s);
   return block;
 }
 
@@ -338,4 +339,5 @@ void devbuf__pool_put(caching_allocator *self, shard *s, cblock *block) {
   }
   free_insert(self, s, block);
   devbuf__segment_check_idle(self, segment);
+  devbuf__caching_debug_step(self, s);
 }

@@ -102,6 +102,7 @@ static int by_serial(const void *a, const void *b) {
 }
 
 devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator, devbuf_allocator_snapshot_t **out) {
+  devbuf__caching_validate((caching_allocator *)allocator);
   caching_allocator *self = (caching_allocator *)allocator;
   picture *p = devbuf__calloc(1, sizeof *p);
   bool ok = p != NULL;

@@ -189,6 +189,7 @@ bool devbuf__tcache_alloc(caching_allocator *self, size_t requested, devbuf_memo
   atomic_store_explicit(&block->state, BLOCK_ACTIVE, memory_order_relaxed);
   bin_count_add(cache, bin, (uint32_t)-1);
   tcache_add(&cache->bin_hits, 1);
+  devbuf__caching_poison(block, POISON_HANDED_OUT); // binned blocks are never in flight
   caching_hand_out(self, cache, block, out);
   return true;
 }

@@ -1,0 +1,88 @@
+// The debug validators (a build with DEVBUF_DEBUG_CHECKS, as the sanitizer suites are):
+// memory handed out and taken back carries poison bytes, and a broken invariant of the
+// caching allocator aborts with its name instead of going on.
+#include "check.h"
+
+#include "../src/caching/caching.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if DEVBUF_DEBUG_CHECKS
+static devbuf_allocator_t *own_cpu_caching(devbuf_allocator_t **out_raw) {
+  devbuf_device_t *cpu = NULL;
+  devbuf_allocator_t *raw = NULL, *caching = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &cpu));
+  CHECK_OK(devbuf_device_raw_allocator(cpu, &raw));
+  devbuf_caching_options_t options = {.page_size = 4096, .memory_limit = 64 << 20}; // limits: no thread bins
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &caching));
+  devbuf_device_release(cpu);
+  *out_raw = raw;
+  return caching;
+}
+
+static bool all_bytes(const void *data, size_t size, unsigned char byte) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < size; i++)
+    if (p[i] != byte) return false;
+  return true;
+}
+
+static void test_poison_over_handed_out_and_released_memory(void) {
+  devbuf_allocator_t *raw = NULL, *caching = own_cpu_caching(&raw);
+  devbuf_memory_t a = {0}, b = {0};
+  CHECK_OK(devbuf_allocator_alloc(caching, 8192, &a));
+  CHECK(all_bytes(a.host, a.size, POISON_HANDED_OUT));
+  memset(a.host, 0x11, a.size);
+  void *kept = a.host; // the cache still holds these bytes after the free
+  devbuf_allocator_free(caching, &a);
+  CHECK(all_bytes(kept, 8192, POISON_RELEASED));
+  CHECK_OK(devbuf_allocator_alloc(caching, 8192, &b));
+  CHECK(b.host == kept);
+  CHECK(all_bytes(b.host, b.size, POISON_HANDED_OUT)); // not the 0x11 written before
+  devbuf_allocator_free(caching, &b);
+  devbuf_allocator_release(caching);
+  devbuf_allocator_release(raw);
+}
+
+static void test_broken_invariants_abort(void) {
+  fflush(NULL);
+  int pipe_ends[2];
+  CHECK(pipe(pipe_ends) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    dup2(pipe_ends[1], STDERR_FILENO);
+    devbuf_allocator_t *raw = NULL, *caching = own_cpu_caching(&raw);
+    devbuf_memory_t a = {0}, b = {0};
+    devbuf_allocator_alloc(caching, 4096, &a);
+    devbuf_allocator_alloc(caching, 4096, &b);
+    ((cblock *)a.token)->size += 512; // the blocks no longer tile their segment
+    devbuf_allocator_snapshot_t *snapshot = NULL;
+    devbuf_allocator_snapshot(caching, &snapshot); // validates first
+    _exit(0);                                      // not reached
+  }
+  close(pipe_ends[1]);
+  char text[512] = {0};
+  size_t used = 0;
+  ssize_t got;
+  while (used < sizeof text - 1 && (got = read(pipe_ends[0], text + used, sizeof text - 1 - used)) > 0)
+    used += (size_t)got;
+  close(pipe_ends[0]);
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+  CHECK(strstr(text, "caching allocator invariant broken: segment") != NULL);
+}
+#endif
+
+int main(void) {
+#if !DEVBUF_DEBUG_CHECKS
+  printf("SKIP: built without DEVBUF_DEBUG_CHECKS (the sanitizer suites of scripts/test.sh build with it)\n");
+  return SKIP_EXIT_CODE;
+#else
+  RUN(test_poison_over_handed_out_and_released_memory);
+  RUN(test_broken_invariants_abort);
+  return CHECK_EXIT();
+#endif
+}
