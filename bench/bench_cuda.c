@@ -6,7 +6,7 @@
 //   copies:     pinned host to device and back against the driver's own pinned copies, and
 //               pageable copyin (devbuf's staging) against pinned and the driver's pageable copy;
 //   load:       a weight file onto the device against read() of the file into pinned memory.
-#include "../src/cuda_backend.h"
+#include "../src/backend/cuda/cuda_backend.h"
 #include "bench.h"
 
 #include <stdio.h>

@@ -5,7 +5,7 @@
 //   copies:     devbuf copyin/copyout of 256 MiB of device memory against blocking
 //               clEnqueueWriteBuffer/ReadBuffer of the same bytes;
 //   queues:     small fills through a devbuf queue against the driver's own queue.
-#include "../src/opencl.h"
+#include "../src/backend/opencl/opencl.h"
 #include "bench.h"
 
 #include <stdio.h>

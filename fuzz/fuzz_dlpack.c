@@ -1,7 +1,7 @@
 // libFuzzer target: DLPack import of tensors whose every field comes from the input. An
 // import either refuses (and never calls the deleter) or yields a buffer whose bytes lie
 // inside the memory the tensor claims, and calls the deleter exactly once on release.
-#include "../src/dlpack_abi.h"
+#include "../src/interop/dlpack_abi.h"
 #include "devbuf.h"
 
 #include <stdint.h>

@@ -10,7 +10,7 @@
 #define DEVBUF_INTERNAL_H
 
 #include "devbuf.h"
-#include "refcount.h"
+#include "base/refcount.h"
 
 #include <pthread.h>
 #include <sched.h>

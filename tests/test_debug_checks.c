@@ -3,7 +3,7 @@
 // caching allocator aborts with its name instead of going on.
 #include "check.h"
 
-#include "../src/caching/caching.h"
+#include "../src/memory/caching/caching.h"
 
 #include <signal.h>
 #include <sys/wait.h>

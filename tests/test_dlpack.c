@@ -1,7 +1,7 @@
 // DLPack: exports describe the buffer exactly and hold their storage and host access until
 // the deleter; imports are zero-copy, refuse what they cannot represent without taking
 // ownership, and call the producer's deleter exactly once, on the last release.
-#include "../src/dlpack_abi.h"
+#include "../src/interop/dlpack_abi.h"
 #include "check.h"
 
 static devbuf_device_t *device;

@@ -4,8 +4,8 @@
 // out as a clean status with a message (or be absorbed: the workload still succeeds), leave
 // no allocation behind, and the next run without faults must work.
 #include "check.h"
-#include "../src/dlpack_abi.h"
-#include "../src/hazard.h"
+#include "../src/interop/dlpack_abi.h"
+#include "../src/core/hazard.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

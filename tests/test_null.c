@@ -3,7 +3,7 @@
 // a getter answers 0, NULL, false or its documented "none" value; retain and release of
 // NULL do nothing. Every public function is called here with NULL in every pointer it
 // takes, first with everything else NULL too, then with valid other arguments.
-#include "../src/dlpack_abi.h"
+#include "../src/interop/dlpack_abi.h"
 #include "check.h"
 
 #include <stdint.h>

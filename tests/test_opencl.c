@@ -3,7 +3,7 @@
 // failing its queue like a failing kernel. With `--expect-unavailable REASON`, it checks
 // instead that opencl:0 answers UNAVAILABLE naming REASON (run with no ICD loader, or with
 // an empty vendors folder).
-#include "../src/dlpack_abi.h"
+#include "../src/interop/dlpack_abi.h"
 #include "check.h"
 
 #include <stdint.h>

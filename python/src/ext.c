@@ -12,7 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "../../src/dlpack_abi.h"
+#include "../../src/interop/dlpack_abi.h"
 
 static const char versioned_name[] = "dltensor_versioned";
 static const char legacy_name[] = "dltensor";

@@ -1,0 +1,66 @@
+// The CUDA backend's shared pieces: the loaded driver API, the per-device state, errors.
+#ifndef DEVBUF_CUDA_BACKEND_H
+#define DEVBUF_CUDA_BACKEND_H
+
+#include "cuda_abi.h"
+#include "../../internal.h"
+
+// The driver's entry points, loaded and initialised (cuInit) on first use; NULL without a
+// usable driver, with the reason.
+const devbuf__cuda_api *devbuf__cuda_load(const char **out_reason);
+
+typedef struct devbuf__cuda_device {
+  const devbuf__cuda_api *cu;
+  CUdevice id;
+  CUcontext context; // the device's primary context
+  CUstream transfers; // copies outside queues
+  pthread_mutex_t builtins_lock;      // loading devbuf's kernels, on first need
+  int builtins_state;                 // 0 not tried, 1 loaded, -1 unavailable (under the lock)
+  CUmodule builtins;
+  CUfunction fill;
+  pthread_mutex_t staging_lock;       // the pinned staging pair below, one copy at a time
+  void *staging[2];                   // made on the first pageable copy that needs them
+  CUevent staged[2];                  // the device is done with staging[i]
+  pthread_mutex_t events_lock;
+  CUevent spare_events[256]; // events of retired work, for the next items (cuda_queue.c)
+  size_t spare_count;
+  pthread_mutex_t mappings_lock;      // the physical memory behind growable segments (cuda_vmm.c)
+  struct devbuf__cuda_mapping *mappings;
+} devbuf__cuda_device;
+
+static inline devbuf__cuda_device *devbuf__cuda_of(const devbuf_device_t *device) { return device->backend_state; }
+
+// Growable segments on CUDA's virtual memory management (cuda_vmm.c): the backend's
+// raw_reserve, raw_map, raw_unmap and raw_unreserve. UNSUPPORTED where the driver lacks it.
+devbuf_status devbuf__cuda_reserve(devbuf_device_t *device, size_t size, devbuf_memory_t *out);
+devbuf_status devbuf__cuda_map(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset,
+                               size_t size);
+void devbuf__cuda_unmap(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset, size_t size);
+void devbuf__cuda_unreserve(devbuf_device_t *device, const devbuf_memory_t *reservation);
+
+// Makes the device's context current on the calling thread (every entry point calls it).
+devbuf_status devbuf__cuda_enter(devbuf_device_t *device);
+// Sets an error naming what failed and the CUDA code and name; OUT_OF_MEMORY for
+// allocation failures, DEVICE_FAILURE otherwise.
+devbuf_status devbuf__cuda_error(const devbuf__cuda_api *cu, CUresult code, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+// Waits for everything enqueued on `stream` so far through a host function enqueued behind it.
+devbuf_status devbuf__cuda_wait(devbuf_device_t *device, CUstream stream, const char *what);
+
+// devbuf's kernels (cuda_builtins.cu), loaded on first use; NULL when this build has none
+// or the driver cannot load them for this GPU (callers then do without).
+CUfunction devbuf__cuda_fill_kernel(devbuf_device_t *device);
+
+// Queues and programs (cuda_queue.c).
+devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue);
+void devbuf__cuda_queue_destroy(devbuf_device_t *device, void *queue);
+devbuf_status devbuf__cuda_run(devbuf_device_t *device, void *queue, devbuf__work *work);
+devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue, devbuf__work **items, size_t count);
+void devbuf__cuda_event_release(devbuf_device_t *device, void *event);
+void devbuf__cuda_cancel_wait(devbuf_device_t *device, void *queue);
+devbuf_status devbuf__cuda_program_build(devbuf_device_t *device, const char *source, const char *options,
+                                         void **out_program);
+void devbuf__cuda_program_release(devbuf_device_t *device, void *program);
+devbuf_status devbuf__cuda_program_has_kernel(devbuf_device_t *device, void *program, const char *name);
+
+#endif

@@ -1,0 +1,68 @@
+// Copies out of file mappings that may fault. A mapped file that another process truncates
+// raises SIGBUS on access to its pages past the new end; devbuf's own reads of mapped
+// memory catch that and report IO_ERROR instead of taking the process down. The handler is
+// installed on the first guarded copy and passes every SIGBUS it does not own (another
+// thread's, another address) to the handler that was there before.
+#include "../internal.h"
+
+#include <setjmp.h>
+#include <signal.h>
+#include <string.h>
+
+typedef struct guard {
+  sigjmp_buf jump;
+  const char *low, *high; // the source range being read
+} guard;
+
+static _Thread_local guard *volatile current_guard __attribute__((tls_model("initial-exec")));
+static struct sigaction previous_action;
+static pthread_once_t install_once = PTHREAD_ONCE_INIT;
+static bool installed;
+
+static void on_sigbus(int signal_number, siginfo_t *info, void *context) {
+  guard *active = current_guard;
+  const char *address = info ? (const char *)info->si_addr : NULL;
+  if (active && address >= active->low && address < active->high) siglongjmp(active->jump, 1);
+  if (previous_action.sa_flags & SA_SIGINFO) {
+    if (previous_action.sa_sigaction) previous_action.sa_sigaction(signal_number, info, context);
+    return;
+  }
+  if (previous_action.sa_handler != SIG_DFL && previous_action.sa_handler != SIG_IGN) {
+    previous_action.sa_handler(signal_number);
+    return;
+  }
+  // The default action: the faulting access runs again and takes the process down as it
+  // would have without devbuf (an ignored SIGBUS from a fault cannot be ignored either).
+  signal(SIGBUS, SIG_DFL);
+}
+
+static void install(void) {
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_sigaction = on_sigbus;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  installed = sigaction(SIGBUS, &action, &previous_action) == 0;
+}
+
+devbuf_status devbuf__guarded_copy(void *dst, const void *src, size_t size, const char *what) {
+  if (!size) return DEVBUF_OK;
+  pthread_once(&install_once, install);
+  if (!installed) {
+    memcpy(dst, src, size);
+    return DEVBUF_OK;
+  }
+  guard here = {.low = src, .high = (const char *)src + size};
+  guard *outer = current_guard;
+  if (sigsetjmp(here.jump, 1)) { // the signal mask comes back with the jump
+    current_guard = outer;
+    return devbuf__error(DEVBUF_IO_ERROR, "%s: the file mapped at these %zu bytes ends before them (it was "
+                         "truncated while mapped)", what, size);
+  }
+  current_guard = &here;
+  atomic_signal_fence(memory_order_seq_cst);
+  devbuf__copy_bytes(dst, src, size);
+  atomic_signal_fence(memory_order_seq_cst);
+  current_guard = outer;
+  return DEVBUF_OK;
+}

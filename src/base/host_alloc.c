@@ -1,0 +1,59 @@
+// The one seam through which devbuf allocates host memory for its own bookkeeping (with the
+// program's hooks, when it set them), and the library's lock initialisation.
+#include "../internal.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static devbuf_host_memory_hooks_t hooks;
+static atomic_bool hooked; // read on every call: libc's functions unless set
+
+devbuf_status devbuf_set_host_memory_hooks(const devbuf_host_memory_hooks_t *new_hooks) {
+  if (!new_hooks) {
+    atomic_store(&hooked, false);
+    return DEVBUF_OK;
+  }
+  if (!new_hooks->malloc || !new_hooks->calloc || !new_hooks->realloc || !new_hooks->free)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "host memory hooks need malloc, calloc, realloc and free (%s is NULL)",
+                         !new_hooks->malloc ? "malloc" : !new_hooks->calloc ? "calloc"
+                                                       : !new_hooks->realloc ? "realloc" : "free");
+  atomic_store(&hooked, false); // no call uses `hooks` while it changes (single-threaded by contract)
+  hooks = *new_hooks;
+  atomic_store(&hooked, true);
+  return DEVBUF_OK;
+}
+
+void *devbuf__malloc(size_t size) {
+  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.malloc(hooks.ctx, size) : malloc(size);
+}
+void *devbuf__calloc(size_t count, size_t size) {
+  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.calloc(hooks.ctx, count, size)
+                                                              : calloc(count, size);
+}
+void *devbuf__realloc(void *pointer, size_t size) {
+  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.realloc(hooks.ctx, pointer, size)
+                                                              : realloc(pointer, size);
+}
+void devbuf__free(void *pointer) {
+  if (atomic_load_explicit(&hooked, memory_order_acquire))
+    hooks.free(hooks.ctx, pointer);
+  else
+    free(pointer);
+}
+
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+static pthread_mutexattr_t adaptive;
+static pthread_once_t adaptive_once = PTHREAD_ONCE_INIT;
+
+static void make_adaptive(void) {
+  pthread_mutexattr_init(&adaptive);
+  pthread_mutexattr_settype(&adaptive, PTHREAD_MUTEX_ADAPTIVE_NP);
+}
+
+void devbuf__mutex_init(pthread_mutex_t *mutex) {
+  pthread_once(&adaptive_once, make_adaptive);
+  pthread_mutex_init(mutex, &adaptive);
+}
+#else
+void devbuf__mutex_init(pthread_mutex_t *mutex) { pthread_mutex_init(mutex, NULL); }
+#endif

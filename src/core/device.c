@@ -1,0 +1,206 @@
+// Devices: spec parsing, the registry of open devices (one per spec), and lifetime.
+#include "../internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t registry_lock = DEVBUF__MUTEX_INITIALIZER;
+static devbuf_device_t *open_devices;
+
+typedef struct backend_entry {
+  const char *prefix;
+  devbuf_device_kind kind;
+  const devbuf__backend *backend; // NULL while the backend is not part of this build
+} backend_entry;
+
+static const backend_entry known_backends[] = {
+    {"cpu", DEVBUF_DEVICE_CPU, &devbuf__backend_cpu},
+    {"opencl", DEVBUF_DEVICE_OPENCL, &devbuf__backend_opencl},
+    {"cuda", DEVBUF_DEVICE_CUDA, &devbuf__backend_cuda},
+};
+
+// Splits "kind[:N]" into its backend entry and index.
+static devbuf_status parse_spec(const char *spec, const backend_entry **out_entry, int *out_index) {
+  if (!spec) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device spec is NULL");
+  size_t kind_length = strcspn(spec, ":");
+  const backend_entry *entry = NULL;
+  for (size_t i = 0; i < sizeof known_backends / sizeof known_backends[0]; i++) {
+    if (strlen(known_backends[i].prefix) == kind_length &&
+        strncmp(spec, known_backends[i].prefix, kind_length) == 0)
+      entry = &known_backends[i];
+  }
+  if (!entry)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "device spec '%.64s' names no device kind (expected cpu, opencl:N or cuda:N)", spec);
+  long index = 0;
+  if (spec[kind_length] == ':') {
+    const char *digits = spec + kind_length + 1;
+    char *end = NULL;
+    errno = 0;
+    if (*digits < '0' || *digits > '9')
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device spec '%.64s': index is not a number", spec);
+    index = strtol(digits, &end, 10);
+    if (errno || *end != '\0' || index > 1000000)
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device spec '%.64s': bad index", spec);
+  }
+  *out_entry = entry;
+  *out_index = (int)index;
+  return DEVBUF_OK;
+}
+
+// A caching allocator of one kind of memory, part of the device.
+static devbuf_status embedded_allocator(devbuf_device_t *device, devbuf_memory_kind kind, devbuf_allocator_t **out) {
+  devbuf_allocator_t *raw = NULL;
+  devbuf_status status = devbuf__raw_allocator_create(device, kind, true, &raw);
+  if (status != DEVBUF_OK) return status;
+  devbuf_caching_options_t no_limits = {0};
+  return devbuf__caching_allocator_create(raw, &no_limits, DEVBUF__EMBEDDED, out);
+}
+
+static devbuf_status device_create(const backend_entry *entry, int index, devbuf_device_t **out) {
+  devbuf_device_t *device = devbuf__calloc(1, sizeof *device);
+  if (!device) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a device object");
+  devbuf__ref_init(&device->refs, 1);
+  atomic_init(&device->mapped_bytes, 0);
+  atomic_init(&device->pending_work, 0);
+  atomic_init(&device->sync_waiters, 0);
+  devbuf__mutex_init(&device->work_lock);
+  atomic_init(&device->submit_lock.held, false);
+  pthread_cond_init(&device->work_idle, NULL);
+  device->backend = entry->backend;
+  device->index = index;
+  if (entry->kind == DEVBUF_DEVICE_CPU)
+    snprintf(device->spec, sizeof device->spec, "cpu");
+  else
+    snprintf(device->spec, sizeof device->spec, "%s:%d", entry->prefix, index);
+  devbuf_status status = entry->backend->open(device, index);
+  if (status != DEVBUF_OK) {
+    devbuf__free(device);
+    return status;
+  }
+  status = embedded_allocator(device, DEVBUF_MEMORY_DEVICE, &device->allocator);
+  device->host_allocator = device->allocator;
+  if (status == DEVBUF_OK && !device->host_accessible)
+    status = embedded_allocator(device, DEVBUF_MEMORY_HOST_VISIBLE, &device->host_allocator);
+  device->managed_allocator = device->host_accessible ? device->allocator : NULL;
+  if (status == DEVBUF_OK && device->managed_memory)
+    status = embedded_allocator(device, DEVBUF_MEMORY_MANAGED, &device->managed_allocator);
+  if (status != DEVBUF_OK) {
+    if (device->host_allocator && device->host_allocator != device->allocator)
+      devbuf__allocator_destroy(device->host_allocator);
+    if (device->allocator) devbuf__allocator_destroy(device->allocator);
+    if (entry->backend->close) entry->backend->close(device);
+    devbuf__free(device);
+    return status;
+  }
+  *out = device;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_device_open(const char *spec, devbuf_device_t **out_device) {
+  const backend_entry *entry = NULL;
+  int index = 0;
+  if (!out_device) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_device is NULL");
+  devbuf_status status = parse_spec(spec, &entry, &index);
+  if (status != DEVBUF_OK) return status;
+  if (!entry->backend)
+    return devbuf__error(DEVBUF_UNAVAILABLE, "%s: the %s backend is not part of this build", spec,
+                         entry->prefix);
+  pthread_mutex_lock(&registry_lock);
+  for (devbuf_device_t *device = open_devices; device; device = device->next_open) {
+    if (device->backend == entry->backend && device->index == index) {
+      devbuf__ref_retain(&device->refs);
+      pthread_mutex_unlock(&registry_lock);
+      *out_device = device;
+      return DEVBUF_OK;
+    }
+  }
+  devbuf_device_t *device = NULL;
+  status = device_create(entry, index, &device);
+  if (status == DEVBUF_OK) {
+    device->next_open = open_devices;
+    open_devices = device;
+    *out_device = device;
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return status;
+}
+
+devbuf_device_t *devbuf_device_retain(devbuf_device_t *device) {
+  if (device) devbuf__ref_retain(&device->refs);
+  return device;
+}
+
+void devbuf_device_release(devbuf_device_t *device) {
+  if (!device) return;
+  // Dropping a reference that is not the last needs no lock (buffers do it constantly).
+  if (devbuf__ref_drop_unless_last(&device->refs)) return;
+  // The last one: the registry lock makes "drop it" and "find the device in the registry"
+  // one step, so device_open never hands out a device that is being destroyed.
+  pthread_mutex_lock(&registry_lock);
+  if (!devbuf__ref_drop(&device->refs)) {
+    pthread_mutex_unlock(&registry_lock);
+    return;
+  }
+  for (devbuf_device_t **link = &open_devices; *link; link = &(*link)->next_open) {
+    if (*link == device) {
+      *link = device->next_open;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+  if (device->managed_allocator && device->managed_allocator != device->allocator)
+    devbuf__allocator_destroy(device->managed_allocator);
+  if (device->host_allocator != device->allocator) devbuf__allocator_destroy(device->host_allocator);
+  devbuf__allocator_destroy(device->allocator);
+  if (device->backend->close) device->backend->close(device);
+  pthread_cond_destroy(&device->work_idle);
+  pthread_mutex_destroy(&device->work_lock);
+  devbuf__free(device);
+}
+
+devbuf_device_kind devbuf_device_kind_of(const devbuf_device_t *device) {
+  return device ? device->backend->kind : (devbuf_device_kind)0;
+}
+const char *devbuf_device_spec(const devbuf_device_t *device) { return device ? device->spec : NULL; }
+const char *devbuf_device_name(const devbuf_device_t *device) { return device ? device->name : NULL; }
+size_t devbuf_device_page_size(const devbuf_device_t *device) { return device ? device->page_size : 0; }
+devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device) { return device ? device->allocator : NULL; }
+
+devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device, devbuf_memory_kind kind) {
+  if (!device) return NULL;
+  switch (kind) {
+  case DEVBUF_MEMORY_DEVICE: return device->allocator;
+  case DEVBUF_MEMORY_HOST_VISIBLE: return device->host_allocator;
+  case DEVBUF_MEMORY_MANAGED: return device->managed_allocator;
+  }
+  return NULL;
+}
+
+devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_info_t *out_info) {
+  if (!device || !out_info) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device_info: device and out_info are required");
+  *out_info = (devbuf_device_info_t){
+      .name = device->name,
+      .version = device->version,
+      .global_memory = device->global_memory,
+      .max_allocation = device->max_allocation,
+      .alignment = device->alignment,
+      .host_unified = device->unified_memory,
+      .svm_capabilities = device->svm_capabilities,
+  };
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_device_synchronize(devbuf_device_t *device) {
+  if (!device) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device is NULL");
+  if (atomic_load(&device->pending_work)) {
+    pthread_mutex_lock(&device->work_lock);
+    atomic_fetch_add(&device->sync_waiters, 1);
+    while (atomic_load(&device->pending_work)) pthread_cond_wait(&device->work_idle, &device->work_lock);
+    atomic_fetch_sub(&device->sync_waiters, 1);
+    pthread_mutex_unlock(&device->work_lock);
+  }
+  return device->backend->synchronize ? device->backend->synchronize(device) : DEVBUF_OK;
+}

@@ -1,0 +1,103 @@
+// The hazard tracker: which submitted work uses which bytes of a piece of
+// memory. One tracker per storage, made on its first submission; it stays with the memory
+// when the storage is released while work still runs, so that reuse is ordered after it.
+#ifndef DEVBUF_HAZARD_H
+#define DEVBUF_HAZARD_H
+
+#include "../internal.h"
+
+typedef struct devbuf__work devbuf__work;
+typedef struct devbuf__segment devbuf__segment;
+
+// Work of another queue that a work item must wait for. Work submitted through the same
+// storage is a data dependency: if it fails, what reads or overwrites its bytes fails too.
+// Work of an earlier owner of reused memory (a storage's inherited work) is ordering only:
+// its outcome belongs to its own queue and events, never to the next owner of the memory.
+typedef struct devbuf__dep {
+  devbuf__work *work; // retained
+  bool order_only;
+} devbuf__dep;
+
+// One use of the memory by one submitted work item.
+typedef struct devbuf__record {
+  devbuf__work *work;
+  devbuf__segment *segment;            // the records of the work's queue
+  size_t offset, size;                 // bytes of the memory
+  bool write;
+  struct devbuf__record *newer, *older;
+} devbuf__record;
+
+// The in-flight records of one queue, newest first, reads and writes apart: a read only
+// has to look among writes. Work of one queue runs in order, so only the newest
+// conflicting record of a queue matters. Each list also keeps the byte range its records
+// have covered since it was last empty, so that disjoint views are told apart at once.
+typedef struct devbuf__record_list {
+  devbuf__record *newest;
+  size_t count;
+  size_t low, high;                    // covered bytes [low, high) (never shrinks while count > 0)
+} devbuf__record_list;
+
+struct devbuf__segment {
+  devbuf_queue_t *queue;
+  devbuf__record_list reads, writes;
+  devbuf__segment *next;
+};
+
+// What every submission and retirement touches comes first, in one cache line.
+typedef struct devbuf__hazard {
+  devbuf__spinlock lock;               // every submission takes it for each use: kept cheap
+  devbuf__segment *segments;           // a queue's stays while empty: queues come back
+  size_t records;
+  size_t waiters;
+  pthread_mutex_t sleep_lock;          // with `progress`: where waiters sleep (taken after `lock`)
+  pthread_cond_t progress;             // broadcast when records complete and someone waits
+  void (*on_idle)(void *ctx);          // called once, unlocked, when records reach zero
+  void *idle_ctx;
+} devbuf__hazard;
+
+devbuf__hazard *devbuf__hazard_create(void);
+void devbuf__hazard_destroy(devbuf__hazard *hazard);
+
+// Caller holds hazard->lock for the following.
+// Whether a record conflicts with an access to [offset, offset + size): a write access
+// conflicts with every overlapping record, a read access with overlapping writes.
+bool devbuf__hazard_conflicts(const devbuf__hazard *hazard, size_t offset, size_t size, bool write);
+// Whether any record overlaps the range.
+bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size);
+// Blocks until some record completes (the lock is released while waiting).
+void devbuf__hazard_wait_progress(devbuf__hazard *hazard);
+// Wakes the threads in devbuf__hazard_wait_progress, if any; the caller holds the lock.
+void devbuf__hazard_wake_locked(devbuf__hazard *hazard);
+// Adds `record` for work on `queue` and appends to `deps` the newest conflicting record's
+// work of every other queue (data dependencies). False when no host memory is left.
+bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue,
+                        devbuf__dep **deps, size_t *dep_count, size_t *dep_capacity);
+
+// Appends to `works` (retained, once each) the newest work of each queue whose records
+// overlap [offset, offset + size): what must complete before anything else uses those
+// bytes. False when no host memory is left.
+bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size, devbuf__work ***works,
+                            size_t *count, size_t *capacity);
+// Appends `work` to `deps` (retained) unless it is there already; a data dependency wins
+// over an ordering-only one. False when no host memory is left.
+bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__work *work, bool order_only);
+
+// Work items seen from the tracker (queue.c): retain and release, completion, and a wait.
+devbuf__work *devbuf__work_retain(devbuf__work *work);
+void devbuf__work_release(devbuf__work *work);
+// Frees the work items kept for reuse (and their dependency lists): for tests that count
+// every host allocation.
+void devbuf__work_pool_trim(void);
+bool devbuf__work_done(const devbuf__work *work);
+void devbuf__work_wait(devbuf__work *work);
+
+// Removes a completed record; caller holds the lock. When the last record goes and an idle
+// callback is armed, it is disarmed and handed out: the caller calls it after unlocking.
+// Caller also wakes waiters (devbuf__hazard_wake_locked) once done removing.
+void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record, void (**out_on_idle)(void *),
+                                  void **out_idle_ctx);
+// Takes the lock itself: removes a record, wakes waiters, may call on_idle (after
+// unlocking), so the hazard may be gone when this returns.
+void devbuf__hazard_remove(devbuf__hazard *hazard, devbuf__record *record);
+
+#endif // DEVBUF_HAZARD_H

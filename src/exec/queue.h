@@ -1,0 +1,102 @@
+// Queues, work items and events. A work item carries everything it needs to run
+// (addresses computed at submission, scalars copied), the hazard records of its uses and
+// the work of other queues it must wait for.
+#ifndef DEVBUF_QUEUE_H
+#define DEVBUF_QUEUE_H
+
+#include "../core/hazard.h"
+
+typedef enum devbuf__work_kind {
+  DEVBUF__WORK_KERNEL,
+  DEVBUF__WORK_FILL,
+  DEVBUF__WORK_COPY,
+  DEVBUF__WORK_SIGNAL,
+  DEVBUF__WORK_WAIT,
+  DEVBUF__WORK_LAUNCH, // a device program's kernel
+} devbuf__work_kind;
+
+// One use of a work item: its record in the memory's tracker and its address.
+typedef struct devbuf__work_use {
+  devbuf__record record;
+  devbuf__hazard *hazard;   // NULL for zero-length uses
+  devbuf_memory_t memory;        // a copy: the memory outlives the item, but the storage
+                                 // record holding it may be handed on while the item waits
+  size_t offset, size;           // the view's bytes within it
+} devbuf__work_use;
+
+struct devbuf__work {
+  devbuf__refcount refs;           // the queue's, plus one per dependent
+  bool pooled;                     // a fixed-size item that returns to the pool
+  devbuf__work_kind kind;
+  devbuf_queue_t *queue;
+  struct devbuf__work *next;       // the queue's FIFO
+  pthread_mutex_t lock;            // with `completed`: dependents that block
+  pthread_cond_t completed;
+  atomic_bool done;                // set (release) once retired; status is final then
+  atomic_size_t waiters;           // threads blocked on `completed`
+  devbuf_status status;
+  atomic_bool cancel;              // a WAIT item is asked to stop waiting
+  void *_Atomic device_event;      // device queues: the driver's event once enqueued (run)
+  devbuf_device_t *event_device;   // ... and its device (retained), which releases it
+  devbuf__dep *deps;               // released once waited for
+  size_t dep_count, dep_capacity;
+  devbuf_cpu_kernel_fn kernel;
+  devbuf_event_t *event;           // SIGNAL and WAIT (retained)
+  uint64_t value;
+  void *scalars;                   // copied (kernel scalars, fill pattern; launch arguments)
+  size_t scalars_size;
+  devbuf_program_t *program;       // LAUNCH (retained)
+  const char *kernel_name;         // LAUNCH: inside `scalars`, after the arguments
+  devbuf_launch_t launch;          // LAUNCH
+  size_t arg_count;                // LAUNCH: sizes at `scalars`, then the bytes of each
+  size_t use_count;
+  devbuf__work_use uses[];
+};
+
+// Waits for the work of other queues that `work` depends on, then lets go of it (so that
+// finished work never keeps a chain of older work alive). A dependency already enqueued on
+// a device (its device_event set) is offered to `on_device` first, which answers true when
+// the device will wait for it; the rest is waited for on the host. DEVICE_FAILURE if a data
+// dependency failed (one that only orders reused memory after its previous owner's work
+// does not pass its failure on).
+devbuf_status devbuf__work_wait_deps(devbuf__work *work,
+                                     bool (*on_device)(void *context, const devbuf__dep *dep, void *event),
+                                     void *context);
+
+// A callback for when an event reaches a value: OK then, or the event's failure (or
+// CANCELLED when the event goes first). Lets device queues wait for host signals on the
+// device (OpenCL user events) instead of on a thread.
+typedef struct devbuf__event_watch {
+  uint64_t value;
+  void (*reached)(void *context, devbuf_status status);
+  void *context;
+  struct devbuf__event_watch *next;
+} devbuf__event_watch;
+
+struct devbuf_event {
+  devbuf__refcount refs;
+  pthread_mutex_t lock;
+  pthread_cond_t reached;
+  atomic_uint_least64_t value;
+  size_t waiters;                  // under lock
+  devbuf_status failure;           // under lock; OK while healthy
+  char message[256];
+  devbuf__event_watch *watches;    // under lock
+};
+
+// Calls `reached` once the event reaches `value` (at once if it has), or fails.
+devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
+                                        void (*reached)(void *context, devbuf_status status), void *context);
+
+// Raises the value (never lowers it) and wakes waiters.
+void devbuf__event_raise(devbuf_event_t *event, uint64_t value);
+// Marks the event failed with a status and message; every wait returns them from now on.
+void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char *message);
+// How a queue's wait for an event value ended once the device let it through: CANCELLED
+// when cancel opened it, OK when the value was reached, else the event's failure.
+devbuf_status devbuf__wait_outcome(devbuf__work *work);
+// Waits for `value` while `*cancel` stays false (NULL: never cancelled).
+devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
+                                 const atomic_bool *cancel);
+
+#endif // DEVBUF_QUEUE_H

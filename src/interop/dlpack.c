@@ -1,0 +1,279 @@
+// DLPack interop: buffers leave as DLManagedTensor(Versioned) holding their storage and a
+// host access; foreign tensors arrive as buffers whose last release calls the producer's
+// deleter.
+#include "dlpack_abi.h"
+#include "../internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+// ---- export ------------------------------------------------------------------------------
+
+// One allocation holds the tensor handed out and everything it points to.
+typedef struct export_record {
+  union {
+    DLManagedTensorVersioned versioned;
+    DLManagedTensor legacy;
+  } tensor;
+  devbuf_buffer_t *buffer; // a handle of our own keeps the storage alive
+  const void *access;      // the host access to end, or NULL
+  int64_t shape[DEVBUF_MAX_NDIM], strides[DEVBUF_MAX_NDIM];
+} export_record;
+
+static void export_finish(export_record *record) {
+  if (record->access) devbuf_buffer_end_access(record->buffer, record->access);
+  devbuf_buffer_release(record->buffer);
+  devbuf__free(record);
+}
+
+static void delete_versioned(DLManagedTensorVersioned *tensor) {
+  if (tensor) export_finish(tensor->manager_ctx);
+}
+
+static void delete_legacy(DLManagedTensor *tensor) {
+  if (tensor) export_finish(tensor->manager_ctx);
+}
+
+static int32_t dl_device_type(const devbuf_device_t *device) {
+  switch (devbuf_device_kind_of(device)) {
+  case DEVBUF_DEVICE_OPENCL:
+    return DEVBUF_DL_OPENCL;
+  case DEVBUF_DEVICE_CUDA:
+    return DEVBUF_DL_CUDA;
+  case DEVBUF_DEVICE_CPU:
+  default:
+    return DEVBUF_DL_CPU;
+  }
+}
+
+// Fills the DLTensor of `record` for `buffer`, opening the host access it holds.
+static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export_record *record, DLTensor *out,
+                                 bool *out_read_only) {
+  if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: buffer is NULL");
+  if (flags & ~(uint32_t)DEVBUF_DLPACK_READ_ONLY)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: unknown flags 0x%x",
+                         flags & ~(unsigned)DEVBUF_DLPACK_READ_ONLY);
+  devbuf_status status = devbuf_buffer_ensure_allocated(buffer);
+  if (status != DEVBUF_OK) return status;
+  devbuf__storage *storage = buffer->storage;
+  bool read_only = (flags & DEVBUF_DLPACK_READ_ONLY) || storage->read_only;
+  bool host = devbuf__storage_host_accessible(storage);
+  if (host && buffer->size) {
+    if (read_only) {
+      status = devbuf_buffer_contents_wait(buffer, &record->access, NULL);
+    } else {
+      void *data = NULL;
+      status = devbuf_buffer_contents_mut_wait(buffer, &data, NULL);
+      record->access = data;
+    }
+    if (status != DEVBUF_OK) return status;
+  }
+  record->buffer = devbuf_buffer_retain(buffer);
+  uint8_t code, bits;
+  devbuf_dtype_dlpack(buffer->dtype, &code, &bits);
+  int64_t stride = 1;
+  for (size_t d = buffer->ndim; d-- > 0;) {
+    record->shape[d] = (int64_t)buffer->shape[d];
+    record->strides[d] = stride;
+    stride *= (int64_t)buffer->shape[d];
+  }
+  // DLPack wants the allocation's address with the view's offset apart.
+  *out = (DLTensor){
+      // A device tensor's data is the driver's handle (a cl_mem), even for memory the CPU
+      // can also address: that is what consumers of the device type expect.
+      .data = storage->device->host_accessible ? storage->memory.host : (void *)(uintptr_t)storage->memory.device,
+      .device = {dl_device_type(storage->device), storage->device->index},
+      .ndim = (int32_t)buffer->ndim,
+      .dtype = {code, bits, 1},
+      .shape = record->shape,
+      .strides = record->strides,
+      .byte_offset = storage->memory.offset + buffer->offset, // a block of a segment's cl_mem on OpenCL
+  };
+  *out_read_only = read_only;
+  return DEVBUF_OK;
+}
+
+// A record with its tensor (the versioned or the legacy one) filled in for `buffer`.
+static devbuf_status export_new(devbuf_buffer_t *buffer, uint32_t flags, bool versioned, export_record **out_record,
+                                bool *out_read_only) {
+  *out_record = NULL;
+  if (!versioned && buffer && buffer->storage->read_only)
+    return devbuf__error(DEVBUF_READ_ONLY, "dlpack export: buffer %llu is read-only and a legacy DLManagedTensor "
+                         "cannot say so; use devbuf_buffer_to_dlpack_versioned",
+                         (unsigned long long)buffer->handle_id);
+  export_record *record = devbuf__calloc(1, sizeof *record);
+  if (!record) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "dlpack export: no host memory for a tensor record");
+  DLTensor *tensor = versioned ? &record->tensor.versioned.dl_tensor : &record->tensor.legacy.dl_tensor;
+  devbuf_status status = export_fill(buffer, flags, record, tensor, out_read_only);
+  if (status != DEVBUF_OK) {
+    devbuf__free(record);
+    return status;
+  }
+  *out_record = record;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_t flags,
+                                                struct DLManagedTensorVersioned **out_tensor) {
+  if (!out_tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
+  *out_tensor = NULL;
+  export_record *record;
+  bool read_only = false;
+  devbuf_status status = export_new(buffer, flags, true, &record, &read_only);
+  if (status != DEVBUF_OK) return status;
+  DLManagedTensorVersioned *tensor = &record->tensor.versioned;
+  tensor->version = (DLPackVersion){DEVBUF_DLPACK_MAJOR, DEVBUF_DLPACK_MINOR};
+  tensor->manager_ctx = record;
+  tensor->deleter = delete_versioned;
+  tensor->flags = read_only ? DEVBUF_DL_FLAG_READ_ONLY : 0;
+  *out_tensor = tensor;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags, struct DLManagedTensor **out_tensor) {
+  if (!out_tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
+  *out_tensor = NULL;
+  export_record *record;
+  bool read_only = false;
+  devbuf_status status = export_new(buffer, flags, false, &record, &read_only);
+  if (status != DEVBUF_OK) return status;
+  record->tensor.legacy.manager_ctx = record;
+  record->tensor.legacy.deleter = delete_legacy;
+  *out_tensor = &record->tensor.legacy;
+  return DEVBUF_OK;
+}
+
+// ---- import ------------------------------------------------------------------------------
+
+static void release_versioned(devbuf__storage *storage) {
+  DLManagedTensorVersioned *tensor = storage->external;
+  if (tensor->deleter) tensor->deleter(tensor);
+}
+
+static void release_legacy(devbuf__storage *storage) {
+  DLManagedTensor *tensor = storage->external;
+  if (tensor->deleter) tensor->deleter(tensor);
+}
+
+static devbuf_status import_dtype(DLDataType type, devbuf_dtype *out) {
+  if (type.lanes != 1)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: %u lanes per element; devbuf reads 1",
+                         (unsigned)type.lanes);
+  for (int d = 0; d < DEVBUF_DTYPE_COUNT; d++) {
+    uint8_t code, bits;
+    devbuf_dtype_dlpack((devbuf_dtype)d, &code, &bits);
+    if (code == type.code && bits == type.bits) {
+      *out = (devbuf_dtype)d;
+      return DEVBUF_OK;
+    }
+  }
+  return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: no devbuf dtype has DLPack code %u with %u bits",
+                       (unsigned)type.code, (unsigned)type.bits);
+}
+
+static devbuf_status import_device(DLDevice where, devbuf_device_t **out) {
+  char spec[48];
+  switch (where.device_type) {
+  case DEVBUF_DL_CPU:
+  case DEVBUF_DL_CUDA_HOST: // pinned host memory: the CPU reads it directly
+    snprintf(spec, sizeof spec, "cpu");
+    break;
+  case DEVBUF_DL_CUDA:
+    snprintf(spec, sizeof spec, "cuda:%d", (int)where.device_id);
+    break;
+  case DEVBUF_DL_OPENCL:
+    snprintf(spec, sizeof spec, "opencl:%d", (int)where.device_id);
+    break;
+  default:
+    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: device type %d (id %d) is not one devbuf opens",
+                         (int)where.device_type, (int)where.device_id);
+  }
+  if (where.device_id < 0 || (where.device_type == DEVBUF_DL_CPU && where.device_id != 0))
+    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: device type %d has no device %d",
+                         (int)where.device_type, (int)where.device_id);
+  return devbuf_device_open(spec, out);
+}
+
+// Checks `tensor` and wraps its memory; on success the storage owns the producer's tensor.
+static devbuf_status import_tensor(const DLTensor *tensor, bool read_only, void (*release)(devbuf__storage *),
+                                   void *managed, devbuf_buffer_t **out_buffer) {
+  if (!out_buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: out_buffer is NULL");
+  *out_buffer = NULL;
+  if (tensor->ndim < 0 || tensor->ndim > DEVBUF_MAX_NDIM)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: ndim %d outside 0..%d", (int)tensor->ndim,
+                         DEVBUF_MAX_NDIM);
+  if (tensor->ndim && !tensor->shape)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: ndim %d without a shape", (int)tensor->ndim);
+  devbuf_dtype dtype = DEVBUF_UINT8;
+  devbuf_status status = import_dtype(tensor->dtype, &dtype);
+  if (status != DEVBUF_OK) return status;
+  size_t shape[DEVBUF_MAX_NDIM];
+  bool empty = false;
+  for (int32_t d = 0; d < tensor->ndim; d++) {
+    if (tensor->shape[d] < 0)
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: shape[%d] is %lld", (int)d,
+                           (long long)tensor->shape[d]);
+    shape[d] = (size_t)tensor->shape[d];
+    empty |= shape[d] == 0;
+  }
+  size_t bytes;
+  status = devbuf__shape_bytes(dtype, shape, (size_t)tensor->ndim, &bytes, NULL);
+  if (status != DEVBUF_OK) return status;
+  if (tensor->strides && !empty) {
+    uint64_t expected = 1; // elements; a stride past INT64_MAX matches no int64_t stride
+    for (int32_t d = tensor->ndim; d-- > 0;) {
+      if (shape[d] != 1 && (tensor->strides[d] < 0 || (uint64_t)tensor->strides[d] != expected))
+        return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: strides[%d] is %lld where a compact row-major "
+                             "tensor has %llu; copy it to a contiguous tensor first", (int)d,
+                             (long long)tensor->strides[d], (unsigned long long)expected);
+      if (__builtin_mul_overflow(expected, (uint64_t)shape[d], &expected)) expected = UINT64_MAX;
+    }
+  }
+  uintptr_t address;
+  size_t extent; // byte_offset + bytes: the storage, when data is a handle rather than an address
+  if (__builtin_add_overflow((uintptr_t)tensor->data, tensor->byte_offset, &address) ||
+      (bytes && __builtin_add_overflow(address, bytes, &(uintptr_t){0})) ||
+      __builtin_add_overflow(tensor->byte_offset, bytes, &extent) || extent > (uint64_t)INT64_MAX)
+    return devbuf__error(DEVBUF_OVERFLOW, "dlpack import: data %p + byte_offset %llu + %zu bytes overflows",
+                         tensor->data, (unsigned long long)tensor->byte_offset, bytes);
+  if (!tensor->data && bytes)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: data is NULL for %zu bytes", bytes);
+  devbuf_device_t *device;
+  status = import_device(tensor->device, &device);
+  if (status != DEVBUF_OK) return status;
+  // Host memory is addressed at data + byte_offset; device memory (a cl_mem, say) is a
+  // handle, so the view keeps the offset.
+  bool host = device->host_accessible;
+  size_t view_offset = host ? 0 : (size_t)tensor->byte_offset;
+  devbuf__storage *storage;
+  status = devbuf__storage_create(NULL, device, host ? bytes : extent, 0, &storage);
+  devbuf_device_release(device); // the storage holds its own reference
+  if (status != DEVBUF_OK) return status;
+  storage->read_only = read_only;
+  storage->memory.host = host ? (void *)address : NULL;
+  storage->memory.device = host ? (uint64_t)address : (uint64_t)(uintptr_t)tensor->data;
+  storage->memory.size = storage->size;
+  atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
+  status = devbuf__buffer_wrap(storage, view_offset, bytes, dtype, shape, (size_t)tensor->ndim, out_buffer);
+  if (status != DEVBUF_OK) return status; // the tensor stays the caller's
+  storage->release_external = release;
+  storage->external = managed;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_buffer_from_dlpack_versioned(struct DLManagedTensorVersioned *tensor, devbuf_buffer_t **out_buffer) {
+  if (out_buffer) *out_buffer = NULL;
+  if (!tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: tensor is NULL");
+  if (tensor->version.major != DEVBUF_DLPACK_MAJOR)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: DLPack version %u.%u; devbuf reads %d.x",
+                         (unsigned)tensor->version.major, (unsigned)tensor->version.minor, DEVBUF_DLPACK_MAJOR);
+  if (tensor->flags & DEVBUF_DL_FLAG_SUBBYTE_PADDED)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: sub-byte elements padded to bytes; devbuf packs them");
+  return import_tensor(&tensor->dl_tensor, tensor->flags & DEVBUF_DL_FLAG_READ_ONLY, release_versioned, tensor,
+                       out_buffer);
+}
+
+devbuf_status devbuf_buffer_from_dlpack(struct DLManagedTensor *tensor, devbuf_buffer_t **out_buffer) {
+  if (!tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: tensor is NULL");
+  return import_tensor(&tensor->dl_tensor, false, release_legacy, tensor, out_buffer);
+}

@@ -1,0 +1,301 @@
+// The allocator object: reference counting, the front end that validates calls and
+// counts for allocators without statistics of their own, the backend's raw allocator and
+// allocators supplied by users.
+#include "../internal.h"
+
+void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocator_ops *ops,
+                            devbuf_device_t *device, devbuf__device_link link) {
+  devbuf__ref_init(&allocator->refs, 1);
+  allocator->ops = ops;
+  allocator->device = device;
+  allocator->link = link;
+  allocator->memory_kind = DEVBUF_MEMORY_DEVICE;
+  devbuf__counters *c = &allocator->counters;
+  atomic_init(&c->active, 0);
+  atomic_init(&c->peak, 0);
+  atomic_init(&c->live, 0);
+  atomic_init(&c->allocs, 0);
+  atomic_init(&c->frees, 0);
+  atomic_init(&c->failed, 0);
+  atomic_init(&c->calls, 0);
+  if (link == DEVBUF__HOLDS_DEVICE) devbuf_device_retain(device);
+}
+
+void devbuf__allocator_destroy(devbuf_allocator_t *allocator) {
+  devbuf_device_t *device = allocator->device;
+  devbuf__device_link link = allocator->link;
+  allocator->ops->destroy(allocator);
+  if (link == DEVBUF__HOLDS_DEVICE) devbuf_device_release(device);
+}
+
+devbuf_allocator_t *devbuf_allocator_retain(devbuf_allocator_t *allocator) {
+  if (!allocator) return NULL;
+  if (allocator->link == DEVBUF__EMBEDDED)
+    devbuf_device_retain(allocator->device);
+  else
+    devbuf__ref_retain(&allocator->refs);
+  return allocator;
+}
+
+void devbuf_allocator_release(devbuf_allocator_t *allocator) {
+  if (!allocator) return;
+  if (allocator->link == DEVBUF__EMBEDDED) {
+    devbuf_device_release(allocator->device);
+    return;
+  }
+  if (devbuf__ref_drop(&allocator->refs))
+    devbuf__allocator_destroy(allocator);
+}
+
+devbuf_device_t *devbuf_allocator_device(const devbuf_allocator_t *allocator) {
+  return allocator ? allocator->device : NULL;
+}
+
+const char *devbuf_allocator_kind(const devbuf_allocator_t *allocator) {
+  return allocator ? allocator->ops->kind : NULL;
+}
+
+devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
+                                     devbuf_memory_t *out_memory) {
+  if (DEVBUF_UNLIKELY(!allocator || !out_memory))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_memory is NULL");
+  if (DEVBUF_UNLIKELY(size == 0))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocation of 0 bytes (zero-length buffers own no memory)");
+  if (allocator->ops->stats) return allocator->ops->alloc(allocator, size, out_memory);
+  devbuf__counters *c = &allocator->counters;
+  atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
+  devbuf_memory_t memory;
+  devbuf_status status = allocator->ops->alloc(allocator, size, &memory);
+  if (status != DEVBUF_OK) {
+    atomic_fetch_add_explicit(&c->failed, 1, memory_order_relaxed);
+    return status;
+  }
+  uint64_t active = atomic_fetch_add_explicit(&c->active, memory.size, memory_order_relaxed) + memory.size;
+  devbuf__raise_peak(&c->peak, active);
+  atomic_fetch_add_explicit(&c->live, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->allocs, 1, memory_order_relaxed);
+  *out_memory = memory;
+  return DEVBUF_OK;
+}
+
+void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
+  if (!allocator || !memory) return;
+  if (allocator->ops->stats) {
+    allocator->ops->free(allocator, memory);
+    return;
+  }
+  devbuf__counters *c = &allocator->counters;
+  atomic_fetch_sub_explicit(&c->active, memory->size, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&c->live, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
+  allocator->ops->free(allocator, memory);
+}
+
+devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator, devbuf_allocator_stats_t *out_stats) {
+  if (!allocator || !out_stats) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_stats is NULL");
+  devbuf_allocator_stats_t stats = {0};
+  if (allocator->ops->stats) {
+    allocator->ops->stats(allocator, &stats);
+  } else {
+    devbuf__counters *c = &allocator->counters;
+    stats.active = atomic_load(&c->active);
+    stats.peak = atomic_load(&c->peak);
+    stats.live_buffers = atomic_load(&c->live);
+    stats.system_allocs = atomic_load(&c->allocs);
+    stats.system_frees = atomic_load(&c->frees);
+    stats.alloc_calls = atomic_load(&c->calls);
+    stats.failed_allocs = atomic_load(&c->failed);
+  }
+  if (!allocator->ops->stats) { // without a cache, whatever is held is in use
+    stats.reserved = stats.active;
+    stats.segments = stats.live_buffers;
+  }
+  stats.mapped = atomic_load(&allocator->device->mapped_bytes);
+  *out_stats = stats;
+  return DEVBUF_OK;
+}
+
+void devbuf_allocator_reset_peak(devbuf_allocator_t *allocator) {
+  if (!allocator) return;
+  if (allocator->ops->stats) {
+    if (allocator->ops->reset_peak) allocator->ops->reset_peak(allocator);
+    return;
+  }
+  atomic_store(&allocator->counters.peak, atomic_load(&allocator->counters.active));
+}
+
+void devbuf_allocator_clear_cache(devbuf_allocator_t *allocator) {
+  if (allocator && allocator->ops->clear_cache) allocator->ops->clear_cache(allocator);
+}
+
+// ---- the backend's raw allocator ----------------------------------------------------------
+
+static devbuf_status raw_alloc(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
+  return self->device->backend->raw_alloc(self->device, self->memory_kind, size, out);
+}
+
+static void raw_free(devbuf_allocator_t *self, const devbuf_memory_t *memory) {
+  self->device->backend->raw_free(self->device, memory);
+}
+
+static void plain_destroy(devbuf_allocator_t *self) { devbuf__free(self); }
+
+static devbuf_status raw_reserve(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
+  return self->device->backend->raw_reserve(self->device, size, out);
+}
+
+static devbuf_status raw_map(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
+                             size_t size) {
+  return self->device->backend->raw_map(self->device, reservation, offset, size);
+}
+
+static void raw_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+  self->device->backend->raw_unmap(self->device, reservation, offset, size);
+}
+
+static void raw_unreserve(devbuf_allocator_t *self, const devbuf_memory_t *reservation) {
+  self->device->backend->raw_unreserve(self->device, reservation);
+}
+
+static const devbuf__allocator_ops raw_ops = {
+    .kind = "raw",
+    .alloc = raw_alloc,
+    .free = raw_free,
+    .destroy = plain_destroy,
+};
+
+// The same, for backends (and kinds of memory) that can map memory into reserved addresses.
+static const devbuf__allocator_ops raw_mappable_ops = {
+    .kind = "raw",
+    .alloc = raw_alloc,
+    .free = raw_free,
+    .destroy = plain_destroy,
+    .reserve = raw_reserve,
+    .map = raw_map,
+    .unmap = raw_unmap,
+    .unreserve = raw_unreserve,
+};
+
+devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memory_kind kind, bool borrow_device,
+                                           devbuf_allocator_t **out) {
+  devbuf_allocator_t *allocator = devbuf__malloc(sizeof *allocator);
+  if (!allocator) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an allocator object");
+  bool mappable = device->backend->raw_reserve && kind == DEVBUF_MEMORY_DEVICE;
+  devbuf__allocator_init(allocator, mappable ? &raw_mappable_ops : &raw_ops, device,
+                         borrow_device ? DEVBUF__BORROWS_DEVICE : DEVBUF__HOLDS_DEVICE);
+  allocator->memory_kind = kind;
+  *out = allocator;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_device_raw_allocator(devbuf_device_t *device, devbuf_allocator_t **out_allocator) {
+  if (!device || !out_allocator) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_allocator is NULL");
+  return devbuf__raw_allocator_create(device, DEVBUF_MEMORY_DEVICE, false, out_allocator);
+}
+
+// ---- allocators supplied by users ------------------------------------------------------
+
+typedef struct custom_allocator {
+  devbuf_allocator_t base;
+  const devbuf_allocator_vtable_t *vtable;
+  void *ctx;
+} custom_allocator;
+
+static devbuf_status custom_alloc(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
+  custom_allocator *custom = (custom_allocator *)self;
+  devbuf_memory_t memory = {0};
+  devbuf_status status = custom->vtable->alloc(custom->ctx, size, &memory);
+  if (status != DEVBUF_OK) return status;
+  if (memory.size < size) {
+    custom->vtable->free(custom->ctx, &memory);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "user allocator returned %zu bytes for a request of %zu",
+                         memory.size, size);
+  }
+  *out = memory;
+  return DEVBUF_OK;
+}
+
+static void custom_free(devbuf_allocator_t *self, const devbuf_memory_t *memory) {
+  custom_allocator *custom = (custom_allocator *)self;
+  custom->vtable->free(custom->ctx, memory);
+}
+
+static void custom_destroy(devbuf_allocator_t *self) {
+  custom_allocator *custom = (custom_allocator *)self;
+  if (custom->vtable->destroy) custom->vtable->destroy(custom->ctx);
+  devbuf__free(custom);
+}
+
+static devbuf_status custom_reserve(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
+  custom_allocator *custom = (custom_allocator *)self;
+  devbuf_memory_t reservation = {0};
+  devbuf_status status = custom->vtable->reserve(custom->ctx, size, &reservation);
+  if (status == DEVBUF_OK) *out = reservation;
+  return status;
+}
+
+static devbuf_status custom_map(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
+                                size_t size) {
+  custom_allocator *custom = (custom_allocator *)self;
+  return custom->vtable->map(custom->ctx, reservation, offset, size);
+}
+
+static void custom_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+  custom_allocator *custom = (custom_allocator *)self;
+  custom->vtable->unmap(custom->ctx, reservation, offset, size);
+}
+
+static void custom_unreserve(devbuf_allocator_t *self, const devbuf_memory_t *reservation) {
+  custom_allocator *custom = (custom_allocator *)self;
+  custom->vtable->unreserve(custom->ctx, reservation);
+}
+
+static const devbuf__allocator_ops custom_ops = {
+    .kind = "custom",
+    .alloc = custom_alloc,
+    .free = custom_free,
+    .destroy = custom_destroy,
+};
+
+static const devbuf__allocator_ops custom_mappable_ops = {
+    .kind = "custom",
+    .alloc = custom_alloc,
+    .free = custom_free,
+    .destroy = custom_destroy,
+    .reserve = custom_reserve,
+    .map = custom_map,
+    .unmap = custom_unmap,
+    .unreserve = custom_unreserve,
+};
+
+devbuf_status devbuf_allocator_create(devbuf_device_t *device, const devbuf_allocator_vtable_t *vtable,
+                                      void *ctx, devbuf_allocator_t **out_allocator) {
+  if (!device || !vtable || !vtable->alloc || !vtable->free || !out_allocator)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device, vtable, vtable->alloc, vtable->free and out_allocator are required");
+  custom_allocator *custom = devbuf__malloc(sizeof *custom);
+  if (!custom) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an allocator object");
+  int mapping = !!vtable->reserve + !!vtable->map + !!vtable->unmap + !!vtable->unreserve;
+  if (mapping != 0 && mapping != 4) {
+    devbuf__free(custom);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "vtable: reserve, map, unmap and unreserve come all four or none "
+                         "(%d given)", mapping);
+  }
+  devbuf__allocator_init(&custom->base, mapping ? &custom_mappable_ops : &custom_ops, device, DEVBUF__HOLDS_DEVICE);
+  custom->vtable = vtable;
+  custom->ctx = ctx;
+  *out_allocator = &custom->base;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_allocator_snapshot(devbuf_allocator_t *allocator, devbuf_allocator_snapshot_t **out_snapshot) {
+  if (!allocator || !out_snapshot) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_snapshot is NULL");
+  *out_snapshot = NULL;
+  if (!devbuf__is_caching(allocator))
+    return devbuf__error(DEVBUF_UNSUPPORTED, "a %s allocator keeps no segments to picture: only caching ones do",
+                         allocator->ops->kind);
+  return devbuf__caching_snapshot(allocator, out_snapshot);
+}
+
+void devbuf_allocator_snapshot_free(devbuf_allocator_snapshot_t *snapshot) {
+  if (snapshot) devbuf__caching_snapshot_free(snapshot);
+}

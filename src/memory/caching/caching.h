@@ -1,0 +1,291 @@
+// The caching allocator's layout, private to this folder: segments and their blocks
+// (pool.c), the allocator itself with memory released in flight (caching_allocator.c),
+// growable segments (growable.c), per-thread caches (tcache.c), the segment policy
+// (policy.c) and the snapshot (snapshot.c). Nothing here knows storages, buffers or
+// queues: memory released while work still runs is an opaque fence with a byte range.
+//
+// Where a free block can be:
+//   thread bin    small blocks of one thread, exact size classes, no locks; only while the
+//                 allocator has no limits (limits need every free byte where eviction sees it)
+//   free tree     free (and released-in-flight) bytes of a pool, best fit by (size, address)
+//   upstream      whole idle segments given back (system free); growable ones: free ends
+#ifndef DEVBUF_CACHING_H
+#define DEVBUF_CACHING_H
+
+#include "../../internal.h"
+
+#define SHARD_COUNT 16
+#define GRANULE 512                             // sizes round to this up to the thread bins' top
+#define MAX_SMALL_CLASSES 64                    // thread bins of 512 B .. 32 KiB
+#define TCACHE_MAX_PAGES 16                     // and of 2 .. 16 pages where pages are that small
+#define TCACHE_BINS (MAX_SMALL_CLASSES + TCACHE_MAX_PAGES - 1)
+#define TCACHE_CLASS_BYTES ((size_t)32 << 10)   // a thread keeps about this much per class ...
+#define TCACHE_MIN_BLOCKS 2                     // ... but at least this many blocks
+
+enum { POOL_SMALL, POOL_LARGE, POOL_COUNT };
+
+typedef enum block_state {
+  BLOCK_FREE = 0,   // in its pool's free tree
+  BLOCK_ACTIVE = 1, // handed out
+  BLOCK_BINNED = 2, // in a thread bin: free to the owner thread, in use to the segment
+} block_state;
+
+struct csegment;
+
+typedef struct cblock {
+  // What the thread bins' hot path touches, in the first cache line.
+  struct cblock *bin_next;          // thread bin stack (while binned)
+  size_t size;                      // what statistics count
+  void *host;                       // what a hand-out reports, set when it is carved:
+  uint64_t device;                  //   addresses (or the segment's handle) ...
+  size_t device_offset;             //   ... and the offset within a handle
+  uint32_t bin;                     // thread bin of this size; >= bin_count: none
+  _Atomic uint8_t state;            // block_state; read by snapshots of other threads' bins
+  uint64_t released_at;             // thread-bin release order (for flushes)
+  // The segment's bookkeeping.
+  struct csegment *segment;
+  size_t offset;                    // within the segment
+  struct cblock *before, *after;    // neighbours in the segment, in address order
+  struct cblock *left, *right;      // free tree (while free)
+  uint32_t priority;                // free tree heap order
+} cblock;
+
+// Bytes of a segment released while submitted work may still use them.
+typedef struct devbuf__in_flight {
+  struct csegment *segment;
+  void *fence;                      // the releaser's: told back to it in visits
+  size_t offset, size;              // within the segment
+  struct devbuf__in_flight *next, *prev;
+} devbuf__in_flight;
+
+typedef struct csegment {
+  devbuf_memory_t upstream;         // what the upstream allocator handed out
+  size_t size;
+  struct shard *shard;
+  int pool;                         // POOL_SMALL or POOL_LARGE
+  uint64_t serial;                  // creation order: the address order of the free tree
+  cblock *first;                    // blocks in address order
+  size_t used_blocks;               // active or binned
+  devbuf__in_flight *in_flight;     // released ranges whose work may still run
+  uint64_t idle_since;              // tick when it last became idle (no blocks used, none in flight)
+  struct csegment *next, *prev;     // the shard's segments, newest first
+  struct csegment *idle_newer, *idle_older; // the shard's idle segments
+  bool idle;
+  // Growable segments (growable.c): reserved addresses, memory behind [0, mapped) only,
+  // mapped in ranges whose sizes `chunks` lists in address order (unmapped last first).
+  bool growable;
+  size_t mapped;
+  size_t *chunks;
+  size_t chunk_count, chunk_capacity;
+} csegment;
+
+typedef struct cpool {
+  cblock *free_root;                // treap keyed by (size, segment serial, offset)
+} cpool;
+
+typedef struct shard {
+  pthread_mutex_t lock;
+  cpool pools[POOL_COUNT];
+  csegment *segments;               // every segment, newest first
+  csegment *idle_oldest, *idle_newest;
+  csegment *growing[POOL_COUNT];    // growable mode: each pool's one segment, once made
+  atomic_size_t free_blocks;        // read without the lock to skip empty shards
+  unsigned debug_steps;             // DEVBUF_DEBUG_CHECKS: changes since the last validation
+  char pad[64];
+} shard;
+
+// How a caching allocator carves segments, from its page (the upstream's granularity).
+typedef struct segment_policy {
+  size_t page;
+  size_t small_max;                 // requests up to this share small segments ...
+  size_t small_segment;             // ... of this size
+  size_t medium_max;                // requests up to this come from medium segments ...
+  size_t medium_segment;            // ... of this size; larger ones round to the page
+  unsigned burst_shift;             // until the first free, a medium segment holds at least
+                                    // the pool's reserved bytes >> this (0: off) ...
+  size_t burst_blocks;              // ... but at most this many of the largest request so far
+} segment_policy;
+
+// Per-thread figures and small-block bins. Counters are written only by the owning thread
+// (plain load + store, no atomic read-modify-write) and summed by readers; a block freed by
+// another thread than the one that allocated it makes one counter go below zero and another
+// above, so only the sums mean anything. Nodes live until the allocator is destroyed: a
+// thread that exits leaves its node (counters intact) for the next thread to adopt.
+typedef struct tcache {
+  struct caching_allocator *owner;  // NULL once the allocator is gone (under the global lock)
+  struct tcache *next;              // the allocator's list; push-only until destroy
+  bool adopted;                     // a live thread uses it (under the global lock)
+  bool bins_on;                     // the bins may hold blocks (owner thread only)
+  uint64_t seen_epoch;              // the allocator's flush epoch this cache last obeyed
+  uint64_t release_seq;             // orders the bins' blocks by release (owner thread only)
+  cblock *bins[TCACHE_BINS];        // one stack per size (owner thread only)
+  atomic_uint_least32_t bin_count[TCACHE_BINS];
+  atomic_uint_least64_t local_peak; // active at the last peak observation (reset_peak writes it too)
+  atomic_uint_least64_t active;     // bytes (two's complement: may be "negative")
+  atomic_uint_least64_t live;       // blocks (likewise)
+  atomic_uint_least64_t bin_hits;   // allocations served from the bins
+  atomic_uint_least64_t shared_calls, shared_hits; // allocations that took the shared path
+} tcache;
+
+typedef struct caching_allocator {
+  devbuf_allocator_t base;
+  uint64_t id;                      // unique, never reused: keys the threads' cache slots
+  devbuf_allocator_t *upstream;     // owned reference
+  bool handles;                     // upstream memory is a handle plus offset (OpenCL)
+  bool growable;                    // each pool is one growable segment per shard
+  segment_policy policy;
+  size_t small_classes;             // thread bins of GRANULE multiples
+  size_t small_limit;               // small_classes * GRANULE
+  unsigned page_shift;              // log2(page)
+  size_t bin_count;                 // thread bins in use: small classes, then 2..16 pages
+  size_t bin_size[TCACHE_BINS];     // block size of each bin, ascending
+  uint32_t bin_capacity[TCACHE_BINS];
+  // Read on every call; written only when options change.
+  atomic_uint_least64_t flush_epoch; // bumped to make every thread empty its bins
+  atomic_bool bins_allowed;          // no limits: thread bins may hold blocks
+  atomic_uint_least64_t memory_limit, cache_limit, max_buffers; // 0: none
+  char pad0[64];
+  atomic_uint_least64_t peak;
+  atomic_uint_least64_t reserved;     // bytes upstream holds for us
+  atomic_uint_least64_t pool_reserved[POOL_COUNT];
+  atomic_bool freed_any;              // a block went back through the shared path
+  atomic_size_t largest_request;      // of the large pool, rounded
+  atomic_uint_least64_t segments;     // segments held
+  atomic_uint_least64_t idle_bytes;   // bytes of idle segments (what a limit could give back)
+  atomic_uint_least64_t free_bytes;   // bytes in the pools' free trees (thread bins not counted)
+  atomic_uint_least64_t in_flight_bytes; // bytes released while work may still use them
+  atomic_uint_least64_t admitting;    // allocations past the buffer-count check, not handed out
+  atomic_uint_least64_t tick;         // idle clock: orders giving back, oldest idle first
+  atomic_uint_least64_t serial;       // segment creation order
+  atomic_uint_least64_t system_allocs, system_frees, failed;
+  atomic_uint_least64_t homeless_active, homeless_live; // releases by threads without a cache
+  _Atomic(tcache *) threads;          // every thread cache of this allocator
+  shard shards[SHARD_COUNT];
+} caching_allocator;
+
+// ---- policy.c
+void devbuf__policy_init(segment_policy *policy, size_t page);
+// The pool of a request of `size` rounded bytes.
+int devbuf__policy_pool(const segment_policy *policy, size_t size);
+// Bytes of a new segment for a `size`-byte block of `pool` while the pool holds
+// `pool_reserved` bytes, `burst` while nothing was freed yet, the large pool's largest
+// request so far `largest_request`, at most `room` (a memory limit's headroom; UINT64_MAX
+// without one); 0 if no segment fits.
+size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size, uint64_t pool_reserved,
+                                   bool burst, size_t largest_request, uint64_t room);
+
+// ---- pool.c (caller holds the shard's lock unless said otherwise)
+// A new segment over `upstream` memory, one free block; false without host memory.
+csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool, const devbuf_memory_t *upstream,
+                                 size_t size, bool growable);
+// Best fit of `size` bytes in the pool, split and marked active; NULL if nothing fits.
+// Without `ordered` it skips bytes released in flight; with it, those count as free and
+// `visit` is told of each in-flight range the block overlaps (see devbuf__caching_alloc_ordered),
+// and a false answer undoes the allocation (NULL, *out_refused set).
+cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t size, bool ordered,
+                          bool (*visit)(void *context, void *fence, size_t offset, size_t size), void *context,
+                          bool *out_refused);
+// Frees an active or binned block into its pool, coalescing with free neighbours.
+void devbuf__pool_put(caching_allocator *self, shard *s, cblock *block);
+// Unlinks the oldest idle segment of the shard (NULL if none); the caller gives it back
+// with devbuf__segment_give_back after unlocking.
+csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s);
+void devbuf__segment_give_back(caching_allocator *self, csegment *segment);
+// Marks a segment idle if nothing uses it any more.
+void devbuf__segment_check_idle(caching_allocator *self, csegment *segment);
+// The largest free block of a pool, counting only bytes with memory behind them (0 when none).
+size_t devbuf__pool_largest(const cpool *pool);
+
+// ---- growable.c
+// The caller's shard's growable segment of `pool`, made if needed (false without memory or
+// host memory for it; a message is set).
+bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool);
+// Maps what a block just carved from a growable segment needs, within the memory limit
+// (unmapping free ends of growable segments to make room); the block stays the caller's
+// either way; *out_grew: whether it mapped (a system allocation). Takes the shard's lock.
+devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, bool *out_grew);
+// Unmaps the free end of one growable segment that has some (of any shard); false if none
+// has. With `all`, of every one, as far as each goes.
+bool devbuf__growable_shrink(caching_allocator *self, bool all);
+// The bytes of a growable segment's block that have memory behind them.
+size_t devbuf__growable_mapped_part(const cblock *block);
+// Unmaps everything and gives the addresses back (the allocator's end).
+void devbuf__growable_release(caching_allocator *self, csegment *segment);
+
+// ---- caching_allocator.c
+bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out);
+// Frees a block into its segment's shard; then, with `may_give_back`, idle segments go back
+// upstream while a limit is exceeded. With it false nothing calls upstream, for callers
+// that hold the thread caches' global lock.
+void devbuf__caching_put(caching_allocator *self, cblock *block, bool may_give_back);
+void devbuf__caching_observe_peak(caching_allocator *self);
+void devbuf__caching_enforce_limits(caching_allocator *self);
+
+// ---- tcache.c
+// Fills the bin tables of a new allocator.
+void devbuf__tcache_init_bins(caching_allocator *self);
+// The bin of blocks of `size` rounded bytes (bin_count when none).
+uint32_t devbuf__tcache_bin_of(const caching_allocator *self, size_t size);
+// The hot path: an allocation served from the calling thread's bins, counted; false when
+// the shared path must serve it.
+bool devbuf__tcache_alloc(caching_allocator *self, size_t requested, devbuf_memory_t *out);
+// The hot path: a release kept in the calling thread's bins, counted; false otherwise.
+bool devbuf__tcache_free(caching_allocator *self, cblock *block);
+// The calling thread's cache for `self` with pending flush requests obeyed, created or
+// adopted on first use; NULL only when no host memory is left for one.
+tcache *devbuf__tcache_get(caching_allocator *self);
+// Moves every block in the bins into the shared pool. Owner thread only, or under the
+// global lock once the owner thread is gone (then `may_give_back` is false, so that
+// nothing calls upstream while the lock is held).
+bool devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back);
+// Called when the allocator is destroyed: detaches every thread cache.
+void devbuf__tcache_detach_all(caching_allocator *self);
+
+// `size` rounded up to a multiple of `page` (a power of two); 0 if that overflows.
+static inline size_t caching_round_up(size_t size, size_t page) {
+  return size > SIZE_MAX - (page - 1) ? 0 : (size + page - 1) & ~(page - 1);
+}
+
+static inline void tcache_add(atomic_uint_least64_t *counter, uint64_t delta) {
+  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + delta, memory_order_relaxed);
+}
+
+// Counts a block as the calling thread's and describes it in `out`.
+// ---- validate.c: debug validators and poison (DEVBUF_DEBUG_CHECKS builds; no-ops otherwise)
+#ifndef DEVBUF_DEBUG_CHECKS
+#define DEVBUF_DEBUG_CHECKS 0
+#endif
+#define POISON_HANDED_OUT 0xA5 // over blocks handed out (BUFFER_ZERO clears it after), but
+                               // not over bytes earlier work may still read (ordered ones)
+#define POISON_RELEASED 0xDD   // over every block taken back (not memory released in flight)
+#if DEVBUF_DEBUG_CHECKS
+// Checks one shard's trees, segments and blocks against each other; aborts on a mismatch.
+// Caller holds the shard's lock.
+void devbuf__caching_validate_shard(caching_allocator *self, shard *s);
+// Counts a change to the shard, validating it every 64th. Caller holds the shard's lock.
+void devbuf__caching_debug_step(caching_allocator *self, shard *s);
+// Every shard, and the free and idle byte figures against what the shards hold.
+void devbuf__caching_validate(caching_allocator *self);
+void devbuf__caching_poison(const cblock *block, uint8_t byte);
+#else
+static inline void devbuf__caching_debug_step(caching_allocator *self, shard *s) { (void)self, (void)s; }
+static inline void devbuf__caching_validate(caching_allocator *self) { (void)self; }
+static inline void devbuf__caching_poison(const cblock *block, uint8_t byte) { (void)block, (void)byte; }
+#endif
+
+static inline void caching_hand_out(caching_allocator *self, tcache *cache, cblock *block, devbuf_memory_t *out) {
+  tcache_add(&cache->live, 1);
+  tcache_add(&cache->active, block->size);
+  uint64_t active = atomic_load_explicit(&cache->active, memory_order_relaxed);
+  if (DEVBUF_UNLIKELY((int64_t)active > (int64_t)atomic_load_explicit(&cache->local_peak, memory_order_relaxed))) {
+    atomic_store_explicit(&cache->local_peak, active, memory_order_relaxed);
+    devbuf__caching_observe_peak(self);
+  }
+  out->host = block->host;
+  out->device = block->device;
+  out->offset = block->device_offset;
+  out->size = block->size;
+  out->token = block;
+}
+
+#endif // DEVBUF_CACHING_H
