@@ -319,7 +319,7 @@ typedef struct devbuf__storage {
   // Work of earlier owners of reused bytes (retained, ordering only): every submission
   // waits for what of it has not completed, host access waits for all of it. Read and
   // written under the tracker's lock, which exists whenever this is non-empty.
-  devbuf__work **inherited;
+  struct devbuf__fence **inherited;
   size_t inherited_count, inherited_capacity;
   devbuf__host_access *accesses;       // open host accesses
   atomic_size_t open_accesses;         // length of `accesses` (read without the lock)

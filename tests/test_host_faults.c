@@ -5,7 +5,7 @@
 // no allocation behind, and the next run without faults must work.
 #include "check.h"
 #include "../src/interop/dlpack_abi.h"
-#include "../src/core/hazard.h"
+#include "../src/exec/queue.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

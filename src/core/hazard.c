@@ -1,6 +1,5 @@
 // The hazard tracker: records of in-flight uses, grouped by queue, and conflict checks.
 #include "hazard.h"
-#include "../exec/queue.h"
 
 devbuf__hazard *devbuf__hazard_create(void) {
   devbuf__hazard *hazard = devbuf__calloc(1, sizeof *hazard);
@@ -67,7 +66,7 @@ void devbuf__hazard_wake_locked(devbuf__hazard *hazard) {
   pthread_mutex_unlock(&hazard->sleep_lock);
 }
 
-bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__work *work, bool order_only) {
+bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__fence *work, bool order_only) {
   for (size_t i = 0; i < *count; i++) {
     if ((*deps)[i].work == work) {
       (*deps)[i].order_only &= order_only; // a data dependency through any use is one
@@ -83,31 +82,31 @@ bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devb
     *deps = grown;
     *capacity = grown_capacity;
   }
-  (*deps)[(*count)++] = (devbuf__dep){devbuf__work_retain(work), order_only};
+  (*deps)[(*count)++] = (devbuf__dep){devbuf__fence_retain(work), order_only};
   return true;
 }
 
-bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size, devbuf__work ***works,
+bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size, devbuf__fence ***works,
                             size_t *count, size_t *capacity) {
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
     const devbuf__record *newest[2] = {newest_overlap(&segment->writes, offset, size),
                                        newest_overlap(&segment->reads, offset, size)};
     for (int k = 0; k < 2; k++) {
       if (!newest[k]) continue;
-      devbuf__work *work = newest[k]->work;
+      devbuf__fence *work = newest[k]->work;
       bool known = false;
       for (size_t i = 0; i < *count && !known; i++) known = (*works)[i] == work;
       if (known) continue;
       if (*count == *capacity) {
         size_t grown_capacity = *capacity ? 2 * *capacity : 4;
-        devbuf__work **grown = devbuf__malloc(grown_capacity * sizeof *grown);
+        devbuf__fence **grown = devbuf__malloc(grown_capacity * sizeof *grown);
         if (!grown) return false;
         for (size_t i = 0; i < *count; i++) grown[i] = (*works)[i];
         devbuf__free(*works);
         *works = grown;
         *capacity = grown_capacity;
       }
-      (*works)[(*count)++] = devbuf__work_retain(work);
+      (*works)[(*count)++] = devbuf__fence_retain(work);
     }
   }
   return true;

@@ -4,9 +4,8 @@
 #ifndef DEVBUF_HAZARD_H
 #define DEVBUF_HAZARD_H
 
-#include "../internal.h"
+#include "fence.h"
 
-typedef struct devbuf__work devbuf__work;
 typedef struct devbuf__segment devbuf__segment;
 
 // Work of another queue that a work item must wait for. Work submitted through the same
@@ -14,13 +13,13 @@ typedef struct devbuf__segment devbuf__segment;
 // Work of an earlier owner of reused memory (a storage's inherited work) is ordering only:
 // its outcome belongs to its own queue and events, never to the next owner of the memory.
 typedef struct devbuf__dep {
-  devbuf__work *work; // retained
+  devbuf__fence *work; // retained
   bool order_only;
 } devbuf__dep;
 
 // One use of the memory by one submitted work item.
 typedef struct devbuf__record {
-  devbuf__work *work;
+  devbuf__fence *work;
   devbuf__segment *segment;            // the records of the work's queue
   size_t offset, size;                 // bytes of the memory
   bool write;
@@ -76,20 +75,12 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
 // Appends to `works` (retained, once each) the newest work of each queue whose records
 // overlap [offset, offset + size): what must complete before anything else uses those
 // bytes. False when no host memory is left.
-bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size, devbuf__work ***works,
+bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size, devbuf__fence ***works,
                             size_t *count, size_t *capacity);
 // Appends `work` to `deps` (retained) unless it is there already; a data dependency wins
 // over an ordering-only one. False when no host memory is left.
-bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__work *work, bool order_only);
+bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__fence *work, bool order_only);
 
-// Work items seen from the tracker (queue.c): retain and release, completion, and a wait.
-devbuf__work *devbuf__work_retain(devbuf__work *work);
-void devbuf__work_release(devbuf__work *work);
-// Frees the work items kept for reuse (and their dependency lists): for tests that count
-// every host allocation.
-void devbuf__work_pool_trim(void);
-bool devbuf__work_done(const devbuf__work *work);
-void devbuf__work_wait(devbuf__work *work);
 
 // Removes a completed record; caller holds the lock. When the last record goes and an idle
 // callback is armed, it is disarmed and handed out: the caller calls it after unlocking.

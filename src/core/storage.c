@@ -26,7 +26,7 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
 // Frees the record itself (its memory has been handed on or given back).
 static void storage_free_record(devbuf__storage *storage) {
   pthread_mutex_destroy(&storage->lock);
-  for (size_t i = 0; i < storage->inherited_count; i++) devbuf__work_release(storage->inherited[i]);
+  for (size_t i = 0; i < storage->inherited_count; i++) devbuf__fence_release(storage->inherited[i]);
   devbuf__free(storage->inherited);
   if (storage->allocator)
     devbuf_allocator_release(storage->allocator);
@@ -103,8 +103,8 @@ static bool inherit_work(void *context, void *fence, size_t offset, size_t size)
 // Waits for inherited work and lets go of it (when no tracker could be made to order it).
 static void wait_inherited_now(devbuf__storage *storage) {
   for (size_t i = 0; i < storage->inherited_count; i++) {
-    devbuf__work_wait(storage->inherited[i]);
-    devbuf__work_release(storage->inherited[i]);
+    devbuf__fence_wait(storage->inherited[i]);
+    devbuf__fence_release(storage->inherited[i]);
   }
   storage->inherited_count = 0;
 }
@@ -170,11 +170,11 @@ static const devbuf__byte_range *conflicting_range(const devbuf__hazard *hazard,
 
 // The first inherited work not yet completed; the completed ones are let go on the way.
 // Caller holds the tracker's lock.
-static devbuf__work *first_unfinished_inherited(devbuf__storage *storage) {
+static devbuf__fence *first_unfinished_inherited(devbuf__storage *storage) {
   while (storage->inherited_count) {
-    devbuf__work *work = storage->inherited[storage->inherited_count - 1];
-    if (!devbuf__work_done(work)) return work;
-    devbuf__work_release(work);
+    devbuf__fence *work = storage->inherited[storage->inherited_count - 1];
+    if (!devbuf__fence_done(work)) return work;
+    devbuf__fence_release(work);
     storage->inherited_count--;
   }
   return NULL;
@@ -196,12 +196,12 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
                            range->offset, range->offset + range->size, (unsigned long long)storage->id,
                            range->write ? "uses" : "writes");
     }
-    devbuf__work *earlier = first_unfinished_inherited(storage);
+    devbuf__fence *earlier = first_unfinished_inherited(storage);
     if (earlier) { // an earlier owner's work on reused bytes: wait for it, then look again
-      devbuf__work_retain(earlier);
+      devbuf__fence_retain(earlier);
       devbuf__storage_unlock(storage, hazard);
-      devbuf__work_wait(earlier);
-      devbuf__work_release(earlier);
+      devbuf__fence_wait(earlier);
+      devbuf__fence_release(earlier);
       continue;
     }
     if (!range) return DEVBUF_OK;
@@ -229,11 +229,11 @@ void devbuf__storage_wait_unused(devbuf__storage *storage, size_t offset, size_t
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
   if (!hazard || size == 0) return;
   devbuf__spin_lock(&hazard->lock);
-  for (devbuf__work *earlier; (earlier = first_unfinished_inherited(storage));) {
-    devbuf__work_retain(earlier);
+  for (devbuf__fence *earlier; (earlier = first_unfinished_inherited(storage));) {
+    devbuf__fence_retain(earlier);
     devbuf__spin_unlock(&hazard->lock);
-    devbuf__work_wait(earlier);
-    devbuf__work_release(earlier);
+    devbuf__fence_wait(earlier);
+    devbuf__fence_release(earlier);
     devbuf__spin_lock(&hazard->lock);
   }
   while (devbuf__hazard_overlaps(hazard, offset, size)) devbuf__hazard_wait_progress(hazard);

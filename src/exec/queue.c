@@ -64,7 +64,7 @@ static devbuf__work *pool;
 static size_t pool_count;
 
 devbuf__work *devbuf__work_retain(devbuf__work *work) {
-  devbuf__ref_retain(&work->refs);
+  devbuf__ref_retain(&work->fence.refs);
   return work;
 }
 
@@ -75,11 +75,17 @@ static void work_destroy(devbuf__work *work) {
   devbuf__free(work);
 }
 
+static void work_cleanup(devbuf__work *work, devbuf__work **recycled);
+static const devbuf__fence_ops work_fence; // below, with the waits
+
 // Drops a reference; an item whose last reference goes is cleaned and, if it is a pooled
 // one, appended to *recycled (for one push to the pool) instead of being freed.
 static void work_unref(devbuf__work *work, devbuf__work **recycled) {
-  if (!devbuf__ref_drop(&work->refs)) return;
-  for (size_t i = 0; i < work->dep_count; i++) work_unref(work->deps[i].work, recycled);
+  if (devbuf__ref_drop(&work->fence.refs)) work_cleanup(work, recycled);
+}
+
+static void work_cleanup(devbuf__work *work, devbuf__work **recycled) {
+  for (size_t i = 0; i < work->dep_count; i++) work_unref(devbuf__work_of(work->deps[i].work), recycled);
   work->dep_count = 0;
   devbuf_event_release(work->event);
   work->event = NULL;
@@ -168,9 +174,10 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
     devbuf__mutex_init(&work->lock);
     pthread_cond_init(&work->completed, NULL);
   }
-  devbuf__ref_init(&work->refs, 1);
+  devbuf__ref_init(&work->fence.refs, 1);
+  work->fence.ops = &work_fence;
   atomic_init(&work->cancel, false);
-  atomic_init(&work->done, false);
+  atomic_init(&work->fence.done, false);
   atomic_init(&work->waiters, 0);
   work->kind = kind;
   work->queue = queue;
@@ -192,7 +199,7 @@ static devbuf_status wait_done(devbuf__work *work) {
   // The other queue is usually about to finish it: spin a little, then give the core away
   // (on a busy machine the other worker may need it), and only then sleep.
   for (int spin = 0; spin < SPIN_CHECKS + YIELDS; spin++) {
-    if (atomic_load_explicit(&work->done, memory_order_acquire)) return work->status;
+    if (atomic_load_explicit(&work->fence.done, memory_order_acquire)) return work->status;
     if (spin >= SPIN_CHECKS) {
       sched_yield();
     } else {
@@ -203,15 +210,22 @@ static devbuf_status wait_done(devbuf__work *work) {
   }
   pthread_mutex_lock(&work->lock);
   atomic_fetch_add(&work->waiters, 1);
-  while (!atomic_load(&work->done)) pthread_cond_wait(&work->completed, &work->lock);
+  while (!atomic_load(&work->fence.done)) pthread_cond_wait(&work->completed, &work->lock);
   atomic_fetch_sub(&work->waiters, 1);
   pthread_mutex_unlock(&work->lock);
   return work->status;
 }
 
-bool devbuf__work_done(const devbuf__work *work) { return atomic_load_explicit(&work->done, memory_order_acquire); }
+// The fence of a work item, as trackers and storages see it.
+static void fence_wait(devbuf__fence *fence) { (void)wait_done(devbuf__work_of(fence)); }
 
-void devbuf__work_wait(devbuf__work *work) { (void)wait_done(work); }
+static void fence_last_release(devbuf__fence *fence) {
+  devbuf__work *recycled = NULL;
+  work_cleanup(devbuf__work_of(fence), &recycled);
+  pool_return(recycled);
+}
+
+static const devbuf__fence_ops work_fence = {.wait = fence_wait, .last_release = fence_last_release};
 
 // ---- completion ------------------------------------------------------------------------
 
@@ -272,7 +286,7 @@ static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
       pthread_mutex_unlock(&queue->lock);
       devbuf__event_fail(work->event, work->status, message);
     }
-    atomic_store(&work->done, true); // seq_cst: ordered before the load of waiters below
+    atomic_store(&work->fence.done, true); // seq_cst: ordered before the load of waiters below
     if (atomic_load(&work->waiters)) {
       pthread_mutex_lock(&work->lock);
       pthread_cond_broadcast(&work->completed);
@@ -352,7 +366,7 @@ static void fill(void *data, size_t size, const void *pattern, size_t pattern_si
 }
 
 static void release_deps(devbuf__work *work) {
-  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_release(work->deps[i].work);
+  for (size_t i = 0; i < work->dep_count; i++) devbuf__fence_release(work->deps[i].work);
   work->dep_count = 0;
 }
 
@@ -361,10 +375,10 @@ devbuf_status devbuf__work_wait_deps(devbuf__work *work,
                                      void *context) {
   devbuf_status failed = DEVBUF_OK;
   for (size_t i = 0; i < work->dep_count; i++) {
-    devbuf__work *dep = work->deps[i].work;
+    devbuf__work *dep = devbuf__work_of(work->deps[i].work);
     devbuf_status dep_status;
     void *event = atomic_load_explicit(&dep->device_event, memory_order_acquire);
-    if (atomic_load_explicit(&dep->done, memory_order_acquire))
+    if (atomic_load_explicit(&dep->fence.done, memory_order_acquire))
       dep_status = dep->status;
     else if (event && on_device && on_device(context, &work->deps[i], event))
       dep_status = DEVBUF_OK; // the device waits for it
@@ -432,7 +446,7 @@ static void queue_destroy(devbuf_queue_t *queue) {
 
 static bool deps_done(const devbuf__work *work) {
   for (size_t i = 0; i < work->dep_count; i++)
-    if (!atomic_load_explicit(&work->deps[i].work->done, memory_order_acquire)) return false;
+    if (!devbuf__fence_done(work->deps[i].work)) return false;
   return true;
 }
 
@@ -670,7 +684,7 @@ devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
 static void abandon(devbuf__work *work, size_t count) {
   for (size_t i = 0; i < count; i++)
     if (work->uses[i].hazard) devbuf__hazard_remove(work->uses[i].hazard, &work->uses[i].record);
-  atomic_store(&work->done, true);
+  atomic_store(&work->fence.done, true);
   devbuf__work_release(work);
 }
 
@@ -697,9 +711,9 @@ static devbuf_status add_record(devbuf__work *work, devbuf__work_use *slot, devb
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
   slot->hazard = hazard;
   for (size_t i = 0; i < storage->inherited_count; i++) {
-    devbuf__work *earlier = storage->inherited[i];
-    if (earlier->queue == work->queue || devbuf__work_done(earlier)) continue; // its own queue orders it
-    if (!devbuf__deps_push(&work->deps, &work->dep_count, &work->dep_capacity, earlier, true))
+    devbuf__work *earlier = devbuf__work_of(storage->inherited[i]);
+    if (earlier->queue == work->queue || devbuf__fence_done(&earlier->fence)) continue; // its own queue orders it
+    if (!devbuf__deps_push(&work->deps, &work->dep_count, &work->dep_capacity, &earlier->fence, true))
       return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
   }
   return DEVBUF_OK;
@@ -718,7 +732,7 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   slot->offset = buffer->offset;
   slot->size = buffer->size;
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
-  slot->record = (devbuf__record){.work = work, .offset = buffer->offset,
+  slot->record = (devbuf__record){.work = &work->fence, .offset = buffer->offset,
                                   .size = buffer->size, .write = write};
   // Fast path: no host access is open (they are opened holding the tracker's lock).
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);

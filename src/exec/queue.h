@@ -25,14 +25,14 @@ typedef struct devbuf__work_use {
 } devbuf__work_use;
 
 struct devbuf__work {
-  devbuf__refcount refs;           // the queue's, plus one per dependent
+  devbuf__fence fence;             // first: what trackers hold; refs: the queue's, plus one per dependent
   bool pooled;                     // a fixed-size item that returns to the pool
   devbuf__work_kind kind;
   devbuf_queue_t *queue;
   struct devbuf__work *next;       // the queue's FIFO
   pthread_mutex_t lock;            // with `completed`: dependents that block
   pthread_cond_t completed;
-  atomic_bool done;                // set (release) once retired; status is final then
+  // fence.done: set (release) once retired; status is final then
   atomic_size_t waiters;           // threads blocked on `completed`
   devbuf_status status;
   atomic_bool cancel;              // a WAIT item is asked to stop waiting
@@ -52,6 +52,14 @@ struct devbuf__work {
   size_t use_count;
   devbuf__work_use uses[];
 };
+
+// The work item whose fence a tracker or storage holds (every fence is a work item's).
+static inline devbuf__work *devbuf__work_of(devbuf__fence *fence) { return (devbuf__work *)(void *)fence; }
+devbuf__work *devbuf__work_retain(devbuf__work *work);
+void devbuf__work_release(devbuf__work *work);
+// Frees the work items kept for reuse (and their dependency lists): for tests that count
+// every host allocation.
+void devbuf__work_pool_trim(void);
 
 // Waits for the work of other queues that `work` depends on, then lets go of it (so that
 // finished work never keeps a chain of older work alive). A dependency already enqueued on

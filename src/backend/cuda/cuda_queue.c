@@ -156,7 +156,7 @@ typedef struct stream_waits {
 // on nothing that ordering only would not: order-only dependencies wait here too.
 static bool wait_on_stream(void *context, const devbuf__dep *dep, void *event) {
   stream_waits *waits = context;
-  return dep->work->event_device == waits->device &&
+  return devbuf__work_of(dep->work)->event_device == waits->device &&
          devbuf__cuda_of(waits->device)->cu->cuStreamWaitEvent(waits->stream, event, 0) == CUDA_SUCCESS;
 }
 

@@ -282,7 +282,7 @@ typedef struct wait_list {
 
 static bool join_wait_list(void *context, const devbuf__dep *dep, void *event) {
   wait_list *list = context;
-  if (dep->order_only || dep->work->event_device != list->device) return false;
+  if (dep->order_only || devbuf__work_of(dep->work)->event_device != list->device) return false;
   devbuf__opencl_of(list->device)->cl->clRetainEvent(event); // alive while we hold `dep`
   list->events[list->count++] = event;
   return true;

@@ -1,0 +1,40 @@
+// What the core layer knows of submitted work: a fence. The hazard tracker and storages hold
+// fences (to order later work after them, and to wait for them) without knowing the work
+// items that carry them: exec/queue.c puts one at the start of every work item and supplies
+// how to wait for it and what its last release does.
+#ifndef DEVBUF_FENCE_H
+#define DEVBUF_FENCE_H
+
+#include "../internal.h"
+
+typedef struct devbuf__fence devbuf__fence;
+
+typedef struct devbuf__fence_ops {
+  void (*wait)(devbuf__fence *fence);         // until `done`
+  void (*last_release)(devbuf__fence *fence); // the last reference went
+} devbuf__fence_ops;
+
+struct devbuf__fence {
+  devbuf__refcount refs;
+  atomic_bool done; // set once, when the work has completed (or failed, or was cancelled)
+  const devbuf__fence_ops *ops;
+};
+
+static inline devbuf__fence *devbuf__fence_retain(devbuf__fence *fence) {
+  devbuf__ref_retain(&fence->refs);
+  return fence;
+}
+
+static inline void devbuf__fence_release(devbuf__fence *fence) {
+  if (devbuf__ref_drop(&fence->refs)) fence->ops->last_release(fence);
+}
+
+static inline bool devbuf__fence_done(const devbuf__fence *fence) {
+  return atomic_load_explicit(&fence->done, memory_order_acquire);
+}
+
+static inline void devbuf__fence_wait(devbuf__fence *fence) {
+  if (!devbuf__fence_done(fence)) fence->ops->wait(fence);
+}
+
+#endif
