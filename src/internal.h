@@ -173,6 +173,9 @@ extern const devbuf__backend devbuf__backend_cuda;
 // ---- devices (device.c) -----------------------------------------------------------------
 struct devbuf_device {
   devbuf__refcount refs;               // external references; 0 destroys (under registry lock)
+  // devbuf_device_release, given as data by core/device.c: layers below the devices (the
+  // allocators) keep a device alive without calling into the core layer.
+  void (*release)(devbuf_device_t *device);
   const devbuf__backend *backend;
   int index;                           // N of "kind:N"
   char spec[32];                       // canonical spec, e.g. "cpu"
@@ -200,6 +203,13 @@ struct devbuf_device {
   pthread_cond_t work_idle;
   devbuf__spinlock submit_lock;        // one submission at a time records its uses (queue.c)
 };
+
+// A reference to a device for the layers below it (see `release` above).
+static inline devbuf_device_t *devbuf__device_keep(devbuf_device_t *device) {
+  devbuf__ref_retain(&device->refs);
+  return device;
+}
+static inline void devbuf__device_drop(devbuf_device_t *device) { device->release(device); }
 
 // ---- allocators (allocator.c and friends) -----------------------------------------------
 typedef struct devbuf__allocator_ops {

@@ -63,6 +63,7 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
   devbuf_device_t *device = devbuf__calloc(1, sizeof *device);
   if (!device) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a device object");
   devbuf__ref_init(&device->refs, 1);
+  device->release = devbuf_device_release;
   atomic_init(&device->mapped_bytes, 0);
   atomic_init(&device->pending_work, 0);
   atomic_init(&device->sync_waiters, 0);

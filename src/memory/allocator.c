@@ -18,20 +18,20 @@ void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocat
   atomic_init(&c->frees, 0);
   atomic_init(&c->failed, 0);
   atomic_init(&c->calls, 0);
-  if (link == DEVBUF__HOLDS_DEVICE) devbuf_device_retain(device);
+  if (link == DEVBUF__HOLDS_DEVICE) devbuf__device_keep(device);
 }
 
 void devbuf__allocator_destroy(devbuf_allocator_t *allocator) {
   devbuf_device_t *device = allocator->device;
   devbuf__device_link link = allocator->link;
   allocator->ops->destroy(allocator);
-  if (link == DEVBUF__HOLDS_DEVICE) devbuf_device_release(device);
+  if (link == DEVBUF__HOLDS_DEVICE) devbuf__device_drop(device);
 }
 
 devbuf_allocator_t *devbuf_allocator_retain(devbuf_allocator_t *allocator) {
   if (!allocator) return NULL;
   if (allocator->link == DEVBUF__EMBEDDED)
-    devbuf_device_retain(allocator->device);
+    devbuf__device_keep(allocator->device);
   else
     devbuf__ref_retain(&allocator->refs);
   return allocator;
@@ -40,7 +40,7 @@ devbuf_allocator_t *devbuf_allocator_retain(devbuf_allocator_t *allocator) {
 void devbuf_allocator_release(devbuf_allocator_t *allocator) {
   if (!allocator) return;
   if (allocator->link == DEVBUF__EMBEDDED) {
-    devbuf_device_release(allocator->device);
+    devbuf__device_drop(allocator->device);
     return;
   }
   if (devbuf__ref_drop(&allocator->refs))
