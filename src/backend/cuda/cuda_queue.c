@@ -368,7 +368,7 @@ devbuf_status devbuf__cuda_run(devbuf_device_t *device, void *queue, devbuf__wor
     return devbuf__cuda_error(cu, code, "%s: an event behind %s", device->spec,
                               work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command");
   }
-  work->event_device = devbuf_device_retain(device);
+  work->event_device = devbuf__device_keep(device);
   atomic_store_explicit(&work->device_event, done, memory_order_release);
   return DEVBUF_OK;
 }

@@ -366,7 +366,7 @@ devbuf_status devbuf__opencl_run(devbuf_device_t *device, void *queue, devbuf__w
   if (waits != stack_waits) devbuf__free(waits);
   if (done) { // dependents on other queues may wait for it on the device from now on
     cl->clFlush(q->queue); // submitted: only then is completion (and the callback) promised
-    work->event_device = devbuf_device_retain(device);
+    work->event_device = devbuf__device_keep(device);
     atomic_store_explicit(&work->device_event, done, memory_order_release);
   }
   // A wait ends here, so that what follows it is enqueued only once it is over (cancel then
