@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import _dtypes, _ext
 from ._errors import DevbufError, HostAccessOpenError, InvalidArgumentError, check, count
-from ._native import DLPACK_READ_ONLY, P, lib
+from ._native import DLPACK_READ_ONLY, Owned, P, lib
 
 if TYPE_CHECKING:
     from ._device import Device
@@ -20,7 +20,7 @@ def _spec_index(spec: str) -> int:
     return int(spec.partition(":")[2] or 0)
 
 
-class Buffer:
+class Buffer(Owned):
     """A reference to a devbuf buffer (or a view of one): memory of one dtype and shape on
     one device. Buffers come from Device.empty/zeros/asbuffer, devbuf.load and
     devbuf.from_dlpack. Views share the storage; the memory goes back to the device's cache
@@ -46,14 +46,7 @@ class Buffer:
         return cls._own(lib.devbuf_buffer_retain(handle))
 
     # ---- lifetime ----------------------------------------------------------------------
-    def close(self, _release: Any = lib.devbuf_buffer_release) -> None:
-        """Drops this reference now (the object is unusable afterwards; not while another
-        thread is using the same object)."""
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            _release(handle)
-
-    __del__ = close
+    _release = lib.devbuf_buffer_release
 
     def __enter__(self) -> Buffer:
         return self

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 from . import _dtypes
 from ._buffer import Buffer, _host_bytes, iter_dims
 from ._errors import DevbufError, InvalidArgumentError, check, count
-from ._native import BUFFER_ZERO, AllocatorStats, CachingOptions, DeviceInfo, P, Snapshot, lib
+from ._native import BUFFER_ZERO, AllocatorStats, CachingOptions, DeviceInfo, Owned, P, Snapshot, lib
 
 _KINDS = {1: "cpu", 2: "opencl", 3: "cuda"}
 _BLOCK_STATES = {0: "free", 1: "active", 2: "in_flight", 3: "thread_cached"}
@@ -20,7 +20,7 @@ _tracing: dict[str, list[int]] = {}
 _tracing_lock = threading.Lock()
 
 
-class Device:
+class Device(Owned):
     """A device by spec: "cpu", "opencl:N" or "cuda:N". Opening a device that is missing
     raises devbuf.UnavailableError with the reason."""
 
@@ -40,10 +40,7 @@ class Device:
         device._handle = lib.devbuf_device_retain(handle)
         return device
 
-    def __del__(self, _release: Any = lib.devbuf_device_release) -> None:
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            _release(handle)
+    _release = lib.devbuf_device_release
 
     # ---- facts -------------------------------------------------------------------------
     @property

@@ -9,10 +9,10 @@ from typing import Any, Iterator
 from ._buffer import Buffer
 from ._device import Device
 from ._errors import DevbufError, InvalidArgumentError, NotFoundError, check
-from ._native import LOAD_COPY, LoadOptions, MetadataEntry, NamedBuffer, P, TensorInfo, lib
+from ._native import LOAD_COPY, LoadOptions, MetadataEntry, NamedBuffer, Owned, P, TensorInfo, lib
 
 
-class TensorFile(Mapping):
+class TensorFile(Owned, Mapping):
     """The tensors of a safetensors file by name, in file order. On the CPU each tensor is
     a zero-copy, read-only view of one mapping of the file (pages are read when first
     touched); elsewhere each is a copy in device memory. Buffers handed out outlive the
@@ -24,13 +24,7 @@ class TensorFile(Mapping):
         self._names: list[str] | None = None
         self._metadata: dict[str, str] | None = None
 
-    def close(self, _release: Any = lib.devbuf_tensor_file_release) -> None:
-        """Drops the table (buffers already handed out stay valid)."""
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            _release(handle)
-
-    __del__ = close
+    _release = lib.devbuf_tensor_file_release  # close(): buffers handed out stay valid
 
     def __enter__(self) -> TensorFile:
         return self

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
+from typing import Any
 
 P = c_void_p
 
@@ -210,3 +211,22 @@ for _name, (_restype, *_argtypes) in _SIGNATURES.items():
     _function = getattr(lib, _name)
     _function.restype = _restype
     _function.argtypes = _argtypes
+
+
+class Owned:
+    """A Python object holding one reference to a library object (`_handle`): dropped by
+    close(), or when the object goes. Subclasses name the library's release function."""
+
+    __slots__ = ()
+    _release: Any  # the library's release function (a class attribute)
+
+    def close(self) -> None:
+        """Drops the reference now (the object is unusable afterwards; not while another
+        thread is using the same object)."""
+        handle = getattr(self, "_handle", None)
+        setattr(self, "_handle", None)  # every subclass has the slot or a __dict__
+        if handle:
+            type(self)._release(handle)
+
+    def __del__(self) -> None:
+        self.close()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from . import _dtypes
 from ._buffer import Buffer
 from ._errors import InvalidArgumentError, check, count
-from ._native import P, lib
+from ._native import Owned, P, lib
 
 if TYPE_CHECKING:
     from ._device import Device
@@ -18,7 +18,7 @@ _FOREVER = 2**64 - 1
 _TIMEOUT = 13
 
 
-class Event:
+class Event(Owned):
     """A timeline: a counter that only grows. Queues and the host signal values and wait
     for them; a failure of the work that was to signal it fails every wait."""
 
@@ -29,10 +29,7 @@ class Event:
         check(lib.devbuf_event_create(count(initial, "initial value"), ctypes.byref(out)))
         self._handle = out.value
 
-    def __del__(self, _release: Any = lib.devbuf_event_release) -> None:
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            _release(handle)
+    _release = lib.devbuf_event_release
 
     @property
     def value(self) -> int:
@@ -67,7 +64,7 @@ class Event:
         return f"<devbuf.Event value={self.value}>"
 
 
-class Queue:
+class Queue(Owned):
     """An in-order queue of work on one device. Each submission declares what it reads and
     writes; work on other queues touching the same bytes is ordered after it, and host
     access that would race with it is refused or waits."""
@@ -80,10 +77,7 @@ class Queue:
         self._handle = out.value
         self.device = device
 
-    def __del__(self, _release: Any = lib.devbuf_queue_release) -> None:
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            _release(handle)  # submitted work still runs
+    _release = lib.devbuf_queue_release  # close(): submitted work still runs
 
     def __enter__(self) -> Queue:
         return self
