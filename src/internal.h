@@ -12,6 +12,11 @@
 #include "devbuf.h"
 #include "base/refcount.h"
 
+// Debug validators (CMake option DEVBUF_DEBUG_CHECKS): invariant checks and poison bytes.
+#ifndef DEVBUF_DEBUG_CHECKS
+#define DEVBUF_DEBUG_CHECKS 0
+#endif
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>

@@ -3,6 +3,7 @@
 // caching allocator aborts with its name instead of going on.
 #include "check.h"
 
+#include "../src/core/hazard.h"
 #include "../src/memory/caching/caching.h"
 
 #include <signal.h>
@@ -74,6 +75,48 @@ static void test_broken_invariants_abort(void) {
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
   CHECK(strstr(text, "caching allocator invariant broken: segment") != NULL);
 }
+
+// Runs `body` in a child whose stderr comes back in `text`; true if it died of SIGABRT.
+static bool aborts(void (*body)(void), char *text, size_t capacity) {
+  fflush(NULL);
+  int pipe_ends[2];
+  if (pipe(pipe_ends) != 0) return false;
+  pid_t child = fork();
+  if (child == 0) {
+    dup2(pipe_ends[1], STDERR_FILENO);
+    body();
+    _exit(0);
+  }
+  close(pipe_ends[1]);
+  size_t used = 0;
+  ssize_t got;
+  while (used < capacity - 1 && (got = read(pipe_ends[0], text + used, capacity - 1 - used)) > 0) used += (size_t)got;
+  text[used] = '\0';
+  close(pipe_ends[0]);
+  int status = 0;
+  return waitpid(child, &status, 0) == child && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static void fence_noop(devbuf__fence *fence) { (void)fence; }
+static const devbuf__fence_ops noop_ops = {fence_noop, fence_noop};
+
+static void corrupt_a_hazard_record(void) {
+  devbuf__hazard *hazard = devbuf__hazard_create();
+  devbuf__fence fence = {.ops = &noop_ops};
+  devbuf__ref_init(&fence.refs, 1);
+  devbuf__record record = {.work = &fence, .offset = 64, .size = 64, .write = true};
+  devbuf__dep *deps = NULL;
+  size_t count = 0, capacity = 0;
+  devbuf__hazard_add(hazard, &record, (devbuf_queue_t *)(uintptr_t)0x1000, &deps, &count, &capacity);
+  record.size = 4096; // now outside the range its list covers
+  devbuf__hazard_remove(hazard, &record); // validates first
+}
+
+static void test_broken_hazard_records_abort(void) {
+  char text[512];
+  CHECK(aborts(corrupt_a_hazard_record, text, sizeof text));
+  CHECK(strstr(text, "hazard tracker invariant broken: a record lies outside the range") != NULL);
+}
 #endif
 
 int main(void) {
@@ -83,6 +126,7 @@ int main(void) {
 #else
   RUN(test_poison_over_handed_out_and_released_memory);
   RUN(test_broken_invariants_abort);
+  RUN(test_broken_hazard_records_abort);
   return CHECK_EXIT();
 #endif
 }

@@ -1,6 +1,9 @@
 // The hazard tracker: records of in-flight uses, grouped by queue, and conflict checks.
 #include "hazard.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 devbuf__hazard *devbuf__hazard_create(void) {
   devbuf__hazard *hazard = devbuf__calloc(1, sizeof *hazard);
   if (!hazard) return NULL;
@@ -116,6 +119,48 @@ bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t 
 // every burst of work would cost an allocation each time) until a new queue needs one: it
 // takes an empty one over (its queue may be gone; a queue never compares an empty segment's
 // records). The list stays as long as the number of queues with work in flight, plus one.
+// ---- debug validation (DEVBUF_DEBUG_CHECKS) ---------------------------------------------------
+
+#if DEVBUF_DEBUG_CHECKS
+__attribute__((noreturn)) static void broken(const char *what, const devbuf__record *record) {
+  fprintf(stderr, "devbuf: hazard tracker invariant broken: %s (record at bytes %zu + %zu)\n", what,
+          record ? record->offset : 0, record ? record->size : 0);
+  abort();
+}
+
+static size_t validate_list(const devbuf__segment *segment, const devbuf__record_list *list, bool write) {
+  size_t count = 0;
+  const devbuf__record *newer = NULL;
+  for (const devbuf__record *r = list->newest; r; newer = r, r = r->older) {
+    if (++count > list->count) broken("a record list is longer than its count", r);
+    if (r->newer != newer) broken("a record's newer link does not point back", r);
+    if (r->segment != segment || r->write != write) broken("a record sits in another queue's or kind's list", r);
+    if (!r->work) broken("a record without work", r);
+    if (r->offset < list->low || r->offset + r->size > list->high || r->offset + r->size < r->offset)
+      broken("a record lies outside the range its list covers", r);
+  }
+  if (count != list->count) broken("a record list is shorter than its count", NULL);
+  return count;
+}
+
+// Every list agrees with its count, links and covered range; the counts add up. Every
+// change while few records are in flight, every 64th beyond. Caller holds the lock.
+static void debug_validate(devbuf__hazard *hazard) {
+  if (hazard->records >= 64 && (++hazard->debug_steps & 63) != 0) return;
+  size_t total = 0;
+  for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
+    total += validate_list(segment, &segment->reads, false) + validate_list(segment, &segment->writes, true);
+    if (segment->reads.count + segment->writes.count)
+      for (const devbuf__segment *other = segment->next; other; other = other->next)
+        if (other->queue == segment->queue && other->reads.count + other->writes.count)
+          broken("two record lists of one queue", segment->reads.newest ? segment->reads.newest : segment->writes.newest);
+  }
+  if (total != hazard->records) broken("the tracker's record count differs from its lists", NULL);
+}
+#else
+static inline void debug_validate(devbuf__hazard *hazard) { (void)hazard; }
+#endif
+
 static devbuf__segment *take_empty_segment(devbuf__hazard *hazard) {
   devbuf__segment **taken = NULL;
   for (devbuf__segment **link = &hazard->segments; *link; link = &(*link)->next)
@@ -158,11 +203,13 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
   list->newest = record;
   list->count++;
   hazard->records++;
+  debug_validate(hazard);
   return true;
 }
 
 void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record, void (**out_on_idle)(void *),
                                   void **out_idle_ctx) {
+  debug_validate(hazard);
   devbuf__segment *segment = record->segment;
   devbuf__record_list *list = record->write ? &segment->writes : &segment->reads;
   if (record->newer)

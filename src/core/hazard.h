@@ -52,6 +52,7 @@ typedef struct devbuf__hazard {
   pthread_cond_t progress;             // broadcast when records complete and someone waits
   void (*on_idle)(void *ctx);          // called once, unlocked, when records reach zero
   void *idle_ctx;
+  unsigned debug_steps;                // DEVBUF_DEBUG_CHECKS: changes since the last validation
 } devbuf__hazard;
 
 devbuf__hazard *devbuf__hazard_create(void);

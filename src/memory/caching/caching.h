@@ -252,9 +252,6 @@ static inline void tcache_add(atomic_uint_least64_t *counter, uint64_t delta) {
 
 // Counts a block as the calling thread's and describes it in `out`.
 // ---- validate.c: debug validators and poison (DEVBUF_DEBUG_CHECKS builds; no-ops otherwise)
-#ifndef DEVBUF_DEBUG_CHECKS
-#define DEVBUF_DEBUG_CHECKS 0
-#endif
 #define POISON_HANDED_OUT 0xA5 // over blocks handed out (BUFFER_ZERO clears it after), but
                                // not over bytes earlier work may still read (ordered ones)
 #define POISON_RELEASED 0xDD   // over every block taken back (not memory released in flight)
