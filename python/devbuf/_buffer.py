@@ -48,12 +48,6 @@ class Buffer(Owned):
     # ---- lifetime ----------------------------------------------------------------------
     _release = lib.devbuf_buffer_release
 
-    def __enter__(self) -> Buffer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @property
     def _h(self) -> int:
         if not self._handle:
@@ -219,7 +213,8 @@ class Buffer(Owned):
         max_version >= (1, 0), the legacy capsule otherwise). The consumer's array holds a
         host access (a read access for read-only exports) until it lets the tensor go, so
         queued work cannot race with it."""
-        if stream is not None and stream != -1 and self.__dlpack_device__()[0] != _DL_CUDA:
+        on_cuda = self.__dlpack_device__()[0] == _DL_CUDA
+        if stream is not None and stream != -1 and not on_cuda:
             raise BufferError(f"stream {stream!r}: only CUDA buffers take a stream (None here)")
         source = self
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
@@ -236,7 +231,7 @@ class Buffer(Owned):
         out = P()
         export = lib.devbuf_buffer_to_dlpack_versioned if versioned else lib.devbuf_buffer_to_dlpack
         try:
-            if stream != -1 and self.__dlpack_device__()[0] == _DL_CUDA:
+            if stream != -1 and on_cuda:
                 # devbuf's streams are its own: the consumer's stream sees complete bytes
                 # once devbuf's work on them is done.
                 check(lib.devbuf_buffer_wait(source._h))

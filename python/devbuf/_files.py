@@ -26,12 +26,6 @@ class TensorFile(Owned, Mapping):
 
     _release = lib.devbuf_tensor_file_release  # close(): buffers handed out stay valid
 
-    def __enter__(self) -> TensorFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @property
     def _h(self) -> int:
         if not self._handle:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
-from typing import Any
+from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_uint32, c_uint64, c_void_p
+from typing import Any, TypeVar
 
 P = c_void_p
 
@@ -26,13 +26,6 @@ def _find_library() -> str:
 
 
 lib = ctypes.CDLL(_find_library())
-
-MAX_NDIM = 32
-
-
-class MemoryInfo(ctypes.Structure):
-    _fields_ = [("host", P), ("device", c_uint64), ("size", c_size_t), ("token", P), ("offset", c_size_t)]
-
 
 class DeviceInfo(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("version", c_char_p), ("global_memory", c_uint64),
@@ -86,30 +79,9 @@ class MetadataEntry(ctypes.Structure):
     _fields_ = [("key", c_char_p), ("value", c_char_p)]
 
 
-# DLPack 1.1 (dlpack.h), for reading what a capsule holds.
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", P), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
-                ("shape", POINTER(ctypes.c_int64)), ("strides", POINTER(ctypes.c_int64)), ("byte_offset", c_uint64)]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [("major", c_uint32), ("minor", c_uint32), ("manager_ctx", P), ("deleter", P), ("flags", c_uint64),
-                ("dl_tensor", DLTensor)]
-
-
-DL_FLAG_READ_ONLY = 1
 LOAD_COPY = 1
 BUFFER_ZERO = 1
 DLPACK_READ_ONLY = 1
-ACCESS_READ, ACCESS_WRITE, ACCESS_READ_WRITE = 1, 2, 3
 
 _SIGNATURES = {
     # status and dtypes
@@ -213,6 +185,9 @@ for _name, (_restype, *_argtypes) in _SIGNATURES.items():
     _function.argtypes = _argtypes
 
 
+_Self = TypeVar("_Self", bound="Owned")
+
+
 class Owned:
     """A Python object holding one reference to a library object (`_handle`): dropped by
     close(), or when the object goes. Subclasses name the library's release function."""
@@ -229,4 +204,10 @@ class Owned:
             type(self)._release(handle)
 
     def __del__(self) -> None:
+        self.close()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self.close()

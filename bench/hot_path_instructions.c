@@ -1,0 +1,33 @@
+// The caching allocator's hot path in instructions (deterministic, unlike timings on a shared
+// machine): run under callgrind by scripts/hot_path_instructions.sh, twice with different
+// counts, whose difference divided by the extra iterations is the cost of one cycle.
+// usage: hot_path_instructions allocator|buffer SIZE ITERATIONS
+#include "devbuf.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+  if (argc != 4) return 2;
+  size_t size = strtoull(argv[2], NULL, 0);
+  long iterations = atol(argv[3]);
+  devbuf_device_t *cpu = NULL;
+  if (devbuf_device_open("cpu", &cpu) != DEVBUF_OK) return 1;
+  devbuf_allocator_t *allocator = devbuf_device_allocator(cpu);
+  bool buffers = strcmp(argv[1], "buffer") == 0;
+  for (long i = 0; i < iterations; i++) {
+    if (buffers) { // devbuf_buffer_allocate + release: handle, storage and block
+      devbuf_buffer_t *buffer = NULL;
+      if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK) return 1;
+      devbuf_buffer_release(buffer);
+    } else { // the device allocator's alloc + free, touching the block
+      devbuf_memory_t memory;
+      if (devbuf_allocator_alloc(allocator, size, &memory) != DEVBUF_OK) return 1;
+      ((volatile char *)memory.host)[0] = 1;
+      devbuf_allocator_free(allocator, &memory);
+    }
+  }
+  devbuf_device_release(cpu);
+  return 0;
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Instructions per alloc + free of the device's caching allocator (256 B, 4 KiB, 64 KiB) and
+# per buffer allocate + release (4 KiB), counted by callgrind: deterministic figures for the
+# hot path, to compare two commits side by side (give each one's build folder).
+# usage: scripts/hot_path_instructions.sh [BUILD_DIR]   (default build/release, after scripts/run.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build/release}
+command -v valgrind >/dev/null || { echo "hot_path_instructions: valgrind is not installed"; exit 1; }
+[ -f "$build/libdevbuf.a" ] || { echo "hot_path_instructions: no $build/libdevbuf.a (run scripts/run.sh)"; exit 1; }
+program=$(mktemp)
+trap 'rm -f "$program"' EXIT
+cc -O2 -std=c11 -Iinclude bench/hot_path_instructions.c "$build/libdevbuf.a" -lpthread -ldl -lm -o "$program"
+instructions() { valgrind --tool=callgrind --callgrind-out-file=/dev/null "$program" "$@" 2>&1 | awk '/Collected/ {print $4}'; }
+for case in "allocator 256" "allocator 4096" "allocator 65536" "buffer 4096"; do
+  set -- $case
+  base=$(instructions "$1" "$2" 50000)
+  more=$(instructions "$1" "$2" 100000)
+  echo "$1 $2 B: $(( (more - base) / 50000 )) instructions per cycle"
+done
