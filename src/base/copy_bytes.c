@@ -10,7 +10,7 @@
 //   - above that, a vector loop with non-temporal stores that aligns the destination and
 //     reads four pages at once, so that the hardware prefetchers run on four streams.
 // AVX-512 where the CPU has it, else AVX2, else memcpy. Overlapping ranges use memmove.
-#include "../internal.h"
+#include "base.h"
 
 #include <stdlib.h>
 #include <string.h>

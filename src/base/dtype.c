@@ -1,5 +1,5 @@
 // Data types: names, sizes in bits, DLPack codes, safetensors names.
-#include "../internal.h"
+#include "base.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
 // memory catch that and report IO_ERROR instead of taking the process down. The handler is
 // installed on the first guarded copy and passes every SIGBUS it does not own (another
 // thread's, another address) to the handler that was there before.
-#include "../internal.h"
+#include "base.h"
 
 #include <setjmp.h>
 #include <signal.h>

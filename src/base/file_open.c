@@ -1,6 +1,6 @@
 // Opening files that devbuf reads (weight files, mapped files, traces). Only regular files
 // are read: a FIFO, a device or a socket could block forever or change under a mapping.
-#include "../internal.h"
+#include "base.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 // The one seam through which devbuf allocates host memory for its own bookkeeping (with the
 // program's hooks, when it set them), and the library's lock initialisation.
-#include "../internal.h"
+#include "base.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

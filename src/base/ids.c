@@ -1,6 +1,6 @@
 // Ids of the library's objects (storages, buffer handles, caching allocators): one counter
 // for all, so that no two objects of any kind share an id within a process.
-#include "../internal.h"
+#include "base.h"
 
 static atomic_uint_least64_t id_counter = 1;
 

@@ -4,7 +4,7 @@
 #ifndef DEVBUF_JSON_H
 #define DEVBUF_JSON_H
 
-#include "../internal.h"
+#include "base.h"
 
 typedef struct devbuf__json {
   const char *text;

@@ -1,5 +1,5 @@
 // Status codes and the thread-local error message.
-#include "../internal.h"
+#include "base.h"
 
 #include <stdarg.h>
 #include <stdio.h>

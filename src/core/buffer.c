@@ -1,5 +1,5 @@
 // Buffer handles: creation, views, identity, properties and description.
-#include "../internal.h"
+#include "core.h"
 
 #include <stdio.h>
 #include <string.h>

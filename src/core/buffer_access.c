@@ -1,6 +1,6 @@
 // Host access: pointers for reading and writing that stay open until ended,
 // typed views, item, and the unsynchronized pointer.
-#include "../internal.h"
+#include "core.h"
 
 #include <string.h>
 

@@ -1,6 +1,6 @@
 // Copies: host to buffer, buffer to host, buffer to buffer on one device or across
 // devices. Overlapping views of one storage behave like memmove.
-#include "../internal.h"
+#include "core.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 // Devices: spec parsing, the registry of open devices (one per spec), and lifetime.
-#include "../internal.h"
+#include "core.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
 #ifndef DEVBUF_FENCE_H
 #define DEVBUF_FENCE_H
 
-#include "../internal.h"
+#include "core.h"
 
 typedef struct devbuf__fence devbuf__fence;
 

@@ -1,5 +1,5 @@
 // Read-only mapped files: zero-copy, page-granular, alive while any view uses them.
-#include "../internal.h"
+#include "core.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -99,6 +99,12 @@ void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char 
   notify(all, event->failure);
 }
 
+void devbuf__event_interrupt(devbuf_event_t *event) {
+  pthread_mutex_lock(&event->lock);
+  pthread_cond_broadcast(&event->reached);
+  pthread_mutex_unlock(&event->lock);
+}
+
 devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
   uint64_t current = atomic_load(&event->value);

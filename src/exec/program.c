@@ -1,5 +1,5 @@
 // Device programs: a handle on the backend's cached build (devbuf_program_build).
-#include "../internal.h"
+#include "queue.h"
 
 devbuf_status devbuf_program_build(devbuf_device_t *device, const char *source, const char *options,
                                    devbuf_program_t **out_program) {

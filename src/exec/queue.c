@@ -56,8 +56,8 @@ struct devbuf_queue {
 #define POOL_USES 4
 #define POOL_SCALARS 64
 #define POOL_CAPACITY 4096
-#define POOL_ITEM_BYTES \
-  (sizeof(devbuf__work) + POOL_USES * (sizeof(devbuf__work_use) + sizeof(void *) + sizeof(size_t)) + POOL_SCALARS)
+#define USE_BYTES (sizeof(devbuf__work_use) + sizeof(devbuf__operand) + sizeof(void *) + sizeof(size_t))
+#define POOL_ITEM_BYTES (sizeof(devbuf__work) + POOL_USES * USE_BYTES + POOL_SCALARS)
 
 static devbuf__spinlock pool_lock = DEVBUF__SPINLOCK_INITIALIZER;
 static devbuf__work *pool;
@@ -146,9 +146,10 @@ void devbuf__work_release(devbuf__work *work) {
   pool_return(recycled);
 }
 
-// Layout of one allocation: the work, its uses, the kernel's address and size arrays, scalars.
+// Layout of one allocation: the work, its uses, their operands, a C kernel's address and
+// size arrays, scalars.
 static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count, size_t scalars_size) {
-  size_t bytes = sizeof(devbuf__work) + use_count * (sizeof(devbuf__work_use) + sizeof(void *) + sizeof(size_t));
+  size_t bytes = sizeof(devbuf__work) + use_count * USE_BYTES;
   if (scalars_size > SIZE_MAX - bytes) return NULL;
   bool poolable = use_count <= POOL_USES && scalars_size <= POOL_SCALARS;
   devbuf__work *work = NULL;
@@ -171,6 +172,7 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
     work->program = NULL;
     atomic_init(&work->device_event, NULL);
     work->event_device = NULL;
+    work->gate = NULL;
     devbuf__mutex_init(&work->lock);
     pthread_cond_init(&work->completed, NULL);
   }
@@ -186,12 +188,13 @@ static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, siz
   work->kernel = NULL;
   work->value = 0;
   work->use_count = use_count;
+  work->operands = (devbuf__operand *)(work->uses + use_count);
   work->scalars_size = scalars_size;
   work->scalars = (char *)work + bytes;
   return work;
 }
 
-static void **work_data(devbuf__work *work) { return (void **)(work->uses + work->use_count); }
+static void **work_data(devbuf__work *work) { return (void **)(work->operands + work->use_count); }
 static size_t *work_sizes(devbuf__work *work) { return (size_t *)(work_data(work) + work->use_count); }
 
 // Waits on the host until `work` has retired; its status.
@@ -235,16 +238,31 @@ static const devbuf__fence_ops work_fence = {.wait = fence_wait, .last_release =
 static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, const char *message);
 static void retire_unrun(devbuf_queue_t *queue, devbuf__work *list, devbuf_status status);
 
-// Device queues whose items run on after run() returns: waits for them to complete; a
-// failure found there fails the queue as a failing run would (*out_pending: its FIFO).
+// Devices whose operations run on after they are enqueued: waits for the items to complete
+// there; a failure found there fails the queue as a failing run would (*out_pending: its
+// FIFO).
 static void complete_on_device(devbuf_queue_t *queue, devbuf__work **items, size_t count, devbuf__work **out_pending) {
   const devbuf__backend *backend = queue->device->backend;
   *out_pending = NULL;
-  if (!queue->device_queue || !backend->complete) return;
-  devbuf_status failed = backend->complete(queue->device, queue->device_queue, items, count);
-  if (failed == DEVBUF_OK) return;
+  if (!backend->complete) return;
+  devbuf_status failed = DEVBUF_OK;
   char message[512];
-  snprintf(message, sizeof message, "%s", devbuf_last_error());
+  devbuf__device_done done[BATCH]; // retire takes at most a batch, but need not
+  for (size_t first = 0; first < count; first += BATCH) {
+    size_t chunk = count - first < BATCH ? count - first : BATCH;
+    for (size_t i = 0; i < chunk; i++) {
+      const devbuf__work *work = items[first + i];
+      done[i] = (devbuf__device_done){atomic_load_explicit(&work->device_event, memory_order_acquire),
+                                      work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command", work->status};
+    }
+    devbuf_status chunk_failed = backend->complete(queue->device, queue->device_queue, done, chunk);
+    for (size_t i = 0; i < chunk; i++) items[first + i]->status = done[i].status;
+    if (failed == DEVBUF_OK && chunk_failed != DEVBUF_OK) {
+      failed = chunk_failed;
+      snprintf(message, sizeof message, "%s", devbuf_last_error());
+    }
+  }
+  if (failed == DEVBUF_OK) return;
   bool behind = false; // what came after the failed item ran on the device, but reports the failure
   for (size_t i = 0; i < count; i++) {
     if (behind && items[i]->status == DEVBUF_OK) items[i]->status = failed;
@@ -355,84 +373,102 @@ static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, con
 
 // ---- execution (the worker thread) -----------------------------------------------------
 
-static void fill(void *data, size_t size, const void *pattern, size_t pattern_size) {
-  if (size == 0) return;
-  memcpy(data, pattern, pattern_size);
-  for (size_t done = pattern_size; done < size;) { // double the filled prefix each step
-    size_t piece = done < size - done ? done : size - done;
-    memcpy((char *)data + done, data, piece);
-    done += piece;
-  }
-}
-
 static void release_deps(devbuf__work *work) {
   for (size_t i = 0; i < work->dep_count; i++) devbuf__fence_release(work->deps[i].work);
   work->dep_count = 0;
 }
 
-devbuf_status devbuf__work_wait_deps(devbuf__work *work,
-                                     bool (*on_device)(void *context, const devbuf__dep *dep, void *event),
-                                     void *context) {
+// Waits for the work of other queues that `work` depends on, except what this device can
+// wait for itself: work already enqueued on `device` (NULL: none) joins `waits` (room for
+// every dependency), unless only its reuse of memory orders it and the device would pass
+// its failure on. DEVICE_FAILURE if a data dependency failed (one that only orders reused
+// memory after its previous owner's work does not pass its failure on).
+static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void **waits, size_t *wait_count) {
   devbuf_status failed = DEVBUF_OK;
+  bool skip_order_only = device && device->backend->waits_pass_failure;
   for (size_t i = 0; i < work->dep_count; i++) {
     devbuf__work *dep = devbuf__work_of(work->deps[i].work);
     devbuf_status dep_status;
     void *event = atomic_load_explicit(&dep->device_event, memory_order_acquire);
-    if (atomic_load_explicit(&dep->fence.done, memory_order_acquire))
+    if (atomic_load_explicit(&dep->fence.done, memory_order_acquire)) {
       dep_status = dep->status;
-    else if (event && on_device && on_device(context, &work->deps[i], event))
-      dep_status = DEVBUF_OK; // the device waits for it
-    else
+    } else if (event && dep->event_device == device && !(skip_order_only && work->deps[i].order_only)) {
+      waits[(*wait_count)++] = event; // alive while the item holds `dep`
+      dep_status = DEVBUF_OK;
+    } else {
       dep_status = wait_done(dep);
+    }
     if (dep_status != DEVBUF_OK && !work->deps[i].order_only && failed == DEVBUF_OK) failed = dep_status;
   }
-  release_deps(work);
   if (failed != DEVBUF_OK)
     return devbuf__error(DEVBUF_DEVICE_FAILURE, "work on another queue that this item waits for failed (%s)",
                          devbuf_status_name(failed));
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf__wait_outcome(devbuf__work *work) {
-  if (atomic_load(&work->cancel))
-    return devbuf__error(DEVBUF_CANCELLED, "the wait for event value %llu was cancelled", (unsigned long long)work->value);
-  if (devbuf_event_value(work->event) >= work->value) return DEVBUF_OK;
-  return devbuf_event_status(work->event); // it failed: its cause and message
+// What the device does for a fill, copy, launch or C kernel, as data.
+static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait_count, void **out_event) {
+  devbuf_queue_t *queue = work->queue;
+  devbuf__op op = {.operands = work->operands, .operand_count = work->use_count, .waits = waits,
+                   .wait_count = wait_count};
+  devbuf_kernel_args_t args;
+  switch (work->kind) {
+  case DEVBUF__WORK_KERNEL:
+    args = (devbuf_kernel_args_t){work_data(work), work_sizes(work), work->use_count, work->scalars, work->scalars_size};
+    op.kind = DEVBUF__OP_CALL;
+    op.kernel = work->kernel;
+    op.kernel_args = &args;
+    break;
+  case DEVBUF__WORK_FILL:
+    op.kind = DEVBUF__OP_FILL;
+    op.pattern = work->scalars;
+    op.pattern_size = work->scalars_size;
+    break;
+  case DEVBUF__WORK_COPY:
+    op.kind = DEVBUF__OP_COPY;
+    break;
+  case DEVBUF__WORK_LAUNCH:
+    op.kind = DEVBUF__OP_LAUNCH;
+    op.program = work->program->backend_program;
+    op.kernel_name = work->kernel_name;
+    op.launch = &work->launch;
+    op.arg_count = work->arg_count;
+    op.arg_sizes = work->scalars;
+    op.arg_bytes = (const size_t *)work->scalars + work->arg_count;
+    break;
+  default:
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "work item of kind %d is no device operation", (int)work->kind);
+  }
+  return queue->device->backend->enqueue(queue->device, queue->device_queue, &op, out_event);
 }
 
+// Runs an item once what it depends on allows: on the worker (signals, host waits, the
+// CPU's operations), or enqueued on the device queue, leaving the driver's event for
+// items that depend on it.
 static devbuf_status run(devbuf__work *work) {
   devbuf_queue_t *queue = work->queue;
-  // A device queue's backend waits for dependencies itself, on the device where it can.
-  if (queue->device_queue && work->kind != DEVBUF__WORK_SIGNAL)
-    return queue->device->backend->run(queue->device, queue->device_queue, work);
-  devbuf_status dep_status = devbuf__work_wait_deps(work, NULL, NULL);
-  if (dep_status != DEVBUF_OK) return dep_status;
-  void **data = work_data(work);
-  size_t *sizes = work_sizes(work);
-  switch (work->kind) {
-  case DEVBUF__WORK_KERNEL: {
-    devbuf_kernel_args_t args = {data, sizes, work->use_count, work->scalars, work->scalars_size};
-    devbuf__clear_error(); // so that a kernel failing silently reports no stale text
-    devbuf_status status = work->kernel(&args);
-    if (status != DEVBUF_OK && devbuf_last_error()[0] == '\0')
-      devbuf__error(status, "kernel returned %s without a message", devbuf_status_name(status));
-    return status;
+  devbuf_device_t *device = queue->device;
+  void *stack_waits[16], **waits = stack_waits;
+  if (queue->device_queue && work->dep_count > 16 && !(waits = devbuf__malloc(work->dep_count * sizeof *waits)))
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu dependencies", work->dep_count);
+  size_t wait_count = 0;
+  devbuf_status status = wait_deps(work, queue->device_queue ? device : NULL, waits, &wait_count);
+  void *event = NULL;
+  if (status == DEVBUF_OK) {
+    if (work->kind == DEVBUF__WORK_SIGNAL)
+      devbuf__event_raise(work->event, work->value);
+    else if (work->kind == DEVBUF__WORK_WAIT)
+      status = devbuf__wait_item_run(work, device, queue->device_queue, &event);
+    else
+      status = enqueue(work, waits, wait_count, &event);
   }
-  case DEVBUF__WORK_FILL:
-    fill(data[0], sizes[0], work->scalars, work->scalars_size);
-    return DEVBUF_OK;
-  case DEVBUF__WORK_COPY:
-    if (sizes[0]) devbuf__copy_bytes(data[0], data[1], sizes[0]);
-    return DEVBUF_OK;
-  case DEVBUF__WORK_SIGNAL:
-    devbuf__event_raise(work->event, work->value);
-    return DEVBUF_OK;
-  case DEVBUF__WORK_WAIT:
-    return devbuf__event_wait(work->event, work->value, UINT64_MAX, &work->cancel);
-  case DEVBUF__WORK_LAUNCH: // only devices with their own queues accept launches
-    return devbuf__error(DEVBUF_UNSUPPORTED, "%s cannot launch device programs", queue->device->spec);
+  release_deps(work); // finished work never keeps a chain of older work alive
+  if (waits != stack_waits) devbuf__free(waits);
+  if (event) { // dependents on other queues may wait for it on the device from now on
+    work->event_device = devbuf__device_keep(device);
+    atomic_store_explicit(&work->device_event, event, memory_order_release);
   }
-  return DEVBUF_OK;
+  return status;
 }
 
 static void queue_destroy(devbuf_queue_t *queue) {
@@ -569,7 +605,7 @@ static void *worker_main(void *arg) {
 
 devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_queue) {
   if (!device || !out_queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_queue is NULL");
-  if (device->backend->kind != DEVBUF_DEVICE_CPU && !device->backend->queue_create)
+  if (!device->backend->enqueue)
     return devbuf__error(DEVBUF_UNSUPPORTED, "%s has no queues in this build", device->spec);
   void *device_queue = NULL;
   if (device->backend->queue_create) {
@@ -662,10 +698,7 @@ devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
   devbuf__work *waiting = queue->waiting;
   if (waiting) {
     atomic_store(&waiting->cancel, true);
-    pthread_mutex_lock(&waiting->event->lock); // wake the worker out of its event wait
-    pthread_cond_broadcast(&waiting->event->reached);
-    pthread_mutex_unlock(&waiting->event->lock);
-    if (queue->device_queue) queue->device->backend->cancel_wait(queue->device, queue->device_queue);
+    devbuf__wait_item_cancel(waiting);
   }
   pthread_mutex_unlock(&queue->lock);
   retire_unrun(queue, pending, DEVBUF_CANCELLED);
@@ -728,9 +761,7 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   slot->hazard = NULL;
   work_data(work)[index] = buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
   work_sizes(work)[index] = buffer->size;
-  slot->memory = storage->memory;
-  slot->offset = buffer->offset;
-  slot->size = buffer->size;
+  work->operands[index] = (devbuf__operand){storage->memory, buffer->offset, buffer->size};
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
   slot->record = (devbuf__record){.work = &work->fence, .offset = buffer->offset,
                                   .size = buffer->size, .write = write};
@@ -810,7 +841,7 @@ devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn ke
   if (!queue || !kernel || (use_count && !uses) || (scalars_size && !scalars))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "submit: queue and kernel are required; uses and scalars must "
                                                   "be given when their counts are not zero");
-  if (queue->device_queue)
+  if (!queue->device->backend->runs_c_kernels)
     return devbuf__error(DEVBUF_UNSUPPORTED, "submit: C kernels run on the CPU; %s runs programs (devbuf_queue_launch)",
                          queue->device->spec);
   devbuf__work *work = work_new(queue, DEVBUF__WORK_KERNEL, use_count, scalars_size);

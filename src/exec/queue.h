@@ -6,6 +6,15 @@
 
 #include "../core/hazard.h"
 
+typedef struct devbuf__work devbuf__work;
+
+// A program built for a device (devbuf_program_build): the backend's object, shared.
+struct devbuf_program {
+  devbuf__refcount refs;
+  devbuf_device_t *device; // retained
+  void *backend_program;   // the backend's cached build
+};
+
 typedef enum devbuf__work_kind {
   DEVBUF__WORK_KERNEL,
   DEVBUF__WORK_FILL,
@@ -15,13 +24,11 @@ typedef enum devbuf__work_kind {
   DEVBUF__WORK_LAUNCH, // a device program's kernel
 } devbuf__work_kind;
 
-// One use of a work item: its record in the memory's tracker and its address.
+// One use of a work item: its record in the memory's tracker. Its bytes are the item's
+// operand of the same index.
 typedef struct devbuf__work_use {
   devbuf__record record;
   devbuf__hazard *hazard;   // NULL for zero-length uses
-  devbuf_memory_t memory;        // a copy: the memory outlives the item, but the storage
-                                 // record holding it may be handed on while the item waits
-  size_t offset, size;           // the view's bytes within it
 } devbuf__work_use;
 
 struct devbuf__work {
@@ -36,8 +43,9 @@ struct devbuf__work {
   atomic_size_t waiters;           // threads blocked on `completed`
   devbuf_status status;
   atomic_bool cancel;              // a WAIT item is asked to stop waiting
-  void *_Atomic device_event;      // device queues: the driver's event once enqueued (run)
+  void *_Atomic device_event;      // device queues: the driver's event once enqueued
   devbuf_device_t *event_device;   // ... and its device (retained), which releases it
+  struct devbuf__wait_gate *gate;  // a WAIT item's while it waits on a device (under lock)
   devbuf__dep *deps;               // released once waited for
   size_t dep_count, dep_capacity;
   devbuf_cpu_kernel_fn kernel;
@@ -50,6 +58,8 @@ struct devbuf__work {
   devbuf_launch_t launch;          // LAUNCH
   size_t arg_count;                // LAUNCH: sizes at `scalars`, then the bytes of each
   size_t use_count;
+  devbuf__operand *operands;       // the bytes of each use (in this allocation): a copy, as
+                                   // the storage may hand its memory on while the item waits
   devbuf__work_use uses[];
 };
 
@@ -61,19 +71,9 @@ void devbuf__work_release(devbuf__work *work);
 // every host allocation.
 void devbuf__work_pool_trim(void);
 
-// Waits for the work of other queues that `work` depends on, then lets go of it (so that
-// finished work never keeps a chain of older work alive). A dependency already enqueued on
-// a device (its device_event set) is offered to `on_device` first, which answers true when
-// the device will wait for it; the rest is waited for on the host. DEVICE_FAILURE if a data
-// dependency failed (one that only orders reused memory after its previous owner's work
-// does not pass its failure on).
-devbuf_status devbuf__work_wait_deps(devbuf__work *work,
-                                     bool (*on_device)(void *context, const devbuf__dep *dep, void *event),
-                                     void *context);
-
 // A callback for when an event reaches a value: OK then, or the event's failure (or
-// CANCELLED when the event goes first). Lets device queues wait for host signals on the
-// device (OpenCL user events) instead of on a thread.
+// CANCELLED when the event goes first). Opens the gates of waits on the device
+// (wait_item.c), so that no thread blocks for them.
 typedef struct devbuf__event_watch {
   uint64_t value;
   void (*reached)(void *context, devbuf_status status);
@@ -100,11 +100,19 @@ devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
 void devbuf__event_raise(devbuf_event_t *event, uint64_t value);
 // Marks the event failed with a status and message; every wait returns them from now on.
 void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char *message);
-// How a queue's wait for an event value ended once the device let it through: CANCELLED
-// when cancel opened it, OK when the value was reached, else the event's failure.
-devbuf_status devbuf__wait_outcome(devbuf__work *work);
+// Wakes the threads waiting for the event, so that they check their cancel flags.
+void devbuf__event_interrupt(devbuf_event_t *event);
 // Waits for `value` while `*cancel` stays false (NULL: never cancelled).
 devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
                                  const atomic_bool *cancel);
+
+// Runs a queue's WAIT item (wait_item.c): on the host, or where the device has gates
+// (`device_queue` given), as a barrier on the device queue that the event value, its
+// failure or cancel opens. Returns once the wait is over: OK when the value was reached,
+// CANCELLED when cancel ended it, else the event's failure. *out_event: the driver event
+// behind the barrier (NULL when none), for items that depend on the wait.
+devbuf_status devbuf__wait_item_run(devbuf__work *work, devbuf_device_t *device, void *device_queue, void **out_event);
+// Ends a running WAIT item's wait early (devbuf_queue_cancel, which has set work->cancel).
+void devbuf__wait_item_cancel(devbuf__work *work);
 
 #endif // DEVBUF_QUEUE_H

@@ -2,7 +2,7 @@
 // host access; foreign tensors arrive as buffers whose last release calls the producer's
 // deleter.
 #include "dlpack_abi.h"
-#include "../internal.h"
+#include "../core/core.h"
 
 #include <stdio.h>
 #include <string.h>

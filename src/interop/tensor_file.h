@@ -2,7 +2,7 @@
 #ifndef DEVBUF_TENSOR_FILE_H
 #define DEVBUF_TENSOR_FILE_H
 
-#include "../internal.h"
+#include "../core/core.h"
 
 typedef struct devbuf__tensor_entry {
   char *name;

@@ -1,7 +1,7 @@
 // The allocator object: reference counting, the front end that validates calls and
 // counts for allocators without statistics of their own, the backend's raw allocator and
 // allocators supplied by users.
-#include "../internal.h"
+#include "memory.h"
 
 void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocator_ops *ops,
                             devbuf_device_t *device, devbuf__device_link link) {

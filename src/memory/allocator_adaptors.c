@@ -1,6 +1,6 @@
 // Allocator adaptors: statistics and fault injection. Each wraps an upstream
 // allocator and is itself an allocator. (The trace adaptor has its own file.)
-#include "../internal.h"
+#include "memory.h"
 
 typedef struct wrapper {
   devbuf_allocator_t base;

@@ -3,7 +3,7 @@
 //   a <id> <size>             allocation number <id> (from 1) of <size> bytes
 //   f <id>                    that allocation was freed
 // Replaying it against another allocator reproduces the workload's allocation pattern.
-#include "../internal.h"
+#include "memory.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The layering rule of src/ (docs/architecture.md), checked two ways:
 
-- includes: a file in folder L may include headers of L and of the layers below it, and the
-  shared src/internal.h; backends (backend/cpu, backend/opencl, backend/cuda) not each other;
+- includes: a file in folder L may include headers of L and of the layers below it; a
+  backend (backend/cpu, backend/opencl, backend/cuda) the backend layer's own backend.h
+  but not another backend; no file may sit in src/ outside a layer;
 - symbols (with the object files of a build): what each object file calls or reads of
   another file of src/, from `nm`, may only point to its own layer or below.
 
@@ -37,26 +38,20 @@ def read_rules(src):
 
 
 def layer_of(path, layers):
-    """The layer of a path relative to src/ ("backend/opencl/x.c" -> "backend"), its group
-    (the backend's own folder), or None for the shared internal.h."""
+    """The layer of a path relative to src/ ("backend/opencl/x.c" -> "backend") and its group
+    (a backend's own folder; "backend" for what all backends share)."""
     parts = path.split("/")
-    if len(parts) == 1:
-        return None, None
-    if parts[0] not in layers:
+    if len(parts) == 1 or parts[0] not in layers:
         raise SystemExit(f"check_layering: {path} is in no layer of layers.txt")
-    group = "/".join(parts[:2]) if parts[0] == "backend" else parts[0]
+    group = "/".join(parts[:2]) if parts[0] == "backend" and len(parts) > 2 else parts[0]
     return parts[0], group
 
 
 def wrong_way(a, b, layers):
     (la, ga), (lb, gb) = layer_of(a, layers), layer_of(b, layers)
-    if lb is None:  # the shared header
-        return False
-    if la is None:  # internal.h itself may include base only
-        return lb != layers[0]
     if layers.index(lb) > layers.index(la):
         return True
-    return la == lb == "backend" and ga != gb  # one backend reaching into another
+    return la == lb == "backend" and ga != gb and gb != "backend"  # one backend reaching into another
 
 
 def sources(src):
@@ -109,7 +104,7 @@ def check(src, objects=None):
             found.add((a, b))
             if (a, b) not in allowed:
                 kind = "includes" if b.endswith(".h") else "uses"
-                problems.append(f"{a} ({layer_of(a, layers)[0] or 'shared'}) {kind} {b} "
+                problems.append(f"{a} ({layer_of(a, layers)[0]}) {kind} {b} "
                                 f"({layer_of(b, layers)[0]}): a lower layer may not reach up")
     checked_symbols = objects is not None
     for a, b in sorted(allowed - found):

@@ -1,5 +1,5 @@
 // The CPU backend: aligned host memory; copies at full bandwidth (copy_bytes.c).
-#include "../../internal.h"
+#include "cpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,4 +152,6 @@ const devbuf__backend devbuf__backend_cpu = {
     .read = cpu_read,
     .copy = cpu_copy,
     .zero = cpu_zero,
+    .enqueue = devbuf__cpu_enqueue,
+    .runs_c_kernels = true,
 };

@@ -2,7 +2,7 @@
 #ifndef DEVBUF_OPENCL_H
 #define DEVBUF_OPENCL_H
 
-#include "../../internal.h"
+#include "../backend.h"
 #include "opencl_abi.h"
 
 // The ICD loader's entry points, loaded on first use; NULL without one, with the reason.
@@ -47,10 +47,12 @@ devbuf_status devbuf__opencl_enqueue_copy(devbuf_device_t *device, cl_command_qu
 // Queues and programs (opencl_queue.c): the backend's entries.
 devbuf_status devbuf__opencl_queue_create(devbuf_device_t *device, void **out_queue);
 void devbuf__opencl_queue_destroy(devbuf_device_t *device, void *queue);
-devbuf_status devbuf__opencl_run(devbuf_device_t *device, void *queue, devbuf__work *work);
-devbuf_status devbuf__opencl_complete(devbuf_device_t *device, void *queue, devbuf__work **items, size_t count);
+devbuf_status devbuf__opencl_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op, void **out_event);
+devbuf_status devbuf__opencl_complete(devbuf_device_t *device, void *queue, devbuf__device_done *items, size_t count);
 void devbuf__opencl_event_release(devbuf_device_t *device, void *event);
-void devbuf__opencl_cancel_wait(devbuf_device_t *device, void *queue);
+devbuf_status devbuf__opencl_gate_enqueue(devbuf_device_t *device, void *queue, void **out_gate, void **out_event);
+void devbuf__opencl_gate_open(devbuf_device_t *device, void *queue, void *gate);
+void devbuf__opencl_gate_release(devbuf_device_t *device, void *queue, void *gate);
 devbuf_status devbuf__opencl_program_build(devbuf_device_t *device, const char *source, const char *options,
                                            void **out_program);
 void devbuf__opencl_program_release(devbuf_device_t *device, void *program);

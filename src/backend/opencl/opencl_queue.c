@@ -1,77 +1,25 @@
-// OpenCL queues and programs. Each devbuf queue owns an in-order cl_command_queue; its
-// worker enqueues items there one after another, and before items retire it waits for the
-// completion callback of the last of them (in order, so all are done), so the tracker
-// retires them exactly when the device is done with them. An item that depends on
-// work of another queue waits for that work's cl_event on the device; a wait for a
-// host-signalled event is a marker behind an OpenCL user event that the event completes.
-// Programs are built once per device, source and options, and shared.
+// OpenCL queues, operations and programs. A device queue is an in-order cl_command_queue:
+// operations are enqueued there behind the cl_events they wait for, and `complete` waits for
+// the completion callback of the last of a group (in order, so all are done) before
+// reading each one's status. A gate for a host-signalled wait is a marker behind a user
+// event. Programs are built once per device, source and options, and shared.
 #include "opencl.h"
-#include "../../exec/queue.h"
 
 #include <string.h>
 
-// A user event that one devbuf event value, or cancel, completes (whichever comes first).
-typedef struct gate {
-  const devbuf__opencl_api *cl;
-  cl_event user;
-  atomic_bool settled;
-  devbuf__refcount refs; // the event's watch and the waiting worker
-} gate;
-
-typedef struct opencl_queue {
-  cl_command_queue queue;
-  pthread_mutex_t lock; // `waiting`
-  gate *waiting;        // the gate the worker waits behind, for cancel
-} opencl_queue;
-
-static void gate_open(gate *g) {
-  // Always CL_COMPLETE: whether the wait succeeded is decided on the host, and a failed user
-  // event would fail the commands behind it in the in-order queue.
-  if (!atomic_exchange(&g->settled, true)) g->cl->clSetUserEventStatus(g->user, CL_COMPLETE);
-}
-
-static void gate_unref(gate *g) {
-  if (!devbuf__ref_drop(&g->refs)) return;
-  g->cl->clReleaseEvent(g->user);
-  devbuf__free(g);
-}
-
-static void gate_reached(void *context, devbuf_status status) {
-  (void)status;
-  gate_open(context);
-  gate_unref(context);
-}
-
 devbuf_status devbuf__opencl_queue_create(devbuf_device_t *device, void **out_queue) {
   devbuf__opencl_device *state = devbuf__opencl_of(device);
-  opencl_queue *q = devbuf__calloc(1, sizeof *q);
-  if (!q) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a queue");
   cl_int code = CL_SUCCESS;
-  q->queue = state->cl->clCreateCommandQueue(state->context, state->id, 0, &code);
-  if (!q->queue) {
-    devbuf__free(q);
-    return devbuf__opencl_error(code, "%s: clCreateCommandQueue", device->spec);
-  }
-  pthread_mutex_init(&q->lock, NULL);
-  *out_queue = q;
+  cl_command_queue queue = state->cl->clCreateCommandQueue(state->context, state->id, 0, &code);
+  if (!queue) return devbuf__opencl_error(code, "%s: clCreateCommandQueue", device->spec);
+  *out_queue = queue;
   return DEVBUF_OK;
 }
 
 void devbuf__opencl_queue_destroy(devbuf_device_t *device, void *queue) {
   const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
-  opencl_queue *q = queue;
-  cl->clFinish(q->queue);
-  cl->clReleaseCommandQueue(q->queue);
-  pthread_mutex_destroy(&q->lock);
-  devbuf__free(q);
-}
-
-void devbuf__opencl_cancel_wait(devbuf_device_t *device, void *queue) {
-  (void)device;
-  opencl_queue *q = queue;
-  pthread_mutex_lock(&q->lock);
-  if (q->waiting) gate_open(q->waiting);
-  pthread_mutex_unlock(&q->lock);
+  cl->clFinish(queue);
+  cl->clReleaseCommandQueue(queue);
 }
 
 void devbuf__opencl_event_release(devbuf_device_t *device, void *event) {
@@ -208,60 +156,58 @@ devbuf_status devbuf__opencl_program_has_kernel(devbuf_device_t *device, void *b
   return status;
 }
 
-// ---- running work items --------------------------------------------------------------------
+// ---- operations ------------------------------------------------------------------------------
 
-// A kernel: the uses as buffers of their own bytes (sub-buffers for views that do not start
-// at the storage's start), then the scalars. Enqueued after `waits`.
-static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue queue, devbuf__work *work,
-                                    cl_uint wait_count, const cl_event *waits, cl_event *out_event) {
+// A kernel: the operands as buffers of their own bytes (sub-buffers for views that do not
+// start at the storage's start), then the scalars. Enqueued after `waits`.
+static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue queue, const devbuf__op *op,
+                                    cl_event *out_event) {
   devbuf__opencl_device *state = devbuf__opencl_of(device);
   const devbuf__opencl_api *cl = state->cl;
-  devbuf__opencl_program *p = work->program->backend_program;
+  devbuf__opencl_program *p = op->program;
   cl_int code = CL_SUCCESS;
-  cl_kernel kernel = cl->clCreateKernel(p->program, work->kernel_name, &code); // one per launch: no shared args
-  if (!kernel) return devbuf__opencl_error(code, "%s: kernel '%.100s'", device->spec, work->kernel_name);
+  cl_kernel kernel = cl->clCreateKernel(p->program, op->kernel_name, &code); // one per launch: no shared args
+  if (!kernel) return devbuf__opencl_error(code, "%s: kernel '%.100s'", device->spec, op->kernel_name);
   cl_mem stack_views[16], *views = stack_views;
-  if (work->use_count > 16 && !(views = devbuf__malloc(work->use_count * sizeof *views))) {
+  if (op->operand_count > 16 && !(views = devbuf__malloc(op->operand_count * sizeof *views))) {
     cl->clReleaseKernel(kernel);
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu kernel arguments", work->use_count);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu kernel arguments", op->operand_count);
   }
   size_t view_count = 0;
   devbuf_status status = DEVBUF_OK;
   cl_uint index = 0;
-  for (size_t u = 0; u < work->use_count && status == DEVBUF_OK; u++, index++) {
-    devbuf__work_use *use = &work->uses[u];
-    // A zero-length use is tracked by nothing, so its memory may be gone: the kernel gets NULL.
-    cl_mem mem = use->size ? devbuf__cl_mem(&use->memory) : NULL;
-    size_t origin = use->memory.offset + use->offset; // within the segment's cl_mem
-    if (use->size && (origin || use->size != use->memory.size)) {
-      cl_buffer_region region = {origin, use->size};
+  for (size_t u = 0; u < op->operand_count && status == DEVBUF_OK; u++, index++) {
+    const devbuf__operand *operand = &op->operands[u];
+    cl_mem mem = operand->size ? devbuf__cl_mem(&operand->memory) : NULL; // a zero-length one may be gone
+    size_t origin = operand->memory.offset + operand->offset; // within the segment's cl_mem
+    if (operand->size && (origin || operand->size != operand->memory.size)) {
+      cl_buffer_region region = {origin, operand->size};
       mem = cl->clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &code); // flags: the parent's
       if (!mem) {
-        status = devbuf__opencl_error(code, "%s: a view of %zu bytes at %zu for argument %u", device->spec, use->size,
-                                      origin, index);
+        status = devbuf__opencl_error(code, "%s: a view of %zu bytes at %zu for argument %u", device->spec,
+                                      operand->size, origin, index);
         break;
       }
       views[view_count++] = mem;
     }
     code = cl->clSetKernelArg(kernel, index, sizeof mem, &mem);
     if (code != CL_SUCCESS) status = devbuf__opencl_error(code, "%s: kernel '%.100s' argument %u (use %zu)", device->spec,
-                                                          work->kernel_name, index, u);
+                                                          op->kernel_name, index, u);
   }
-  const size_t *sizes = work->scalars;
-  const char *bytes = (const char *)(sizes + work->arg_count);
-  for (size_t a = 0; a < work->arg_count && status == DEVBUF_OK; a++, index++) {
-    code = cl->clSetKernelArg(kernel, index, sizes[a], bytes);
+  const char *bytes = op->arg_bytes;
+  for (size_t a = 0; a < op->arg_count && status == DEVBUF_OK; a++, index++) {
+    code = cl->clSetKernelArg(kernel, index, op->arg_sizes[a], bytes);
     if (code != CL_SUCCESS) status = devbuf__opencl_error(code, "%s: kernel '%.100s' argument %u (scalar %zu, %zu bytes)",
-                                                          device->spec, work->kernel_name, index, a, sizes[a]);
-    bytes += sizes[a];
+                                                          device->spec, op->kernel_name, index, a, op->arg_sizes[a]);
+    bytes += op->arg_sizes[a];
   }
   if (status == DEVBUF_OK) {
-    const devbuf_launch_t *launch = &work->launch;
+    const devbuf_launch_t *launch = op->launch;
     code = cl->clEnqueueNDRangeKernel(queue, kernel, launch->dims, NULL, launch->global,
-                                      launch->local[0] ? launch->local : NULL, wait_count, wait_count ? waits : NULL,
-                                      out_event);
+                                      launch->local[0] ? launch->local : NULL, (cl_uint)op->wait_count,
+                                      op->wait_count ? (const cl_event *)op->waits : NULL, out_event);
     if (code != CL_SUCCESS)
-      status = devbuf__opencl_error(code, "%s: launching kernel '%.100s'", device->spec, work->kernel_name);
+      status = devbuf__opencl_error(code, "%s: launching kernel '%.100s'", device->spec, op->kernel_name);
   }
   // Kernel and views may go now: the driver keeps what an enqueued command uses.
   for (size_t v = 0; v < view_count; v++) cl->clReleaseMemObject(views[v]);
@@ -270,137 +216,87 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue qu
   return status;
 }
 
-// Data dependencies already enqueued on this device join the command's wait list (retained,
-// ours from here); the rest are waited for on the host. A command whose wait list holds an
-// event that failed fails too, so a dependency that only orders reused memory after its
-// previous owner's work waits on the host: that work's failure is not this command's.
-typedef struct wait_list {
-  devbuf_device_t *device;
-  cl_event *events;
-  cl_uint count;
-} wait_list;
-
-static bool join_wait_list(void *context, const devbuf__dep *dep, void *event) {
-  wait_list *list = context;
-  if (dep->order_only || devbuf__work_of(dep->work)->event_device != list->device) return false;
-  devbuf__opencl_of(list->device)->cl->clRetainEvent(event); // alive while we hold `dep`
-  list->events[list->count++] = event;
-  return true;
-}
-
-// A wait for a host-signalled event value: a marker behind a user event that the value
-// (or cancel) completes.
-static devbuf_status enqueue_wait(devbuf_device_t *device, opencl_queue *q, devbuf__work *work, cl_event *out_event) {
-  devbuf__opencl_device *state = devbuf__opencl_of(device);
-  gate *g = devbuf__malloc(sizeof *g);
-  if (!g) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event wait");
-  cl_int code = CL_SUCCESS;
-  g->cl = state->cl;
-  g->user = state->cl->clCreateUserEvent(state->context, &code);
-  if (!g->user) {
-    devbuf__free(g);
-    return devbuf__opencl_error(code, "%s: clCreateUserEvent", device->spec);
-  }
-  atomic_init(&g->settled, false);
-  devbuf__ref_init(&g->refs, 2);
-  pthread_mutex_lock(&q->lock);
-  q->waiting = g;
-  pthread_mutex_unlock(&q->lock);
-  if (devbuf__event_watch_value(work->event, work->value, gate_reached, g) != DEVBUF_OK) {
-    gate_open(g); // no watch: the host decides below
-    gate_unref(g);
-  }
-  if (atomic_load(&work->cancel)) gate_open(g); // cancelled before the gate was there
-  code = state->cl->clEnqueueMarkerWithWaitList(q->queue, 1, &g->user, out_event);
-  devbuf_status status = DEVBUF_OK;
-  if (code != CL_SUCCESS) {
-    gate_open(g);
-    status = devbuf__opencl_error(code, "%s: a marker for an event wait", device->spec);
-  }
-  return status;
-}
-
-// After the marker of a wait: forget the gate, and say how the wait ended.
-static devbuf_status finish_wait(opencl_queue *q, devbuf__work *work, devbuf_status status) {
-  pthread_mutex_lock(&q->lock);
-  gate *g = q->waiting;
-  q->waiting = NULL;
-  pthread_mutex_unlock(&q->lock);
-  if (g) gate_unref(g);
-  return status != DEVBUF_OK ? status : devbuf__wait_outcome(work);
-}
-
-devbuf_status devbuf__opencl_run(devbuf_device_t *device, void *queue, devbuf__work *work) {
+devbuf_status devbuf__opencl_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op, void **out_event) {
   const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
-  opencl_queue *q = queue;
-  cl_event stack_waits[16], *waits = stack_waits;
-  if (work->dep_count > 16 && !(waits = devbuf__malloc(work->dep_count * sizeof *waits)))
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu dependencies", work->dep_count);
-  wait_list list = {device, waits, 0};
-  devbuf_status status = devbuf__work_wait_deps(work, join_wait_list, &list);
-  cl_uint wait_count = list.count;
+  const devbuf__operand *operands = op->operands;
+  cl_uint wait_count = (cl_uint)op->wait_count;
+  const cl_event *waits = (const cl_event *)op->waits;
   cl_event done = NULL;
-  if (status == DEVBUF_OK) {
-    switch (work->kind) {
-    case DEVBUF__WORK_FILL:
-      status = devbuf__opencl_enqueue_fill(device, q->queue, &work->uses[0].memory, work->uses[0].offset,
-                                           work->uses[0].size, work->scalars, work->scalars_size, wait_count, waits,
-                                           &done);
-      break;
-    case DEVBUF__WORK_COPY:
-      status = devbuf__opencl_enqueue_copy(device, q->queue, &work->uses[0].memory, work->uses[0].offset,
-                                           &work->uses[1].memory, work->uses[1].offset, work->uses[0].size, wait_count,
-                                           waits, &done);
-      break;
-    case DEVBUF__WORK_LAUNCH:
-      status = enqueue_launch(device, q->queue, work, wait_count, waits, &done);
-      break;
-    case DEVBUF__WORK_WAIT:
-      status = enqueue_wait(device, q, work, &done);
-      break;
-    default:
-      status = devbuf__error(DEVBUF_UNSUPPORTED, "%s cannot run this work item", device->spec);
-    }
+  devbuf_status status;
+  *out_event = NULL;
+  switch (op->kind) {
+  case DEVBUF__OP_FILL:
+    status = devbuf__opencl_enqueue_fill(device, queue, &operands[0].memory, operands[0].offset, operands[0].size,
+                                         op->pattern, op->pattern_size, wait_count, waits, &done);
+    break;
+  case DEVBUF__OP_COPY:
+    status = devbuf__opencl_enqueue_copy(device, queue, &operands[0].memory, operands[0].offset, &operands[1].memory,
+                                         operands[1].offset, operands[0].size, wait_count, waits, &done);
+    break;
+  case DEVBUF__OP_LAUNCH:
+    status = enqueue_launch(device, queue, op, &done);
+    break;
+  default:
+    status = devbuf__error(DEVBUF_UNSUPPORTED, "%s runs programs, not C kernels", device->spec);
   }
-  for (cl_uint i = 0; i < wait_count; i++) cl->clReleaseEvent(waits[i]); // the driver keeps what it needs
-  if (waits != stack_waits) devbuf__free(waits);
-  if (done) { // dependents on other queues may wait for it on the device from now on
-    cl->clFlush(q->queue); // submitted: only then is completion (and the callback) promised
-    work->event_device = devbuf__device_keep(device);
-    atomic_store_explicit(&work->device_event, done, memory_order_release);
-  }
-  // A wait ends here, so that what follows it is enqueued only once it is over (cancel then
-  // drops it unstarted). Everything else completes in devbuf__opencl_complete.
-  if (work->kind == DEVBUF__WORK_WAIT) {
-    if (done) {
-      cl->clRetainEvent(done);
-      status = devbuf__opencl_wait(cl, done, "an event wait");
-    }
-    status = finish_wait(q, work, status);
+  if (done) {
+    cl->clFlush(queue); // submitted: only then is completion (and the callback) promised
+    *out_event = done;
   }
   return status;
 }
 
-devbuf_status devbuf__opencl_complete(devbuf_device_t *device, void *queue, devbuf__work **items, size_t count) {
+devbuf_status devbuf__opencl_complete(devbuf_device_t *device, void *queue, devbuf__device_done *items, size_t count) {
   (void)queue;
   const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
-  cl_event last = NULL; // in-order: once the last command is done, all before it are
-  for (size_t i = count; i-- > 0 && !last;) last = atomic_load_explicit(&items[i]->device_event, memory_order_acquire);
+  cl_event last = NULL; // in order: once the last command is done, all before it are
+  for (size_t i = count; i-- > 0 && !last;) last = items[i].event;
   if (!last) return DEVBUF_OK;
   cl->clRetainEvent(last);
-  devbuf__opencl_wait(cl, last, "queued work"); // statuses are read below, item by item
+  devbuf__opencl_wait(cl, last, "queued work"); // statuses are read below, one by one
   // Backwards, so that the message left behind is the first failure's.
   devbuf_status first = DEVBUF_OK;
   for (size_t i = count; i-- > 0;) {
-    devbuf__work *work = items[i];
-    cl_event event = atomic_load_explicit(&work->device_event, memory_order_acquire);
     cl_int state = CL_COMPLETE;
-    if (!event || work->status != DEVBUF_OK ||
-        cl->clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state, &state, NULL) != CL_SUCCESS ||
+    if (!items[i].event || items[i].status != DEVBUF_OK ||
+        cl->clGetEventInfo(items[i].event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state, &state, NULL) !=
+            CL_SUCCESS ||
         state >= 0)
       continue;
-    first = work->status = devbuf__opencl_error(state, "%s: %s failed on the device", device->spec,
-                                                work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command");
+    first = items[i].status = devbuf__opencl_error(state, "%s: %s failed on the device", device->spec, items[i].what);
   }
   return first;
+}
+
+// ---- waits for host-signalled events -------------------------------------------------------
+
+// A marker behind a user event: everything enqueued after it waits until the gate opens.
+devbuf_status devbuf__opencl_gate_enqueue(devbuf_device_t *device, void *queue, void **out_gate, void **out_event) {
+  devbuf__opencl_device *state = devbuf__opencl_of(device);
+  cl_int code = CL_SUCCESS;
+  cl_event user = state->cl->clCreateUserEvent(state->context, &code);
+  if (!user) return devbuf__opencl_error(code, "%s: clCreateUserEvent", device->spec);
+  cl_event marker = NULL;
+  code = state->cl->clEnqueueMarkerWithWaitList(queue, 1, &user, &marker);
+  if (code != CL_SUCCESS) {
+    state->cl->clSetUserEventStatus(user, CL_COMPLETE);
+    state->cl->clReleaseEvent(user);
+    return devbuf__opencl_error(code, "%s: a marker for an event wait", device->spec);
+  }
+  state->cl->clFlush(queue);
+  *out_gate = user;
+  *out_event = marker;
+  return DEVBUF_OK;
+}
+
+// Always CL_COMPLETE: whether the wait succeeded is decided on the host, and a failed user
+// event would fail the commands behind it in the in-order queue.
+void devbuf__opencl_gate_open(devbuf_device_t *device, void *queue, void *gate) {
+  (void)queue;
+  devbuf__opencl_of(device)->cl->clSetUserEventStatus(gate, CL_COMPLETE);
+}
+
+void devbuf__opencl_gate_release(devbuf_device_t *device, void *queue, void *gate) {
+  (void)queue;
+  devbuf__opencl_of(device)->cl->clReleaseEvent(gate);
 }

@@ -12,7 +12,7 @@
 #ifndef DEVBUF_CACHING_H
 #define DEVBUF_CACHING_H
 
-#include "../../internal.h"
+#include "../memory.h"
 
 #define SHARD_COUNT 16
 #define GRANULE 512                             // sizes round to this up to the thread bins' top

@@ -1,0 +1,43 @@
+// Operations on the CPU: a queue's worker thread runs them one after another, so each is
+// over when it returns and leaves no event behind.
+#include "cpu.h"
+
+#include <string.h>
+
+static void *host_bytes(const devbuf__operand *operand) { return (char *)operand->memory.host + operand->offset; }
+
+static void fill(void *data, size_t size, const void *pattern, size_t pattern_size) {
+  memcpy(data, pattern, pattern_size);
+  for (size_t done = pattern_size; done < size;) { // double the filled prefix each step
+    size_t piece = done < size - done ? done : size - done;
+    memcpy((char *)data + done, data, piece);
+    done += piece;
+  }
+}
+
+static devbuf_status call(const devbuf__op *op) {
+  devbuf__clear_error(); // so that a kernel failing silently reports no stale text
+  devbuf_status status = op->kernel(op->kernel_args);
+  if (status != DEVBUF_OK && devbuf_last_error()[0] == '\0')
+    devbuf__error(status, "kernel returned %s without a message", devbuf_status_name(status));
+  return status;
+}
+
+devbuf_status devbuf__cpu_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op, void **out_event) {
+  (void)queue;
+  *out_event = NULL;
+  const devbuf__operand *operands = op->operands;
+  switch (op->kind) {
+  case DEVBUF__OP_CALL:
+    return call(op);
+  case DEVBUF__OP_FILL:
+    if (operands[0].size) fill(host_bytes(&operands[0]), operands[0].size, op->pattern, op->pattern_size);
+    return DEVBUF_OK;
+  case DEVBUF__OP_COPY:
+    if (operands[0].size) devbuf__copy_bytes(host_bytes(&operands[0]), host_bytes(&operands[1]), operands[0].size);
+    return DEVBUF_OK;
+  case DEVBUF__OP_LAUNCH:
+    break;
+  }
+  return devbuf__error(DEVBUF_UNSUPPORTED, "%s cannot launch device programs", device->spec);
+}

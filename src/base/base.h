@@ -1,0 +1,106 @@
+// The base layer's interface, shared by every file of the library: errors, host memory, ids,
+// files, byte copies, locks, checked arithmetic and reference counts (refcount.h). Not
+// installed.
+#ifndef DEVBUF_BASE_H
+#define DEVBUF_BASE_H
+
+#include "devbuf.h"
+#include "refcount.h"
+
+// Debug validators (CMake option DEVBUF_DEBUG_CHECKS): invariant checks and poison bytes.
+#ifndef DEVBUF_DEBUG_CHECKS
+#define DEVBUF_DEBUG_CHECKS 0
+#endif
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define DEVBUF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define DEVBUF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+// ---- errors (status.c) ------------------------------------------------------------------
+// Sets the thread's message (prefixed with the status name) and returns `status`. Never
+// allocates. The library's own name for devbuf_set_error.
+#define devbuf__error devbuf_set_error
+// Empties the thread's message (before calling user code whose message we may report).
+void devbuf__clear_error(void);
+
+// ---- host memory seam (host_alloc.c) ----------------------------------------------------
+// Every host allocation the library makes for its own bookkeeping goes through here.
+void *devbuf__malloc(size_t size);
+void *devbuf__calloc(size_t count, size_t size);
+void *devbuf__realloc(void *pointer, size_t size);
+void devbuf__free(void *pointer);
+// A new id, never 0 and never handed out before in this process (ids.c).
+uint64_t devbuf__next_id(void);
+
+// ---- files (file_open.c) ----------------------------------------------------------------
+// Opens a regular file for reading (IO_ERROR naming what it is otherwise, without blocking
+// on a FIFO); its size at opening.
+devbuf_status devbuf__open_regular_file(const char *path, int *out_fd, uint64_t *out_size);
+// Reads exactly `size` bytes at `offset`: IO_ERROR if the file ends first (it shrank).
+devbuf_status devbuf__read_at(int fd, void *out, size_t size, uint64_t offset, const char *path);
+
+// Copies `size` bytes of host memory at the machine's bandwidth whatever the alignment of
+// either side (copy_bytes.c); overlapping ranges behave like memmove.
+void devbuf__copy_bytes(void *dst, const void *src, size_t size);
+// Copies `size` bytes from file-mapped memory: IO_ERROR naming `what` when the source faults
+// (its file was truncated while mapped) instead of a SIGBUS (fault_guard.c).
+devbuf_status devbuf__guarded_copy(void *dst, const void *src, size_t size, const char *what);
+
+// ---- locks ------------------------------------------------------------------------------
+// Every lock of the library is held for a few instructions: an adaptive mutex spins a little
+// before it sleeps, so a short wait never costs two system calls.
+void devbuf__mutex_init(pthread_mutex_t *mutex);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+#define DEVBUF__MUTEX_INITIALIZER PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+#else
+#define DEVBUF__MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER
+#endif
+
+// A lock for the few instructions of the hot paths (a submission's bookkeeping, the item
+// pool): taking it is one atomic exchange and giving it back a plain store, where a mutex
+// takes two atomic instructions and a call each way. A waiter spins a little, then yields
+// the core (the holder may have been preempted).
+typedef struct devbuf__spinlock {
+  atomic_bool held;
+} devbuf__spinlock;
+#define DEVBUF__SPINLOCK_INITIALIZER {false}
+
+static inline void devbuf__spin_lock(devbuf__spinlock *lock) {
+  while (atomic_exchange_explicit(&lock->held, true, memory_order_acquire)) {
+    for (unsigned spins = 0; atomic_load_explicit(&lock->held, memory_order_relaxed); spins++) {
+      if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        sched_yield();
+      }
+    }
+  }
+}
+
+static inline void devbuf__spin_unlock(devbuf__spinlock *lock) {
+  atomic_store_explicit(&lock->held, false, memory_order_release);
+}
+
+// ---- checked arithmetic -----------------------------------------------------------------
+static inline bool devbuf__mul_overflows(size_t a, size_t b, size_t *out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+static inline bool devbuf__add_overflows(size_t a, size_t b, size_t *out) {
+  return __builtin_add_overflow(a, b, out);
+}
+
+// Raises an atomic maximum to `value` (statistics' peaks).
+static inline void devbuf__raise_peak(atomic_uint_least64_t *peak, uint64_t value) {
+  uint64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
+  while (seen < value &&
+         !atomic_compare_exchange_weak_explicit(peak, &seen, value, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+#endif // DEVBUF_BASE_H
