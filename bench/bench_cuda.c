@@ -6,8 +6,8 @@
 //   copies:     pinned host to device and back against the driver's own pinned copies, and
 //               pageable copyin (devbuf's staging) against pinned and the driver's pageable copy;
 //   load:       a weight file onto the device against read() of the file into pinned memory.
-#include "../src/backend/cuda/cuda_backend.h"
 #include "bench.h"
+#include "devbuf_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,55 @@
 #include <unistd.h>
 
 #define MAX_RUNS 101
+
+// The driver types and entry points the driver's side of the comparison uses, declared from
+// the driver API (so that the benchmark builds without CUDA headers) and taken from the
+// driver devbuf loaded (devbuf_cuda.h).
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUstream, *CUcontext;
+#define CUDA_SUCCESS 0
+#define CU_STREAM_NON_BLOCKING 1u
+
+typedef struct cuda_driver {
+  CUstream stream; // the driver's side's stream-ordered pool
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+  CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuStreamCreate)(CUstream *, unsigned);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+} cuda_driver;
+
+// False (the message set) when the device's handles or an entry point are missing. Makes
+// the device's primary context current on this thread.
+static bool driver_open(devbuf_device_t *device, cuda_driver *out) {
+  devbuf_cuda_handles_t handles;
+  if (devbuf_cuda_device_handles(device, &handles) != DEVBUF_OK) return false;
+  *out = (cuda_driver){0};
+#define BENCH_RESOLVE_(field, symbol)                                                        \
+  if (!(*(void **)&out->field = devbuf_cuda_entry_point(symbol))) {                          \
+    devbuf_set_error(DEVBUF_UNAVAILABLE, "the CUDA driver has no %s", symbol);              \
+    return false;                                                                            \
+  }
+  BENCH_RESOLVE_(cuCtxSetCurrent, "cuCtxSetCurrent")
+  BENCH_RESOLVE_(cuMemAlloc, "cuMemAlloc_v2")
+  BENCH_RESOLVE_(cuMemFree, "cuMemFree_v2")
+  BENCH_RESOLVE_(cuMemAllocAsync, "cuMemAllocAsync")
+  BENCH_RESOLVE_(cuMemFreeAsync, "cuMemFreeAsync")
+  BENCH_RESOLVE_(cuMemcpy, "cuMemcpy")
+  BENCH_RESOLVE_(cuStreamCreate, "cuStreamCreate")
+  BENCH_RESOLVE_(cuStreamDestroy, "cuStreamDestroy_v2")
+  BENCH_RESOLVE_(cuStreamSynchronize, "cuStreamSynchronize")
+#undef BENCH_RESOLVE_
+  CUresult code = out->cuCtxSetCurrent(handles.context);
+  if (code == CUDA_SUCCESS) code = out->cuStreamCreate(&out->stream, CU_STREAM_NON_BLOCKING);
+  if (code != CUDA_SUCCESS) devbuf_set_error(DEVBUF_DEVICE_FAILURE, "the driver's context or stream: %d", code);
+  return code == CUDA_SUCCESS;
+}
 
 static double time_devbuf(devbuf_allocator_t *allocator, size_t size, size_t iterations) {
   uint64_t start = 0;
@@ -28,21 +77,20 @@ static double time_devbuf(devbuf_allocator_t *allocator, size_t size, size_t ite
   return (double)(bench_now_ns() - start) / (double)iterations;
 }
 
-static double time_driver(const devbuf__cuda_device *cuda, size_t size, size_t iterations, bool pool) {
-  const devbuf__cuda_api *cu = cuda->cu;
+static double time_driver(const cuda_driver *cu, size_t size, size_t iterations, bool pool) {
   uint64_t start = 0;
   for (size_t i = 0; i <= iterations; i++) {
     if (i == 1) start = bench_now_ns();
     CUdeviceptr p;
     if (pool) {
-      if (cu->cuMemAllocAsync(&p, size, cuda->transfers) != CUDA_SUCCESS) return -1;
-      cu->cuMemFreeAsync(p, cuda->transfers);
+      if (cu->cuMemAllocAsync(&p, size, cu->stream) != CUDA_SUCCESS) return -1;
+      cu->cuMemFreeAsync(p, cu->stream);
     } else {
       if (cu->cuMemAlloc(&p, size) != CUDA_SUCCESS) return -1;
       cu->cuMemFree(p);
     }
   }
-  if (pool) cu->cuStreamSynchronize(cuda->transfers);
+  if (pool) cu->cuStreamSynchronize(cu->stream);
   return (double)(bench_now_ns() - start) / (double)iterations;
 }
 
@@ -67,7 +115,7 @@ static double time_torch(size_t size, size_t iterations) {
   return ns;
 }
 
-static void bench_cuda_alloc(const bench_config *config, const devbuf__cuda_device *cuda) {
+static void bench_cuda_alloc(const bench_config *config, const cuda_driver *cu) {
   static const size_t sizes[] = {4u << 10, 1u << 20, 64u << 20, 1u << 30};
   int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
   printf("== cached allocation + release: ns per pair (targets: >= 100x cuMemAlloc, >= 1x the pool) ==\n");
@@ -77,8 +125,8 @@ static void bench_cuda_alloc(const bench_config *config, const devbuf__cuda_devi
     double ours[MAX_RUNS], plain[MAX_RUNS], pool[MAX_RUNS];
     size_t iterations = sizes[s] >= (64u << 20) ? 200 : 5000;
     for (int r = 0; r < runs; r++) {
-      plain[r] = time_driver(cuda, sizes[s], iterations / 20 + 1, false);
-      pool[r] = time_driver(cuda, sizes[s], iterations, true);
+      plain[r] = time_driver(cu, sizes[s], iterations / 20 + 1, false);
+      pool[r] = time_driver(cu, sizes[s], iterations, true);
       ours[r] = time_devbuf(devbuf_device_allocator(config->device), sizes[s], iterations);
     }
     double a = bench_median(ours, runs), b = bench_median(plain, runs), c = bench_median(pool, runs);
@@ -96,8 +144,7 @@ static void bench_cuda_alloc(const bench_config *config, const devbuf__cuda_devi
   printf("\n");
 }
 
-static void bench_cuda_copy(const bench_config *config, const devbuf__cuda_device *cuda) {
-  const devbuf__cuda_api *cu = cuda->cu;
+static void bench_cuda_copy(const bench_config *config, const cuda_driver *cu) {
   size_t size = (size_t)256 << 20;
   int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
   devbuf_buffer_t *buffer = NULL, *pinned = NULL;
@@ -203,9 +250,13 @@ static void bench_cuda_load(const bench_config *config) {
 }
 
 void bench_cuda(const bench_config *config) {
-  const devbuf__cuda_device *cuda = devbuf__cuda_of(config->device);
-  devbuf__cuda_enter(config->device);
-  bench_cuda_alloc(config, cuda);
-  bench_cuda_copy(config, cuda);
+  cuda_driver cu;
+  if (!driver_open(config->device, &cu)) {
+    printf("== cuda: skipped (%s) ==\n\n", devbuf_last_error());
+    return;
+  }
+  bench_cuda_alloc(config, &cu);
+  bench_cuda_copy(config, &cu);
   bench_cuda_load(config);
+  cu.cuStreamDestroy(cu.stream);
 }

@@ -3,6 +3,7 @@
 // its queue. With `--expect-unavailable REASON`, it checks instead that cuda:0 answers
 // UNAVAILABLE naming REASON (no driver; the toolkit's stub library).
 #include "check.h"
+#include "devbuf_cuda.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -519,6 +520,55 @@ static void test_device_fault(void) {
 #endif
 }
 
+// The handles of devbuf_cuda.h are the driver's own: the driver's functions take them, and
+// work the caller enqueues on a queue's stream once the queue has finished sees what its
+// work wrote.
+static void test_native_handles(void) {
+  devbuf_cuda_handles_t handles;
+  CHECK_OK(devbuf_cuda_device_handles(device, &handles));
+  CHECK(handles.context != NULL);
+  int (*set_current)(void *);
+  int (*copy_async)(unsigned long long, unsigned long long, size_t, void *);
+  int (*synchronize)(void *);
+  *(void **)&set_current = devbuf_cuda_entry_point("cuCtxSetCurrent");
+  *(void **)&copy_async = devbuf_cuda_entry_point("cuMemcpyAsync");
+  *(void **)&synchronize = devbuf_cuda_entry_point("cuStreamSynchronize");
+  CHECK(set_current && copy_async && synchronize);
+  CHECK(devbuf_cuda_entry_point("cuNoSuchFunction") == NULL && devbuf_cuda_entry_point(NULL) == NULL);
+  if (!set_current || !copy_async || !synchronize) return;
+  CHECK(set_current(handles.context) == 0);
+  devbuf_queue_t *queue = NULL, *other = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_create(device, &other));
+  void *stream = NULL, *other_stream = NULL;
+  CHECK_OK(devbuf_cuda_queue_stream(queue, &stream));
+  CHECK_OK(devbuf_cuda_queue_stream(other, &other_stream));
+  CHECK(stream && other_stream && stream != other_stream);
+  size_t size = 1 << 16;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT32, &size, 1, 0, &buffer));
+  uint64_t address = 0;
+  CHECK_OK(devbuf_buffer_device_ptr(buffer, &address));
+  uint32_t pattern = 0x5eed5eedu, *back = calloc(size, sizeof *back);
+  CHECK_OK(devbuf_queue_fill(queue, buffer, &pattern, sizeof pattern));
+  CHECK_OK(devbuf_queue_finish(queue)); // the worker enqueues on its own time: order through the host
+  CHECK(copy_async((unsigned long long)(uintptr_t)back, address, size * 4, stream) == 0);
+  CHECK(synchronize(stream) == 0);
+  size_t matching = 0;
+  for (size_t i = 0; i < size; i++) matching += back[i] == pattern;
+  CHECK_EQ_U(matching, size);
+  free(back);
+  devbuf_buffer_release(buffer);
+  devbuf_device_t *cpu = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &cpu));
+  CHECK_STATUS(devbuf_cuda_device_handles(cpu, &handles), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("cpu is not a CUDA device");
+  CHECK_STATUS(devbuf_cuda_queue_stream(NULL, &stream), DEVBUF_INVALID_ARGUMENT);
+  devbuf_device_release(cpu);
+  devbuf_queue_release(other);
+  devbuf_queue_release(queue);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0) return check_expect_unavailable("cuda:0", argv[2]);
   bool fault = argc == 2 && strcmp(argv[1], "--fault") == 0;
@@ -545,6 +595,7 @@ int main(int argc, char **argv) {
     RUN(test_cross_stream_wait);
     RUN(test_host_access_under_work);
     RUN(test_oversize);
+    RUN(test_native_handles);
   }
   devbuf_device_release(device);
   return CHECK_EXIT();

@@ -5,6 +5,7 @@
 // an empty vendors folder).
 #include "../src/interop/dlpack_abi.h"
 #include "check.h"
+#include "devbuf_opencl.h"
 
 #include <stdint.h>
 
@@ -228,6 +229,62 @@ static void test_safetensors_onto_the_device(void) {
   devbuf_tensor_file_release(file);
 }
 
+// The handles of devbuf_opencl.h are the driver's own: OpenCL answers about them, and a
+// command the caller enqueues on a queue's cl_command_queue once the queue has finished
+// sees what its work wrote.
+static void test_native_handles(void) {
+  devbuf_opencl_handles_t handles;
+  CHECK_OK(devbuf_opencl_device_handles(device, &handles));
+  CHECK(handles.platform && handles.device && handles.context);
+  int32_t (*get_context_info)(void *, uint32_t, size_t, void *, size_t *);
+  int32_t (*get_queue_info)(void *, uint32_t, size_t, void *, size_t *);
+  int32_t (*read_buffer)(void *, void *, uint32_t, size_t, size_t, void *, uint32_t, const void *, void *);
+  *(void **)&get_context_info = devbuf_opencl_entry_point("clGetContextInfo");
+  *(void **)&get_queue_info = devbuf_opencl_entry_point("clGetCommandQueueInfo");
+  *(void **)&read_buffer = devbuf_opencl_entry_point("clEnqueueReadBuffer");
+  CHECK(get_context_info && get_queue_info && read_buffer);
+  CHECK(devbuf_opencl_entry_point("clNoSuchFunction") == NULL && devbuf_opencl_entry_point(NULL) == NULL);
+  if (!get_context_info || !get_queue_info || !read_buffer) return;
+  void *devices[4] = {NULL};
+  CHECK(get_context_info(handles.context, 0x1081 /* CL_CONTEXT_DEVICES */, sizeof devices, devices, NULL) == 0);
+  CHECK(devices[0] == handles.device);
+
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  void *command_queue = NULL, *context = NULL;
+  CHECK_OK(devbuf_opencl_queue_handle(queue, &command_queue));
+  CHECK(get_queue_info(command_queue, 0x1090 /* CL_QUEUE_CONTEXT */, sizeof context, &context, NULL) == 0);
+  CHECK(context == handles.context);
+  size_t size = 1 << 16;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT32, &size, 1, 0, &buffer));
+  uint32_t pattern = 0x5eed5eedu, *back = calloc(size, sizeof *back);
+  uint64_t mem = 0;
+  size_t offset = 0;
+  CHECK_OK(devbuf_buffer_device_handle(buffer, &mem, &offset));
+  CHECK_OK(devbuf_queue_fill(queue, buffer, &pattern, sizeof pattern));
+  CHECK_OK(devbuf_queue_finish(queue)); // the worker enqueues on its own time: order through the host
+  CHECK(read_buffer(command_queue, (void *)(uintptr_t)mem, 1 /* blocking */, offset, size * 4, back, 0, NULL, NULL) == 0);
+  size_t matching = 0;
+  for (size_t i = 0; i < size; i++) matching += back[i] == pattern;
+  CHECK_EQ_U(matching, size);
+  free(back);
+  devbuf_buffer_release(buffer);
+
+  devbuf_device_t *cpu = NULL;
+  devbuf_queue_t *cpu_queue = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &cpu));
+  CHECK_STATUS(devbuf_opencl_device_handles(cpu, &handles), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("cpu is not an OpenCL device");
+  CHECK_OK(devbuf_queue_create(cpu, &cpu_queue));
+  CHECK_STATUS(devbuf_opencl_queue_handle(cpu_queue, &command_queue), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_opencl_queue_handle(NULL, &command_queue), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_opencl_device_handles(device, NULL), DEVBUF_INVALID_ARGUMENT);
+  devbuf_queue_release(cpu_queue);
+  devbuf_device_release(cpu);
+  devbuf_queue_release(queue);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0) {
     // "No platform" can only be told apart where there is an ICD loader to ask.
@@ -253,6 +310,7 @@ int main(int argc, char **argv) {
   RUN(test_zero_length_view_launch);
   RUN(test_dlpack_of_device_memory);
   RUN(test_safetensors_onto_the_device);
+  RUN(test_native_handles);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }

@@ -660,6 +660,8 @@ void devbuf_queue_release(devbuf_queue_t *queue) {
 
 devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue) { return queue ? queue->device : NULL; }
 
+void *devbuf__queue_device_queue(const devbuf_queue_t *queue) { return queue->device_queue; }
+
 static devbuf_status failure_locked(const devbuf_queue_t *queue) {
   return devbuf__error(queue->failure, "the queue failed earlier: %s", queue->failure_message);
 }

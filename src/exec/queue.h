@@ -67,6 +67,8 @@ struct devbuf__work {
 static inline devbuf__work *devbuf__work_of(devbuf__fence *fence) { return (devbuf__work *)(void *)fence; }
 devbuf__work *devbuf__work_retain(devbuf__work *work);
 void devbuf__work_release(devbuf__work *work);
+// The backend's queue under a devbuf queue (NULL on the CPU).
+void *devbuf__queue_device_queue(const devbuf_queue_t *queue);
 // Frees the work items kept for reuse (and their dependency lists): for tests that count
 // every host allocation.
 void devbuf__work_pool_trim(void);

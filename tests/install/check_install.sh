@@ -15,6 +15,12 @@ if [ -n "$stray" ]; then echo "exported symbols outside the API: $stray"; exit 1
 echo "$exported" | grep -qx devbuf_buffer_new || { echo "devbuf_buffer_new is not exported"; exit 1; }
 echo "exports: $(echo "$exported" | wc -l) devbuf_ symbols, nothing else"
 
+# The installed tool finds the installed library by itself and holds no path of the build.
+tool="$scratch/prefix/bin/devbuf"
+env -u LD_LIBRARY_PATH "$tool" info >/dev/null || { echo "the installed devbuf does not run"; exit 1; }
+if grep -qF "$(cd "$build_dir" && pwd)" "$tool"; then echo "the installed devbuf names the build folder"; exit 1; fi
+echo "installed tool: runs from its prefix, no build-tree path in it"
+
 cmake -S "$source_dir" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
 cmake --build "$scratch/consumer" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$scratch/consumer/consumer_shared"

@@ -1,5 +1,8 @@
-// Uses the installed header and library: one buffer round trip on the CPU.
+// Uses the installed headers and library: one buffer round trip on the CPU, and the
+// backends' native-handle headers refusing a CPU device.
 #include <devbuf.h>
+#include <devbuf_cuda.h>
+#include <devbuf_opencl.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,7 +17,11 @@ int main(void) {
     fprintf(stderr, "consumer: %s\n", devbuf_last_error());
     return 1;
   }
+  devbuf_opencl_handles_t opencl;
+  devbuf_cuda_handles_t cuda;
+  int refused = devbuf_opencl_device_handles(cpu, &opencl) == DEVBUF_INVALID_ARGUMENT &&
+                devbuf_cuda_device_handles(cpu, &cuda) == DEVBUF_INVALID_ARGUMENT;
   devbuf_buffer_release(buffer);
   devbuf_device_release(cpu);
-  return memcmp(in, out, sizeof in) == 0 ? 0 : 1;
+  return memcmp(in, out, sizeof in) == 0 && refused ? 0 : 1;
 }

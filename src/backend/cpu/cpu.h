@@ -1,6 +1,6 @@
 // The CPU backend's pieces: memory (backend_cpu.c) and operations (cpu_ops.c).
-#ifndef DEVBUF_CPU_H
-#define DEVBUF_CPU_H
+#ifndef DEVBUF_CPU_BACKEND_H
+#define DEVBUF_CPU_BACKEND_H
 
 #include "../backend.h"
 

@@ -8,6 +8,8 @@
 // The driver's entry points, loaded and initialised (cuInit) on first use; NULL without a
 // usable driver, with the reason.
 const devbuf__cuda_api *devbuf__cuda_load(const char **out_reason);
+// Any entry point of the driver by its exported name; NULL without a usable driver.
+void *devbuf__cuda_symbol(const char *name);
 
 typedef struct devbuf__cuda_device {
   const devbuf__cuda_api *cu;
@@ -54,6 +56,7 @@ CUfunction devbuf__cuda_fill_kernel(devbuf_device_t *device);
 // Queues, operations, gates and programs (cuda_queue.c): the backend's entries.
 devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue);
 void devbuf__cuda_queue_destroy(devbuf_device_t *device, void *queue);
+CUstream devbuf__cuda_queue_stream(void *queue); // a device queue's stream
 devbuf_status devbuf__cuda_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op, void **out_event);
 devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue, devbuf__device_done *items, size_t count);
 void devbuf__cuda_event_release(devbuf_device_t *device, void *event);

@@ -10,17 +10,18 @@
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static devbuf__cuda_api api;
 static char load_failure[300]; // empty once loaded
+static void *library;           // once loaded and initialised
 
 static void load(void) {
   const char *path = getenv("DEVBUF_CUDA_LIBRARY");
   if (!path || !*path) path = "libcuda.so.1";
-  void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
+  void *loaded = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!loaded) {
     snprintf(load_failure, sizeof load_failure, "cannot load the CUDA driver %s: %s", path, dlerror());
     return;
   }
 #define DEVBUF_CUDA_RESOLVE_(ret, field, symbol, params)                                              \
-  api.field = (ret(*) params)dlsym(library, symbol);                                                  \
+  api.field = (ret(*) params)dlsym(loaded, symbol);                                                  \
   if (!api.field) {                                                                                   \
     snprintf(load_failure, sizeof load_failure, "%s lacks %s (a CUDA 11.2 or newer driver is needed)", \
              path, symbol);                                                                           \
@@ -28,19 +29,19 @@ static void load(void) {
   }
   DEVBUF_CUDA_FUNCTIONS(DEVBUF_CUDA_RESOLVE_)
 #undef DEVBUF_CUDA_RESOLVE_
-  api.cuFuncGetParamInfo = (CUresult(*)(CUfunction, size_t, size_t *, size_t *))dlsym(library, "cuFuncGetParamInfo");
-  api.cuStreamWaitValue32 = (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(library, "cuStreamWaitValue32_v2");
+  api.cuFuncGetParamInfo = (CUresult(*)(CUfunction, size_t, size_t *, size_t *))dlsym(loaded, "cuFuncGetParamInfo");
+  api.cuStreamWaitValue32 = (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(loaded, "cuStreamWaitValue32_v2");
   api.cuStreamWriteValue32 =
-      (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(library, "cuStreamWriteValue32_v2");
+      (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(loaded, "cuStreamWriteValue32_v2");
   // Virtual memory management: every entry point, or none of them.
-  *(void **)&api.cuMemAddressReserve = dlsym(library, "cuMemAddressReserve");
-  *(void **)&api.cuMemAddressFree = dlsym(library, "cuMemAddressFree");
-  *(void **)&api.cuMemCreate = dlsym(library, "cuMemCreate");
-  *(void **)&api.cuMemRelease = dlsym(library, "cuMemRelease");
-  *(void **)&api.cuMemMap = dlsym(library, "cuMemMap");
-  *(void **)&api.cuMemUnmap = dlsym(library, "cuMemUnmap");
-  *(void **)&api.cuMemSetAccess = dlsym(library, "cuMemSetAccess");
-  *(void **)&api.cuMemGetAllocationGranularity = dlsym(library, "cuMemGetAllocationGranularity");
+  *(void **)&api.cuMemAddressReserve = dlsym(loaded, "cuMemAddressReserve");
+  *(void **)&api.cuMemAddressFree = dlsym(loaded, "cuMemAddressFree");
+  *(void **)&api.cuMemCreate = dlsym(loaded, "cuMemCreate");
+  *(void **)&api.cuMemRelease = dlsym(loaded, "cuMemRelease");
+  *(void **)&api.cuMemMap = dlsym(loaded, "cuMemMap");
+  *(void **)&api.cuMemUnmap = dlsym(loaded, "cuMemUnmap");
+  *(void **)&api.cuMemSetAccess = dlsym(loaded, "cuMemSetAccess");
+  *(void **)&api.cuMemGetAllocationGranularity = dlsym(loaded, "cuMemGetAllocationGranularity");
   if (!api.cuMemAddressReserve || !api.cuMemAddressFree || !api.cuMemCreate || !api.cuMemRelease || !api.cuMemMap ||
       !api.cuMemUnmap || !api.cuMemSetAccess || !api.cuMemGetAllocationGranularity)
     api.cuMemAddressReserve = NULL; // the marker the backend tests
@@ -55,6 +56,7 @@ static void load(void) {
     api.cuGetErrorName(code, &name);
     snprintf(load_failure, sizeof load_failure, "cuInit failed: %s (%d)", name ? name : "unknown error", code);
   }
+  if (!load_failure[0]) library = loaded;
   // The library stays loaded for the life of the process: the driver keeps threads in it.
 }
 
@@ -62,4 +64,9 @@ const devbuf__cuda_api *devbuf__cuda_load(const char **out_reason) {
   pthread_once(&load_once, load);
   *out_reason = load_failure;
   return load_failure[0] ? NULL : &api;
+}
+
+void *devbuf__cuda_symbol(const char *name) {
+  pthread_once(&load_once, load);
+  return library ? dlsym(library, name) : NULL;
 }

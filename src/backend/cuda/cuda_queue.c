@@ -30,6 +30,8 @@ devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queu
   return DEVBUF_OK;
 }
 
+CUstream devbuf__cuda_queue_stream(void *queue) { return ((cuda_queue *)queue)->stream; }
+
 void devbuf__cuda_queue_destroy(devbuf_device_t *device, void *queue) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   cuda_queue *q = queue;

@@ -1,12 +1,14 @@
 // The OpenCL backend's shared pieces: the loaded API, the per-device state, errors.
-#ifndef DEVBUF_OPENCL_H
-#define DEVBUF_OPENCL_H
+#ifndef DEVBUF_OPENCL_BACKEND_H
+#define DEVBUF_OPENCL_BACKEND_H
 
 #include "../backend.h"
 #include "opencl_abi.h"
 
 // The ICD loader's entry points, loaded on first use; NULL without one, with the reason.
 const devbuf__opencl_api *devbuf__opencl_load(const char **out_reason);
+// Any entry point of that library by name; NULL without the library or the symbol.
+void *devbuf__opencl_symbol(const char *name);
 
 typedef struct devbuf__opencl_program devbuf__opencl_program;
 
