@@ -1,9 +1,10 @@
 // The debug validators (a build with DEVBUF_DEBUG_CHECKS, as the sanitizer suites are):
 // memory handed out and taken back carries poison bytes, and a broken invariant of the
-// caching allocator aborts with its name instead of going on.
+// caching allocator, the hazard tracker or a queue aborts with its name instead of going on.
 #include "check.h"
 
 #include "../src/core/hazard.h"
+#include "../src/exec/queue.h"
 #include "../src/memory/caching/caching.h"
 
 #include <signal.h>
@@ -117,6 +118,39 @@ static void test_broken_hazard_records_abort(void) {
   CHECK(aborts(corrupt_a_hazard_record, text, sizeof text));
   CHECK(strstr(text, "hazard tracker invariant broken: a record lies outside the range") != NULL);
 }
+
+// A work item whose use is tracked by a record that is not its own, as the worker takes it;
+// and one that retires with its record still in a tracker.
+static devbuf__work *item_with_a_foreign_record(void) {
+  static devbuf__fence other;
+  devbuf_device_t *cpu = NULL;
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &cpu));
+  CHECK_OK(devbuf_queue_create(cpu, &queue));
+  devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_FILL, 1, 4);
+  work->operands[0] = (devbuf__operand){.offset = 0, .size = 64};
+  work->uses[0].hazard = (devbuf__hazard *)(uintptr_t)0x1000; // never dereferenced
+  work->uses[0].record = (devbuf__record){.work = &other, .offset = 0, .size = 64};
+  return work;
+}
+
+static void take_a_corrupted_item(void) {
+  devbuf__work *work = item_with_a_foreign_record();
+  devbuf__queue_validate_taken(work->queue, &work, 1);
+}
+
+static void retire_a_tracked_item(void) {
+  devbuf__work *work = item_with_a_foreign_record();
+  devbuf__queue_validate_retiring(work->queue, &work, 1);
+}
+
+static void test_broken_queue_items_abort(void) {
+  char text[512];
+  CHECK(aborts(take_a_corrupted_item, text, sizeof text));
+  CHECK(strstr(text, "queue invariant broken: a use is tracked by another item's record") != NULL);
+  CHECK(aborts(retire_a_tracked_item, text, sizeof text));
+  CHECK(strstr(text, "queue invariant broken: a retiring item's use still has its record in a tracker") != NULL);
+}
 #endif
 
 int main(void) {
@@ -127,6 +161,7 @@ int main(void) {
   RUN(test_poison_over_handed_out_and_released_memory);
   RUN(test_broken_invariants_abort);
   RUN(test_broken_hazard_records_abort);
+  RUN(test_broken_queue_items_abort);
   return CHECK_EXIT();
 #endif
 }

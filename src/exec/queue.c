@@ -1,240 +1,19 @@
-// Queues on the CPU backend: one worker thread per queue runs work items in
-// submission order while the caller goes on. Submission records every use in the memory's
-// hazard tracker and collects the work of other queues that this item must wait for.
+// Queues: one worker thread per queue takes submitted items in order, runs them (on the
+// worker, or enqueued on the device queue), and retires them: their records leave the
+// hazard trackers, and whoever waits for them wakes. A failure stops the queue; cancel drops
+// what has not started.
 #include "queue.h"
 
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define BATCH 64          // items the worker takes from the FIFO at once
 #define FEW_ITEMS 4       // fewer taken than this: let the submitter add more first
-#define SPIN_CHECKS 100   // checks of a dependency's flag before yielding ...
-#define YIELDS 64         // ... and yields before blocking
-
-// The fields are grouped by who writes them and how often, a cache line apart, so that a
-// submission (which writes the FIFO under the lock) and the worker (which reads the flags
-// for every item and bumps `completed` for every group it retires) do not take each
-// other's cache lines away on every item.
-#define CACHE_LINE 64
-struct devbuf_queue {
-  // Set at creation.
-  devbuf_device_t *device;          // retained
-  void *device_queue;               // the backend's queue, for devices with their own
-  pthread_t worker;
-  // Read for every item; written when the queue fails or is cancelled, or someone waits.
-  atomic_bool cancel_requested;     // drop taken items that have not started
-  atomic_bool failed;               // failure != OK, readable without the lock
-  atomic_size_t drain_waiters;      // threads waiting on `drained`
-  char apart_from_flags[CACHE_LINE];
-  // Written by every submission, without a lock: the FIFO reaches the worker as a stack
-  // that it takes whole, so that submitting and taking never wait for each other.
-  devbuf__work *_Atomic incoming;   // submitted, not taken by the worker: newest first
-  atomic_uint_least64_t submitted;  // written under the device's submission lock
-  atomic_bool worker_idle;          // the worker waits (or is about to) on work_available
-  char apart_from_incoming[CACHE_LINE];
-  devbuf__work *taken, *taken_tail; // the worker's: taken, not yet run, oldest first
-  pthread_mutex_t lock;             // the fields below, unless marked atomic
-  bool released;                    // no references left: the worker exits once drained
-  bool worker_frees;                // ... and frees the queue itself (release did not join)
-  pthread_cond_t work_available;    // the worker waits here
-  pthread_cond_t drained;           // finish and cancel wait here
-  devbuf__work *waiting;            // the WAIT item the worker blocks in, for cancel
-  devbuf_status failure;            // OK until a work item fails
-  char apart_from_submissions[CACHE_LINE];
-  // Written by the worker for every group of items it retires.
-  atomic_uint_least64_t completed;  // retired items
-  char apart_from_completed[CACHE_LINE];
-  devbuf__refcount refs;
-  char failure_message[512];
-};
-
-// ---- work items ------------------------------------------------------------------------
-
-// Small items (most of them) are recycled: a submission then costs no malloc, no free in
-// another thread, and no initialisation of the item's lock.
-#define POOL_USES 4
-#define POOL_SCALARS 64
-#define POOL_CAPACITY 4096
-#define USE_BYTES (sizeof(devbuf__work_use) + sizeof(devbuf__operand) + sizeof(void *) + sizeof(size_t))
-#define POOL_ITEM_BYTES (sizeof(devbuf__work) + POOL_USES * USE_BYTES + POOL_SCALARS)
-
-static devbuf__spinlock pool_lock = DEVBUF__SPINLOCK_INITIALIZER;
-static devbuf__work *pool;
-static size_t pool_count;
-
-devbuf__work *devbuf__work_retain(devbuf__work *work) {
-  devbuf__ref_retain(&work->fence.refs);
-  return work;
-}
-
-static void work_destroy(devbuf__work *work) {
-  devbuf__free(work->deps);
-  pthread_cond_destroy(&work->completed);
-  pthread_mutex_destroy(&work->lock);
-  devbuf__free(work);
-}
-
-static void work_cleanup(devbuf__work *work, devbuf__work **recycled);
-static const devbuf__fence_ops work_fence; // below, with the waits
-
-// Drops a reference; an item whose last reference goes is cleaned and, if it is a pooled
-// one, appended to *recycled (for one push to the pool) instead of being freed.
-static void work_unref(devbuf__work *work, devbuf__work **recycled) {
-  if (devbuf__ref_drop(&work->fence.refs)) work_cleanup(work, recycled);
-}
-
-static void work_cleanup(devbuf__work *work, devbuf__work **recycled) {
-  for (size_t i = 0; i < work->dep_count; i++) work_unref(devbuf__work_of(work->deps[i].work), recycled);
-  work->dep_count = 0;
-  devbuf_event_release(work->event);
-  work->event = NULL;
-  devbuf_program_release(work->program);
-  work->program = NULL;
-  // CPU items never have a device event: a plain load keeps the locked exchange off their path.
-  void *device_event = atomic_load_explicit(&work->device_event, memory_order_relaxed)
-                           ? atomic_exchange_explicit(&work->device_event, NULL, memory_order_acquire)
-                           : NULL;
-  if (device_event) {
-    work->event_device->backend->event_release(work->event_device, device_event);
-    devbuf_device_release(work->event_device);
-    work->event_device = NULL;
-  }
-  if (work->pooled) {
-    work->next = *recycled;
-    *recycled = work;
-  } else {
-    work_destroy(work);
-  }
-}
-
-// Gives a list of cleaned items to the pool in one step; what does not fit is freed.
-static void pool_return(devbuf__work *recycled) {
-  if (!recycled) return;
-  devbuf__spin_lock(&pool_lock);
-  while (recycled && pool_count < POOL_CAPACITY) {
-    devbuf__work *next = recycled->next;
-    recycled->next = pool;
-    pool = recycled;
-    pool_count++;
-    recycled = next;
-  }
-  devbuf__spin_unlock(&pool_lock);
-  while (recycled) {
-    devbuf__work *next = recycled->next;
-    work_destroy(recycled);
-    recycled = next;
-  }
-}
-
-void devbuf__work_pool_trim(void) {
-  devbuf__spin_lock(&pool_lock);
-  devbuf__work *items = pool;
-  pool = NULL;
-  pool_count = 0;
-  devbuf__spin_unlock(&pool_lock);
-  while (items) {
-    devbuf__work *next = items->next;
-    work_destroy(items);
-    items = next;
-  }
-}
-
-void devbuf__work_release(devbuf__work *work) {
-  devbuf__work *recycled = NULL;
-  work_unref(work, &recycled);
-  pool_return(recycled);
-}
-
-// Layout of one allocation: the work, its uses, their operands, a C kernel's address and
-// size arrays, scalars.
-static devbuf__work *work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count, size_t scalars_size) {
-  size_t bytes = sizeof(devbuf__work) + use_count * USE_BYTES;
-  if (scalars_size > SIZE_MAX - bytes) return NULL;
-  bool poolable = use_count <= POOL_USES && scalars_size <= POOL_SCALARS;
-  devbuf__work *work = NULL;
-  if (poolable) {
-    devbuf__spin_lock(&pool_lock);
-    work = pool;
-    if (work) {
-      pool = work->next;
-      pool_count--;
-    }
-    devbuf__spin_unlock(&pool_lock);
-  }
-  if (!work) { // every field is set below or before use: no need to clear the whole item
-    work = devbuf__malloc(poolable ? POOL_ITEM_BYTES : bytes + scalars_size);
-    if (!work) return NULL;
-    work->pooled = poolable;
-    work->deps = NULL;
-    work->dep_count = work->dep_capacity = 0;
-    work->event = NULL;
-    work->program = NULL;
-    atomic_init(&work->device_event, NULL);
-    work->event_device = NULL;
-    work->gate = NULL;
-    devbuf__mutex_init(&work->lock);
-    pthread_cond_init(&work->completed, NULL);
-  }
-  devbuf__ref_init(&work->fence.refs, 1);
-  work->fence.ops = &work_fence;
-  atomic_init(&work->cancel, false);
-  atomic_init(&work->fence.done, false);
-  atomic_init(&work->waiters, 0);
-  work->kind = kind;
-  work->queue = queue;
-  work->next = NULL;
-  work->status = DEVBUF_OK;
-  work->kernel = NULL;
-  work->value = 0;
-  work->use_count = use_count;
-  work->operands = (devbuf__operand *)(work->uses + use_count);
-  work->scalars_size = scalars_size;
-  work->scalars = (char *)work + bytes;
-  return work;
-}
-
-static void **work_data(devbuf__work *work) { return (void **)(work->operands + work->use_count); }
-static size_t *work_sizes(devbuf__work *work) { return (size_t *)(work_data(work) + work->use_count); }
-
-// Waits on the host until `work` has retired; its status.
-static devbuf_status wait_done(devbuf__work *work) {
-  // The other queue is usually about to finish it: spin a little, then give the core away
-  // (on a busy machine the other worker may need it), and only then sleep.
-  for (int spin = 0; spin < SPIN_CHECKS + YIELDS; spin++) {
-    if (atomic_load_explicit(&work->fence.done, memory_order_acquire)) return work->status;
-    if (spin >= SPIN_CHECKS) {
-      sched_yield();
-    } else {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
-  }
-  pthread_mutex_lock(&work->lock);
-  atomic_fetch_add(&work->waiters, 1);
-  while (!atomic_load(&work->fence.done)) pthread_cond_wait(&work->completed, &work->lock);
-  atomic_fetch_sub(&work->waiters, 1);
-  pthread_mutex_unlock(&work->lock);
-  return work->status;
-}
-
-// The fence of a work item, as trackers and storages see it.
-static void fence_wait(devbuf__fence *fence) { (void)wait_done(devbuf__work_of(fence)); }
-
-static void fence_last_release(devbuf__fence *fence) {
-  devbuf__work *recycled = NULL;
-  work_cleanup(devbuf__work_of(fence), &recycled);
-  pool_return(recycled);
-}
-
-static const devbuf__fence_ops work_fence = {.wait = fence_wait, .last_release = fence_last_release};
 
 // ---- completion ------------------------------------------------------------------------
 
-// Retires finished (or never run) items of one queue, in order: their records leave the
-// trackers (one lock per tracker for the whole batch), their events learn of failures,
-// dependents and host waiters wake, and the counters move. Each item's status is set.
 static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, const char *message);
 static void retire_unrun(devbuf_queue_t *queue, devbuf__work *list, devbuf_status status);
 
@@ -271,48 +50,90 @@ static void complete_on_device(devbuf_queue_t *queue, devbuf__work **items, size
   *out_pending = fail_queue(queue, failed, message);
 }
 
-static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
-  if (!count) return;
-  devbuf__work *pending;
-  complete_on_device(queue, items, count, &pending);
+// One use of a retiring item whose record leaves a tracker, and its place in the batch.
+typedef struct retiring_use {
+  devbuf__hazard *hazard;
+  devbuf__work_use *use;
+  size_t order;
+} retiring_use;
+
+static int by_hazard_then_order(const void *a, const void *b) {
+  const retiring_use *x = a, *y = b;
+  if (x->hazard != y->hazard) return (uintptr_t)x->hazard < (uintptr_t)y->hazard ? -1 : 1;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+// Removes the records of `count` uses from their trackers, taking each tracker's lock once
+// (uses grouped by tracker, in their order within it), and wakes the trackers' waiters.
+static void remove_use_group(retiring_use *uses, size_t count) {
+  bool sorted = true; // usually: a batch of items on one buffer
+  for (size_t i = 1; i < count && sorted; i++) sorted = by_hazard_then_order(&uses[i - 1], &uses[i]) < 0;
+  if (!sorted) qsort(uses, count, sizeof *uses, by_hazard_then_order);
+  for (size_t first = 0; first < count;) {
+    devbuf__hazard *hazard = uses[first].hazard;
+    void (*on_idle)(void *) = NULL;
+    void *idle_ctx = NULL;
+    size_t end = first;
+    devbuf__spin_lock(&hazard->lock);
+    for (; end < count && uses[end].hazard == hazard; end++) {
+      devbuf__hazard_remove_locked(hazard, &uses[end].use->record, &on_idle, &idle_ctx);
+      uses[end].use->hazard = NULL;
+    }
+    devbuf__hazard_wake_locked(hazard);
+    devbuf__spin_unlock(&hazard->lock);
+    if (on_idle) on_idle(idle_ctx); // may destroy the hazard: no use points to it any more
+    first = end;
+  }
+}
+
+static void remove_records(devbuf__work **items, size_t count) {
+  retiring_use uses[4 * BATCH];
+  size_t taken = 0, order = 0;
   for (size_t i = 0; i < count; i++) {
     for (size_t u = 0; u < items[i]->use_count; u++) {
-      devbuf__hazard *hazard = items[i]->uses[u].hazard;
-      if (!hazard) continue;
-      void (*on_idle)(void *) = NULL;
-      void *idle_ctx = NULL;
-      devbuf__spin_lock(&hazard->lock);
-      for (size_t j = i; j < count; j++) {
-        for (size_t v = 0; v < items[j]->use_count; v++) {
-          if (items[j]->uses[v].hazard != hazard) continue;
-          devbuf__hazard_remove_locked(hazard, &items[j]->uses[v].record, &on_idle, &idle_ctx);
-          items[j]->uses[v].hazard = NULL;
-        }
+      devbuf__work_use *use = &items[i]->uses[u];
+      if (!use->hazard) continue;
+      uses[taken++] = (retiring_use){use->hazard, use, order++};
+      if (taken == sizeof uses / sizeof *uses) {
+        remove_use_group(uses, taken);
+        taken = 0;
       }
-      devbuf__hazard_wake_locked(hazard);
-      devbuf__spin_unlock(&hazard->lock);
-      if (on_idle) on_idle(idle_ctx); // may destroy the hazard: no use points to it any more
     }
   }
+  remove_use_group(uses, taken);
+}
+
+// The events of signals that will not run learn why: the queue's failure, or cancel.
+static void fail_signals(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    devbuf__work *work = items[i];
+    if (work->status == DEVBUF_OK || work->kind != DEVBUF__WORK_SIGNAL) continue;
+    char message[512] = "CANCELLED: the queue was cancelled before this work ran";
+    pthread_mutex_lock(&queue->lock);
+    if (work->status != DEVBUF_CANCELLED) snprintf(message, sizeof message, "%s", queue->failure_message);
+    pthread_mutex_unlock(&queue->lock);
+    devbuf__event_fail(work->event, work->status, message);
+  }
+}
+
+// Marks the items done, wakes whoever waits for one, and lets go of the queue's references.
+static void mark_done(devbuf__work **items, size_t count) {
   devbuf__work *recycled = NULL;
   for (size_t i = 0; i < count; i++) {
     devbuf__work *work = items[i];
-    if (work->status != DEVBUF_OK && work->kind == DEVBUF__WORK_SIGNAL) {
-      char message[512] = "CANCELLED: the queue was cancelled before this work ran";
-      pthread_mutex_lock(&queue->lock);
-      if (work->status != DEVBUF_CANCELLED) snprintf(message, sizeof message, "%s", queue->failure_message);
-      pthread_mutex_unlock(&queue->lock);
-      devbuf__event_fail(work->event, work->status, message);
-    }
     atomic_store(&work->fence.done, true); // seq_cst: ordered before the load of waiters below
     if (atomic_load(&work->waiters)) {
       pthread_mutex_lock(&work->lock);
       pthread_cond_broadcast(&work->completed);
       pthread_mutex_unlock(&work->lock);
     }
-    work_unref(work, &recycled);
+    devbuf__work_unref(work, &recycled);
   }
-  pool_return(recycled);
+  devbuf__work_pool_return(recycled);
+}
+
+// Counts `count` items retired, for the queue's and the device's waiters.
+static void count_retired(devbuf_queue_t *queue, size_t count) {
   devbuf_device_t *device = queue->device;
   atomic_fetch_add(&queue->completed, count);
   if (atomic_load(&queue->drain_waiters)) {
@@ -325,6 +146,20 @@ static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
     pthread_cond_broadcast(&device->work_idle);
     pthread_mutex_unlock(&device->work_lock);
   }
+}
+
+// Retires finished (or never run) items of one queue, in order: their records leave the
+// trackers, the events of signals that did not run learn why, dependents and host waiters
+// wake, and the counters move. Each item's status is set.
+static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
+  if (!count) return;
+  devbuf__work *pending;
+  complete_on_device(queue, items, count, &pending);
+  remove_records(items, count);
+  devbuf__queue_validate_retiring(queue, items, count);
+  fail_signals(queue, items, count);
+  mark_done(items, count);
+  count_retired(queue, count);
   if (pending) retire_unrun(queue, pending, atomic_load(&queue->failed) ? queue->failure : DEVBUF_DEVICE_FAILURE);
 }
 
@@ -396,7 +231,7 @@ static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void
       waits[(*wait_count)++] = event; // alive while the item holds `dep`
       dep_status = DEVBUF_OK;
     } else {
-      dep_status = wait_done(dep);
+      dep_status = devbuf__work_wait_done(dep);
     }
     if (dep_status != DEVBUF_OK && !work->deps[i].order_only && failed == DEVBUF_OK) failed = dep_status;
   }
@@ -414,7 +249,7 @@ static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait
   devbuf_kernel_args_t args;
   switch (work->kind) {
   case DEVBUF__WORK_KERNEL:
-    args = (devbuf_kernel_args_t){work_data(work), work_sizes(work), work->use_count, work->scalars, work->scalars_size};
+    args = (devbuf_kernel_args_t){devbuf__work_data(work), devbuf__work_sizes(work), work->use_count, work->scalars, work->scalars_size};
     op.kind = DEVBUF__OP_CALL;
     op.kernel = work->kernel;
     op.kernel_args = &args;
@@ -489,19 +324,37 @@ static bool deps_done(const devbuf__work *work) {
 // Runs a batch in order. Finished items are retired together, and always before anything
 // that may block or be observed from outside (an event operation, a wait for another
 // queue), so that nobody waits for an item that has finished but is not retired.
+// The end of a batch that stops at `stop`: retires what ran, [retired, stop), as it ended,
+// and what did not, [stop, count), with `status`.
+static void retire_stopped(devbuf_queue_t *queue, devbuf__work **batch, size_t retired, size_t stop, size_t count,
+                           devbuf_status status) {
+  retire(queue, batch + retired, stop - retired);
+  for (size_t j = stop; j < count; j++) batch[j]->status = status;
+  retire(queue, batch + stop, count - stop);
+}
+
+// Runs one item, where cancel can find it if it is a wait.
+static devbuf_status run_cancellable(devbuf_queue_t *queue, devbuf__work *work) {
+  if (work->kind != DEVBUF__WORK_WAIT) return run(work);
+  pthread_mutex_lock(&queue->lock);
+  queue->waiting = work;
+  if (atomic_load(&queue->cancel_requested)) atomic_store(&work->cancel, true); // cancel came first
+  pthread_mutex_unlock(&queue->lock);
+  devbuf_status status = run(work);
+  pthread_mutex_lock(&queue->lock);
+  queue->waiting = NULL;
+  pthread_mutex_unlock(&queue->lock);
+  return status;
+}
+
 static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count) {
+  devbuf__queue_validate_taken(queue, batch, count);
   size_t retired = 0;
   for (size_t i = 0; i < count; i++) {
     devbuf__work *work = batch[i];
-    if (atomic_load(&queue->failed)) { // found on the device while retiring earlier items
-      for (size_t j = i; j < count; j++) batch[j]->status = queue->failure;
-      retire(queue, batch + retired, count - retired);
-      return;
-    }
-    if (atomic_load(&queue->cancel_requested)) {
-      retire(queue, batch + retired, i - retired);
-      for (size_t j = i; j < count; j++) batch[j]->status = DEVBUF_CANCELLED;
-      retire(queue, batch + i, count - i);
+    bool failed = atomic_load(&queue->failed); // found on the device while retiring earlier items
+    if (failed || atomic_load(&queue->cancel_requested)) {
+      retire_stopped(queue, batch, retired, i, count, failed ? queue->failure : DEVBUF_CANCELLED);
       return;
     }
     bool visible = work->kind == DEVBUF__WORK_SIGNAL || work->kind == DEVBUF__WORK_WAIT || !deps_done(work);
@@ -509,31 +362,17 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
       retire(queue, batch + retired, i - retired);
       retired = i;
       if (atomic_load(&queue->failed)) { // the device reported a failure of what ran before
-        for (size_t j = i; j < count; j++) batch[j]->status = queue->failure;
-        retire(queue, batch + i, count - i);
+        retire_stopped(queue, batch, i, i, count, queue->failure);
         return;
       }
     }
-    if (work->kind == DEVBUF__WORK_WAIT) {
-      pthread_mutex_lock(&queue->lock);
-      queue->waiting = work;
-      if (atomic_load(&queue->cancel_requested)) atomic_store(&work->cancel, true); // cancel came first
-      pthread_mutex_unlock(&queue->lock);
-    }
-    work->status = run(work);
-    if (work->kind == DEVBUF__WORK_WAIT) {
-      pthread_mutex_lock(&queue->lock);
-      queue->waiting = NULL;
-      pthread_mutex_unlock(&queue->lock);
-    }
+    work->status = run_cancellable(queue, work);
     if (work->status == DEVBUF_CANCELLED && atomic_load(&work->cancel)) continue; // cancel: not a failure
     if (work->status != DEVBUF_OK) {
       char message[512];
       snprintf(message, sizeof message, "%s", devbuf_last_error());
       devbuf__work *pending = fail_queue(queue, work->status, message);
-      retire(queue, batch + retired, i + 1 - retired);
-      for (size_t j = i + 1; j < count; j++) batch[j]->status = queue->failure;
-      retire(queue, batch + i + 1, count - i - 1);
+      retire_stopped(queue, batch, retired, i + 1, count, queue->failure);
       retire_unrun(queue, pending, queue->failure);
       return;
     }
@@ -711,231 +550,3 @@ devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
   return DEVBUF_OK;
 }
 
-// ---- submission ------------------------------------------------------------------------
-
-// Rolls back the records of uses [0, count) of a work item that will not be queued. (The
-// submission lock keeps other submissions from having seen them; done is set anyway, so
-// that nothing could ever wait for this item.)
-static void abandon(devbuf__work *work, size_t count) {
-  for (size_t i = 0; i < count; i++)
-    if (work->uses[i].hazard) devbuf__hazard_remove(work->uses[i].hazard, &work->uses[i].record);
-  atomic_store(&work->fence.done, true);
-  devbuf__work_release(work);
-}
-
-static devbuf_status check_use(devbuf_queue_t *queue, const devbuf_use_t *use, size_t index) {
-  if (!use->buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "use %zu has no buffer", index);
-  if (use->access < DEVBUF_ACCESS_READ || use->access > DEVBUF_ACCESS_READ_WRITE)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "use %zu has access %d (expected 1 read, 2 write, 3 both)", index,
-                         (int)use->access);
-  devbuf__storage *storage = use->buffer->storage;
-  if (storage->device != queue->device)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "use %zu: a buffer on %s submitted to a queue on %s", index,
-                         storage->device->spec, queue->device->spec);
-  if ((use->access & DEVBUF_ACCESS_WRITE) && storage->read_only)
-    return devbuf__error(DEVBUF_READ_ONLY, "use %zu writes read-only buffer %llu", index,
-                         (unsigned long long)use->buffer->handle_id);
-  return devbuf__storage_ensure_allocated_for_work(storage);
-}
-
-// Records a use in the storage's tracker (whose lock the caller holds), depending on the
-// conflicting work of other queues and on the unfinished work of the bytes' earlier owners.
-static devbuf_status add_record(devbuf__work *work, devbuf__work_use *slot, devbuf__storage *storage,
-                                devbuf__hazard *hazard) {
-  if (!devbuf__hazard_add(hazard, &slot->record, work->queue, &work->deps, &work->dep_count, &work->dep_capacity))
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
-  slot->hazard = hazard;
-  for (size_t i = 0; i < storage->inherited_count; i++) {
-    devbuf__work *earlier = devbuf__work_of(storage->inherited[i]);
-    if (earlier->queue == work->queue || devbuf__fence_done(&earlier->fence)) continue; // its own queue orders it
-    if (!devbuf__deps_push(&work->deps, &work->dep_count, &work->dep_capacity, &earlier->fence, true))
-      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
-  }
-  return DEVBUF_OK;
-}
-
-// Records use `index` of `work`; HOST_ACCESS_OPEN if an open host access races with it.
-static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_use_t *use) {
-  devbuf_buffer_t *buffer = use->buffer;
-  devbuf__storage *storage = buffer->storage;
-  bool write = (use->access & DEVBUF_ACCESS_WRITE) != 0;
-  devbuf__work_use *slot = &work->uses[index];
-  slot->hazard = NULL;
-  work_data(work)[index] = buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
-  work_sizes(work)[index] = buffer->size;
-  work->operands[index] = (devbuf__operand){storage->memory, buffer->offset, buffer->size};
-  if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
-  slot->record = (devbuf__record){.work = &work->fence, .offset = buffer->offset,
-                                  .size = buffer->size, .write = write};
-  // Fast path: no host access is open (they are opened holding the tracker's lock).
-  devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
-  if (hazard) {
-    devbuf__spin_lock(&hazard->lock);
-    if (!atomic_load(&storage->open_accesses)) {
-      devbuf_status status = add_record(work, slot, storage, hazard);
-      devbuf__spin_unlock(&hazard->lock);
-      return status;
-    }
-    devbuf__spin_unlock(&hazard->lock);
-  }
-  pthread_mutex_lock(&storage->lock);
-  devbuf_status status = devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, "submitting work");
-  if (status == DEVBUF_OK) {
-    hazard = devbuf__storage_hazard_locked(storage);
-    if (!hazard) status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a hazard tracker");
-  }
-  if (status == DEVBUF_OK) {
-    devbuf__spin_lock(&hazard->lock);
-    status = add_record(work, slot, storage, hazard);
-    devbuf__spin_unlock(&hazard->lock);
-  }
-  pthread_mutex_unlock(&storage->lock);
-  return status;
-}
-
-// Validates and records every use, then queues the item (or refuses it whole).
-static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const devbuf_use_t *uses) {
-  // A failure is checked again under the lock before the item is queued.
-  devbuf_status status = atomic_load_explicit(&queue->failed, memory_order_relaxed) ? devbuf_queue_status(queue)
-                                                                                    : DEVBUF_OK;
-  for (size_t i = 0; i < work->use_count && status == DEVBUF_OK; i++) status = check_use(queue, &uses[i], i);
-  if (status != DEVBUF_OK) {
-    abandon(work, 0);
-    return status;
-  }
-  // One submission at a time per device, from the first record to the enqueue: then the
-  // records of a queue are in queue order, and no two submissions can each find the other's
-  // records and wait for each other.
-  devbuf_device_t *device = queue->device;
-  devbuf__spin_lock(&device->submit_lock);
-  size_t tracked = 0;
-  for (; tracked < work->use_count && status == DEVBUF_OK; tracked++)
-    status = track_use(work, tracked, &uses[tracked]);
-  if (status != DEVBUF_OK) {
-    abandon(work, tracked);
-    devbuf__spin_unlock(&device->submit_lock);
-    return status;
-  }
-  if (atomic_load(&queue->failed)) { // failed while we were recording (after that, the worker fails the item)
-    status = devbuf_queue_status(queue);
-    abandon(work, tracked);
-    devbuf__spin_unlock(&device->submit_lock);
-    return status;
-  }
-  atomic_fetch_add(&queue->device->pending_work, 1);
-  atomic_store_explicit(&queue->submitted, atomic_load_explicit(&queue->submitted, memory_order_relaxed) + 1,
-                        memory_order_relaxed); // every submitter holds the submission lock
-  devbuf__work *newest = atomic_load_explicit(&queue->incoming, memory_order_relaxed);
-  do {
-    work->next = newest;
-  } while (!atomic_compare_exchange_weak(&queue->incoming, &newest, work)); // the worker may take them meanwhile
-  devbuf__spin_unlock(&device->submit_lock);
-  if (atomic_load(&queue->worker_idle)) {
-    pthread_mutex_lock(&queue->lock);
-    pthread_cond_signal(&queue->work_available);
-    pthread_mutex_unlock(&queue->lock);
-  }
-  return DEVBUF_OK;
-}
-
-devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel, const devbuf_use_t *uses,
-                                  size_t use_count, const void *scalars, size_t scalars_size) {
-  if (!queue || !kernel || (use_count && !uses) || (scalars_size && !scalars))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "submit: queue and kernel are required; uses and scalars must "
-                                                  "be given when their counts are not zero");
-  if (!queue->device->backend->runs_c_kernels)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "submit: C kernels run on the CPU; %s runs programs (devbuf_queue_launch)",
-                         queue->device->spec);
-  devbuf__work *work = work_new(queue, DEVBUF__WORK_KERNEL, use_count, scalars_size);
-  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a work item with %zu uses", use_count);
-  work->kernel = kernel;
-  if (scalars_size) memcpy(work->scalars, scalars, scalars_size);
-  return submit(queue, work, uses);
-}
-
-devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer, const void *pattern,
-                                size_t pattern_size) {
-  if (!queue || !buffer || !pattern || pattern_size == 0)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "fill: queue, buffer and a non-empty pattern are required");
-  if (buffer->size % pattern_size)
-    return devbuf__error(DEVBUF_SIZE_MISMATCH, "fill: a %zu-byte pattern does not divide a %zu-byte buffer",
-                         pattern_size, buffer->size);
-  devbuf__work *work = work_new(queue, DEVBUF__WORK_FILL, 1, pattern_size);
-  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a fill");
-  memcpy(work->scalars, pattern, pattern_size);
-  devbuf_use_t use = {buffer, DEVBUF_ACCESS_WRITE};
-  return submit(queue, work, &use);
-}
-
-devbuf_status devbuf_queue_copy(devbuf_queue_t *queue, devbuf_buffer_t *dst, devbuf_buffer_t *src) {
-  if (!queue || !dst || !src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copy: queue, dst and src are required");
-  if (dst->size != src->size)
-    return devbuf__error(DEVBUF_SIZE_MISMATCH, "copy of a %zu-byte buffer into a %zu-byte buffer", src->size, dst->size);
-  devbuf__work *work = work_new(queue, DEVBUF__WORK_COPY, 2, 0);
-  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a copy");
-  devbuf_use_t uses[2] = {{dst, DEVBUF_ACCESS_WRITE}, {src, DEVBUF_ACCESS_READ}};
-  return submit(queue, work, uses);
-}
-
-devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program, const char *name,
-                                  const devbuf_launch_t *launch, const devbuf_use_t *uses, size_t use_count,
-                                  const devbuf_arg_t *args, size_t arg_count) {
-  if (!queue || !program || !name || !launch || (use_count && !uses) || (arg_count && !args))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: queue, program, name and launch are required; uses and "
-                                                  "args must be given when their counts are not zero");
-  if (program->device != queue->device)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: a program built for %s on a queue of %s",
-                         program->device->spec, queue->device->spec);
-  if (launch->dims < 1 || launch->dims > 3)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: %u dimensions (1 to 3)", launch->dims);
-  for (unsigned d = 0; d < launch->dims; d++)
-    if (launch->global[d] == 0 || (launch->local[0] && (launch->local[d] == 0 || launch->global[d] % launch->local[d])))
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: dimension %u: global size %zu, local size %zu (the local "
-                           "size must divide the global size)", d, launch->global[d], launch->local[d]);
-  for (size_t i = 0; i < use_count; i++)
-    if (uses[i].buffer && uses[i].buffer->offset % queue->device->alignment)
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: use %zu is a view at byte %zu; %s passes views to kernels at "
-                           "multiples of %zu bytes", i, uses[i].buffer->offset, queue->device->spec,
-                           queue->device->alignment);
-  devbuf_status status = queue->device->backend->program_has_kernel(queue->device, program->backend_program, name);
-  if (status != DEVBUF_OK) return status;
-  size_t bytes = arg_count * sizeof(size_t), name_size = strlen(name) + 1;
-  for (size_t i = 0; i < arg_count; i++) {
-    if (!args[i].data || !args[i].size)
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: argument %zu has no bytes", i);
-    bytes += args[i].size;
-  }
-  devbuf__work *work = work_new(queue, DEVBUF__WORK_LAUNCH, use_count, bytes + name_size);
-  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a launch with %zu uses", use_count);
-  size_t *sizes = work->scalars;
-  char *bytes_at = (char *)(sizes + arg_count);
-  for (size_t i = 0; i < arg_count; i++) {
-    sizes[i] = args[i].size;
-    memcpy(bytes_at, args[i].data, args[i].size);
-    bytes_at += args[i].size;
-  }
-  memcpy(bytes_at, name, name_size);
-  work->kernel_name = bytes_at;
-  work->arg_count = arg_count;
-  work->launch = *launch;
-  work->program = devbuf_program_retain(program);
-  return submit(queue, work, uses);
-}
-
-static devbuf_status submit_event_op(devbuf_queue_t *queue, devbuf__work_kind kind, devbuf_event_t *event,
-                                     uint64_t value) {
-  if (!queue || !event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue and event are required");
-  devbuf__work *work = work_new(queue, kind, 0, 0);
-  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event operation");
-  work->event = devbuf_event_retain(event);
-  work->value = value;
-  return submit(queue, work, NULL);
-}
-
-devbuf_status devbuf_queue_signal(devbuf_queue_t *queue, devbuf_event_t *event, uint64_t value) {
-  return submit_event_op(queue, DEVBUF__WORK_SIGNAL, event, value);
-}
-
-devbuf_status devbuf_queue_wait(devbuf_queue_t *queue, devbuf_event_t *event, uint64_t value) {
-  return submit_event_op(queue, DEVBUF__WORK_WAIT, event, value);
-}

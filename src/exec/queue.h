@@ -63,10 +63,80 @@ struct devbuf__work {
   devbuf__work_use uses[];
 };
 
+// A queue: its worker thread runs work items in submission order while the caller goes on.
+// The fields are grouped by who writes them and how often, a cache line apart, so that a
+// submission (which writes the FIFO under the lock) and the worker (which reads the flags
+// for every item and bumps `completed` for every group it retires) do not take each
+// other's cache lines away on every item.
+#define CACHE_LINE 64
+struct devbuf_queue {
+  // Set at creation.
+  devbuf_device_t *device;          // retained
+  void *device_queue;               // the backend's queue, for devices with their own
+  pthread_t worker;
+  // Read for every item; written when the queue fails or is cancelled, or someone waits.
+  atomic_bool cancel_requested;     // drop taken items that have not started
+  atomic_bool failed;               // failure != OK, readable without the lock
+  atomic_size_t drain_waiters;      // threads waiting on `drained`
+  char apart_from_flags[CACHE_LINE];
+  // Written by every submission, without a lock: the FIFO reaches the worker as a stack
+  // that it takes whole, so that submitting and taking never wait for each other.
+  devbuf__work *_Atomic incoming;   // submitted, not taken by the worker: newest first
+  atomic_uint_least64_t submitted;  // written under the device's submission lock
+  atomic_bool worker_idle;          // the worker waits (or is about to) on work_available
+  char apart_from_incoming[CACHE_LINE];
+  devbuf__work *taken, *taken_tail; // the worker's: taken, not yet run, oldest first
+  pthread_mutex_t lock;             // the fields below, unless marked atomic
+  bool released;                    // no references left: the worker exits once drained
+  bool worker_frees;                // ... and frees the queue itself (release did not join)
+  pthread_cond_t work_available;    // the worker waits here
+  pthread_cond_t drained;           // finish and cancel wait here
+  devbuf__work *waiting;            // the WAIT item the worker blocks in, for cancel
+  devbuf_status failure;            // OK until a work item fails
+  char apart_from_submissions[CACHE_LINE];
+  // Written by the worker for every group of items it retires.
+  atomic_uint_least64_t completed;  // retired items
+  char apart_from_completed[CACHE_LINE];
+  devbuf__refcount refs;
+  char failure_message[512];
+};
+
+// ---- work items (work.c) ----
+
 // The work item whose fence a tracker or storage holds (every fence is a work item's).
 static inline devbuf__work *devbuf__work_of(devbuf__fence *fence) { return (devbuf__work *)(void *)fence; }
+// A new item of `kind` for `queue` with room for `use_count` uses and `scalars_size` bytes
+// of scalars (taken from a pool of small items); NULL without host memory.
+devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count, size_t scalars_size);
 devbuf__work *devbuf__work_retain(devbuf__work *work);
 void devbuf__work_release(devbuf__work *work);
+// Drops a reference; an item whose last reference goes is cleaned and, if it is a pooled
+// one, appended to *recycled, for one devbuf__work_pool_return of a whole group.
+void devbuf__work_unref(devbuf__work *work, devbuf__work **recycled);
+void devbuf__work_pool_return(devbuf__work *recycled);
+// Waits on the host until `work` has retired; its status.
+devbuf_status devbuf__work_wait_done(devbuf__work *work);
+// A C kernel's arrays: the host address and the size of each use.
+static inline void **devbuf__work_data(devbuf__work *work) { return (void **)(work->operands + work->use_count); }
+static inline size_t *devbuf__work_sizes(devbuf__work *work) {
+  return (size_t *)(devbuf__work_data(work) + work->use_count);
+}
+// Debug validators (queue_validate.c; no-ops without DEVBUF_DEBUG_CHECKS): of a batch the
+// worker is about to run, and of items about to be marked done. They abort on a broken
+// invariant, naming it.
+#if DEVBUF_DEBUG_CHECKS
+void devbuf__queue_validate_taken(const devbuf_queue_t *queue, devbuf__work *const *batch, size_t count);
+void devbuf__queue_validate_retiring(const devbuf_queue_t *queue, devbuf__work *const *items, size_t count);
+#else
+static inline void devbuf__queue_validate_taken(const devbuf_queue_t *queue, devbuf__work *const *batch, size_t count) {
+  (void)queue, (void)batch, (void)count;
+}
+static inline void devbuf__queue_validate_retiring(const devbuf_queue_t *queue, devbuf__work *const *items,
+                                                   size_t count) {
+  (void)queue, (void)items, (void)count;
+}
+#endif
+
 // The backend's queue under a devbuf queue (NULL on the CPU).
 void *devbuf__queue_device_queue(const devbuf_queue_t *queue);
 // Frees the work items kept for reuse (and their dependency lists): for tests that count
