@@ -26,7 +26,8 @@ typedef struct figure {
 static figure *figures;
 static size_t figure_count, figure_capacity;
 
-void bench_figure(const char *section, const char *name, double value, const char *unit, int target_met) {
+void bench_figure(const char *section, const char *name, double value, const char *unit,
+                  int target_met) {
   if (figure_count == figure_capacity) {
     size_t capacity = figure_capacity ? 2 * figure_capacity : 256;
     figure *grown = realloc(figures, capacity * sizeof *grown);
@@ -80,7 +81,8 @@ bool bench_sample_file(const bench_config *config, char *path, size_t capacity) 
   char written[512];
   snprintf(written, sizeof written, "%s/devbuf-bench-XXXXXX", folder);
   int fd = mkstemp(written);
-  if (fd < 0) return devbuf_set_error(DEVBUF_IO_ERROR, "cannot create a file in %s", folder) == DEVBUF_OK;
+  if (fd < 0)
+    return devbuf_set_error(DEVBUF_IO_ERROR, "cannot create a file in %s", folder) == DEVBUF_OK;
   close(fd);
   printf("(writing a %zu MiB sample model, removed when the benchmark ends)\n", target >> 20);
   bool ok = devbuf_tool_write_sample(written, target) == DEVBUF_OK;
@@ -143,7 +145,8 @@ void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]) {
     void (*mi_free)(void *);
     *(void **)&mi_malloc = dlsym(mi, "mi_malloc");
     *(void **)&mi_free = dlsym(mi, "mi_free");
-    if (mi_malloc && mi_free) out[BENCH_MIMALLOC] = (bench_malloc){"mimalloc", mi_malloc, mi_free, NULL};
+    if (mi_malloc && mi_free)
+      out[BENCH_MIMALLOC] = (bench_malloc){"mimalloc", mi_malloc, mi_free, NULL};
   }
 }
 
@@ -165,19 +168,22 @@ int devbuf_cmd_bench(int argc, char **argv) {
       config.quick = 1;
       config.runs = 3;
     } else if (strcmp(argv[i], "--device") == 0) {
-      if (++i == argc) return devbuf_tool_misuse("bench", "--device needs a device, such as cpu or opencl:0");
+      if (++i == argc)
+        return devbuf_tool_misuse("bench", "--device needs a device, such as cpu or opencl:0");
       spec = argv[i];
     } else if (strcmp(argv[i], "--runs") == 0) {
       char *end = NULL;
       long runs = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
       if (!end || *end || runs < 1 || runs > 101)
-        return devbuf_tool_misuse("bench", "--runs takes 1 to 101, not '%s'",
-                                  devbuf_tool_printable(i < argc ? argv[i] : "", safe, sizeof safe));
+        return devbuf_tool_misuse(
+            "bench", "--runs takes 1 to 101, not '%s'",
+            devbuf_tool_printable(i < argc ? argv[i] : "", safe, sizeof safe));
       config.runs = (int)runs;
     } else if (strcmp(argv[i], "--only") == 0) {
       if (i + 1 == argc || !known_section(argv[i + 1]))
-        return devbuf_tool_misuse("bench", "--only takes alloc, copy, threads, queue, load or traces, not '%s'",
-                                  devbuf_tool_printable(i + 1 < argc ? argv[i + 1] : "", safe, sizeof safe));
+        return devbuf_tool_misuse(
+            "bench", "--only takes alloc, copy, threads, queue, load or traces, not '%s'",
+            devbuf_tool_printable(i + 1 < argc ? argv[i + 1] : "", safe, sizeof safe));
       only = argv[++i];
     } else if (strcmp(argv[i], "--traces") == 0) {
       if (++i == argc) return devbuf_tool_misuse("bench", "--traces needs a folder of traces");
@@ -187,7 +193,8 @@ int devbuf_cmd_bench(int argc, char **argv) {
     } else if (strcmp(argv[i], "--json") == 0) {
       json = 1;
     } else {
-      return devbuf_tool_misuse("bench", "unknown option '%s'", devbuf_tool_printable(argv[i], safe, sizeof safe));
+      return devbuf_tool_misuse("bench", "unknown option '%s'",
+                                devbuf_tool_printable(argv[i], safe, sizeof safe));
     }
   }
   int opened = devbuf_tool_open_device("bench", spec, &config.device);
@@ -204,8 +211,8 @@ int devbuf_cmd_bench(int argc, char **argv) {
     }
     close(null_fd);
   }
-  printf("devbuf bench on %s (%s); every figure is the median of %d runs\n\n", devbuf_device_spec(config.device),
-         devbuf_device_name(config.device), config.runs);
+  printf("devbuf bench on %s (%s); every figure is the median of %d runs\n\n",
+         devbuf_device_spec(config.device), devbuf_device_name(config.device), config.runs);
   if (devbuf_device_kind_of(config.device) == DEVBUF_DEVICE_OPENCL) {
     bench_opencl(&config);
   } else if (devbuf_device_kind_of(config.device) == DEVBUF_DEVICE_CUDA) {

@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 typedef struct bench_config {
-  int runs;        // repetitions; every figure is the median over them
-  int quick;       // fewer sizes and iterations (the README's main command)
+  int runs;  // repetitions; every figure is the median over them
+  int quick; // fewer sizes and iterations (the README's main command)
   devbuf_device_t *device;
   const char *traces; // the folder of allocation traces (--traces; NULL: tests/data/traces)
 } bench_config;
@@ -36,7 +36,8 @@ bool bench_sample_file(const bench_config *config, char *path, size_t capacity);
 // Records one figure for `bench --json` (every printed figure is also recorded): the
 // section ("alloc", "copy", ...), what was measured, its value and unit, and whether it
 // meets its target (-1: no target).
-void bench_figure(const char *section, const char *name, double value, const char *unit, int target_met);
+void bench_figure(const char *section, const char *name, double value, const char *unit,
+                  int target_met);
 
 uint64_t bench_now_ns(void);
 double bench_median(double *values, int count);

@@ -52,7 +52,8 @@ static double time_devbuf_buffer(devbuf_allocator_t *allocator, size_t size, siz
     if (i == 1) start = bench_now_ns(); // cycle 0 warms up
     devbuf_buffer_t *buffer;
     void *data;
-    if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK) return -1;
+    if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK)
+      return -1;
     devbuf_buffer_unsynchronized_ptr(buffer, &data, NULL);
     bench_touch(data, size);
     devbuf_buffer_release(buffer);
@@ -74,14 +75,15 @@ void bench_alloc(const bench_config *config) {
   bench_find_mallocs(mallocs);
   devbuf_allocator_t *allocator = devbuf_device_allocator(config->device);
   const size_t *sizes = config->quick ? quick_sizes : all_sizes;
-  size_t size_count = config->quick ? sizeof quick_sizes / sizeof *quick_sizes : sizeof all_sizes / sizeof *all_sizes;
+  size_t size_count = config->quick ? sizeof quick_sizes / sizeof *quick_sizes
+                                    : sizeof all_sizes / sizeof *all_sizes;
   int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
 
   printf("== alloc + write every page + free, steady state: ns per cycle ==\n");
   for (int m = 1; m < BENCH_MALLOC_COUNT; m++)
     if (mallocs[m].missing) printf("   (%s skipped: %s)\n", mallocs[m].name, mallocs[m].missing);
-  printf("%10s %10s %10s %10s %10s %10s %9s %10s  %s\n", "size", "devbuf", "dv-buffer", "glibc", "jemalloc",
-         "mimalloc", "x glibc", "x fastest", "target");
+  printf("%10s %10s %10s %10s %10s %10s %9s %10s  %s\n", "size", "devbuf", "dv-buffer", "glibc",
+         "jemalloc", "mimalloc", "x glibc", "x fastest", "target");
   for (size_t s = 0; s < size_count; s++) {
     size_t size = sizes[s], iterations = iterations_for(size, config->quick);
     double devbuf_runs[MAX_RUNS], buffer_runs[MAX_RUNS], malloc_runs[BENCH_MALLOC_COUNT][MAX_RUNS];
@@ -117,7 +119,8 @@ void bench_alloc(const bench_config *config) {
     snprintf(label, sizeof label, "%zu bytes: devbuf against glibc", size);
     bench_figure("alloc", label, vs_glibc, "x", size >= ((size_t)64 << 20) ? vs_glibc >= 50 : -1);
     snprintf(label, sizeof label, "%zu bytes: devbuf against the fastest malloc", size);
-    bench_figure("alloc", label, vs_fastest, "x", size <= ((size_t)64 << 10) ? vs_fastest >= 1 / 1.5 : -1);
+    bench_figure("alloc", label, vs_fastest, "x",
+                 size <= ((size_t)64 << 10) ? vs_fastest >= 1 / 1.5 : -1);
     if (size >= ((size_t)64 << 20))
       printf("%s (>= 50x glibc)\n", vs_glibc >= 50 ? "met" : "MISSED");
     else if (size <= ((size_t)64 << 10))
@@ -125,5 +128,6 @@ void bench_alloc(const bench_config *config) {
     else
       printf("-\n");
   }
-  printf("   devbuf: the device's caching allocator; dv-buffer: devbuf_buffer_allocate + release\n\n");
+  printf(
+      "   devbuf: the device's caching allocator; dv-buffer: devbuf_buffer_allocate + release\n\n");
 }

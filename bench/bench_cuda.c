@@ -23,7 +23,7 @@
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef void *CUstream, *CUcontext;
-#define CUDA_SUCCESS 0
+#define CUDA_SUCCESS           0
 #define CU_STREAM_NON_BLOCKING 1u
 
 typedef struct cuda_driver {
@@ -45,10 +45,10 @@ static bool driver_open(devbuf_device_t *device, cuda_driver *out) {
   devbuf_cuda_handles_t handles;
   if (devbuf_cuda_device_handles(device, &handles) != DEVBUF_OK) return false;
   *out = (cuda_driver){0};
-#define BENCH_RESOLVE_(field, symbol)                                                        \
-  if (!(*(void **)&out->field = devbuf_cuda_entry_point(symbol))) {                          \
-    devbuf_set_error(DEVBUF_UNAVAILABLE, "the CUDA driver has no %s", symbol);              \
-    return false;                                                                            \
+#define BENCH_RESOLVE_(field, symbol)                                          \
+  if (!(*(void **)&out->field = devbuf_cuda_entry_point(symbol))) {            \
+    devbuf_set_error(DEVBUF_UNAVAILABLE, "the CUDA driver has no %s", symbol); \
+    return false;                                                              \
   }
   BENCH_RESOLVE_(cuCtxSetCurrent, "cuCtxSetCurrent")
   BENCH_RESOLVE_(cuMemAlloc, "cuMemAlloc_v2")
@@ -62,7 +62,8 @@ static bool driver_open(devbuf_device_t *device, cuda_driver *out) {
 #undef BENCH_RESOLVE_
   CUresult code = out->cuCtxSetCurrent(handles.context);
   if (code == CUDA_SUCCESS) code = out->cuStreamCreate(&out->stream, CU_STREAM_NON_BLOCKING);
-  if (code != CUDA_SUCCESS) devbuf_set_error(DEVBUF_DEVICE_FAILURE, "the driver's context or stream: %d", code);
+  if (code != CUDA_SUCCESS)
+    devbuf_set_error(DEVBUF_DEVICE_FAILURE, "the driver's context or stream: %d", code);
   return code == CUDA_SUCCESS;
 }
 
@@ -71,7 +72,8 @@ static double time_devbuf(devbuf_allocator_t *allocator, size_t size, size_t ite
   for (size_t i = 0; i <= iterations; i++) {
     if (i == 1) start = bench_now_ns();
     devbuf_buffer_t *buffer;
-    if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK) return -1;
+    if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK)
+      return -1;
     devbuf_buffer_release(buffer);
   }
   return (double)(bench_now_ns() - start) / (double)iterations;
@@ -118,9 +120,10 @@ static double time_torch(size_t size, size_t iterations) {
 static void bench_cuda_alloc(const bench_config *config, const cuda_driver *cu) {
   static const size_t sizes[] = {4u << 10, 1u << 20, 64u << 20, 1u << 30};
   int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
-  printf("== cached allocation + release: ns per pair (targets: >= 100x cuMemAlloc, >= 1x the pool) ==\n");
-  printf("   %9s %10s %12s %8s %12s %8s %10s %8s\n", "size", "devbuf", "cuMemAlloc", "ratio", "async pool", "ratio",
-         "torch", "ratio");
+  printf("== cached allocation + release: ns per pair (targets: >= 100x cuMemAlloc, >= 1x the "
+         "pool) ==\n");
+  printf("   %9s %10s %12s %8s %12s %8s %10s %8s\n", "size", "devbuf", "cuMemAlloc", "ratio",
+         "async pool", "ratio", "torch", "ratio");
   for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
     double ours[MAX_RUNS], plain[MAX_RUNS], pool[MAX_RUNS];
     size_t iterations = sizes[s] >= (64u << 20) ? 200 : 5000;
@@ -129,9 +132,11 @@ static void bench_cuda_alloc(const bench_config *config, const cuda_driver *cu) 
       pool[r] = time_driver(cu, sizes[s], iterations, true);
       ours[r] = time_devbuf(devbuf_device_allocator(config->device), sizes[s], iterations);
     }
-    double a = bench_median(ours, runs), b = bench_median(plain, runs), c = bench_median(pool, runs);
+    double a = bench_median(ours, runs), b = bench_median(plain, runs),
+           c = bench_median(pool, runs);
     if (a < 0 || b < 0 || c < 0) {
-      printf("   %8zuK skipped: %s\n", sizes[s] >> 10, devbuf_last_error()[0] ? devbuf_last_error() : "the driver refused");
+      printf("   %8zuK skipped: %s\n", sizes[s] >> 10,
+             devbuf_last_error()[0] ? devbuf_last_error() : "the driver refused");
       continue;
     }
     double t = time_torch(sizes[s], iterations);
@@ -151,9 +156,11 @@ static void bench_cuda_copy(const bench_config *config, const cuda_driver *cu) {
   unsigned char *pageable = malloc(size);
   CUdeviceptr plain = 0;
   if (!pageable || cu->cuMemAlloc(&plain, size) != CUDA_SUCCESS ||
-      devbuf_buffer_allocate(devbuf_device_allocator(config->device), DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK ||
-      devbuf_buffer_allocate(devbuf_device_allocator_for(config->device, DEVBUF_MEMORY_HOST_VISIBLE), DEVBUF_UINT8, &size,
-                             1, 0, &pinned) != DEVBUF_OK) {
+      devbuf_buffer_allocate(devbuf_device_allocator(config->device), DEVBUF_UINT8, &size, 1, 0,
+                             &buffer) != DEVBUF_OK ||
+      devbuf_buffer_allocate(
+          devbuf_device_allocator_for(config->device, DEVBUF_MEMORY_HOST_VISIBLE), DEVBUF_UINT8,
+          &size, 1, 0, &pinned) != DEVBUF_OK) {
     printf("== copies: skipped (%s) ==\n\n", devbuf_last_error());
     devbuf_buffer_release(buffer);
     if (plain) cu->cuMemFree(plain);
@@ -164,8 +171,8 @@ static void bench_cuda_copy(const bench_config *config, const cuda_driver *cu) {
   devbuf_buffer_unsynchronized_ptr(pinned, &host, NULL);
   memset(host, 1, size);
   memset(pageable, 2, size);
-  double driver_in[MAX_RUNS], driver_out[MAX_RUNS], ours_in[MAX_RUNS], ours_out[MAX_RUNS], page_in[MAX_RUNS],
-      driver_page_in[MAX_RUNS];
+  double driver_in[MAX_RUNS], driver_out[MAX_RUNS], ours_in[MAX_RUNS], ours_out[MAX_RUNS],
+      page_in[MAX_RUNS], driver_page_in[MAX_RUNS];
   for (int r = 0; r < runs; r++) {
     uint64_t t0 = bench_now_ns();
     cu->cuMemcpy(plain, (CUdeviceptr)(uintptr_t)host, size);
@@ -180,22 +187,28 @@ static void bench_cuda_copy(const bench_config *config, const cuda_driver *cu) {
     uint64_t t5 = bench_now_ns();
     cu->cuMemcpy(plain, (CUdeviceptr)(uintptr_t)pageable, size);
     uint64_t t6 = bench_now_ns();
-    driver_in[r] = (double)(t1 - t0), driver_out[r] = (double)(t2 - t1), ours_in[r] = (double)(t3 - t2);
-    ours_out[r] = (double)(t4 - t3), page_in[r] = (double)(t5 - t4), driver_page_in[r] = (double)(t6 - t5);
+    driver_in[r] = (double)(t1 - t0), driver_out[r] = (double)(t2 - t1),
+    ours_in[r] = (double)(t3 - t2);
+    ours_out[r] = (double)(t4 - t3), page_in[r] = (double)(t5 - t4),
+    driver_page_in[r] = (double)(t6 - t5);
   }
   double gb = (double)size * 1e-9;
-  double di = bench_median(driver_in, runs), dout = bench_median(driver_out, runs), oi = bench_median(ours_in, runs),
-         oo = bench_median(ours_out, runs), pi = bench_median(page_in, runs), dpi = bench_median(driver_page_in, runs);
+  double di = bench_median(driver_in, runs), dout = bench_median(driver_out, runs),
+         oi = bench_median(ours_in, runs), oo = bench_median(ours_out, runs),
+         pi = bench_median(page_in, runs), dpi = bench_median(driver_page_in, runs);
   printf("== copies of 256 MiB: GB/s ==\n");
   bench_figure("cuda", "host->device pinned, against the driver", di / oi, "x", di / oi >= 0.9);
   bench_figure("cuda", "device->host pinned, against the driver", dout / oo, "x", dout / oo >= 0.9);
-  bench_figure("cuda", "host->device pageable, against devbuf pinned", oi / pi, "x", oi / pi >= 0.8);
-  printf("   host->device pinned: driver %7.2f  devbuf %7.2f  %5.2fx (target >= 0.90x)\n", gb / (di * 1e-9),
-         gb / (oi * 1e-9), di / oi);
-  printf("   device->host pinned: driver %7.2f  devbuf %7.2f  %5.2fx (target >= 0.90x)\n", gb / (dout * 1e-9),
-         gb / (oo * 1e-9), dout / oo);
-  printf("   host->device pageable copyin %7.2f  %5.2fx of devbuf pinned (target >= 0.80x); the driver's own "
-         "pageable copy %7.2f\n\n", gb / (pi * 1e-9), oi / pi, gb / (dpi * 1e-9));
+  bench_figure("cuda", "host->device pageable, against devbuf pinned", oi / pi, "x",
+               oi / pi >= 0.8);
+  printf("   host->device pinned: driver %7.2f  devbuf %7.2f  %5.2fx (target >= 0.90x)\n",
+         gb / (di * 1e-9), gb / (oi * 1e-9), di / oi);
+  printf("   device->host pinned: driver %7.2f  devbuf %7.2f  %5.2fx (target >= 0.90x)\n",
+         gb / (dout * 1e-9), gb / (oo * 1e-9), dout / oo);
+  printf("   host->device pageable copyin %7.2f  %5.2fx of devbuf pinned (target >= 0.80x); the "
+         "driver's own "
+         "pageable copy %7.2f\n\n",
+         gb / (pi * 1e-9), oi / pi, gb / (dpi * 1e-9));
   devbuf_buffer_release(buffer);
   devbuf_buffer_release(pinned);
   cu->cuMemFree(plain);
@@ -210,8 +223,9 @@ static void bench_cuda_load(const bench_config *config) {
   devbuf_buffer_t *pinned = NULL;
   size_t chunk = 8u << 20;
   if (!bench_sample_file(config, path, sizeof path) ||
-      devbuf_buffer_allocate(devbuf_device_allocator_for(config->device, DEVBUF_MEMORY_HOST_VISIBLE), DEVBUF_UINT8,
-                             &chunk, 1, 0, &pinned) != DEVBUF_OK) {
+      devbuf_buffer_allocate(
+          devbuf_device_allocator_for(config->device, DEVBUF_MEMORY_HOST_VISIBLE), DEVBUF_UINT8,
+          &chunk, 1, 0, &pinned) != DEVBUF_OK) {
     printf("== weight file onto the device: skipped (%s) ==\n\n", devbuf_last_error());
     return;
   }
@@ -244,9 +258,10 @@ static void bench_cuda_load(const bench_config *config) {
   devbuf_buffer_release(pinned);
   if (!bytes) return;
   double l = bench_median(loads, runs), d = bench_median(reads, runs), gb = (double)bytes * 1e-9;
-  printf("== %llu MiB weight file (page cache) onto the device: GB/s ==\n", (unsigned long long)(bytes >> 20));
-  printf("   devbuf load %7.2f   read() into pinned memory alone %7.2f   %5.2fx\n\n", gb / (l * 1e-9),
-         gb / (d * 1e-9), d / l);
+  printf("== %llu MiB weight file (page cache) onto the device: GB/s ==\n",
+         (unsigned long long)(bytes >> 20));
+  printf("   devbuf load %7.2f   read() into pinned memory alone %7.2f   %5.2fx\n\n",
+         gb / (l * 1e-9), gb / (d * 1e-9), d / l);
 }
 
 void bench_cuda(const bench_config *config) {

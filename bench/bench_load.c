@@ -18,14 +18,14 @@
 #include <unistd.h>
 
 #define MAX_RUNS 101
-#define CHUNK (1u << 20)
-
+#define CHUNK    (1u << 20)
 
 typedef struct first_tensor {
   uint64_t at;
 } first_tensor;
 
-static void on_tensor(void *context, size_t index, const devbuf_tensor_info_t *info, devbuf_buffer_t *buffer) {
+static void on_tensor(void *context, size_t index, const devbuf_tensor_info_t *info,
+                      devbuf_buffer_t *buffer) {
   (void)info, (void)buffer;
   if (index == 0) ((first_tensor *)context)->at = bench_now_ns();
 }
@@ -45,8 +45,8 @@ static int read_file(const char *path, unsigned char *whole, unsigned char *chun
 }
 
 // Load (zero-copy) and checksum every tensor; returns the nanoseconds of each part.
-static int load_and_check(const bench_config *config, const char *path, unsigned threads, double *first_ns,
-                          double *check_ns, uint64_t *sink) {
+static int load_and_check(const bench_config *config, const char *path, unsigned threads,
+                          double *first_ns, double *check_ns, uint64_t *sink) {
   first_tensor first = {0};
   devbuf_load_options_t options = {.on_tensor = on_tensor, .context = &first};
   devbuf_tensor_file_t *file;
@@ -54,7 +54,9 @@ static int load_and_check(const bench_config *config, const char *path, unsigned
   if (devbuf_safetensors_load(config->device, path, &options, &file) != DEVBUF_OK) return -1;
   uint64_t t1 = bench_now_ns();
   devbuf_tool_digest *sums = calloc(devbuf_tensor_file_count(file) + 1, sizeof *sums);
-  if (!sums || devbuf_tool_verify(file, DEVBUF_TOOL_CHECKSUM, sums, threads, NULL, NULL) != DEVBUF_OK) return -1;
+  if (!sums ||
+      devbuf_tool_verify(file, DEVBUF_TOOL_CHECKSUM, sums, threads, NULL, NULL) != DEVBUF_OK)
+    return -1;
   for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) *sink += sums[i].checksum;
   free(sums);
   uint64_t t2 = bench_now_ns();
@@ -100,10 +102,12 @@ void bench_load(const bench_config *config) {
   }
   read_file(path, NULL, chunk, size); // into the page cache
   int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
-  double first[MAX_RUNS], check[MAX_RUNS], copy[MAX_RUNS], stream[MAX_RUNS], python_ns_runs[MAX_RUNS], total[MAX_RUNS];
+  double first[MAX_RUNS], check[MAX_RUNS], copy[MAX_RUNS], stream[MAX_RUNS],
+      python_ns_runs[MAX_RUNS], total[MAX_RUNS];
   uint64_t sink = 0;
   int python_runs = 0;
-  const char *python = getenv("DEVBUF_PYTHON") ? getenv("DEVBUF_PYTHON") : "python3"; // with numpy, safetensors
+  const char *python =
+      getenv("DEVBUF_PYTHON") ? getenv("DEVBUF_PYTHON") : "python3"; // with numpy, safetensors
   for (int r = 0; r < runs; r++) {
     uint64_t t0 = bench_now_ns();
     int failed = read_file(path, whole, NULL, size);
@@ -130,28 +134,36 @@ void bench_load(const bench_config *config) {
   double first_ns = bench_median(first, runs), copy_ns = bench_median(copy, runs);
   double check_ns = bench_median(check, runs), stream_ns = bench_median(stream, runs);
   double total_ns = bench_median(total, runs);
-  printf("== load of a %zu MiB safetensors file from the page cache (checksums %llx) ==\n", size >> 20,
-         (unsigned long long)(sink & 0xffff));
-  printf("   time to first tensor      %9.3f ms   read() into malloc %9.1f ms  %8.0fx faster  %s (target <= 1 ms)\n",
+  printf("== load of a %zu MiB safetensors file from the page cache (checksums %llx) ==\n",
+         size >> 20, (unsigned long long)(sink & 0xffff));
+  printf("   time to first tensor      %9.3f ms   read() into malloc %9.1f ms  %8.0fx faster  %s "
+         "(target <= 1 ms)\n",
          first_ns * 1e-6, copy_ns * 1e-6, copy_ns / first_ns, first_ns <= 1e6 ? "met" : "MISSED");
-  printf("   checksum, one thread      %9.2f GB/s  sequential read() %9.2f GB/s  %6.2fx  %s (target >= 0.9x)\n",
+  printf("   checksum, one thread      %9.2f GB/s  sequential read() %9.2f GB/s  %6.2fx  %s "
+         "(target >= 0.9x)\n",
          gb / (check_ns * 1e-9), gb / (stream_ns * 1e-9), stream_ns / check_ns,
          stream_ns / check_ns >= 0.9 ? "met" : "MISSED");
   bench_figure("load", "time to first tensor", first_ns * 1e-6, "ms", first_ns <= 1e6);
   bench_figure("load", "read() of the file into malloc", copy_ns * 1e-6, "ms", -1);
   bench_figure("load", "checksum, one thread", gb / (check_ns * 1e-9), "GB/s", -1);
   bench_figure("load", "sequential read()", gb / (stream_ns * 1e-9), "GB/s", -1);
-  bench_figure("load", "checksum against sequential read()", stream_ns / check_ns, "x", stream_ns / check_ns >= 0.9);
+  bench_figure("load", "checksum against sequential read()", stream_ns / check_ns, "x",
+               stream_ns / check_ns >= 0.9);
   bench_figure("load", "end to end, every core", total_ns * 1e-6, "ms", -1);
   if (python_runs) {
     double python_ns = bench_median(python_ns_runs, python_runs);
     bench_figure("load", "Python safetensors, end to end", python_ns * 1e-6, "ms", -1);
-    bench_figure("load", "end to end against Python", python_ns / total_ns, "x", python_ns / total_ns >= 5);
-    printf("   end to end, every core    %9.1f ms   Python safetensors %9.1f ms  %8.1fx faster  %s (target >= 5x)\n\n",
-           total_ns * 1e-6, python_ns * 1e-6, python_ns / total_ns, python_ns / total_ns >= 5 ? "met" : "MISSED");
+    bench_figure("load", "end to end against Python", python_ns / total_ns, "x",
+                 python_ns / total_ns >= 5);
+    printf("   end to end, every core    %9.1f ms   Python safetensors %9.1f ms  %8.1fx faster  %s "
+           "(target >= 5x)\n\n",
+           total_ns * 1e-6, python_ns * 1e-6, python_ns / total_ns,
+           python_ns / total_ns >= 5 ? "met" : "MISSED");
   } else {
-    printf("   end to end, every core    %9.1f ms   Python safetensors: not found (%s lacks safetensors or numpy; "
-           "DEVBUF_PYTHON=build/pyenv/bin/python3 after scripts/python_env.sh)\n\n", total_ns * 1e-6, python);
+    printf("   end to end, every core    %9.1f ms   Python safetensors: not found (%s lacks "
+           "safetensors or numpy; "
+           "DEVBUF_PYTHON=build/pyenv/bin/python3 after scripts/python_env.sh)\n\n",
+           total_ns * 1e-6, python);
   }
   free(whole);
   free(chunk);

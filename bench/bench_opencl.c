@@ -21,8 +21,8 @@ typedef int32_t cl_int;
 typedef uint32_t cl_uint;
 typedef uint64_t cl_bitfield;
 typedef void *cl_mem, *cl_command_queue, *cl_event, *cl_context, *cl_device_id;
-#define CL_SUCCESS 0
-#define CL_TRUE 1u
+#define CL_SUCCESS        0
+#define CL_TRUE           1u
 #define CL_MEM_READ_WRITE ((cl_bitfield)1)
 
 typedef struct opencl_driver {
@@ -33,12 +33,12 @@ typedef struct opencl_driver {
   cl_int (*clReleaseMemObject)(cl_mem);
   cl_command_queue (*clCreateCommandQueue)(cl_context, cl_device_id, cl_bitfield, cl_int *);
   cl_int (*clReleaseCommandQueue)(cl_command_queue);
-  cl_int (*clEnqueueWriteBuffer)(cl_command_queue, cl_mem, cl_uint, size_t, size_t, const void *, cl_uint,
-                                 const cl_event *, cl_event *);
-  cl_int (*clEnqueueReadBuffer)(cl_command_queue, cl_mem, cl_uint, size_t, size_t, void *, cl_uint, const cl_event *,
-                                cl_event *);
-  cl_int (*clEnqueueFillBuffer)(cl_command_queue, cl_mem, const void *, size_t, size_t, size_t, cl_uint,
+  cl_int (*clEnqueueWriteBuffer)(cl_command_queue, cl_mem, cl_uint, size_t, size_t, const void *,
+                                 cl_uint, const cl_event *, cl_event *);
+  cl_int (*clEnqueueReadBuffer)(cl_command_queue, cl_mem, cl_uint, size_t, size_t, void *, cl_uint,
                                 const cl_event *, cl_event *);
+  cl_int (*clEnqueueFillBuffer)(cl_command_queue, cl_mem, const void *, size_t, size_t, size_t,
+                                cl_uint, const cl_event *, cl_event *);
   cl_int (*clWaitForEvents)(cl_uint, const cl_event *);
   cl_int (*clReleaseEvent)(cl_event);
   cl_int (*clFinish)(cl_command_queue);
@@ -49,10 +49,10 @@ static bool driver_open(devbuf_device_t *device, opencl_driver *out) {
   devbuf_opencl_handles_t handles;
   if (devbuf_opencl_device_handles(device, &handles) != DEVBUF_OK) return false;
   *out = (opencl_driver){.context = handles.context, .device = handles.device};
-#define BENCH_RESOLVE_(name)                                                                \
-  if (!(*(void **)&out->name = devbuf_opencl_entry_point(#name))) {                         \
-    devbuf_set_error(DEVBUF_UNAVAILABLE, "the OpenCL library has no %s", #name);            \
-    return false;                                                                           \
+#define BENCH_RESOLVE_(name)                                                     \
+  if (!(*(void **)&out->name = devbuf_opencl_entry_point(#name))) {              \
+    devbuf_set_error(DEVBUF_UNAVAILABLE, "the OpenCL library has no %s", #name); \
+    return false;                                                                \
   }
   BENCH_RESOLVE_(clCreateBuffer)
   BENCH_RESOLVE_(clReleaseMemObject)
@@ -76,7 +76,8 @@ static double time_devbuf(devbuf_allocator_t *allocator, size_t size, size_t ite
   for (size_t i = 0; i <= iterations; i++) {
     if (i == 1) start = bench_now_ns(); // cycle 0 fills the cache
     devbuf_buffer_t *buffer;
-    if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK) return -1;
+    if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK)
+      return -1;
     devbuf_buffer_release(buffer);
   }
   return (double)(bench_now_ns() - start) / (double)iterations;
@@ -91,7 +92,9 @@ static double time_driver(const opencl_driver *cl, size_t size, size_t iteration
     cl_int code;
     cl_mem mem = cl->clCreateBuffer(cl->context, CL_MEM_READ_WRITE, size, NULL, &code);
     if (!mem) return -1;
-    if (back && cl->clEnqueueWriteBuffer(cl->queue, mem, CL_TRUE, size - 4, 4, &word, 0, NULL, NULL)) return -1;
+    if (back &&
+        cl->clEnqueueWriteBuffer(cl->queue, mem, CL_TRUE, size - 4, 4, &word, 0, NULL, NULL))
+      return -1;
     cl->clReleaseMemObject(mem);
   }
   return (double)(bench_now_ns() - start) / (double)iterations;
@@ -103,7 +106,8 @@ static void bench_opencl_alloc(const bench_config *config, const opencl_driver *
   size_t iterations = config->quick ? 2000 : 20000;
   printf("== cached allocation + release vs clCreateBuffer + clReleaseMemObject: ns per pair "
          "(target >= 100x faster) ==\n");
-  printf("   %9s %10s %14s %8s %18s %8s\n", "size", "devbuf", "driver (lazy)", "ratio", "driver (backed)", "ratio");
+  printf("   %9s %10s %14s %8s %18s %8s\n", "size", "devbuf", "driver (lazy)", "ratio",
+         "driver (backed)", "ratio");
   for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
     double ours[MAX_RUNS], lazy[MAX_RUNS], backed[MAX_RUNS];
     for (int r = 0; r < runs; r++) {
@@ -111,16 +115,18 @@ static void bench_opencl_alloc(const bench_config *config, const opencl_driver *
       backed[r] = time_driver(cl, sizes[s], iterations / 100 + 1, true);
       ours[r] = time_devbuf(devbuf_device_allocator(config->device), sizes[s], iterations);
     }
-    double a = bench_median(ours, runs), b = bench_median(lazy, runs), c = bench_median(backed, runs);
+    double a = bench_median(ours, runs), b = bench_median(lazy, runs),
+           c = bench_median(backed, runs);
     if (a < 0 || b < 0 || c < 0) {
       printf("   %9zu failed: %s\n", sizes[s], devbuf_last_error());
       continue;
     }
-    printf("   %8zuK %10.1f %14.1f %7.1fx %18.1f %7.0fx  %s\n", sizes[s] >> 10, a, b, b / a, c, c / a,
-           c / a >= 100 ? "met (backed)" : "MISSED");
+    printf("   %8zuK %10.1f %14.1f %7.1fx %18.1f %7.0fx  %s\n", sizes[s] >> 10, a, b, b / a, c,
+           c / a, c / a >= 100 ? "met (backed)" : "MISSED");
   }
-  printf("   (lazy: the driver only creates a handle; backed: plus a 4-byte write, after which the\n"
-         "    memory exists, as the memory of a cached devbuf buffer already does)\n");
+  printf(
+      "   (lazy: the driver only creates a handle; backed: plus a 4-byte write, after which the\n"
+      "    memory exists, as the memory of a cached devbuf buffer already does)\n");
   printf("\n");
 }
 
@@ -132,8 +138,10 @@ static void bench_opencl_copy(const bench_config *config, const opencl_driver *c
   cl_int code = CL_SUCCESS;
   cl_mem plain = cl->clCreateBuffer(cl->context, CL_MEM_READ_WRITE, size, NULL, &code);
   if (!host || !plain ||
-      devbuf_buffer_allocate(devbuf_device_allocator(config->device), DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK) {
-    printf("== copies: skipped, no memory for %zu MiB (%s) ==\n\n", size >> 20, devbuf_last_error());
+      devbuf_buffer_allocate(devbuf_device_allocator(config->device), DEVBUF_UINT8, &size, 1, 0,
+                             &buffer) != DEVBUF_OK) {
+    printf("== copies: skipped, no memory for %zu MiB (%s) ==\n\n", size >> 20,
+           devbuf_last_error());
     free(host);
     if (plain) cl->clReleaseMemObject(plain);
     return;
@@ -153,7 +161,8 @@ static void bench_opencl_copy(const bench_config *config, const opencl_driver *c
     uint64_t t3 = bench_now_ns();
     devbuf_buffer_copyout(buffer, host, size);
     uint64_t t4 = bench_now_ns();
-    write[r] = (double)(t1 - t0), in[r] = (double)(t2 - t1), read[r] = (double)(t3 - t2), out[r] = (double)(t4 - t3);
+    write[r] = (double)(t1 - t0), in[r] = (double)(t2 - t1), read[r] = (double)(t3 - t2),
+    out[r] = (double)(t4 - t3);
   }
   double gib = (double)size / (1 << 30);
   double w = bench_median(write, runs), i = bench_median(in, runs), rd = bench_median(read, runs),
@@ -163,10 +172,10 @@ static void bench_opencl_copy(const bench_config *config, const opencl_driver *c
   bench_figure("opencl", "devbuf copyin against clEnqueueWriteBuffer", w / i, "x", -1);
   bench_figure("opencl", "devbuf copyout", gib / (o * 1e-9), "GiB/s", -1);
   bench_figure("opencl", "devbuf copyout against clEnqueueReadBuffer", rd / o, "x", -1);
-  printf("   clEnqueueWriteBuffer %7.2f   devbuf copyin  %7.2f  %5.2fx  %s\n", gib / (w * 1e-9), gib / (i * 1e-9), w / i,
-         w / i >= 0.95 ? "met" : "MISSED");
-  printf("   clEnqueueReadBuffer  %7.2f   devbuf copyout %7.2f  %5.2fx  %s\n\n", gib / (rd * 1e-9), gib / (o * 1e-9),
-         rd / o, rd / o >= 0.95 ? "met" : "MISSED");
+  printf("   clEnqueueWriteBuffer %7.2f   devbuf copyin  %7.2f  %5.2fx  %s\n", gib / (w * 1e-9),
+         gib / (i * 1e-9), w / i, w / i >= 0.95 ? "met" : "MISSED");
+  printf("   clEnqueueReadBuffer  %7.2f   devbuf copyout %7.2f  %5.2fx  %s\n\n", gib / (rd * 1e-9),
+         gib / (o * 1e-9), rd / o, rd / o >= 0.95 ? "met" : "MISSED");
   devbuf_buffer_release(buffer);
   cl->clReleaseMemObject(plain);
   free(host);
@@ -183,8 +192,9 @@ static void bench_opencl_queue(const bench_config *config, const opencl_driver *
   cl_int code = CL_SUCCESS;
   cl_mem plain = cl->clCreateBuffer(cl->context, CL_MEM_READ_WRITE, size, NULL, &code);
   cl_command_queue own = cl->clCreateCommandQueue(cl->context, cl->device, 0, &code);
-  if (!plain || !own || devbuf_buffer_allocate(devbuf_device_allocator(config->device), DEVBUF_UINT8, &size, 1, 0,
-                                               &buffer) != DEVBUF_OK ||
+  if (!plain || !own ||
+      devbuf_buffer_allocate(devbuf_device_allocator(config->device), DEVBUF_UINT8, &size, 1, 0,
+                             &buffer) != DEVBUF_OK ||
       devbuf_queue_create(config->device, &queue) != DEVBUF_OK) {
     printf("== queue: skipped (%s) ==\n\n", devbuf_last_error());
     if (plain) cl->clReleaseMemObject(plain);
@@ -203,20 +213,24 @@ static void bench_opencl_queue(const bench_config *config, const opencl_driver *
       cl->clReleaseEvent(done);
     }
     uint64_t t1 = bench_now_ns();
-    for (int i = 0; i < ITEMS; i++) cl->clEnqueueFillBuffer(own, plain, &pattern, 4, 0, size, 0, NULL, NULL);
+    for (int i = 0; i < ITEMS; i++)
+      cl->clEnqueueFillBuffer(own, plain, &pattern, 4, 0, size, 0, NULL, NULL);
     cl->clFinish(own);
     uint64_t t2 = bench_now_ns();
     for (int i = 0; i < ITEMS; i++) devbuf_queue_fill(queue, buffer, &pattern, 4);
     devbuf_queue_finish(queue);
     uint64_t t3 = bench_now_ns();
-    waited[r] = (double)(t1 - t0) / ITEMS, pipelined[r] = (double)(t2 - t1) / ITEMS, ours[r] = (double)(t3 - t2) / ITEMS;
+    waited[r] = (double)(t1 - t0) / ITEMS, pipelined[r] = (double)(t2 - t1) / ITEMS,
+    ours[r] = (double)(t3 - t2) / ITEMS;
   }
-  double a = bench_median(ours, runs), b = bench_median(waited, runs), c = bench_median(pipelined, runs);
+  double a = bench_median(ours, runs), b = bench_median(waited, runs),
+         c = bench_median(pipelined, runs);
   printf("== %d fills of 4 KiB on one queue: us per item ==\n", ITEMS);
   printf("   driver, a wait after each   %8.1f\n", b * 1e-3);
   printf("   driver, one wait at the end %8.1f\n", c * 1e-3);
-  printf("   devbuf queue                %8.1f  %5.2fx the waited driver, %5.2fx the pipelined one\n\n", a * 1e-3,
-         a / b, a / c);
+  printf("   devbuf queue                %8.1f  %5.2fx the waited driver, %5.2fx the pipelined "
+         "one\n\n",
+         a * 1e-3, a / b, a / c);
   devbuf_queue_release(queue);
   devbuf_buffer_release(buffer);
   cl->clReleaseCommandQueue(own);

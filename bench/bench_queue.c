@@ -91,8 +91,10 @@ static double time_plain(size_t items, float *a, float *b, float *c) {
 // ---- devbuf ------------------------------------------------------------------------------
 
 // ns per item: `items` kernels over a, b (read) and c (written), on queues[i % queue_count].
-static double time_devbuf(devbuf_queue_t **queues, int queue_count, size_t items, devbuf_buffer_t **buffers) {
-  devbuf_use_t uses[3] = {{buffers[0], DEVBUF_ACCESS_READ}, {buffers[1], DEVBUF_ACCESS_READ},
+static double time_devbuf(devbuf_queue_t **queues, int queue_count, size_t items,
+                          devbuf_buffer_t **buffers) {
+  devbuf_use_t uses[3] = {{buffers[0], DEVBUF_ACCESS_READ},
+                          {buffers[1], DEVBUF_ACCESS_READ},
                           {buffers[2], DEVBUF_ACCESS_READ_WRITE}};
   uint64_t start = bench_now_ns();
   for (size_t i = 0; i < items; i++) {
@@ -115,7 +117,8 @@ void bench_queue(const bench_config *config) {
   int ok = devbuf_queue_create(config->device, &queues[0]) == DEVBUF_OK &&
            devbuf_queue_create(config->device, &queues[1]) == DEVBUF_OK;
   for (int i = 0; i < 3 && ok; i++)
-    ok = devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &count, 1, DEVBUF_BUFFER_ZERO, &buffers[i]) == DEVBUF_OK;
+    ok = devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &count, 1, DEVBUF_BUFFER_ZERO,
+                                &buffers[i]) == DEVBUF_OK;
   float plain_memory[3][16] = {{0}};
   // The machine's load drifts between runs: each run times the baseline and devbuf back to
   // back, and the ratio quoted is the median of the runs' own ratios.
@@ -135,10 +138,13 @@ void bench_queue(const bench_config *config) {
     bench_figure("queue", "devbuf, 1 queue, per item", o, "ns", o <= 1000);
     bench_figure("queue", "devbuf, 1 queue, against untracked", x, "x", x <= 1.5);
     bench_figure("queue", "devbuf, 2 queues waiting for each other, per item", t, "ns", -1);
-    printf("   devbuf, 1 queue           %8.1f  %5.2fx untracked (median of the runs' ratios)  %s (target <= 1000 ns "
-           "and <= 1.5x)\n", o, x, o <= 1000 && x <= 1.5 ? "met" : "MISSED");
-    printf("   devbuf, 2 queues          %8.1f  every item waits for the other queue: +%.1f ns per wait\n\n", t,
-           t - o);
+    printf("   devbuf, 1 queue           %8.1f  %5.2fx untracked (median of the runs' ratios)  %s "
+           "(target <= 1000 ns "
+           "and <= 1.5x)\n",
+           o, x, o <= 1000 && x <= 1.5 ? "met" : "MISSED");
+    printf("   devbuf, 2 queues          %8.1f  every item waits for the other queue: +%.1f ns per "
+           "wait\n\n",
+           t, t - o);
   } else {
     printf("== queue benchmark skipped: %s ==\n\n", devbuf_last_error());
   }

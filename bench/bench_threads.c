@@ -55,7 +55,8 @@ void bench_threads(const bench_config *config) {
     two[r] = throughput(allocator, 2, operations);
   }
   double single = bench_median(one, runs), dual = bench_median(two, runs);
-  printf("== small blocks (64 B - 4 KiB), alloc + write + free: million operations per second ==\n");
+  printf(
+      "== small blocks (64 B - 4 KiB), alloc + write + free: million operations per second ==\n");
   printf("   1 thread   %7.2f\n", single / 1e6);
   bench_figure("threads", "1 thread", single / 1e6, "M ops/s", -1);
   bench_figure("threads", "2 threads against 1", dual / single, "x", dual / single >= 1.5);

@@ -60,9 +60,11 @@ typedef struct replay_result {
   uint64_t peak_requested, peak_reserved, system_allocs, refused, second_pass_allocs;
 } replay_result;
 
-static replay_result replay(devbuf_device_t *device, const char *path, uint64_t page, uint64_t limit, bool growable) {
+static replay_result replay(devbuf_device_t *device, const char *path, uint64_t page,
+                            uint64_t limit, bool growable) {
   replay_result result = {0};
-  devbuf_caching_options_t options = {.page_size = page, .memory_limit = limit, .growable = growable};
+  devbuf_caching_options_t options = {
+      .page_size = page, .memory_limit = limit, .growable = growable};
   devbuf_counting_upstream counts;
   devbuf_allocator_t *caching = NULL;
   devbuf_trace_summary_t summary;
@@ -73,9 +75,11 @@ static replay_result replay(devbuf_device_t *device, const char *path, uint64_t 
   }
   devbuf_allocator_stats_t stats;
   devbuf_allocator_stats(caching, &stats);
-  result = (replay_result){true, summary.peak_live_bytes, counts.peak_held, stats.system_allocs, summary.failed_allocs,
-                           0};
-  if (devbuf_trace_replay(path, caching, &summary) == DEVBUF_OK) { // into what the first pass left cached
+  result = (replay_result){
+      true, summary.peak_live_bytes, counts.peak_held, stats.system_allocs, summary.failed_allocs,
+      0};
+  if (devbuf_trace_replay(path, caching, &summary) ==
+      DEVBUF_OK) { // into what the first pass left cached
     devbuf_allocator_stats(caching, &stats);
     result.second_pass_allocs = stats.system_allocs - result.system_allocs;
     result.refused += summary.failed_allocs;
@@ -84,14 +88,18 @@ static replay_result replay(devbuf_device_t *device, const char *path, uint64_t 
   return result;
 }
 
-static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int by_name(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 void bench_traces(const bench_config *config) {
   const char *folder = config->traces ? config->traces : "tests/data/traces";
-  printf("== real allocation traces (%s): devbuf's caching allocator against PyTorch's (CCA) ==\n", folder);
+  printf("== real allocation traces (%s): devbuf's caching allocator against PyTorch's (CCA) ==\n",
+         folder);
   DIR *dir = opendir(folder);
   if (!dir) {
-    printf("   (skipped: no folder %s; run from the repository root or pass --traces DIR)\n\n", folder);
+    printf("   (skipped: no folder %s; run from the repository root or pass --traces DIR)\n\n",
+           folder);
     return;
   }
   char *sources[64];
@@ -100,10 +108,11 @@ void bench_traces(const bench_config *config) {
     if (entry->d_name[0] != '.') sources[source_count++] = strdup(entry->d_name);
   closedir(dir);
   qsort(sources, source_count, sizeof *sources, by_name);
-  printf("   %-46s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %-26s\n", "", "", "", "", "", "", "", "at CCA's",
-         "peak:", "", "growable segments");
-  printf("   %-46s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %7s %6s %5s %4s\n", "trace", "page", "requested", "CCA",
-         "devbuf", "ratio", "sys allocs/CCA", "refused", "sys", "pass 2", "devbuf", "/req", "sys", "ref");
+  printf("   %-46s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %-26s\n", "", "", "", "", "", "", "",
+         "at CCA's", "peak:", "", "growable segments");
+  printf("   %-46s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %7s %6s %5s %4s\n", "trace", "page",
+         "requested", "CCA", "devbuf", "ratio", "sys allocs/CCA", "refused", "sys", "pass 2",
+         "devbuf", "/req", "sys", "ref");
   int met = 0, rows = 0, growable_rows = 0;
   double worst_ratio = 0;
   for (size_t s = 0; s < source_count; s++) {
@@ -123,38 +132,48 @@ void bench_traces(const bench_config *config) {
         replay_result free_run = replay(config->device, path, page, 0, false);
         replay_result limited = replay(config->device, path, page, figures[t].peak_reserved, false);
         replay_result growing = replay(config->device, path, page, 0, true);
-        replay_result growing_limited = replay(config->device, path, page, figures[t].peak_reserved, true);
+        replay_result growing_limited =
+            replay(config->device, path, page, figures[t].peak_reserved, true);
         if (!free_run.ok || !limited.ok || !growing.ok || !growing_limited.ok) {
           printf("   %-46.46s cannot be replayed: %s\n", figures[t].trace, devbuf_last_error());
           continue;
         }
         double ratio = (double)free_run.peak_reserved / (double)figures[t].peak_reserved;
-        bool row_met = ratio <= 1.03 && free_run.system_allocs <= figures[t].system_allocs && limited.refused == 0 &&
-                       limited.system_allocs <= figures[t].system_allocs && limited.second_pass_allocs == 0;
+        bool row_met = ratio <= 1.03 && free_run.system_allocs <= figures[t].system_allocs &&
+                       limited.refused == 0 && limited.system_allocs <= figures[t].system_allocs &&
+                       limited.second_pass_allocs == 0;
         double growable_ratio = (double)growing.peak_reserved / (double)growing.peak_requested;
-        bool growable_met = growing.peak_reserved <= figures[t].peak_reserved && growable_ratio <= 1.02 &&
-                            growing_limited.refused == 0;
+        bool growable_met = growing.peak_reserved <= figures[t].peak_reserved &&
+                            growable_ratio <= 1.02 && growing_limited.refused == 0;
         growable_rows += growable_met;
         rows++;
         met += row_met;
         if (ratio > worst_ratio) worst_ratio = ratio;
-        printf("   %-46.46s %5s %9.3f %7.3f %7.3f %6.3f %7llu/%-7llu %7llu %8llu %6llu %s | %7.3f %6.3f %5llu "
+        printf("   %-46.46s %5s %9.3f %7.3f %7.3f %6.3f %7llu/%-7llu %7llu %8llu %6llu %s | %7.3f "
+               "%6.3f %5llu "
                "%4llu%s\n",
                name + (strlen(name) > 46 ? strlen(name) - 46 : 0), p == 0 ? "2 MiB" : "4 KiB",
-               (double)free_run.peak_requested / (1 << 30), (double)figures[t].peak_reserved / (1 << 30),
-               (double)free_run.peak_reserved / (1 << 30), ratio, (unsigned long long)free_run.system_allocs,
+               (double)free_run.peak_requested / (1 << 30),
+               (double)figures[t].peak_reserved / (1 << 30),
+               (double)free_run.peak_reserved / (1 << 30), ratio,
+               (unsigned long long)free_run.system_allocs,
                (unsigned long long)figures[t].system_allocs, (unsigned long long)limited.refused,
-               (unsigned long long)limited.system_allocs, (unsigned long long)limited.second_pass_allocs,
-               row_met ? " " : "*", (double)growing.peak_reserved / (1 << 30), growable_ratio,
-               (unsigned long long)growing.system_allocs, (unsigned long long)growing_limited.refused,
-               growable_met ? "" : " *");
+               (unsigned long long)limited.system_allocs,
+               (unsigned long long)limited.second_pass_allocs, row_met ? " " : "*",
+               (double)growing.peak_reserved / (1 << 30), growable_ratio,
+               (unsigned long long)growing.system_allocs,
+               (unsigned long long)growing_limited.refused, growable_met ? "" : " *");
         char figure[700];
-        snprintf(figure, sizeof figure, "%s %s peak reserved / CCA", name, p == 0 ? "2 MiB" : "4 KiB");
+        snprintf(figure, sizeof figure, "%s %s peak reserved / CCA", name,
+                 p == 0 ? "2 MiB" : "4 KiB");
         bench_figure("traces", figure, ratio, "x", ratio <= 1.03);
-        snprintf(figure, sizeof figure, "%s %s system allocations / CCA", name, p == 0 ? "2 MiB" : "4 KiB");
-        bench_figure("traces", figure, (double)free_run.system_allocs / (double)figures[t].system_allocs, "x",
+        snprintf(figure, sizeof figure, "%s %s system allocations / CCA", name,
+                 p == 0 ? "2 MiB" : "4 KiB");
+        bench_figure("traces", figure,
+                     (double)free_run.system_allocs / (double)figures[t].system_allocs, "x",
                      free_run.system_allocs <= figures[t].system_allocs);
-        snprintf(figure, sizeof figure, "%s %s refused at CCA's peak", name, p == 0 ? "2 MiB" : "4 KiB");
+        snprintf(figure, sizeof figure, "%s %s refused at CCA's peak", name,
+                 p == 0 ? "2 MiB" : "4 KiB");
         bench_figure("traces", figure, (double)limited.refused, "requests", limited.refused == 0);
         snprintf(figure, sizeof figure, "%s %s growable peak reserved / peak requested", name,
                  p == 0 ? "2 MiB" : "4 KiB");
@@ -163,13 +182,20 @@ void bench_traces(const bench_config *config) {
     }
   }
   for (size_t s = 0; s < source_count; s++) free(sources[s]);
-  printf("   GiB = 2^30 bytes; ratio: devbuf's peak reserved / CCA's, without a limit; sys allocs: devbuf's\n"
-         "   system allocations / CCA's (the traces' README counts them); refused, at limit, pass 2: with a\n"
-         "   memory limit of CCA's peak, the requests refused (both passes), the system allocations of the\n"
-         "   first pass and of a second pass into the same cache. Targets per row: ratio <= 1.03, sys\n"
-         "   allocs <= CCA's without and at the limit, nothing refused, pass 2 = 0 (* marks a miss).\n"
-         "   Growable segments: peak reserved in GiB and / peak requested, system allocations (map calls),\n"
-         "   refused at CCA's peak; targets: <= CCA's peak, <= 1.02 x requested, nothing refused.\n");
-  printf("   %d of %d rows meet every target; worst ratio %.3f; with growable segments %d of %d\n\n", met, rows,
-         worst_ratio, growable_rows, rows);
+  printf(
+      "   GiB = 2^30 bytes; ratio: devbuf's peak reserved / CCA's, without a limit; sys allocs: "
+      "devbuf's\n"
+      "   system allocations / CCA's (the traces' README counts them); refused, at limit, pass 2: "
+      "with a\n"
+      "   memory limit of CCA's peak, the requests refused (both passes), the system allocations "
+      "of the\n"
+      "   first pass and of a second pass into the same cache. Targets per row: ratio <= 1.03, "
+      "sys\n"
+      "   allocs <= CCA's without and at the limit, nothing refused, pass 2 = 0 (* marks a miss).\n"
+      "   Growable segments: peak reserved in GiB and / peak requested, system allocations (map "
+      "calls),\n"
+      "   refused at CCA's peak; targets: <= CCA's peak, <= 1.02 x requested, nothing refused.\n");
+  printf(
+      "   %d of %d rows meet every target; worst ratio %.3f; with growable segments %d of %d\n\n",
+      met, rows, worst_ratio, growable_rows, rows);
 }

@@ -19,7 +19,8 @@ int main(int argc, char **argv) {
   for (long i = 0; i < iterations; i++) {
     if (buffers) { // devbuf_buffer_allocate + release: handle, storage and block
       devbuf_buffer_t *buffer = NULL;
-      if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK) return 1;
+      if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK)
+        return 1;
       devbuf_buffer_release(buffer);
     } else { // the device allocator's alloc + free, touching the block
       devbuf_memory_t memory;

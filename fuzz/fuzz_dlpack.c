@@ -35,7 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     take(&data, &size, &dim, sizeof dim);
     strides[i] = (int16_t)dim;
   }
-  DLTensor t = {.data = backing, .ndim = ndim, .shape = shape, .strides = header[2] & 2 ? NULL : strides};
+  DLTensor t = {
+      .data = backing, .ndim = ndim, .shape = shape, .strides = header[2] & 2 ? NULL : strides};
   take(&data, &size, &t.dtype, sizeof t.dtype);
   take(&data, &size, &t.device, sizeof t.device);
   if (header[2] & 4) t.device = (DLDevice){DEVBUF_DL_CPU, 0};
@@ -51,7 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   devbuf_buffer_t *buffer = NULL;
   devbuf_status status;
   // The tensors live as long as the buffers that own them.
-  DLManagedTensorVersioned versioned = {.version = {header[3] % 3, 1}, .deleter = delete_versioned, .dl_tensor = t};
+  DLManagedTensorVersioned versioned = {
+      .version = {header[3] % 3, 1}, .deleter = delete_versioned, .dl_tensor = t};
   DLManagedTensor legacy = {.dl_tensor = t, .deleter = delete_legacy};
   if (header[0] & 1) {
     take(&data, &size, &versioned.flags, sizeof versioned.flags);
@@ -65,8 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   // Read the bytes only where the claimed memory really is the backing array.
   uint64_t address;
-  if (devbuf_buffer_is_cpu_accessible(buffer) && devbuf_buffer_device_ptr(buffer, &address) == DEVBUF_OK &&
-      address >= (uintptr_t)backing &&
+  if (devbuf_buffer_is_cpu_accessible(buffer) &&
+      devbuf_buffer_device_ptr(buffer, &address) == DEVBUF_OK && address >= (uintptr_t)backing &&
       address + devbuf_buffer_size(buffer) <= (uintptr_t)backing + sizeof backing) {
     static unsigned char copy[sizeof backing];
     if (devbuf_buffer_copyout(buffer, copy, devbuf_buffer_size(buffer)) != DEVBUF_OK) {
@@ -75,7 +77,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
   }
   devbuf_buffer_t *view = NULL;
-  if (devbuf_buffer_size(buffer) && devbuf_buffer_view(buffer, 0, devbuf_buffer_size(buffer), &view) != DEVBUF_OK)
+  if (devbuf_buffer_size(buffer) &&
+      devbuf_buffer_view(buffer, 0, devbuf_buffer_size(buffer), &view) != DEVBUF_OK)
     abort();
   devbuf_buffer_release(buffer);
   if (view && deleted) abort(); // the view still holds it

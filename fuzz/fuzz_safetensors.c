@@ -17,13 +17,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
     devbuf_tensor_info_t info;
     size_t found;
-    if (devbuf_tensor_file_info(file, i, &info) != DEVBUF_OK || info.begin != position || info.end < info.begin)
+    if (devbuf_tensor_file_info(file, i, &info) != DEVBUF_OK || info.begin != position ||
+        info.end < info.begin)
       abort();
     if (devbuf_tensor_file_find(file, info.name, &found) != DEVBUF_OK || found != i) abort();
     size_t bytes;
     size_t count = 1;
     for (size_t d = 0; d < info.ndim; d++) count *= info.shape[d];
-    if (devbuf_dtype_bytes(info.dtype, count, &bytes) != DEVBUF_OK || bytes != info.end - info.begin) abort();
+    if (devbuf_dtype_bytes(info.dtype, count, &bytes) != DEVBUF_OK ||
+        bytes != info.end - info.begin)
+      abort();
     position = info.end;
   }
   if (position != devbuf_tensor_file_data_size(file) ||

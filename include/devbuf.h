@@ -47,27 +47,27 @@ extern "C" {
 // ---------------------------------------------------------------------------------------
 
 // X(name, value, description). One table makes the enum, the names and the descriptions.
-#define DEVBUF_STATUS_TABLE(X)                                                              \
-  X(OK, 0, "success")                                                                      \
-  X(INVALID_ARGUMENT, 1, "an argument is invalid")                                         \
-  X(OUT_OF_MEMORY, 2, "out of memory, or over a memory, cache or buffer-count limit")      \
-  X(OVERFLOW, 3, "a size computation overflows")                                           \
-  X(OUT_OF_RANGE, 4, "a range lies outside its buffer")                                    \
-  X(TYPE_MISMATCH, 5, "the requested dtype differs from the buffer's")                     \
-  X(SIZE_MISMATCH, 6, "byte sizes differ")                                                 \
-  X(NOT_ALLOCATED, 7, "the buffer has no memory yet")                                      \
-  X(NOT_CPU_ACCESSIBLE, 8, "the memory cannot be accessed by the CPU; use copies")         \
-  X(READ_ONLY, 9, "the memory is read-only")                                               \
-  X(IN_USE, 10, "submitted device work uses the bytes")                                    \
-  X(HOST_ACCESS_OPEN, 11, "a host access to the bytes is open")                            \
-  X(UNAVAILABLE, 12, "the backend or device is not available")                             \
-  X(TIMEOUT, 13, "the wait timed out")                                                     \
-  X(IO_ERROR, 14, "an operating-system call on a file failed")                             \
-  X(FORMAT_ERROR, 15, "malformed input data")                                              \
-  X(DEVICE_FAILURE, 16, "device work failed")                                              \
-  X(UNSUPPORTED, 17, "the operation is not supported by this backend or dtype")            \
-  X(NOT_FOUND, 18, "no such item")                                                         \
-  X(INJECTED_FAULT, 19, "a fault injected for testing")                                   \
+#define DEVBUF_STATUS_TABLE(X)                                                        \
+  X(OK, 0, "success")                                                                 \
+  X(INVALID_ARGUMENT, 1, "an argument is invalid")                                    \
+  X(OUT_OF_MEMORY, 2, "out of memory, or over a memory, cache or buffer-count limit") \
+  X(OVERFLOW, 3, "a size computation overflows")                                      \
+  X(OUT_OF_RANGE, 4, "a range lies outside its buffer")                               \
+  X(TYPE_MISMATCH, 5, "the requested dtype differs from the buffer's")                \
+  X(SIZE_MISMATCH, 6, "byte sizes differ")                                            \
+  X(NOT_ALLOCATED, 7, "the buffer has no memory yet")                                 \
+  X(NOT_CPU_ACCESSIBLE, 8, "the memory cannot be accessed by the CPU; use copies")    \
+  X(READ_ONLY, 9, "the memory is read-only")                                          \
+  X(IN_USE, 10, "submitted device work uses the bytes")                               \
+  X(HOST_ACCESS_OPEN, 11, "a host access to the bytes is open")                       \
+  X(UNAVAILABLE, 12, "the backend or device is not available")                        \
+  X(TIMEOUT, 13, "the wait timed out")                                                \
+  X(IO_ERROR, 14, "an operating-system call on a file failed")                        \
+  X(FORMAT_ERROR, 15, "malformed input data")                                         \
+  X(DEVICE_FAILURE, 16, "device work failed")                                         \
+  X(UNSUPPORTED, 17, "the operation is not supported by this backend or dtype")       \
+  X(NOT_FOUND, 18, "no such item")                                                    \
+  X(INJECTED_FAULT, 19, "a fault injected for testing")                               \
   X(CANCELLED, 20, "the work was cancelled before it ran")
 
 typedef enum devbuf_status {
@@ -91,35 +91,35 @@ DEVBUF_API const char *devbuf_last_error(void);
 // X(name, bits, dlpack_code, dlpack_bits, safetensors_name)
 // DLPack codes follow dlpack.h 1.x (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4,
 // kDLComplex 5, kDLBool 6, kDLFloat8_e4m3fn 10, ...).
-#define DEVBUF_DTYPE_TABLE(X)                  \
-  X(BOOL, 8, 6, 8, "BOOL")                     \
-  X(INT8, 8, 0, 8, "I8")                       \
-  X(INT16, 16, 0, 16, "I16")                   \
-  X(INT32, 32, 0, 32, "I32")                   \
-  X(INT64, 64, 0, 64, "I64")                   \
-  X(UINT8, 8, 1, 8, "U8")                      \
-  X(UINT16, 16, 1, 16, "U16")                  \
-  X(UINT32, 32, 1, 32, "U32")                  \
-  X(UINT64, 64, 1, 64, "U64")                  \
-  X(FLOAT16, 16, 2, 16, "F16")                 \
-  X(BFLOAT16, 16, 4, 16, "BF16")               \
-  X(FLOAT32, 32, 2, 32, "F32")                 \
-  X(FLOAT64, 64, 2, 64, "F64")                 \
-  X(COMPLEX64, 64, 5, 64, "C64")               \
-  X(FLOAT8_E4M3, 8, 10, 8, "F8_E4M3")          \
-  X(FLOAT8_E5M2, 8, 12, 8, "F8_E5M2")          \
-  X(FLOAT8_E8M0, 8, 14, 8, "F8_E8M0")          \
-  X(FLOAT8_E4M3FNUZ, 8, 11, 8, "F8_E4M3FNUZ")  \
-  X(FLOAT8_E5M2FNUZ, 8, 13, 8, "F8_E5M2FNUZ")  \
-  X(FLOAT6_E2M3, 6, 15, 6, "F6_E2M3")          \
-  X(FLOAT6_E3M2, 6, 16, 6, "F6_E3M2")          \
+#define DEVBUF_DTYPE_TABLE(X)                 \
+  X(BOOL, 8, 6, 8, "BOOL")                    \
+  X(INT8, 8, 0, 8, "I8")                      \
+  X(INT16, 16, 0, 16, "I16")                  \
+  X(INT32, 32, 0, 32, "I32")                  \
+  X(INT64, 64, 0, 64, "I64")                  \
+  X(UINT8, 8, 1, 8, "U8")                     \
+  X(UINT16, 16, 1, 16, "U16")                 \
+  X(UINT32, 32, 1, 32, "U32")                 \
+  X(UINT64, 64, 1, 64, "U64")                 \
+  X(FLOAT16, 16, 2, 16, "F16")                \
+  X(BFLOAT16, 16, 4, 16, "BF16")              \
+  X(FLOAT32, 32, 2, 32, "F32")                \
+  X(FLOAT64, 64, 2, 64, "F64")                \
+  X(COMPLEX64, 64, 5, 64, "C64")              \
+  X(FLOAT8_E4M3, 8, 10, 8, "F8_E4M3")         \
+  X(FLOAT8_E5M2, 8, 12, 8, "F8_E5M2")         \
+  X(FLOAT8_E8M0, 8, 14, 8, "F8_E8M0")         \
+  X(FLOAT8_E4M3FNUZ, 8, 11, 8, "F8_E4M3FNUZ") \
+  X(FLOAT8_E5M2FNUZ, 8, 13, 8, "F8_E5M2FNUZ") \
+  X(FLOAT6_E2M3, 6, 15, 6, "F6_E2M3")         \
+  X(FLOAT6_E3M2, 6, 16, 6, "F6_E3M2")         \
   X(FLOAT4_E2M1, 4, 17, 4, "F4")
 
 typedef enum devbuf_dtype {
 #define DEVBUF_DTYPE_ENUM_(name, bits, code, dlbits, st) DEVBUF_##name,
   DEVBUF_DTYPE_TABLE(DEVBUF_DTYPE_ENUM_)
 #undef DEVBUF_DTYPE_ENUM_
-  DEVBUF_DTYPE_COUNT
+      DEVBUF_DTYPE_COUNT
 } devbuf_dtype;
 
 // Lower-case name ("float32", "float8_e4m3"); NULL for a value outside the enum.
@@ -155,20 +155,21 @@ typedef enum devbuf_device_kind {
 // Kinds of memory a device's allocators hand out.
 typedef enum devbuf_memory_kind {
   DEVBUF_MEMORY_DEVICE = 0,       // the device's own memory (on the CPU, host memory)
-  DEVBUF_MEMORY_HOST_VISIBLE = 1, // addressed by the device and the CPU alike (host access follows the usual rules);
-                                  // on CUDA, pinned host memory the device maps
-  DEVBUF_MEMORY_MANAGED = 2,      // CUDA managed (unified) memory, migrating on demand (host access rules apply)
+  DEVBUF_MEMORY_HOST_VISIBLE = 1, // addressed by the device and the CPU alike (host access follows
+                                  // the usual rules); on CUDA, pinned host memory the device maps
+  DEVBUF_MEMORY_MANAGED =
+      2, // CUDA managed (unified) memory, migrating on demand (host access rules apply)
 } devbuf_memory_kind;
 
 // What a device is, as its driver reports it.
 typedef struct devbuf_device_info {
-  const char *name;            // valid while the device lives
-  const char *version;         // the driver's version text ("OpenCL 3.0 PoCL ..."); "" if none
-  uint64_t global_memory;      // bytes
-  uint64_t max_allocation;     // the largest single allocation, in bytes
-  size_t alignment;            // of allocations, and of views handed to kernels
-  int host_unified;            // device memory is host memory
-  uint64_t svm_capabilities;   // OpenCL shared virtual memory bits (0: none)
+  const char *name;          // valid while the device lives
+  const char *version;       // the driver's version text ("OpenCL 3.0 PoCL ..."); "" if none
+  uint64_t global_memory;    // bytes
+  uint64_t max_allocation;   // the largest single allocation, in bytes
+  size_t alignment;          // of allocations, and of views handed to kernels
+  int host_unified;          // device memory is host memory
+  uint64_t svm_capabilities; // OpenCL shared virtual memory bits (0: none)
 } devbuf_device_info_t;
 
 // Opens a device by spec: "cpu" (also "cpu:0"), "opencl:N", "cuda:N". Opening a spec
@@ -191,8 +192,10 @@ DEVBUF_API devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device);
 // The caching allocator of one kind of memory, borrowed like devbuf_device_allocator; NULL
 // for a kind the device does not have (managed memory outside CUDA). On devices whose own
 // memory the CPU addresses (the CPU), every kind is the same allocator.
-DEVBUF_API devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device, devbuf_memory_kind kind);
-DEVBUF_API devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_info_t *out_info);
+DEVBUF_API devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device,
+                                                           devbuf_memory_kind kind);
+DEVBUF_API devbuf_status devbuf_device_info(const devbuf_device_t *device,
+                                            devbuf_device_info_t *out_info);
 // Waits until all work submitted to the device has completed.
 DEVBUF_API devbuf_status devbuf_device_synchronize(devbuf_device_t *device);
 
@@ -233,29 +236,29 @@ typedef struct devbuf_allocator_vtable {
 
 // Statistics. Byte figures count the sizes the allocator reserved (after rounding).
 typedef struct devbuf_allocator_stats {
-  uint64_t active;       // bytes held by live allocations
-  uint64_t peak;         // the highest `active` since creation or the last reset_peak
-  uint64_t reserved;     // bytes held from upstream: active + cached
-  uint64_t cached;       // bytes kept for reuse, not in use (reserved - active)
+  uint64_t active;             // bytes held by live allocations
+  uint64_t peak;               // the highest `active` since creation or the last reset_peak
+  uint64_t reserved;           // bytes held from upstream: active + cached
+  uint64_t cached;             // bytes kept for reuse, not in use (reserved - active)
   uint64_t released_in_flight; // of those, bytes released while submitted work still uses
                                // them: only work ordered after that work gets them
   uint64_t segments;           // upstream allocations held
   uint64_t largest_free_block; // the largest request the cache can serve without upstream
   double fragmentation;        // 1 - active / reserved (0 when nothing is reserved)
-  uint64_t mapped;       // bytes of files mapped through this allocator's device
-  uint64_t live_buffers; // allocations not yet freed
-  uint64_t system_allocs; // calls that reached the underlying (system/driver) allocator
-  uint64_t system_frees;  // blocks given back to the underlying allocator
-  uint64_t cache_hits;    // allocations served from the cache
-  uint64_t alloc_calls;   // all allocation requests, including failed ones
-  uint64_t failed_allocs; // requests answered with an error
+  uint64_t mapped;             // bytes of files mapped through this allocator's device
+  uint64_t live_buffers;       // allocations not yet freed
+  uint64_t system_allocs;      // calls that reached the underlying (system/driver) allocator
+  uint64_t system_frees;       // blocks given back to the underlying allocator
+  uint64_t cache_hits;         // allocations served from the cache
+  uint64_t alloc_calls;        // all allocation requests, including failed ones
+  uint64_t failed_allocs;      // requests answered with an error
 } devbuf_allocator_stats_t;
 
 // Wraps a user's allocator for `device`. `device` is retained; `vtable` must outlive the
 // allocator (a static const table). Statistics count what passes through.
 DEVBUF_API devbuf_status devbuf_allocator_create(devbuf_device_t *device,
-                                                 const devbuf_allocator_vtable_t *vtable,
-                                                 void *ctx, devbuf_allocator_t **out_allocator);
+                                                 const devbuf_allocator_vtable_t *vtable, void *ctx,
+                                                 devbuf_allocator_t **out_allocator);
 
 // Options of a caching allocator; zero means "no limit" for each limit.
 typedef struct devbuf_caching_options {
@@ -288,8 +291,8 @@ DEVBUF_API devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *ups
                                                          devbuf_allocator_t **out_allocator);
 // Changes the limits of a caching allocator at run time; INVALID_ARGUMENT for other kinds.
 // Lowering a limit gives idle segments back at once.
-DEVBUF_API devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator,
-                                                              const devbuf_caching_options_t *options);
+DEVBUF_API devbuf_status devbuf_caching_allocator_set_options(
+    devbuf_allocator_t *allocator, const devbuf_caching_options_t *options);
 
 // The raw allocator of the device's backend (on the CPU: 64-byte aligned host memory,
 // page-aligned at a page and above), without caching. Caller releases.
@@ -328,15 +331,15 @@ typedef enum devbuf_block_state {
 } devbuf_block_state;
 
 typedef struct devbuf_snapshot_block {
-  uint64_t offset, size;          // bytes within the segment
+  uint64_t offset, size; // bytes within the segment
   devbuf_block_state state;
 } devbuf_snapshot_block_t;
 
 typedef struct devbuf_snapshot_segment {
-  uint64_t serial;                // creation order (0, 1, ...)
-  uint64_t device;                // the upstream memory's `device` (an address or a handle)
+  uint64_t serial; // creation order (0, 1, ...)
+  uint64_t device; // the upstream memory's `device` (an address or a handle)
   uint64_t size;
-  const char *pool;               // "small" or "large" (which requests it serves)
+  const char *pool; // "small" or "large" (which requests it serves)
   size_t block_count;
   const devbuf_snapshot_block_t *blocks; // in address order; their sizes add up to `size`
 } devbuf_snapshot_segment_t;
@@ -381,11 +384,11 @@ DEVBUF_API uint64_t devbuf_fault_adaptor_fired(const devbuf_allocator_t *fault_a
 
 // Result of replaying a trace.
 typedef struct devbuf_trace_summary {
-  uint64_t allocs;        // "a" lines replayed
-  uint64_t frees;         // "f" lines replayed
-  uint64_t failed_allocs; // allocations the target allocator refused
+  uint64_t allocs;          // "a" lines replayed
+  uint64_t frees;           // "f" lines replayed
+  uint64_t failed_allocs;   // allocations the target allocator refused
   uint64_t peak_live_bytes; // most bytes requested and not yet freed at once
-  uint64_t leaked;        // allocations the trace never freed (freed by the replay)
+  uint64_t leaked;          // allocations the trace never freed (freed by the replay)
 } devbuf_trace_summary_t;
 
 // Replays a trace file against `allocator`, freeing anything still live at the end.
@@ -400,8 +403,10 @@ DEVBUF_API devbuf_status devbuf_trace_replay(const char *path, devbuf_allocator_
 // allocation (whose free then frees nothing). For pictures and statistics over time.
 typedef void (*devbuf_trace_observer_fn)(void *context, uint64_t id, uint64_t size, int refused);
 // devbuf_trace_replay, telling `observer` (optional) of every record in order.
-DEVBUF_API devbuf_status devbuf_trace_replay_observed(const char *path, devbuf_allocator_t *allocator,
-                                                      devbuf_trace_observer_fn observer, void *context,
+DEVBUF_API devbuf_status devbuf_trace_replay_observed(const char *path,
+                                                      devbuf_allocator_t *allocator,
+                                                      devbuf_trace_observer_fn observer,
+                                                      void *context,
                                                       devbuf_trace_summary_t *out_summary);
 
 // Sets the calling thread's error message (printf format; NULL: the status name alone) and
@@ -560,7 +565,8 @@ DEVBUF_API devbuf_status devbuf_buffer_item(devbuf_buffer_t *buffer, devbuf_dtyp
 // the source's bytes and writes the destination's, nothing else, also when both are views
 // of one storage: a read access open on the source does not refuse it, and bytes between
 // the two views are neither waited for nor locked.
-DEVBUF_API devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, size_t size);
+DEVBUF_API devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src,
+                                              size_t size);
 DEVBUF_API devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t size);
 DEVBUF_API devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src);
 
@@ -606,7 +612,8 @@ DEVBUF_API devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t val
 // Waits until the value is at least `value`: spins briefly, then blocks. timeout_ns 0
 // only checks; UINT64_MAX waits forever. TIMEOUT when the time passes first; the failure
 // status (DEVICE_FAILURE, CANCELLED, ...) if the event failed.
-DEVBUF_API devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns);
+DEVBUF_API devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value,
+                                           uint64_t timeout_ns);
 // The current value.
 DEVBUF_API uint64_t devbuf_event_value(const devbuf_event_t *event);
 // OK, or the status of the failure that reached the event (its message goes to
@@ -694,9 +701,10 @@ typedef struct devbuf_arg {
 // a buffer of its own bytes; a view's offset must be a multiple of the device's alignment,
 // INVALID_ARGUMENT otherwise), then the scalars, in order. Ordered like every submission;
 // a launch the driver refuses fails the queue as a failing kernel does.
-DEVBUF_API devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program, const char *name,
-                                             const devbuf_launch_t *launch, const devbuf_use_t *uses,
-                                             size_t use_count, const devbuf_arg_t *args, size_t arg_count);
+DEVBUF_API devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program,
+                                             const char *name, const devbuf_launch_t *launch,
+                                             const devbuf_use_t *uses, size_t use_count,
+                                             const devbuf_arg_t *args, size_t arg_count);
 // Built-ins: fill `buffer` with a repeated pattern (pattern_size divides the buffer size),
 // and copy `src` into `dst` (equal sizes; overlapping views of one storage like memmove).
 DEVBUF_API devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer,
@@ -735,7 +743,7 @@ typedef struct devbuf_tensor_file devbuf_tensor_file_t;
 #define DEVBUF_SAFETENSORS_MAX_HEADER 100000000u
 
 typedef struct devbuf_tensor_info {
-  const char *name;     // UTF-8, valid while the table lives
+  const char *name; // UTF-8, valid while the table lives
   devbuf_dtype dtype;
   size_t ndim;
   const size_t *shape;  // ndim entries, valid while the table lives
@@ -780,7 +788,8 @@ DEVBUF_API devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const 
                                                  devbuf_tensor_file_t **out_file);
 // Reads and validates only the header of the file at `path` (the data is not read): a
 // table without buffers.
-DEVBUF_API devbuf_status devbuf_safetensors_inspect(const char *path, devbuf_tensor_file_t **out_file);
+DEVBUF_API devbuf_status devbuf_safetensors_inspect(const char *path,
+                                                    devbuf_tensor_file_t **out_file);
 // Validates a whole file image held in memory: a table without buffers.
 DEVBUF_API devbuf_status devbuf_safetensors_parse(const void *data, size_t size,
                                                   devbuf_tensor_file_t **out_file);
@@ -795,7 +804,8 @@ DEVBUF_API devbuf_status devbuf_tensor_file_find(const devbuf_tensor_file_t *fil
                                                  size_t *out_index);
 // The tensor's buffer, borrowed (valid while the table lives; retain it to keep it); NULL
 // for tables made by inspect/parse, or an index out of range.
-DEVBUF_API devbuf_buffer_t *devbuf_tensor_file_buffer(const devbuf_tensor_file_t *file, size_t index);
+DEVBUF_API devbuf_buffer_t *devbuf_tensor_file_buffer(const devbuf_tensor_file_t *file,
+                                                      size_t index);
 // The header's "__metadata__" entries, in file order; strings valid while the table lives.
 DEVBUF_API size_t devbuf_tensor_file_metadata_count(const devbuf_tensor_file_t *file);
 DEVBUF_API devbuf_status devbuf_tensor_file_metadata(const devbuf_tensor_file_t *file, size_t index,
@@ -820,8 +830,10 @@ typedef struct devbuf_metadata_entry {
 // or the whole new one. Tensors are laid out by decreasing element size, then name, after
 // a header padded to 8 bytes, so that every tensor is aligned to its element size. Each
 // buffer is read like devbuf_buffer_copyout (waiting for work that writes it).
-DEVBUF_API devbuf_status devbuf_safetensors_write(const char *path, const devbuf_named_buffer_t *tensors,
-                                                  size_t count, const devbuf_metadata_entry_t *metadata,
+DEVBUF_API devbuf_status devbuf_safetensors_write(const char *path,
+                                                  const devbuf_named_buffer_t *tensors,
+                                                  size_t count,
+                                                  const devbuf_metadata_entry_t *metadata,
                                                   size_t metadata_count);
 
 // ---------------------------------------------------------------------------------------
@@ -845,8 +857,8 @@ enum {
 // consumer calls its deleter, so submitted work cannot race with the consumer. Device-only
 // memory is exported without a host access, with its device address. Buffers are allocated
 // first if needed.
-DEVBUF_API devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_t flags,
-                                                           struct DLManagedTensorVersioned **out_tensor);
+DEVBUF_API devbuf_status devbuf_buffer_to_dlpack_versioned(
+    devbuf_buffer_t *buffer, uint32_t flags, struct DLManagedTensorVersioned **out_tensor);
 // The same as a legacy (unversioned) DLManagedTensor, which has no read-only flag: READ_ONLY
 // for read-only memory (mapped files), which only the versioned export can describe.
 DEVBUF_API devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags,
@@ -857,8 +869,8 @@ DEVBUF_API devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32
 // device devbuf can open are accepted; otherwise UNSUPPORTED naming the field, and
 // ownership stays with the caller. A versioned tensor of another major version is refused;
 // its read-only flag makes the buffer read-only.
-DEVBUF_API devbuf_status devbuf_buffer_from_dlpack_versioned(struct DLManagedTensorVersioned *tensor,
-                                                             devbuf_buffer_t **out_buffer);
+DEVBUF_API devbuf_status devbuf_buffer_from_dlpack_versioned(
+    struct DLManagedTensorVersioned *tensor, devbuf_buffer_t **out_buffer);
 DEVBUF_API devbuf_status devbuf_buffer_from_dlpack(struct DLManagedTensor *tensor,
                                                    devbuf_buffer_t **out_buffer);
 

@@ -21,7 +21,8 @@ typedef struct devbuf_cuda_handles {
 } devbuf_cuda_handles_t;
 
 // The handles of a CUDA device; INVALID_ARGUMENT (naming it) for a device of another kind.
-DEVBUF_API devbuf_status devbuf_cuda_device_handles(devbuf_device_t *device, devbuf_cuda_handles_t *out_handles);
+DEVBUF_API devbuf_status devbuf_cuda_device_handles(devbuf_device_t *device,
+                                                    devbuf_cuda_handles_t *out_handles);
 // The CUstream of a devbuf queue on a CUDA device (non-blocking). The queue's worker thread
 // enqueues submitted work there in its own time, and devbuf's hazard tracking does not see
 // what the caller enqueues: work enqueued once devbuf_queue_finish returned (or once a

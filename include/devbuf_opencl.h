@@ -22,13 +22,15 @@ typedef struct devbuf_opencl_handles {
 } devbuf_opencl_handles_t;
 
 // The handles of an OpenCL device; INVALID_ARGUMENT (naming it) for a device of another kind.
-DEVBUF_API devbuf_status devbuf_opencl_device_handles(devbuf_device_t *device, devbuf_opencl_handles_t *out_handles);
+DEVBUF_API devbuf_status devbuf_opencl_device_handles(devbuf_device_t *device,
+                                                      devbuf_opencl_handles_t *out_handles);
 // The in-order cl_command_queue of a devbuf queue on an OpenCL device. The queue's worker
 // thread enqueues submitted work there in its own time, and devbuf's hazard tracking does
 // not see what the caller enqueues: a command enqueued once devbuf_queue_finish returned
 // (or once a value the queue signals was reached) runs after all work submitted before,
 // and before all work submitted after it returns.
-DEVBUF_API devbuf_status devbuf_opencl_queue_handle(devbuf_queue_t *queue, void **out_command_queue);
+DEVBUF_API devbuf_status devbuf_opencl_queue_handle(devbuf_queue_t *queue,
+                                                    void **out_command_queue);
 // The entry point `name` ("clCreateBuffer") of the OpenCL library devbuf uses (the ICD
 // loader it found at run time), or NULL when that library is missing or lacks it.
 DEVBUF_API void *devbuf_opencl_entry_point(const char *name);

@@ -48,6 +48,8 @@ if command -v gcc >/dev/null; then
     fi
   done
 fi
+# clang-format 14 checks the layout of the C files (test_format).
+command -v clang-format-14 >/dev/null || need+=(clang-format-14)
 # OpenCL on the CPU (PoCL) and the ICD loader, for the OpenCL backend's tests.
 if [ ! -e /etc/OpenCL/vendors/pocl.icd ] || ! ldconfig -p 2>/dev/null | grep -q 'libOpenCL.so.1 '; then
   need+=(pocl-opencl-icd ocl-icd-libopencl1)

@@ -12,56 +12,57 @@
 static int check_failures;
 static const char *check_current = "";
 
-#define CHECK(cond)                                                                           \
-  do {                                                                                        \
-    if (!(cond)) {                                                                            \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
       fprintf(stderr, "%s:%d: [%s] CHECK failed: %s\n", __FILE__, __LINE__, check_current, #cond); \
-      check_failures++;                                                                       \
-    }                                                                                         \
+      check_failures++;                                                                            \
+    }                                                                                              \
   } while (0)
 
-#define CHECK_EQ_U(a, b)                                                                      \
-  do {                                                                                        \
-    unsigned long long check_a_ = (unsigned long long)(a), check_b_ = (unsigned long long)(b); \
-    if (check_a_ != check_b_) {                                                               \
+#define CHECK_EQ_U(a, b)                                                                         \
+  do {                                                                                           \
+    unsigned long long check_a_ = (unsigned long long)(a), check_b_ = (unsigned long long)(b);   \
+    if (check_a_ != check_b_) {                                                                  \
       fprintf(stderr, "%s:%d: [%s] CHECK failed: %s == %s (%llu vs %llu)\n", __FILE__, __LINE__, \
-              check_current, #a, #b, check_a_, check_b_);                                     \
-      check_failures++;                                                                       \
-    }                                                                                         \
+              check_current, #a, #b, check_a_, check_b_);                                        \
+      check_failures++;                                                                          \
+    }                                                                                            \
   } while (0)
 
-#define CHECK_STATUS(expr, expected)                                                          \
-  do {                                                                                        \
-    devbuf_status check_s_ = (expr);                                                          \
-    if (check_s_ != (expected)) {                                                             \
-      fprintf(stderr, "%s:%d: [%s] %s returned %s, expected %s (%s)\n", __FILE__, __LINE__,   \
+#define CHECK_STATUS(expr, expected)                                                            \
+  do {                                                                                          \
+    devbuf_status check_s_ = (expr);                                                            \
+    if (check_s_ != (expected)) {                                                               \
+      fprintf(stderr, "%s:%d: [%s] %s returned %s, expected %s (%s)\n", __FILE__, __LINE__,     \
               check_current, #expr, devbuf_status_name(check_s_), devbuf_status_name(expected), \
-              devbuf_last_error());                                                           \
-      check_failures++;                                                                       \
-    }                                                                                         \
+              devbuf_last_error());                                                             \
+      check_failures++;                                                                         \
+    }                                                                                           \
   } while (0)
 
 #define CHECK_OK(expr) CHECK_STATUS(expr, DEVBUF_OK)
 
 // The last error message contains `needle`.
-#define CHECK_MESSAGE(needle)                                                                 \
-  do {                                                                                        \
-    if (!strstr(devbuf_last_error(), (needle))) {                                             \
+#define CHECK_MESSAGE(needle)                                                                     \
+  do {                                                                                            \
+    if (!strstr(devbuf_last_error(), (needle))) {                                                 \
       fprintf(stderr, "%s:%d: [%s] message '%s' lacks '%s'\n", __FILE__, __LINE__, check_current, \
-              devbuf_last_error(), (needle));                                                 \
-      check_failures++;                                                                       \
-    }                                                                                         \
+              devbuf_last_error(), (needle));                                                     \
+      check_failures++;                                                                           \
+    }                                                                                             \
   } while (0)
 
-#define RUN(test)                                                                             \
-  do {                                                                                        \
-    check_current = #test;                                                                    \
-    int check_before_ = check_failures;                                                       \
-    test();                                                                                   \
-    printf("%s %s\n", check_failures == check_before_ ? "ok  " : "FAIL", #test);              \
+#define RUN(test)                                                                \
+  do {                                                                           \
+    check_current = #test;                                                       \
+    int check_before_ = check_failures;                                          \
+    test();                                                                      \
+    printf("%s %s\n", check_failures == check_before_ ? "ok  " : "FAIL", #test); \
   } while (0)
 
-#define CHECK_EXIT() (check_failures ? (fprintf(stderr, "%d check(s) failed\n", check_failures), 1) : 0)
+#define CHECK_EXIT() \
+  (check_failures ? (fprintf(stderr, "%d check(s) failed\n", check_failures), 1) : 0)
 
 #define SKIP_EXIT_CODE 77
 
@@ -97,7 +98,8 @@ static inline void test_allocators_close(test_allocators *t) {
 // in other threads' bins). NULL if it cannot be made.
 static inline devbuf_allocator_t *own_caching_allocator(devbuf_device_t *device) {
   devbuf_allocator_t *raw = NULL, *caching = NULL;
-  if (devbuf_device_raw_allocator(device, &raw) == DEVBUF_OK) devbuf_caching_allocator_create(raw, NULL, &caching);
+  if (devbuf_device_raw_allocator(device, &raw) == DEVBUF_OK)
+    devbuf_caching_allocator_create(raw, NULL, &caching);
   devbuf_allocator_release(raw);
   return caching;
 }
@@ -163,7 +165,8 @@ static inline void test_require_data(void) {
     fclose(probe);
     return;
   }
-  printf("SKIP: the test data folder %s is missing (it ships in the repository as tests/data)\n", test_data_dir());
+  printf("SKIP: the test data folder %s is missing (it ships in the repository as tests/data)\n",
+         test_data_dir());
   exit(SKIP_EXIT_CODE);
 }
 

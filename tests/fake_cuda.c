@@ -132,7 +132,16 @@ static void event_unref(event *e) {
   free(e);
 }
 
-typedef enum kind { COPY, SET, KERNEL, RECORD, WAIT_EVENT, WAIT_VALUE, WRITE_VALUE, HOST_FUNC } kind;
+typedef enum kind {
+  COPY,
+  SET,
+  KERNEL,
+  RECORD,
+  WAIT_EVENT,
+  WAIT_VALUE,
+  WRITE_VALUE,
+  HOST_FUNC
+} kind;
 
 typedef struct function function;
 
@@ -217,7 +226,8 @@ static void run_command(command *c) {
     break;
   case WAIT_EVENT:
     pthread_mutex_lock(&c->event->lock);
-    while (c->event->completed < c->generation) pthread_cond_wait(&c->event->changed, &c->event->lock);
+    while (c->event->completed < c->generation)
+      pthread_cond_wait(&c->event->changed, &c->event->lock);
     pthread_mutex_unlock(&c->event->lock);
     break;
   case WAIT_VALUE: {
@@ -282,7 +292,8 @@ static void scale(const unsigned char *p, unsigned i, unsigned threads) {
   (void)threads; // (float *out, const float *in, float factor, u64 n)
   float factor;
   memcpy(&factor, p + 16, 4);
-  if (i < u64_at(p + 24)) ((float *)(uintptr_t)u64_at(p))[i] = ((const float *)(uintptr_t)u64_at(p + 8))[i] * factor;
+  if (i < u64_at(p + 24))
+    ((float *)(uintptr_t)u64_at(p))[i] = ((const float *)(uintptr_t)u64_at(p + 8))[i] * factor;
 }
 
 static void add_one(const unsigned char *p, unsigned i, unsigned threads) {
@@ -323,9 +334,12 @@ static const function functions[] = {
 static const struct {
   CUresult code;
   const char *name;
-} names[] = {{OK, "CUDA_SUCCESS"},       {INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE"},
-             {OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"}, {NOT_FOUND, "CUDA_ERROR_NOT_FOUND"},
-             {NOT_READY, "CUDA_ERROR_NOT_READY"}, {ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"}};
+} names[] = {{OK, "CUDA_SUCCESS"},
+             {INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE"},
+             {OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"},
+             {NOT_FOUND, "CUDA_ERROR_NOT_FOUND"},
+             {NOT_READY, "CUDA_ERROR_NOT_READY"},
+             {ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"}};
 
 EXPORT CUresult cuGetErrorName(CUresult code, const char **out) {
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -402,7 +416,9 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int device) {
   return OK;
 }
 
-EXPORT CUresult cuCtxSetCurrent(void *context) { return context == &context_token ? OK : INVALID_VALUE; }
+EXPORT CUresult cuCtxSetCurrent(void *context) {
+  return context == &context_token ? OK : INVALID_VALUE;
+}
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size) {
   void *p = NULL;
@@ -413,7 +429,9 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size) {
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr address) { return free_block((void *)(uintptr_t)address); }
 
-EXPORT CUresult cuMemAllocHost_v2(void **out, size_t size) { return failed() ? failed() : alloc_block(size, out); }
+EXPORT CUresult cuMemAllocHost_v2(void **out, size_t size) {
+  return failed() ? failed() : alloc_block(size, out);
+}
 
 EXPORT CUresult cuMemFreeHost(void *address) { return free_block(address); }
 
@@ -456,8 +474,8 @@ EXPORT CUresult cuMemGetAllocationGranularity(size_t *out, const void *prop, int
   return OK;
 }
 
-EXPORT CUresult cuMemAddressReserve(CUdeviceptr *out, size_t size, size_t alignment, CUdeviceptr hint,
-                                    unsigned long long flags) {
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *out, size_t size, size_t alignment,
+                                    CUdeviceptr hint, unsigned long long flags) {
   (void)alignment, (void)hint, (void)flags;
   if (!size || size % GRANULARITY) return INVALID_VALUE;
   if (failed()) return failed();
@@ -474,7 +492,8 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr base, size_t size) {
   return OK;
 }
 
-EXPORT CUresult cuMemCreate(unsigned long long *out, size_t size, const void *prop, unsigned long long flags) {
+EXPORT CUresult cuMemCreate(unsigned long long *out, size_t size, const void *prop,
+                            unsigned long long flags) {
   (void)prop, (void)flags;
   if (!size || size % GRANULARITY) return INVALID_VALUE;
   if (failed()) return failed();
@@ -505,7 +524,8 @@ EXPORT CUresult cuMemRelease(unsigned long long handle) {
   pthread_mutex_lock(&lock);
   physical **link = &physicals;
   while (*link && *link != p) link = &(*link)->next;
-  bool ok = *link && !p->mapped_at; // the driver would keep it until unmapped; devbuf never asks that
+  bool ok =
+      *link && !p->mapped_at; // the driver would keep it until unmapped; devbuf never asks that
   if (ok) {
     *link = p->next;
     allocated -= p->size;
@@ -590,7 +610,9 @@ EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t size, voi
   return enqueue(s, c);
 }
 
-EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t size) { return cuMemcpyAsync(dst, src, size, NULL); }
+EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t size) {
+  return cuMemcpyAsync(dst, src, size, NULL);
+}
 
 static CUresult set(CUdeviceptr dst, uint32_t value, size_t width, size_t count, void *s) {
   if (failed()) return failed();
@@ -605,7 +627,9 @@ static CUresult set(CUdeviceptr dst, uint32_t value, size_t width, size_t count,
   return enqueue(s, c);
 }
 
-EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) { return set(dst, value, 1, count, NULL); }
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count) {
+  return set(dst, value, 1, count, NULL);
+}
 EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, void *s) {
   return set(dst, value, 1, count, s);
 }
@@ -705,7 +729,8 @@ EXPORT CUresult cuStreamWaitEvent(stream *s, event *e, unsigned flags) {
   return enqueue(s, c);
 }
 
-EXPORT CUresult cuStreamWaitValue32_v2(stream *s, CUdeviceptr address, uint32_t value, unsigned flags) {
+EXPORT CUresult cuStreamWaitValue32_v2(stream *s, CUdeviceptr address, uint32_t value,
+                                       unsigned flags) {
   if (failed()) return failed();
   if (flags != 0 || address % 4) return INVALID_VALUE; // only "greater or equal"
   command *c = new_command(WAIT_VALUE);
@@ -716,7 +741,8 @@ EXPORT CUresult cuStreamWaitValue32_v2(stream *s, CUdeviceptr address, uint32_t 
   return enqueue(s, c);
 }
 
-EXPORT CUresult cuStreamWriteValue32_v2(stream *s, CUdeviceptr address, uint32_t value, unsigned flags) {
+EXPORT CUresult cuStreamWriteValue32_v2(stream *s, CUdeviceptr address, uint32_t value,
+                                        unsigned flags) {
   if (failed()) return failed();
   if (flags != 0 || address % 4) return INVALID_VALUE;
   command *c = new_command(WRITE_VALUE);
@@ -746,7 +772,9 @@ EXPORT CUresult cuModuleLoadData(void **out, const void *image) {
   return failed();
 }
 
-EXPORT CUresult cuModuleUnload(void *module) { return module == &module_token ? OK : INVALID_VALUE; }
+EXPORT CUresult cuModuleUnload(void *module) {
+  return module == &module_token ? OK : INVALID_VALUE;
+}
 
 EXPORT CUresult cuModuleGetFunction(const function **out, void *module, const char *name) {
   if (module != &module_token) return INVALID_VALUE;
@@ -765,16 +793,19 @@ EXPORT CUresult cuFuncGetParamInfo(const function *f, size_t index, size_t *offs
   return OK;
 }
 
-EXPORT CUresult cuLaunchKernel(const function *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                               unsigned bz, unsigned shared, stream *s, void **params, void **extra) {
+EXPORT CUresult cuLaunchKernel(const function *f, unsigned gx, unsigned gy, unsigned gz,
+                               unsigned bx, unsigned by, unsigned bz, unsigned shared, stream *s,
+                               void **params, void **extra) {
   (void)shared;
   (void)extra;
   if (failed()) return failed();
-  if (bx * by * bz > 1024 || gy != 1 || gz != 1 || by != 1 || bz != 1 || !params) return INVALID_VALUE;
+  if (bx * by * bz > 1024 || gy != 1 || gz != 1 || by != 1 || bz != 1 || !params)
+    return INVALID_VALUE;
   command *c = new_command(KERNEL);
   if (!c) return OUT_OF_MEMORY;
   c->function = f;
   c->threads = gx * bx;
-  for (size_t i = 0; i < f->param_count; i++) memcpy(c->params + f->offsets[i], params[i], f->sizes[i]);
+  for (size_t i = 0; i < f->param_count; i++)
+    memcpy(c->params + f->offsets[i], params[i], f->sizes[i]);
   return enqueue(s, c);
 }

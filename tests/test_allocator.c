@@ -92,7 +92,8 @@ static void test_buffer_count_limit(void) {
   for (int i = 0; i < 3; i++) buffers[i] = bytes_buffer(t.caching, 64);
   devbuf_buffer_t *extra = NULL;
   size_t size = 64;
-  CHECK_STATUS(devbuf_buffer_allocate(t.caching, DEVBUF_UINT8, &size, 1, 0, &extra), DEVBUF_OUT_OF_MEMORY);
+  CHECK_STATUS(devbuf_buffer_allocate(t.caching, DEVBUF_UINT8, &size, 1, 0, &extra),
+               DEVBUF_OUT_OF_MEMORY);
   CHECK_MESSAGE("3 buffers live and a buffer-count limit of 3");
   CHECK(extra == NULL);
   devbuf_buffer_release(buffers[0]);
@@ -118,7 +119,8 @@ static void test_page_size_option(void) {
   const uint64_t bad[] = {1000, 2048, (uint64_t)3 << 20, (uint64_t)1 << 31};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     options.page_size = bad[i];
-    CHECK_STATUS(devbuf_caching_allocator_create(t.raw, &options, &caching), DEVBUF_INVALID_ARGUMENT);
+    CHECK_STATUS(devbuf_caching_allocator_create(t.raw, &options, &caching),
+                 DEVBUF_INVALID_ARGUMENT);
     CHECK_MESSAGE("page_size");
   }
   CHECK(caching == NULL);
@@ -149,7 +151,8 @@ typedef struct counting_ctx {
 
 static devbuf_status counting_alloc(void *ctx, size_t size, devbuf_memory_t *out) {
   counting_ctx *c = ctx;
-  if (size > 256) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "arena blocks hold 256 bytes, not %zu", size);
+  if (size > 256)
+    return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "arena blocks hold 256 bytes, not %zu", size);
   for (int i = 0; i < 8; i++) {
     if (c->used[i]) continue;
     c->used[i] = 1;
@@ -190,7 +193,8 @@ static void test_user_allocator(void) {
   CHECK(values[0] == 0.0 && values[31] == 0.0);
   devbuf_buffer_t *too_big = NULL;
   shape[0] = 100;
-  CHECK_STATUS(devbuf_buffer_allocate(user, DEVBUF_FLOAT64, shape, 2, 0, &too_big), DEVBUF_OUT_OF_MEMORY);
+  CHECK_STATUS(devbuf_buffer_allocate(user, DEVBUF_FLOAT64, shape, 2, 0, &too_big),
+               DEVBUF_OUT_OF_MEMORY);
   CHECK_MESSAGE("arena blocks hold 256 bytes");
   devbuf_allocator_stats_t s = stats_of(user);
   CHECK_EQ_U(s.active, 256);
@@ -210,7 +214,8 @@ static void test_fault_adaptor(void) {
   CHECK_OK(devbuf_device_raw_allocator(device, &raw));
   CHECK_OK(devbuf_fault_adaptor_create(raw, 3, DEVBUF_FAULT_ONCE, &fault));
   devbuf_memory_t m[8];
-  devbuf_status expected[6] = {DEVBUF_OK, DEVBUF_OK, DEVBUF_INJECTED_FAULT, DEVBUF_OK, DEVBUF_OK, DEVBUF_OK};
+  devbuf_status expected[6] = {DEVBUF_OK, DEVBUF_OK, DEVBUF_INJECTED_FAULT,
+                               DEVBUF_OK, DEVBUF_OK, DEVBUF_OK};
   for (int i = 0; i < 6; i++) {
     CHECK_STATUS(devbuf_allocator_alloc(fault, 64, &m[i]), expected[i]);
     if (expected[i] == DEVBUF_OK) devbuf_allocator_free(fault, &m[i]);
@@ -254,8 +259,9 @@ typedef struct observed {
 
 static void observe(void *context, uint64_t id, uint64_t size, int refused) {
   observed *seen = context;
-  seen->used += (size_t)snprintf(seen->text + seen->used, sizeof seen->text - seen->used, "%c%llu:%llu%s ",
-                                 size ? 'a' : 'f', (unsigned long long)id, (unsigned long long)size, refused ? "!" : "");
+  seen->used += (size_t)snprintf(seen->text + seen->used, sizeof seen->text - seen->used,
+                                 "%c%llu:%llu%s ", size ? 'a' : 'f', (unsigned long long)id,
+                                 (unsigned long long)size, refused ? "!" : "");
 }
 
 static void test_trace_and_replay(void) {
@@ -266,7 +272,8 @@ static void test_trace_and_replay(void) {
   test_allocators t = test_allocators_open(NULL);
   devbuf_allocator_t *trace = NULL;
   CHECK_OK(devbuf_trace_adaptor_create(t.caching, path, &trace));
-  devbuf_buffer_t *a = bytes_buffer(trace, 1000), *b = bytes_buffer(trace, 5000), *c = bytes_buffer(trace, 70000);
+  devbuf_buffer_t *a = bytes_buffer(trace, 1000), *b = bytes_buffer(trace, 5000),
+                  *c = bytes_buffer(trace, 70000);
   devbuf_buffer_release(b);
   devbuf_buffer_t *d = bytes_buffer(trace, 100);
   devbuf_buffer_release(a);
@@ -287,7 +294,10 @@ static void test_trace_and_replay(void) {
   CHECK_EQ_U(s.active, 0);
   CHECK_EQ_U(s.peak, 1024 + 2 * page + 70144);
   // Hostile traces are refused with the line.
-  struct { const char *text; const char *needle; } bad[] = {
+  struct {
+    const char *text;
+    const char *needle;
+  } bad[] = {
       {"", "empty"},
       {"a 1 10\n", "does not start with"},
       {"# devbuf trace 1\na 1 10\nf 2\n", "line 3"},
@@ -312,7 +322,8 @@ static void test_trace_and_replay(void) {
   write_file(path, "# devbuf trace 1\na 1 64\na 2 64\nf 1\n");
   CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));
   CHECK_EQ_U(summary.leaked, 1);
-  CHECK_STATUS(devbuf_trace_replay("/nonexistent/trace", target.caching, &summary), DEVBUF_IO_ERROR);
+  CHECK_STATUS(devbuf_trace_replay("/nonexistent/trace", target.caching, &summary),
+               DEVBUF_IO_ERROR);
   // The observer hears every record in order, refusals included.
   write_file(path, "# devbuf trace 1\na 1 64\na 2 1000000000000\nf 1\nf 2\n");
   devbuf_caching_options_t limited = {.memory_limit = 1 << 20};

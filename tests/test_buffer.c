@@ -48,20 +48,25 @@ static void test_creation_errors(void) {
   size_t big[] = {SIZE_MAX / 4 + 1};
   CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_FLOAT32, big, 1, 0, &buffer), DEVBUF_OVERFLOW);
   size_t odd[] = {3};
-  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_FLOAT4_E2M1, odd, 1, 0, &buffer), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_FLOAT4_E2M1, odd, 1, 0, &buffer),
+               DEVBUF_INVALID_ARGUMENT);
   CHECK_MESSAGE("whole number of bytes");
   size_t many[DEVBUF_MAX_NDIM + 1];
   for (size_t i = 0; i < DEVBUF_MAX_NDIM + 1; i++) many[i] = 1;
   CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_UINT8, many, DEVBUF_MAX_NDIM + 1, 0, &buffer),
                DEVBUF_INVALID_ARGUMENT);
-  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_DTYPE_COUNT, odd, 1, 0, &buffer), DEVBUF_INVALID_ARGUMENT);
-  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_UINT8, odd, 1, 0x80, &buffer), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_DTYPE_COUNT, odd, 1, 0, &buffer),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_UINT8, odd, 1, 0x80, &buffer),
+               DEVBUF_INVALID_ARGUMENT);
   CHECK_STATUS(devbuf_buffer_new(NULL, DEVBUF_UINT8, odd, 1, 0, &buffer), DEVBUF_INVALID_ARGUMENT);
-  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_UINT8, NULL, 1, 0, &buffer), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_UINT8, NULL, 1, 0, &buffer),
+               DEVBUF_INVALID_ARGUMENT);
   CHECK(buffer == NULL);
   // An allocation the allocator refuses fails devbuf_buffer_allocate cleanly.
   size_t too_big[] = {(size_t)1 << 60};
-  CHECK_STATUS(devbuf_buffer_allocate(t.caching, DEVBUF_UINT8, too_big, 1, 0, &buffer), DEVBUF_OUT_OF_MEMORY);
+  CHECK_STATUS(devbuf_buffer_allocate(t.caching, DEVBUF_UINT8, too_big, 1, 0, &buffer),
+               DEVBUF_OUT_OF_MEMORY);
   CHECK(buffer == NULL);
 }
 
@@ -126,7 +131,8 @@ static void test_reshape(void) {
   devbuf_buffer_release(other);
   other = NULL;
   size_t wrong[] = {10};
-  CHECK_STATUS(devbuf_buffer_reshape(buffer, DEVBUF_FLOAT32, wrong, 1, &other), DEVBUF_SIZE_MISMATCH);
+  CHECK_STATUS(devbuf_buffer_reshape(buffer, DEVBUF_FLOAT32, wrong, 1, &other),
+               DEVBUF_SIZE_MISMATCH);
   CHECK(other == NULL);
   devbuf_buffer_release(buffer);
 }
@@ -142,7 +148,7 @@ static void test_reuse_keeps_new_dtype_and_shape(void) {
   devbuf_buffer_t *b = NULL;
   CHECK_OK(devbuf_buffer_allocate(t.caching, DEVBUF_INT16, shape_b, 2, 0, &b));
   CHECK_OK(devbuf_buffer_device_ptr(b, &address_b));
-  CHECK(address_a == address_b); // the cached block was reused ...
+  CHECK(address_a == address_b);                 // the cached block was reused ...
   CHECK(devbuf_buffer_dtype(b) == DEVBUF_INT16); // ... with the new buffer's own dtype and shape
   CHECK_EQ_U(devbuf_buffer_ndim(b), 2);
   CHECK_EQ_U(devbuf_buffer_shape(b)[1], 32);
@@ -190,7 +196,8 @@ static void test_host_access(void) {
   CHECK_STATUS(devbuf_buffer_copyout(buffer, values, 32), DEVBUF_HOST_ACCESS_OPEN);
   CHECK_OK(devbuf_buffer_copyin(right, values, 16));
   memcpy(write, values, 16);
-  CHECK_STATUS(devbuf_buffer_end_access(right, write), DEVBUF_INVALID_ARGUMENT); // not right's access
+  CHECK_STATUS(devbuf_buffer_end_access(right, write),
+               DEVBUF_INVALID_ARGUMENT); // not right's access
   CHECK_OK(devbuf_buffer_end_access(left, write));
   CHECK_STATUS(devbuf_buffer_end_access(left, write), DEVBUF_INVALID_ARGUMENT); // already ended
   CHECK_EQ_U(devbuf_buffer_open_accesses(buffer), 0);
@@ -234,7 +241,8 @@ static void test_typed_access(void) {
   CHECK_EQ_U(array.strides[1], 1);
   double *cells = array.data;
   for (size_t i = 0; i < 2; i++)
-    for (size_t j = 0; j < 3; j++) cells[i * (size_t)array.strides[0] + j * (size_t)array.strides[1]] = (double)(10 * i + j);
+    for (size_t j = 0; j < 3; j++)
+      cells[i * (size_t)array.strides[0] + j * (size_t)array.strides[1]] = (double)(10 * i + j);
   CHECK_OK(devbuf_buffer_end_access(buffer, array.data));
   const void *slice;
   size_t count = 0;

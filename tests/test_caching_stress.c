@@ -34,22 +34,27 @@ static void space_free(void *context, const devbuf_memory_t *memory) {
 
 static devbuf_status space_reserve(void *context, size_t size, devbuf_memory_t *out) {
   address_space *space = context;
-  *out = (devbuf_memory_t){.host = NULL, .device = atomic_fetch_add(&space->next, size), .size = size};
+  *out =
+      (devbuf_memory_t){.host = NULL, .device = atomic_fetch_add(&space->next, size), .size = size};
   return DEVBUF_OK;
 }
 
-static devbuf_status space_map(void *context, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+static devbuf_status space_map(void *context, const devbuf_memory_t *reservation, size_t offset,
+                               size_t size) {
   (void)reservation, (void)offset;
   atomic_fetch_add(&((address_space *)context)->held, size);
   return DEVBUF_OK;
 }
 
-static void space_unmap(void *context, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+static void space_unmap(void *context, const devbuf_memory_t *reservation, size_t offset,
+                        size_t size) {
   (void)reservation, (void)offset;
   atomic_fetch_sub(&((address_space *)context)->held, size);
 }
 
-static void space_unreserve(void *context, const devbuf_memory_t *reservation) { (void)context, (void)reservation; }
+static void space_unreserve(void *context, const devbuf_memory_t *reservation) {
+  (void)context, (void)reservation;
+}
 
 static const devbuf_allocator_vtable_t space_vtable = {.alloc = space_alloc,
                                                        .free = space_free,
@@ -127,15 +132,19 @@ static void check_against_model(void) {
   CHECK_OK(devbuf_allocator_snapshot(caching, &snapshot));
   uint64_t reserved = 0;
   size_t missing = 0;
-  for (size_t s = 0; s < snapshot->segment_count; s++) reserved += snapshot->segments[s].size; // growable: mapped
-  for (size_t i = 0; i < n; i++) { // each live block is an active block of its segment
+  for (size_t s = 0; s < snapshot->segment_count; s++)
+    reserved += snapshot->segments[s].size; // growable: mapped
+  for (size_t i = 0; i < n; i++) {          // each live block is an active block of its segment
     bool found = false;
     for (size_t s = 0; s < snapshot->segment_count && !found; s++) {
       const devbuf_snapshot_segment_t *segment = &snapshot->segments[s];
-      if (all[i].device < segment->device || all[i].device + all[i].size > segment->device + segment->size) continue;
+      if (all[i].device < segment->device ||
+          all[i].device + all[i].size > segment->device + segment->size)
+        continue;
       for (size_t b = 0; b < segment->block_count && !found; b++)
         found = segment->blocks[b].offset == all[i].device - segment->device &&
-                segment->blocks[b].size == all[i].size && segment->blocks[b].state == DEVBUF_BLOCK_ACTIVE;
+                segment->blocks[b].size == all[i].size &&
+                segment->blocks[b].state == DEVBUF_BLOCK_ACTIVE;
     }
     missing += !found;
   }
@@ -172,7 +181,8 @@ static void step(worker *w) {
     return;
   }
   // Mostly the trace's sizes; some tiny ones for the thread bins.
-  size_t size = r % 100 < 70 ? sizes[next_random(&w->seed) % size_count] : 1 + (size_t)(next_random(&w->seed) % 8192);
+  size_t size = r % 100 < 70 ? sizes[next_random(&w->seed) % size_count]
+                             : 1 + (size_t)(next_random(&w->seed) % 8192);
   devbuf_memory_t memory;
   if (devbuf_allocator_alloc(caching, size, &memory) == DEVBUF_OK)
     w->live[w->live_count++] = memory;
@@ -184,7 +194,8 @@ static void *run_worker(void *arg) {
   worker *w = arg;
   for (int op = 1; op <= OPS_PER_THREAD; op++) {
     step(w);
-    if (w == &workers[0] && op % 4096 == 0) devbuf_allocator_clear_cache(caching); // races the others
+    if (w == &workers[0] && op % 4096 == 0)
+      devbuf_allocator_clear_cache(caching); // races the others
 
     if (op % CHECK_EVERY == 0) {
       if (pthread_barrier_wait(&barrier) == PTHREAD_BARRIER_SERIAL_THREAD) check_against_model();
@@ -213,7 +224,8 @@ static void run_model(const devbuf_caching_options_t *options) {
   uint64_t refused = 0;
   for (int t = 0; t < THREADS; t++) {
     refused += workers[t].refused;
-    for (size_t i = 0; i < workers[t].live_count; i++) devbuf_allocator_free(caching, &workers[t].live[i]);
+    for (size_t i = 0; i < workers[t].live_count; i++)
+      devbuf_allocator_free(caching, &workers[t].live[i]);
   }
   while (mailbox_count) devbuf_allocator_free(caching, &mailbox[--mailbox_count]);
   devbuf_allocator_stats_t s = stats_of(caching);

@@ -12,11 +12,13 @@ static void test_paths_agree(void) {
   enum { MAX = 20000 };
   unsigned char *bytes = malloc(MAX + 64);
   uint32_t x = 12345;
-  for (size_t i = 0; i < MAX + 64; i++) bytes[i] = (unsigned char)((x = x * 1103515245u + 12345u) >> 16);
+  for (size_t i = 0; i < MAX + 64; i++)
+    bytes[i] = (unsigned char)((x = x * 1103515245u + 12345u) >> 16);
   size_t mismatches = 0;
   for (size_t size = 0; size < MAX; size += size < 300 ? 1 : 997)
     for (size_t offset = 0; offset < 8; offset += 3)
-      mismatches += devbuf_tool_checksum(bytes + offset, size) != checksum_portable(bytes + offset, size);
+      mismatches +=
+          devbuf_tool_checksum(bytes + offset, size) != checksum_portable(bytes + offset, size);
   CHECK_EQ_U(mismatches, 0);
   free(bytes);
 }

@@ -42,7 +42,8 @@ static void test_racing_ensure_allocated(void) {
     pthread_barrier_wait(&barrier);
     CHECK_EQ_U(stats_of(t.caching).alloc_calls, 1);
     CHECK_EQ_U(stats_of(t.raw).system_allocs, 1);
-    for (int i = 1; i < RACERS; i++) CHECK(seen_address[i] == seen_address[0] && seen_address[0] != 0);
+    for (int i = 1; i < RACERS; i++)
+      CHECK(seen_address[i] == seen_address[0] && seen_address[0] != 0);
     devbuf_buffer_release(shared_buffer);
     test_allocators_close(&t);
     t = test_allocators_open(NULL);
@@ -58,9 +59,9 @@ static void test_racing_ensure_allocated(void) {
 // ---- stress -------------------------------------------------------------------------
 
 #define STRESS_THREADS 4
-#define STRESS_OPS 100000
-#define SLOTS 64
-#define HELD 8
+#define STRESS_OPS     100000
+#define SLOTS          64
+#define HELD           8
 
 static _Atomic(devbuf_buffer_t *) exchange[SLOTS];
 static atomic_int stress_errors;
@@ -74,15 +75,21 @@ static uint64_t next_random(uint64_t *state) {
 
 static size_t random_size(uint64_t *rng) {
   switch (next_random(rng) % 4) {
-  case 0: return 1 + next_random(rng) % 256;
-  case 1: return 1 + next_random(rng) % 4096;
-  case 2: return 4096 + next_random(rng) % (64 * 1024);
-  default: return 1 + next_random(rng) % 600000;
+  case 0:
+    return 1 + next_random(rng) % 256;
+  case 1:
+    return 1 + next_random(rng) % 4096;
+  case 2:
+    return 4096 + next_random(rng) % (64 * 1024);
+  default:
+    return 1 + next_random(rng) % 600000;
   }
 }
 
 // Every buffer's bytes are its storage id's low byte: a wrong reuse shows up as a wrong byte.
-static unsigned char tag_of(devbuf_buffer_t *buffer) { return (unsigned char)(devbuf_buffer_storage_id(buffer) * 31u); }
+static unsigned char tag_of(devbuf_buffer_t *buffer) {
+  return (unsigned char)(devbuf_buffer_storage_id(buffer) * 31u);
+}
 
 static void stress_error(const char *what) {
   atomic_fetch_add(&stress_errors, 1);
@@ -174,7 +181,8 @@ static void *stress_worker(void *arg) {
 static void test_stress(void) {
   t = test_allocators_open(NULL);
   pthread_t threads[STRESS_THREADS];
-  for (size_t i = 0; i < STRESS_THREADS; i++) pthread_create(&threads[i], NULL, stress_worker, (void *)i);
+  for (size_t i = 0; i < STRESS_THREADS; i++)
+    pthread_create(&threads[i], NULL, stress_worker, (void *)i);
   for (int i = 0; i < STRESS_THREADS; i++) pthread_join(threads[i], NULL);
   for (int i = 0; i < SLOTS; i++) devbuf_buffer_release(atomic_exchange(&exchange[i], NULL));
   CHECK_EQ_U(atomic_load(&stress_errors), 0);
@@ -187,15 +195,16 @@ static void test_stress(void) {
   CHECK_EQ_U(s.failed_allocs, 0);
   devbuf_allocator_clear_cache(t.caching);
   CHECK_EQ_U(stats_of(t.raw).active, 0);
-  printf("stress: %llu calls, %llu cache hits, %llu system allocations\n", (unsigned long long)s.alloc_calls,
-         (unsigned long long)s.cache_hits, (unsigned long long)s.system_allocs);
+  printf("stress: %llu calls, %llu cache hits, %llu system allocations\n",
+         (unsigned long long)s.alloc_calls, (unsigned long long)s.cache_hits,
+         (unsigned long long)s.system_allocs);
   test_allocators_close(&t);
 }
 
 // ---- limits under threads -------------------------------------------------------------
 
 #define LIMIT_THREADS 4
-#define LIMIT_OPS 40000
+#define LIMIT_OPS     40000
 
 static atomic_bool limits_done;
 
@@ -239,7 +248,8 @@ static void test_limits_under_threads(void) {
   t = test_allocators_open(&options);
   atomic_store(&limits_done, false);
   pthread_t workers[LIMIT_THREADS], changer;
-  for (size_t i = 0; i < LIMIT_THREADS; i++) pthread_create(&workers[i], NULL, limited_worker, (void *)i);
+  for (size_t i = 0; i < LIMIT_THREADS; i++)
+    pthread_create(&workers[i], NULL, limited_worker, (void *)i);
   pthread_create(&changer, NULL, limit_changer, NULL);
   for (int i = 0; i < LIMIT_THREADS; i++) pthread_join(workers[i], NULL);
   atomic_store(&limits_done, true);

@@ -116,7 +116,8 @@ static void test_copies(void) {
   devbuf_device_t *cpu;
   CHECK_OK(devbuf_device_open("cpu", &cpu));
   devbuf_buffer_t *on_cpu = new_bytes(devbuf_device_allocator(cpu), SIZE, 0);
-  devbuf_buffer_t *visible = new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), SIZE, 0);
+  devbuf_buffer_t *visible =
+      new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), SIZE, 0);
   CHECK_OK(devbuf_buffer_copy_from(on_cpu, buffer));
   CHECK_OK(devbuf_buffer_copy_from(visible, on_cpu));
   pattern(source, SIZE, 2);
@@ -164,7 +165,8 @@ static void test_host_access(void) {
   devbuf_buffer_t *own = new_bytes(allocator, 256, 0);
   const void *data;
   size_t size;
-  devbuf_status expected = devbuf_buffer_is_cpu_accessible(own) ? DEVBUF_OK : DEVBUF_NOT_CPU_ACCESSIBLE;
+  devbuf_status expected =
+      devbuf_buffer_is_cpu_accessible(own) ? DEVBUF_OK : DEVBUF_NOT_CPU_ACCESSIBLE;
   CHECK(devbuf_device_kind_of(device) != DEVBUF_DEVICE_CPU || expected == DEVBUF_OK);
   CHECK_STATUS(devbuf_buffer_contents(own, &data, &size), expected);
   if (expected == DEVBUF_OK) devbuf_buffer_end_access(own, data);
@@ -179,7 +181,8 @@ static void test_host_access(void) {
   }
   devbuf_buffer_release(own);
 
-  devbuf_buffer_t *visible = new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), 256, 0);
+  devbuf_buffer_t *visible =
+      new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), 256, 0);
   CHECK(devbuf_buffer_is_cpu_accessible(visible));
   void *writable;
   CHECK_OK(devbuf_buffer_contents_mut(visible, &writable, &size));
@@ -195,7 +198,8 @@ static void test_host_access(void) {
   CHECK_OK(devbuf_queue_finish(queue));
   CHECK_OK(devbuf_buffer_contents(visible, &data, &size));
   const unsigned char *bytes = data;
-  CHECK(bytes[0] == 0x5c && bytes[127] == 0x5c && bytes[128] == 1 && bytes[255] == 1); // the device's fill
+  CHECK(bytes[0] == 0x5c && bytes[127] == 0x5c && bytes[128] == 1 &&
+        bytes[255] == 1); // the device's fill
   devbuf_buffer_end_access(visible, data);
   devbuf_buffer_release(half);
   devbuf_buffer_release(visible);
@@ -217,7 +221,8 @@ static void test_queue_fill_copy(void) {
   unsigned char *back = read_back(b);
   uint32_t first;
   memcpy(&first, back, 4);
-  CHECK(first == 0xdeadbeef && back[4000] == 1 && back[4001] == 2 && back[4002] == 3 && back[4095] == 3);
+  CHECK(first == 0xdeadbeef && back[4000] == 1 && back[4001] == 2 && back[4002] == 3 &&
+        back[4095] == 3);
   free(back);
   CHECK_STATUS(devbuf_queue_fill(queue, a, odd, 3), DEVBUF_SIZE_MISMATCH);
   devbuf_buffer_release(tail);
@@ -239,7 +244,7 @@ static void test_events_and_hazards(void) {
   CHECK_OK(devbuf_queue_fill(first, b, &nine, 1));
   CHECK_OK(devbuf_queue_wait(first, go, 1));
   CHECK_OK(devbuf_queue_fill(first, a, &seven, 1)); // held back by the event
-  CHECK_OK(devbuf_queue_copy(second, b, a));         // RAW on a: waits for the fill
+  CHECK_OK(devbuf_queue_copy(second, b, a));        // RAW on a: waits for the fill
   CHECK(devbuf_buffer_in_use(a) && devbuf_buffer_in_use(b));
   CHECK_STATUS(devbuf_event_wait(go, 1, 1000000), DEVBUF_TIMEOUT);
   CHECK_OK(devbuf_event_signal(go, 1));
@@ -300,7 +305,8 @@ static void test_reuse_after_cancel(void) {
   devbuf_event_t *go;
   CHECK_OK(devbuf_event_create(0, &go));
   size_t size = 65536;
-  devbuf_allocator_t *own = own_caching_allocator(device); // which block a request gets is then known
+  devbuf_allocator_t *own =
+      own_caching_allocator(device); // which block a request gets is then known
   devbuf_buffer_t *old = new_bytes(own, size, 0), *fresh = NULL;
   uint64_t old_address = 0, new_address = 1;
   old_address = place_of(old);
@@ -309,7 +315,8 @@ static void test_reuse_after_cancel(void) {
   CHECK_OK(devbuf_queue_fill(old_queue, old, &one, 1));
   devbuf_buffer_release(old); // its fill is still queued
   CHECK_OK(devbuf_buffer_new(own, DEVBUF_UINT8, &size, 1, 0, &fresh));
-  CHECK_OK(devbuf_queue_fill(new_queue, fresh, &two, 1)); // takes the old memory, after the old fill
+  CHECK_OK(
+      devbuf_queue_fill(new_queue, fresh, &two, 1)); // takes the old memory, after the old fill
   new_address = place_of(fresh);
   CHECK(new_address == old_address);
   CHECK_OK(devbuf_queue_cancel(old_queue));
@@ -335,7 +342,8 @@ static void test_reuse_after_cancel(void) {
 // A host access to zero bytes covers no bytes: copies, submissions and other accesses
 // around its offset go ahead, and only its own handle counts it.
 static void test_empty_access(void) {
-  devbuf_buffer_t *buffer = new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), 256, 0);
+  devbuf_buffer_t *buffer =
+      new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), 256, 0);
   devbuf_buffer_t *empty = NULL, *around = NULL;
   CHECK_OK(devbuf_buffer_view(buffer, 100, 0, &empty));
   CHECK_OK(devbuf_buffer_view(buffer, 64, 64, &around));
@@ -394,7 +402,8 @@ static void *watchdog_main(void *arg) {
 // nothing else: a read access on the source, an access to the bytes between, or queued work
 // on the bytes between neither refuses nor holds it.
 static void test_copy_within_storage(void) {
-  devbuf_buffer_t *buffer = new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), 4096, 0);
+  devbuf_buffer_t *buffer =
+      new_bytes(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), 4096, 0);
   devbuf_buffer_t *src, *middle, *dst;
   CHECK_OK(devbuf_buffer_view(buffer, 0, 1024, &src));
   CHECK_OK(devbuf_buffer_view(buffer, 1024, 2048, &middle));
@@ -408,7 +417,8 @@ static void test_copy_within_storage(void) {
   void *writing = NULL;
   CHECK_OK(devbuf_buffer_contents_mut(middle, &writing, NULL));
   CHECK_OK(devbuf_buffer_copy_from(dst, src)); // nor an access to the bytes between
-  CHECK_STATUS(devbuf_buffer_copy_from(src, dst), DEVBUF_HOST_ACCESS_OPEN); // writing a read-open range
+  CHECK_STATUS(devbuf_buffer_copy_from(src, dst),
+               DEVBUF_HOST_ACCESS_OPEN); // writing a read-open range
   CHECK_OK(devbuf_buffer_end_access(middle, writing));
   CHECK_OK(devbuf_buffer_end_access(src, reading));
   // Work queued on the bytes between, held back by an event: the copy does not wait for it.

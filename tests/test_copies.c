@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#define ROOM ((size_t)20 << 20)
+#define ROOM  ((size_t)20 << 20)
 #define GUARD 256
 
 static devbuf_device_t *device;
@@ -21,8 +21,8 @@ static void fill_pattern(unsigned char *bytes, size_t size, uint32_t seed) {
 
 // The destination region [offset, offset + size) of `got` holds `want`, and the GUARD bytes
 // on each side still hold `sentinel`.
-static int region_ok(const unsigned char *got, size_t offset, size_t size, const unsigned char *want,
-                     unsigned char sentinel) {
+static int region_ok(const unsigned char *got, size_t offset, size_t size,
+                     const unsigned char *want, unsigned char sentinel) {
   for (size_t i = offset - GUARD; i < offset; i++)
     if (got[i] != sentinel) return 0;
   for (size_t i = offset + size; i < offset + size + GUARD; i++)
@@ -37,9 +37,20 @@ static devbuf_buffer_t *view_of(devbuf_buffer_t *buffer, size_t offset, size_t s
 }
 
 static void test_alignments_and_sizes(void) {
-  const size_t sizes[] = {1, 63, 64, 65, 4095, 4096 * 3 + 17, (1u << 20) - 1, (2u << 20) + 5,
-                          (4u << 20) - 64, (4u << 20) + 4096 * 4 + 33, (9u << 20) + 100, 16u << 20};
-  const size_t offsets[] = {GUARD, GUARD + 1, GUARD + 16, GUARD + 63, GUARD + 64, GUARD + 2048, GUARD + 4095};
+  const size_t sizes[] = {1,
+                          63,
+                          64,
+                          65,
+                          4095,
+                          4096 * 3 + 17,
+                          (1u << 20) - 1,
+                          (2u << 20) + 5,
+                          (4u << 20) - 64,
+                          (4u << 20) + 4096 * 4 + 33,
+                          (9u << 20) + 100,
+                          16u << 20};
+  const size_t offsets[] = {GUARD,      GUARD + 1,    GUARD + 16,  GUARD + 63,
+                            GUARD + 64, GUARD + 2048, GUARD + 4095};
   size_t room = ROOM;
   devbuf_allocator_t *allocator = devbuf_device_allocator(device);
   devbuf_buffer_t *a = NULL, *b = NULL;
@@ -51,7 +62,8 @@ static void test_alignments_and_sizes(void) {
   size_t cases = 0, wrong = 0;
   for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
     for (size_t i = 0; i < sizeof offsets / sizeof *offsets; i++) {
-      size_t size = sizes[s], from = offsets[i], to = offsets[(i + s + 1) % (sizeof offsets / sizeof *offsets)];
+      size_t size = sizes[s], from = offsets[i],
+             to = offsets[(i + s + 1) % (sizeof offsets / sizeof *offsets)];
       fill_pattern(expected, size, (uint32_t)(s * 31 + i));
       // copyin: host + from -> a + to
       memset(back, 0xa5, ROOM);
@@ -90,7 +102,8 @@ static void test_alignments_and_sizes(void) {
 static void test_overlap_large(void) {
   size_t size = (12u << 20) + 3;
   devbuf_buffer_t *buffer = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer));
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer));
   unsigned char *model = malloc(size), *back = malloc(size);
   if (!buffer || !model || !back) return;
   fill_pattern(model, size, 7);

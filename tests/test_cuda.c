@@ -25,21 +25,24 @@ static void test_device_facts(void) {
 }
 
 static void test_memory_kinds(void) {
-  devbuf_memory_kind kinds[3] = {DEVBUF_MEMORY_DEVICE, DEVBUF_MEMORY_HOST_VISIBLE, DEVBUF_MEMORY_MANAGED};
+  devbuf_memory_kind kinds[3] = {DEVBUF_MEMORY_DEVICE, DEVBUF_MEMORY_HOST_VISIBLE,
+                                 DEVBUF_MEMORY_MANAGED};
   for (int k = 0; k < 3; k++) {
     devbuf_allocator_t *allocator = devbuf_device_allocator_for(device, kinds[k]);
     CHECK(allocator != NULL);
     if (!allocator) continue;
     size_t size = 1000;
     devbuf_buffer_t *buffer = NULL;
-    CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_INT32, &size, 1, DEVBUF_BUFFER_ZERO, &buffer));
+    CHECK_OK(
+        devbuf_buffer_allocate(allocator, DEVBUF_INT32, &size, 1, DEVBUF_BUFFER_ZERO, &buffer));
     int32_t values[1000], back[1000];
     for (int i = 0; i < 1000; i++) values[i] = i * 3;
     CHECK_OK(devbuf_buffer_copyin(buffer, values, sizeof values));
     CHECK_OK(devbuf_buffer_copyout(buffer, back, sizeof back));
     CHECK(memcmp(values, back, sizeof back) == 0);
     const void *data;
-    devbuf_status expected = kinds[k] == DEVBUF_MEMORY_DEVICE ? DEVBUF_NOT_CPU_ACCESSIBLE : DEVBUF_OK;
+    devbuf_status expected =
+        kinds[k] == DEVBUF_MEMORY_DEVICE ? DEVBUF_NOT_CPU_ACCESSIBLE : DEVBUF_OK;
     CHECK_STATUS(devbuf_buffer_contents(buffer, &data, NULL), expected);
     if (expected == DEVBUF_OK) {
       CHECK(((const int32_t *)data)[999] == 2997);
@@ -103,7 +106,8 @@ static void test_kernels(void) {
   size_t wrong = 0;
   for (int i = 0; i < N; i++) wrong += back[i] != (i < N / 2 ? 0.0f : 2.0f * (float)i);
   CHECK_EQ_U(wrong, 0);
-  CHECK_STATUS(devbuf_queue_launch(queue, program, "absent", &launch, uses, 2, args, 2), DEVBUF_NOT_FOUND);
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "absent", &launch, uses, 2, args, 2),
+               DEVBUF_NOT_FOUND);
   // A launch no GPU can run (a block of 2^20 threads) fails the queue when its turn comes,
   // naming the sizes; what was queued behind it fails with the same cause.
   devbuf_launch_t huge = {1, {1u << 20, 1, 1}, {1u << 20, 0, 0}};
@@ -137,8 +141,8 @@ static void test_fill_patterns(void) {
   for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
     size_t width = widths[w], count = 100 * width + 7 * width, size = count + 1;
     devbuf_buffer_t *buffer = NULL, *view = NULL;
-    CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, DEVBUF_BUFFER_ZERO,
-                                    &buffer));
+    CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1,
+                                    DEVBUF_BUFFER_ZERO, &buffer));
     CHECK_OK(devbuf_buffer_view(buffer, 1, count, &view));
     unsigned char pattern[96], back[1 + 107 * 96];
     for (size_t i = 0; i < width; i++) pattern[i] = (unsigned char)(w * 31 + i + 1);
@@ -164,8 +168,8 @@ static void test_staged_copies(void) {
   CHECK(in && out);
   if (!in || !out) goto done;
   for (size_t i = 0; i < size; i++) in[i] = (unsigned char)(i * 7 + i / 4096);
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &total, 1, DEVBUF_BUFFER_ZERO,
-                                  &buffer));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &total, 1,
+                                  DEVBUF_BUFFER_ZERO, &buffer));
   CHECK_OK(devbuf_buffer_view(buffer, 256, size, &view));
   if (!view) goto done;
   CHECK_OK(devbuf_buffer_copyin(view, in, size));
@@ -245,10 +249,15 @@ static void test_copies_across_backends(void) {
     opencl = NULL;
   }
   devbuf_buffer_t *source = NULL, *on_cuda = NULL, *on_opencl = NULL, *back = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_UINT8, &size, 1, 0, &source));
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &on_cuda));
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_UINT8, &size, 1, DEVBUF_BUFFER_ZERO, &back));
-  if (opencl) CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(opencl), DEVBUF_UINT8, &size, 1, 0, &on_opencl));
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_UINT8, &size, 1, 0, &source));
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &on_cuda));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_UINT8, &size, 1,
+                                  DEVBUF_BUFFER_ZERO, &back));
+  if (opencl)
+    CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(opencl), DEVBUF_UINT8, &size, 1, 0,
+                                    &on_opencl));
   void *data = NULL;
   CHECK_OK(devbuf_buffer_contents_mut(source, &data, NULL));
   if (data) {
@@ -288,11 +297,13 @@ static void test_memory_limit(void) {
   size_t six = 6u << 20, four = 4u << 20;
   devbuf_buffer_t *first = NULL, *second = NULL;
   CHECK_OK(devbuf_buffer_allocate(limited, DEVBUF_UINT8, &six, 1, 0, &first));
-  CHECK_STATUS(devbuf_buffer_allocate(limited, DEVBUF_UINT8, &four, 1, 0, &second), DEVBUF_OUT_OF_MEMORY);
+  CHECK_STATUS(devbuf_buffer_allocate(limited, DEVBUF_UINT8, &four, 1, 0, &second),
+               DEVBUF_OUT_OF_MEMORY);
   CHECK(strstr(devbuf_last_error(), "limit") != NULL);
   CHECK(second == NULL);
   devbuf_buffer_release(first);
-  CHECK_OK(devbuf_buffer_allocate(limited, DEVBUF_UINT8, &four, 1, 0, &second)); // the cache makes room
+  CHECK_OK(
+      devbuf_buffer_allocate(limited, DEVBUF_UINT8, &four, 1, 0, &second)); // the cache makes room
   devbuf_buffer_release(second);
   devbuf_allocator_release(limited);
 }
@@ -332,7 +343,8 @@ static void test_growable_segments(void) {
   devbuf_allocator_release(growable);
 }
 
-// How many of the first `size` bytes of `buffer` are not `value` (all of them if it cannot be read).
+// How many of the first `size` bytes of `buffer` are not `value` (all of them if it cannot be
+// read).
 static size_t bytes_not(devbuf_buffer_t *buffer, size_t size, unsigned char value) {
   unsigned char *back = malloc(size);
   size_t wrong = size;
@@ -346,7 +358,8 @@ static size_t bytes_not(devbuf_buffer_t *buffer, size_t size, unsigned char valu
 // stream 2: the device address is the same, and stream 2's fill waits for stream 1's
 // (held back by an event), so the last value is stream 2's.
 static void test_stream_aware_reuse(void) {
-  devbuf_allocator_t *allocator = own_caching_allocator(device); // which block a request gets is known
+  devbuf_allocator_t *allocator =
+      own_caching_allocator(device); // which block a request gets is known
   devbuf_queue_t *first, *second;
   CHECK_OK(devbuf_queue_create(device, &first));
   CHECK_OK(devbuf_queue_create(device, &second));
@@ -361,7 +374,8 @@ static void test_stream_aware_reuse(void) {
   CHECK_OK(devbuf_queue_wait(first, go, 1));
   CHECK_OK(devbuf_queue_fill(first, old, &one, 1));
   devbuf_buffer_release(old); // its fill is still held back
-  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_UINT8, &size, 1, 0, &reused)); // memory comes with its first use
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_UINT8, &size, 1, 0,
+                             &reused));                 // memory comes with its first use
   CHECK_OK(devbuf_queue_fill(second, reused, &two, 1)); // takes the old memory, after the old fill
   CHECK_OK(devbuf_buffer_device_ptr(reused, &reused_address));
   CHECK(reused_address == old_address);
@@ -414,7 +428,8 @@ static void test_host_access_under_work(void) {
     CHECK_OK(devbuf_event_create(0, &go));
     size_t size = 4096;
     devbuf_buffer_t *buffer = NULL;
-    CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, DEVBUF_BUFFER_ZERO, &buffer));
+    CHECK_OK(
+        devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, DEVBUF_BUFFER_ZERO, &buffer));
     unsigned char seven = 7;
     CHECK_OK(devbuf_queue_wait(queue, go, 1));
     CHECK_OK(devbuf_queue_fill(queue, buffer, &seven, 1));
@@ -447,7 +462,8 @@ static void test_kernel_from_ptx(void) {
   enum { N = 3000 };
   size_t shape = N;
   devbuf_buffer_t *data = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_INT32, &shape, 1, 0, &data));
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_INT32, &shape, 1, 0, &data));
   static int32_t values[N];
   for (int i = 0; i < N; i++) values[i] = i;
   CHECK_OK(devbuf_buffer_copyin(data, values, sizeof values));
@@ -475,8 +491,9 @@ static void test_oversize(void) {
   devbuf_device_info(device, &info);
   size_t size = (size_t)info.global_memory * 2;
   devbuf_buffer_t *buffer = NULL;
-  CHECK_STATUS(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer),
-               DEVBUF_OUT_OF_MEMORY);
+  CHECK_STATUS(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer),
+      DEVBUF_OUT_OF_MEMORY);
   CHECK(buffer == NULL);
 }
 
@@ -491,7 +508,8 @@ static void test_device_fault(void) {
   if (!program) return;
   size_t size = 4096;
   devbuf_buffer_t *buffer = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer));
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer));
   devbuf_queue_t *queue;
   CHECK_OK(devbuf_queue_create(device, &queue));
   devbuf_event_t *after, *go; // go holds the queue until everything is submitted
@@ -510,7 +528,8 @@ static void test_device_fault(void) {
   CHECK_STATUS(devbuf_event_wait(after, 1, 60000000000ull), DEVBUF_DEVICE_FAILURE);
   CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
   CHECK(strstr(devbuf_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL);
-  CHECK_STATUS(devbuf_queue_fill(queue, buffer, &one, 1), DEVBUF_DEVICE_FAILURE); // refused with the cause
+  CHECK_STATUS(devbuf_queue_fill(queue, buffer, &one, 1),
+               DEVBUF_DEVICE_FAILURE); // refused with the cause
   CHECK(strstr(devbuf_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL);
   devbuf_event_release(after);
   devbuf_event_release(go);
@@ -534,7 +553,8 @@ static void test_native_handles(void) {
   *(void **)&copy_async = devbuf_cuda_entry_point("cuMemcpyAsync");
   *(void **)&synchronize = devbuf_cuda_entry_point("cuStreamSynchronize");
   CHECK(set_current && copy_async && synchronize);
-  CHECK(devbuf_cuda_entry_point("cuNoSuchFunction") == NULL && devbuf_cuda_entry_point(NULL) == NULL);
+  CHECK(devbuf_cuda_entry_point("cuNoSuchFunction") == NULL &&
+        devbuf_cuda_entry_point(NULL) == NULL);
   if (!set_current || !copy_async || !synchronize) return;
   CHECK(set_current(handles.context) == 0);
   devbuf_queue_t *queue = NULL, *other = NULL;
@@ -546,12 +566,14 @@ static void test_native_handles(void) {
   CHECK(stream && other_stream && stream != other_stream);
   size_t size = 1 << 16;
   devbuf_buffer_t *buffer = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT32, &size, 1, 0, &buffer));
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT32, &size, 1, 0, &buffer));
   uint64_t address = 0;
   CHECK_OK(devbuf_buffer_device_ptr(buffer, &address));
   uint32_t pattern = 0x5eed5eedu, *back = calloc(size, sizeof *back);
   CHECK_OK(devbuf_queue_fill(queue, buffer, &pattern, sizeof pattern));
-  CHECK_OK(devbuf_queue_finish(queue)); // the worker enqueues on its own time: order through the host
+  CHECK_OK(
+      devbuf_queue_finish(queue)); // the worker enqueues on its own time: order through the host
   CHECK(copy_async((unsigned long long)(uintptr_t)back, address, size * 4, stream) == 0);
   CHECK(synchronize(stream) == 0);
   size_t matching = 0;
@@ -570,7 +592,8 @@ static void test_native_handles(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0) return check_expect_unavailable("cuda:0", argv[2]);
+  if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0)
+    return check_expect_unavailable("cuda:0", argv[2]);
   bool fault = argc == 2 && strcmp(argv[1], "--fault") == 0;
   if (devbuf_device_open("cuda:0", &device) != DEVBUF_OK) {
     printf("SKIP: %s\n", devbuf_last_error());

@@ -17,7 +17,8 @@ static devbuf_allocator_t *own_cpu_caching(devbuf_allocator_t **out_raw) {
   devbuf_allocator_t *raw = NULL, *caching = NULL;
   CHECK_OK(devbuf_device_open("cpu", &cpu));
   CHECK_OK(devbuf_device_raw_allocator(cpu, &raw));
-  devbuf_caching_options_t options = {.page_size = 4096, .memory_limit = 64 << 20}; // limits: no thread bins
+  devbuf_caching_options_t options = {.page_size = 4096,
+                                      .memory_limit = 64 << 20}; // limits: no thread bins
   CHECK_OK(devbuf_caching_allocator_create(raw, &options, &caching));
   devbuf_device_release(cpu);
   *out_raw = raw;
@@ -68,7 +69,8 @@ static void test_broken_invariants_abort(void) {
   char text[512] = {0};
   size_t used = 0;
   ssize_t got;
-  while (used < sizeof text - 1 && (got = read(pipe_ends[0], text + used, sizeof text - 1 - used)) > 0)
+  while (used < sizeof text - 1 &&
+         (got = read(pipe_ends[0], text + used, sizeof text - 1 - used)) > 0)
     used += (size_t)got;
   close(pipe_ends[0]);
   int status = 0;
@@ -91,7 +93,8 @@ static bool aborts(void (*body)(void), char *text, size_t capacity) {
   close(pipe_ends[1]);
   size_t used = 0;
   ssize_t got;
-  while (used < capacity - 1 && (got = read(pipe_ends[0], text + used, capacity - 1 - used)) > 0) used += (size_t)got;
+  while (used < capacity - 1 && (got = read(pipe_ends[0], text + used, capacity - 1 - used)) > 0)
+    used += (size_t)got;
   text[used] = '\0';
   close(pipe_ends[0]);
   int status = 0;
@@ -108,8 +111,9 @@ static void corrupt_a_hazard_record(void) {
   devbuf__record record = {.work = &fence, .offset = 64, .size = 64, .write = true};
   devbuf__dep *deps = NULL;
   size_t count = 0, capacity = 0;
-  devbuf__hazard_add(hazard, &record, (devbuf_queue_t *)(uintptr_t)0x1000, &deps, &count, &capacity);
-  record.size = 4096; // now outside the range its list covers
+  devbuf__hazard_add(hazard, &record, (devbuf_queue_t *)(uintptr_t)0x1000, &deps, &count,
+                     &capacity);
+  record.size = 4096;                     // now outside the range its list covers
   devbuf__hazard_remove(hazard, &record); // validates first
 }
 
@@ -149,13 +153,16 @@ static void test_broken_queue_items_abort(void) {
   CHECK(aborts(take_a_corrupted_item, text, sizeof text));
   CHECK(strstr(text, "queue invariant broken: a use is tracked by another item's record") != NULL);
   CHECK(aborts(retire_a_tracked_item, text, sizeof text));
-  CHECK(strstr(text, "queue invariant broken: a retiring item's use still has its record in a tracker") != NULL);
+  CHECK(strstr(text,
+               "queue invariant broken: a retiring item's use still has its record in a tracker") !=
+        NULL);
 }
 #endif
 
 int main(void) {
 #if !DEVBUF_DEBUG_CHECKS
-  printf("SKIP: built without DEVBUF_DEBUG_CHECKS (the sanitizer suites of scripts/test.sh build with it)\n");
+  printf("SKIP: built without DEVBUF_DEBUG_CHECKS (the sanitizer suites of scripts/test.sh build "
+         "with it)\n");
   return SKIP_EXIT_CODE;
 #else
   RUN(test_poison_over_handed_out_and_released_memory);

@@ -49,7 +49,8 @@ static void test_unavailable_devices(void) {
 }
 
 static void test_malformed_specs(void) {
-  const char *bad[] = {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "opencl:99999999999", "CPU", "cpu0"};
+  const char *bad[] = {"",    "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "opencl:99999999999",
+                       "CPU", "cpu0"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     devbuf_device_t *device = NULL;
     CHECK_STATUS(devbuf_device_open(bad[i], &device), DEVBUF_INVALID_ARGUMENT);

@@ -34,7 +34,8 @@ static void test_export_describes_buffer(void) {
   const DLTensor *t = &tensor->dl_tensor;
   CHECK(t->device.device_type == DEVBUF_DL_CPU && t->device.device_id == 0);
   CHECK(t->dtype.code == DEVBUF_DL_FLOAT && t->dtype.bits == 32 && t->dtype.lanes == 1);
-  CHECK(t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3 && t->strides[0] == 3 && t->strides[1] == 1);
+  CHECK(t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3 && t->strides[0] == 3 &&
+        t->strides[1] == 1);
   uint64_t address;
   devbuf_buffer_device_ptr(buffer, &address);
   CHECK((uintptr_t)t->data + t->byte_offset == address);
@@ -71,10 +72,12 @@ static void test_export_describes_buffer(void) {
   // Legacy tensors have no flags; mapped files export read-only.
   DLManagedTensor *legacy = NULL;
   CHECK_OK(devbuf_buffer_to_dlpack(view, 0, &legacy));
-  CHECK(legacy && legacy->dl_tensor.byte_offset == 32 && legacy->dl_tensor.dtype.code == DEVBUF_DL_INT);
+  CHECK(legacy && legacy->dl_tensor.byte_offset == 32 &&
+        legacy->dl_tensor.dtype.code == DEVBUF_DL_INT);
   legacy->deleter(legacy);
   devbuf_buffer_t *mapped = NULL;
-  CHECK_OK(devbuf_buffer_map_file(device, test_data("safetensors/safetensors-cpp/model.safetensors"), &mapped));
+  CHECK_OK(devbuf_buffer_map_file(
+      device, test_data("safetensors/safetensors-cpp/model.safetensors"), &mapped));
   if (!mapped) { // nothing below can run without the file
     devbuf_buffer_release(view);
     devbuf_buffer_release(buffer);
@@ -83,9 +86,11 @@ static void test_export_describes_buffer(void) {
   CHECK_OK(devbuf_buffer_to_dlpack_versioned(mapped, 0, &tensor));
   CHECK(tensor->flags & DEVBUF_DL_FLAG_READ_ONLY);
   tensor->deleter(tensor);
-  CHECK_STATUS(devbuf_buffer_to_dlpack(mapped, 0, &legacy), DEVBUF_READ_ONLY); // it could not say so
+  CHECK_STATUS(devbuf_buffer_to_dlpack(mapped, 0, &legacy),
+               DEVBUF_READ_ONLY); // it could not say so
   CHECK(legacy == NULL);
-  CHECK_STATUS(devbuf_buffer_to_dlpack_versioned(mapped, 1u << 5, &tensor), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_buffer_to_dlpack_versioned(mapped, 1u << 5, &tensor),
+               DEVBUF_INVALID_ARGUMENT);
   devbuf_buffer_release(mapped);
   devbuf_buffer_release(view);
   devbuf_buffer_release(buffer);
@@ -100,16 +105,25 @@ typedef struct producer {
   int deleted;
 } producer;
 
-static void producer_delete(DLManagedTensorVersioned *tensor) { ((producer *)tensor->manager_ctx)->deleted++; }
-static void producer_delete_legacy(DLManagedTensor *tensor) { ((producer *)tensor->manager_ctx)->deleted++; }
+static void producer_delete(DLManagedTensorVersioned *tensor) {
+  ((producer *)tensor->manager_ctx)->deleted++;
+}
+static void producer_delete_legacy(DLManagedTensor *tensor) {
+  ((producer *)tensor->manager_ctx)->deleted++;
+}
 
 static void producer_init(producer *p) {
   memset(p, 0, sizeof *p);
   for (int i = 0; i < 256; i++) p->bytes[i] = (unsigned char)(255 - i);
   p->shape[0] = 4, p->shape[1] = 8;
   p->strides[0] = 8, p->strides[1] = 1;
-  DLTensor t = {.data = p->bytes, .device = {DEVBUF_DL_CPU, 0}, .ndim = 2, .dtype = {DEVBUF_DL_UINT, 32, 1},
-                .shape = p->shape, .strides = p->strides, .byte_offset = 64};
+  DLTensor t = {.data = p->bytes,
+                .device = {DEVBUF_DL_CPU, 0},
+                .ndim = 2,
+                .dtype = {DEVBUF_DL_UINT, 32, 1},
+                .shape = p->shape,
+                .strides = p->strides,
+                .byte_offset = 64};
   p->versioned = (DLManagedTensorVersioned){{1, 1}, p, producer_delete, 0, t};
   p->legacy = (DLManagedTensor){t, p, producer_delete_legacy};
 }
@@ -168,13 +182,13 @@ static void test_import_zero_copy(void) {
 static void test_import_refusals(void) {
   producer p;
   devbuf_buffer_t *buffer = NULL;
-#define REFUSED(change, status, phrase)                                                 \
-  do {                                                                                  \
-    producer_init(&p);                                                                  \
-    change;                                                                             \
-    CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), status);   \
-    CHECK_MESSAGE(phrase);                                                              \
-    CHECK(buffer == NULL && p.deleted == 0);                                            \
+#define REFUSED(change, status, phrase)                                               \
+  do {                                                                                \
+    producer_init(&p);                                                                \
+    change;                                                                           \
+    CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), status); \
+    CHECK_MESSAGE(phrase);                                                            \
+    CHECK(buffer == NULL && p.deleted == 0);                                          \
   } while (0)
   REFUSED(p.versioned.version.major = 2, DEVBUF_UNSUPPORTED, "DLPack version 2.");
   REFUSED(p.versioned.flags = DEVBUF_DL_FLAG_SUBBYTE_PADDED, DEVBUF_UNSUPPORTED, "padded");

@@ -125,7 +125,8 @@ static void test_every_nth_fails(void) {
 static void test_nth_fails_until_none(void) {
   for (uint64_t n = 1;; n++) {
     rig r = rig_open();
-    CHECK_OK(devbuf_fault_adaptor_arm(r.fault, n, n % 2 ? DEVBUF_FAULT_ONCE : DEVBUF_FAULT_PERSISTENT));
+    CHECK_OK(
+        devbuf_fault_adaptor_arm(r.fault, n, n % 2 ? DEVBUF_FAULT_ONCE : DEVBUF_FAULT_PERSISTENT));
     int failures = workload(&r, 42, 400);
     uint64_t fired = devbuf_fault_adaptor_fired(r.fault);
     check_balanced(&r, failures);

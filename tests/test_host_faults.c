@@ -92,9 +92,9 @@ static int64_t settled_live(int64_t expected) {
 
 // ---- workloads: each cleans up whatever it made, whatever failed --------------------------
 
-#define TRY(expr)                                                                              \
-  do {                                                                                         \
-    if (status == DEVBUF_OK) status = (expr);                                                  \
+#define TRY(expr)                             \
+  do {                                        \
+    if (status == DEVBUF_OK) status = (expr); \
   } while (0)
 
 static devbuf_status buffers_workload(void) {
@@ -109,7 +109,8 @@ static devbuf_status buffers_workload(void) {
   TRY(devbuf_buffer_copyin(buffer, data, sizeof data));
   TRY(devbuf_buffer_view(buffer, 64, 256, &view));
   TRY(devbuf_buffer_reshape(buffer, DEVBUF_FLOAT32, flat, 1, &shaped));
-  TRY(devbuf_buffer_new(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, shape, 2, DEVBUF_BUFFER_ZERO, &copy));
+  TRY(devbuf_buffer_new(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, shape, 2, DEVBUF_BUFFER_ZERO,
+                        &copy));
   TRY(devbuf_buffer_copy_from(copy, shaped));
   TRY(devbuf_buffer_copyout(copy, back, sizeof back));
   if (status == DEVBUF_OK && memcmp(back, data, sizeof data) != 0) status = DEVBUF_DEVICE_FAILURE;
@@ -198,8 +199,10 @@ static devbuf_status files_workload(void) {
   char path[512];
   snprintf(path, sizeof path, "%s/host-faults.safetensors", DEVBUF_SCRATCH);
   TRY(devbuf_device_open("cpu", &cpu));
-  TRY(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, shape, 2, DEVBUF_BUFFER_ZERO, &weights));
-  TRY(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_INT64, bias_shape, 1, DEVBUF_BUFFER_ZERO, &bias));
+  TRY(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, shape, 2,
+                             DEVBUF_BUFFER_ZERO, &weights));
+  TRY(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_INT64, bias_shape, 1,
+                             DEVBUF_BUFFER_ZERO, &bias));
   if (status == DEVBUF_OK) {
     devbuf_named_buffer_t tensors[] = {{"weights", weights}, {"bias", bias}};
     devbuf_metadata_entry_t metadata[] = {{"format", "pt"}};
@@ -336,17 +339,18 @@ static void faults_loop(const workload *w, bool persistent) {
     uint64_t fired = atomic_load(&faults.fired);
     int64_t after = settled_live(live);
     if (after != live) {
-      fprintf(stderr, "%s: failing host allocation %llu%s leaked %lld allocation(s) (status %s: %s)\n", w->name,
-              (unsigned long long)n, persistent ? " on" : "", (long long)(after - live), devbuf_status_name(status),
-              message);
+      fprintf(stderr,
+              "%s: failing host allocation %llu%s leaked %lld allocation(s) (status %s: %s)\n",
+              w->name, (unsigned long long)n, persistent ? " on" : "", (long long)(after - live),
+              devbuf_status_name(status), message);
       check_failures++;
       atomic_store(&faults.live, live); // count the next step on its own
     }
     if (!fired) { // the workload makes fewer than n host allocations: done
       CHECK_OK(status);
-      printf("%-9s %s: %llu host allocations, %llu refusals came out as statuses, %llu absorbed\n", w->name,
-             persistent ? "persistent" : "once      ", (unsigned long long)(n - 1), (unsigned long long)failures,
-             (unsigned long long)absorbed);
+      printf("%-9s %s: %llu host allocations, %llu refusals came out as statuses, %llu absorbed\n",
+             w->name, persistent ? "persistent" : "once      ", (unsigned long long)(n - 1),
+             (unsigned long long)failures, (unsigned long long)absorbed);
       return;
     }
     if (status != DEVBUF_OK) {
@@ -362,8 +366,9 @@ static void faults_loop(const workload *w, bool persistent) {
     // The next call works.
     devbuf_status again = run_alone(w, message, sizeof message);
     if (again != DEVBUF_OK) {
-      fprintf(stderr, "%s: after failing host allocation %llu%s, the next run failed: %s %s\n", w->name,
-              (unsigned long long)n, persistent ? " on" : "", devbuf_status_name(again), message);
+      fprintf(stderr, "%s: after failing host allocation %llu%s, the next run failed: %s %s\n",
+              w->name, (unsigned long long)n, persistent ? " on" : "", devbuf_status_name(again),
+              message);
       check_failures++;
     }
     if (n > 100000) {
@@ -382,7 +387,8 @@ static const workload workloads[] = {
 static void test_every_host_allocation_can_fail(void) {
   for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++) {
     char message[512];
-    CHECK_OK(run_alone(&workloads[i], message, sizeof message)); // warm: lazily made global state exists
+    CHECK_OK(
+        run_alone(&workloads[i], message, sizeof message)); // warm: lazily made global state exists
     faults_loop(&workloads[i], false);
     faults_loop(&workloads[i], true);
   }
@@ -406,7 +412,8 @@ static void test_gpu_backends(void) {
 }
 
 static void test_hooks_are_checked(void) {
-  devbuf_host_memory_hooks_t missing = {.malloc = hook_malloc, .calloc = hook_calloc, .realloc = hook_realloc};
+  devbuf_host_memory_hooks_t missing = {
+      .malloc = hook_malloc, .calloc = hook_calloc, .realloc = hook_realloc};
   CHECK_STATUS(devbuf_set_host_memory_hooks(&missing), DEVBUF_INVALID_ARGUMENT);
   CHECK_MESSAGE("free is NULL");
 }

@@ -4,7 +4,6 @@
 
 #include <unistd.h>
 
-
 static devbuf_device_t *device;
 
 static void test_map_shared_file(void) {
@@ -79,7 +78,8 @@ static void test_mapping_survives_unlink(void) {
 
 static void test_map_errors_and_empty(void) {
   devbuf_buffer_t *file = NULL;
-  CHECK_STATUS(devbuf_buffer_map_file(device, "/nonexistent/weights.safetensors", &file), DEVBUF_IO_ERROR);
+  CHECK_STATUS(devbuf_buffer_map_file(device, "/nonexistent/weights.safetensors", &file),
+               DEVBUF_IO_ERROR);
   CHECK_MESSAGE("/nonexistent/weights.safetensors");
   CHECK_STATUS(devbuf_buffer_map_file(device, "/tmp", &file), DEVBUF_IO_ERROR);
   CHECK_MESSAGE("not a regular file");

@@ -155,7 +155,8 @@ static void test_buffers(devbuf_device_t *cpu) {
 static void test_host_access(devbuf_device_t *cpu) {
   size_t shape[1] = {4};
   devbuf_buffer_t *buffer = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, shape, 1, 0, &buffer));
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, shape, 1, 0, &buffer));
   const void *data = NULL;
   void *mutable_data = NULL;
   size_t size = 0;
@@ -307,7 +308,8 @@ static void test_files(devbuf_device_t *cpu) {
 static void test_dlpack(devbuf_device_t *cpu) {
   size_t shape[1] = {4};
   devbuf_buffer_t *buffer = NULL, *out = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, shape, 1, 0, &buffer));
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, shape, 1, 0, &buffer));
   DLManagedTensorVersioned *versioned = NULL;
   DLManagedTensor *legacy = NULL;
   INVALID(devbuf_buffer_to_dlpack_versioned(NULL, 0, NULL));
@@ -328,12 +330,12 @@ static void test_dlpack(devbuf_device_t *cpu) {
 }
 
 // RUN for the tests that take the device.
-#define RUN_WITH(test, device)                                                                \
-  do {                                                                                        \
-    check_current = #test;                                                                    \
-    int check_before_ = check_failures;                                                       \
-    test(device);                                                                             \
-    printf("%s %s\n", check_failures == check_before_ ? "ok  " : "FAIL", #test);              \
+#define RUN_WITH(test, device)                                                   \
+  do {                                                                           \
+    check_current = #test;                                                       \
+    int check_before_ = check_failures;                                          \
+    test(device);                                                                \
+    printf("%s %s\n", check_failures == check_before_ ? "ok  " : "FAIL", #test); \
   } while (0)
 
 int main(void) {

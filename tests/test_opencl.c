@@ -28,10 +28,12 @@ static void test_device_facts(void) {
   devbuf_device_info_t info;
   CHECK_OK(devbuf_device_info(device, &info));
   CHECK(strstr(info.version, "OpenCL") != NULL);
-  CHECK(info.global_memory > 0 && info.max_allocation > 0 && info.max_allocation <= info.global_memory);
+  CHECK(info.global_memory > 0 && info.max_allocation > 0 &&
+        info.max_allocation <= info.global_memory);
   CHECK(info.alignment >= 1 && (info.alignment & (info.alignment - 1)) == 0);
   CHECK(devbuf_device_kind_of(device) == DEVBUF_DEVICE_OPENCL);
-  CHECK(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE) != devbuf_device_allocator(device));
+  CHECK(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE) !=
+        devbuf_device_allocator(device));
 }
 
 static void test_oversize_allocation(void) {
@@ -39,10 +41,12 @@ static void test_oversize_allocation(void) {
   devbuf_device_info(device, &info);
   size_t size = (size_t)info.max_allocation + 4096;
   devbuf_buffer_t *buffer = NULL;
-  CHECK_STATUS(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer),
-               DEVBUF_OUT_OF_MEMORY);
+  CHECK_STATUS(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer),
+      DEVBUF_OUT_OF_MEMORY);
   char expected[64];
-  snprintf(expected, sizeof expected, "at most %llu bytes", (unsigned long long)info.max_allocation);
+  snprintf(expected, sizeof expected, "at most %llu bytes",
+           (unsigned long long)info.max_allocation);
   CHECK_MESSAGE(expected);
   CHECK(buffer == NULL);
 }
@@ -50,7 +54,8 @@ static void test_oversize_allocation(void) {
 static void test_device_memory_is_not_host_memory(void) {
   size_t size = 64;
   devbuf_buffer_t *buffer = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_FLOAT32, &size, 1, 0, &buffer));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_FLOAT32, &size, 1, 0,
+                                  &buffer));
   const void *data;
   void *writable;
   CHECK_STATUS(devbuf_buffer_contents(buffer, &data, NULL), DEVBUF_NOT_CPU_ACCESSIBLE);
@@ -58,7 +63,8 @@ static void test_device_memory_is_not_host_memory(void) {
   CHECK_STATUS(devbuf_buffer_contents_mut(buffer, &writable, NULL), DEVBUF_NOT_CPU_ACCESSIBLE);
   devbuf_array_t array;
   CHECK_STATUS(devbuf_buffer_as_array(buffer, DEVBUF_FLOAT32, &array), DEVBUF_NOT_CPU_ACCESSIBLE);
-  CHECK_STATUS(devbuf_buffer_unsynchronized_ptr(buffer, &writable, NULL), DEVBUF_NOT_CPU_ACCESSIBLE);
+  CHECK_STATUS(devbuf_buffer_unsynchronized_ptr(buffer, &writable, NULL),
+               DEVBUF_NOT_CPU_ACCESSIBLE);
   devbuf_buffer_release(buffer);
 }
 
@@ -95,15 +101,18 @@ static void test_programs_and_kernels(void) {
   CHECK_EQ_U(wrong, 0);
 
   // Refusals at submission: an unknown kernel, a misaligned view, bad sizes.
-  CHECK_STATUS(devbuf_queue_launch(queue, program, "absent", &launch, uses, 2, args, 1), DEVBUF_NOT_FOUND);
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "absent", &launch, uses, 2, args, 1),
+               DEVBUF_NOT_FOUND);
   CHECK_MESSAGE("absent");
   devbuf_buffer_t *odd;
   CHECK_OK(devbuf_buffer_view(in, 4, 16, &odd));
   devbuf_use_t odd_use = {odd, DEVBUF_ACCESS_READ_WRITE};
-  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &launch, &odd_use, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &launch, &odd_use, 1, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
   CHECK_MESSAGE("multiples of");
   devbuf_launch_t uneven = {1, {100, 1, 1}, {64, 0, 0}};
-  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &uneven, uses, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &uneven, uses, 1, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
   CHECK_STATUS(devbuf_queue_submit(queue, cpu_kernel, uses, 1, NULL, 0), DEVBUF_UNSUPPORTED);
   devbuf_buffer_release(odd);
 
@@ -119,7 +128,8 @@ static void test_programs_and_kernels(void) {
   CHECK_STATUS(devbuf_event_wait(after, 1, 60000000000ull), DEVBUF_DEVICE_FAILURE);
   CHECK_MESSAGE("scale");
   CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
-  CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, args, 1), DEVBUF_DEVICE_FAILURE);
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, args, 1),
+               DEVBUF_DEVICE_FAILURE);
   CHECK(!devbuf_buffer_in_use(out));
   devbuf_event_release(go);
   devbuf_event_release(after);
@@ -134,7 +144,8 @@ static void test_programs_and_kernels(void) {
 
 static void test_build_failure_carries_the_log(void) {
   devbuf_program_t *program = NULL;
-  CHECK_STATUS(devbuf_program_build(device, "__kernel void broken(__global int *x) { x[0] = ; }", NULL, &program),
+  CHECK_STATUS(devbuf_program_build(device, "__kernel void broken(__global int *x) { x[0] = ; }",
+                                    NULL, &program),
                DEVBUF_DEVICE_FAILURE);
   CHECK_MESSAGE("build log");
   CHECK_MESSAGE("error");
@@ -177,12 +188,15 @@ static void test_zero_length_view_launch(void) {
 static void test_dlpack_of_device_memory(void) {
   size_t size = 16;
   devbuf_buffer_t *buffer = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_INT32, &size, 1, 0, &buffer));
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_INT32, &size, 1, 0, &buffer));
   DLManagedTensorVersioned *tensor = NULL;
   CHECK_OK(devbuf_buffer_to_dlpack_versioned(buffer, 0, &tensor));
   devbuf_buffer_t *imported = NULL;
-  CHECK_OK(devbuf_buffer_from_dlpack_versioned(tensor, &imported)); // an opencl tensor comes back to opencl:0
-  CHECK(imported && devbuf_buffer_device(imported) == device && !devbuf_buffer_is_cpu_accessible(imported));
+  CHECK_OK(devbuf_buffer_from_dlpack_versioned(
+      tensor, &imported)); // an opencl tensor comes back to opencl:0
+  CHECK(imported && devbuf_buffer_device(imported) == device &&
+        !devbuf_buffer_is_cpu_accessible(imported));
   int32_t values[16] = {1, 2, 3}, back[16];
   CHECK_OK(devbuf_buffer_copyin(imported, values, sizeof values));
   CHECK_OK(devbuf_buffer_copyout(buffer, back, sizeof back));
@@ -190,14 +204,15 @@ static void test_dlpack_of_device_memory(void) {
   devbuf_buffer_release(imported);
   devbuf_buffer_release(buffer);
   // Host-visible memory of an OpenCL device is still an OpenCL tensor: its data is the cl_mem.
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), DEVBUF_INT32, &size,
-                                  1, 0, &buffer));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE),
+                                  DEVBUF_INT32, &size, 1, 0, &buffer));
   CHECK_OK(devbuf_buffer_copyin(buffer, values, sizeof values));
   CHECK_OK(devbuf_buffer_to_dlpack_versioned(buffer, 0, &tensor));
   uint64_t handle;
   size_t offset;
   CHECK_OK(devbuf_buffer_device_handle(buffer, &handle, &offset));
-  CHECK(tensor->dl_tensor.device.device_type == DEVBUF_DL_OPENCL && tensor->dl_tensor.data == (void *)(uintptr_t)handle);
+  CHECK(tensor->dl_tensor.device.device_type == DEVBUF_DL_OPENCL &&
+        tensor->dl_tensor.data == (void *)(uintptr_t)handle);
   CHECK_EQ_U(tensor->dl_tensor.byte_offset, offset);
   CHECK_OK(devbuf_buffer_from_dlpack_versioned(tensor, &imported));
   CHECK_OK(devbuf_buffer_copyout(imported, back, sizeof back)); // a cl_mem the driver accepts
@@ -238,33 +253,40 @@ static void test_native_handles(void) {
   CHECK(handles.platform && handles.device && handles.context);
   int32_t (*get_context_info)(void *, uint32_t, size_t, void *, size_t *);
   int32_t (*get_queue_info)(void *, uint32_t, size_t, void *, size_t *);
-  int32_t (*read_buffer)(void *, void *, uint32_t, size_t, size_t, void *, uint32_t, const void *, void *);
+  int32_t (*read_buffer)(void *, void *, uint32_t, size_t, size_t, void *, uint32_t, const void *,
+                         void *);
   *(void **)&get_context_info = devbuf_opencl_entry_point("clGetContextInfo");
   *(void **)&get_queue_info = devbuf_opencl_entry_point("clGetCommandQueueInfo");
   *(void **)&read_buffer = devbuf_opencl_entry_point("clEnqueueReadBuffer");
   CHECK(get_context_info && get_queue_info && read_buffer);
-  CHECK(devbuf_opencl_entry_point("clNoSuchFunction") == NULL && devbuf_opencl_entry_point(NULL) == NULL);
+  CHECK(devbuf_opencl_entry_point("clNoSuchFunction") == NULL &&
+        devbuf_opencl_entry_point(NULL) == NULL);
   if (!get_context_info || !get_queue_info || !read_buffer) return;
   void *devices[4] = {NULL};
-  CHECK(get_context_info(handles.context, 0x1081 /* CL_CONTEXT_DEVICES */, sizeof devices, devices, NULL) == 0);
+  CHECK(get_context_info(handles.context, 0x1081 /* CL_CONTEXT_DEVICES */, sizeof devices, devices,
+                         NULL) == 0);
   CHECK(devices[0] == handles.device);
 
   devbuf_queue_t *queue = NULL;
   CHECK_OK(devbuf_queue_create(device, &queue));
   void *command_queue = NULL, *context = NULL;
   CHECK_OK(devbuf_opencl_queue_handle(queue, &command_queue));
-  CHECK(get_queue_info(command_queue, 0x1090 /* CL_QUEUE_CONTEXT */, sizeof context, &context, NULL) == 0);
+  CHECK(get_queue_info(command_queue, 0x1090 /* CL_QUEUE_CONTEXT */, sizeof context, &context,
+                       NULL) == 0);
   CHECK(context == handles.context);
   size_t size = 1 << 16;
   devbuf_buffer_t *buffer = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT32, &size, 1, 0, &buffer));
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT32, &size, 1, 0, &buffer));
   uint32_t pattern = 0x5eed5eedu, *back = calloc(size, sizeof *back);
   uint64_t mem = 0;
   size_t offset = 0;
   CHECK_OK(devbuf_buffer_device_handle(buffer, &mem, &offset));
   CHECK_OK(devbuf_queue_fill(queue, buffer, &pattern, sizeof pattern));
-  CHECK_OK(devbuf_queue_finish(queue)); // the worker enqueues on its own time: order through the host
-  CHECK(read_buffer(command_queue, (void *)(uintptr_t)mem, 1 /* blocking */, offset, size * 4, back, 0, NULL, NULL) == 0);
+  CHECK_OK(
+      devbuf_queue_finish(queue)); // the worker enqueues on its own time: order through the host
+  CHECK(read_buffer(command_queue, (void *)(uintptr_t)mem, 1 /* blocking */, offset, size * 4, back,
+                    0, NULL, NULL) == 0);
   size_t matching = 0;
   for (size_t i = 0; i < size; i++) matching += back[i] == pattern;
   CHECK_EQ_U(matching, size);
@@ -288,9 +310,11 @@ static void test_native_handles(void) {
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0) {
     // "No platform" can only be told apart where there is an ICD loader to ask.
-    if (strcmp(argv[2], "found no platform") == 0 && devbuf_device_open("opencl:0", &device) == DEVBUF_UNAVAILABLE &&
+    if (strcmp(argv[2], "found no platform") == 0 &&
+        devbuf_device_open("opencl:0", &device) == DEVBUF_UNAVAILABLE &&
         strstr(devbuf_last_error(), "cannot load the OpenCL ICD loader")) {
-      printf("SKIP: no ICD loader on this machine, so no empty platform list to check (%s)\n", devbuf_last_error());
+      printf("SKIP: no ICD loader on this machine, so no empty platform list to check (%s)\n",
+             devbuf_last_error());
       return SKIP_EXIT_CODE;
     }
     if (device) devbuf_device_release(device);

@@ -11,14 +11,16 @@ static devbuf_allocator_t *allocator;
 
 static devbuf_buffer_t *floats(size_t count) {
   devbuf_buffer_t *buffer = NULL;
-  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &count, 1, DEVBUF_BUFFER_ZERO, &buffer));
+  CHECK_OK(
+      devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &count, 1, DEVBUF_BUFFER_ZERO, &buffer));
   return buffer;
 }
 
 static float read_float(devbuf_buffer_t *buffer, size_t index) {
   float value = -1;
   devbuf_buffer_t *one = NULL;
-  if (devbuf_buffer_view(buffer, index * 4, 4, &one) == DEVBUF_OK) devbuf_buffer_copyout(one, &value, 4);
+  if (devbuf_buffer_view(buffer, index * 4, 4, &one) == DEVBUF_OK)
+    devbuf_buffer_copyout(one, &value, 4);
   devbuf_buffer_release(one);
   return value;
 }
@@ -43,8 +45,8 @@ static devbuf_status failing_kernel(const devbuf_kernel_args_t *args) {
   return devbuf_set_error(DEVBUF_DEVICE_FAILURE, "kernel found %zu bad values", args->count + 41);
 }
 
-static devbuf_status submit_axpb(devbuf_queue_t *queue, devbuf_buffer_t *out, devbuf_buffer_t *in, float scale,
-                                 float add) {
+static devbuf_status submit_axpb(devbuf_queue_t *queue, devbuf_buffer_t *out, devbuf_buffer_t *in,
+                                 float scale, float add) {
   float scalars[2] = {scale, add};
   devbuf_use_t uses[2] = {{out, DEVBUF_ACCESS_WRITE}, {in, DEVBUF_ACCESS_READ}};
   return devbuf_queue_submit(queue, axpb, uses, in ? 2 : 1, scalars, sizeof scalars);
@@ -66,7 +68,7 @@ static void test_event_holds_work(void) {
   CHECK_OK(devbuf_event_signal(gate, 1));
   CHECK_OK(devbuf_queue_finish(queue));
   CHECK_EQ_U(atomic_load(&kernel_runs), 1); // and then runs
-  CHECK_OK(devbuf_event_wait(gate, 1, 0)); // a value already reached returns at once
+  CHECK_OK(devbuf_event_wait(gate, 1, 0));  // a value already reached returns at once
   CHECK_OK(devbuf_event_wait(gate, 0, 0));
   CHECK_STATUS(devbuf_event_wait(gate, 2, 0), DEVBUF_TIMEOUT);
   CHECK_STATUS(devbuf_event_signal(gate, 0), DEVBUF_INVALID_ARGUMENT); // timelines only grow
@@ -117,7 +119,8 @@ static void test_host_access_rules(void) {
   devbuf_event_t *gate = NULL;
   CHECK_OK(devbuf_queue_create(device, &queue));
   CHECK_OK(devbuf_event_create(0, &gate));
-  devbuf_buffer_t *buffer = floats(8), *left = NULL, *right = NULL, *middle = NULL, *source = floats(4);
+  devbuf_buffer_t *buffer = floats(8), *left = NULL, *right = NULL, *middle = NULL,
+                  *source = floats(4);
   CHECK_OK(devbuf_buffer_view(buffer, 0, 16, &left));
   CHECK_OK(devbuf_buffer_view(buffer, 16, 16, &right));
   CHECK_OK(devbuf_buffer_view(buffer, 8, 16, &middle)); // overlaps both
@@ -157,7 +160,8 @@ static void test_host_access_rules(void) {
   CHECK_OK(devbuf_buffer_contents_mut(left, &write, NULL));
   CHECK_STATUS(submit_axpb(queue, middle, NULL, 1, 1), DEVBUF_HOST_ACCESS_OPEN);
   CHECK_MESSAGE("host write access to bytes [0, 16)");
-  CHECK_STATUS(submit_axpb(queue, right, left, 1, 1), DEVBUF_HOST_ACCESS_OPEN); // reading it races too
+  CHECK_STATUS(submit_axpb(queue, right, left, 1, 1),
+               DEVBUF_HOST_ACCESS_OPEN);           // reading it races too
   CHECK_OK(submit_axpb(queue, right, NULL, 0, 9)); // disjoint
   CHECK_OK(devbuf_buffer_end_access(left, write));
   CHECK_OK(devbuf_buffer_contents(left, &read, NULL));
@@ -249,9 +253,9 @@ static void test_release_in_flight_and_reuse(void) {
   CHECK_OK(devbuf_buffer_device_ptr(old, &old_address));
   devbuf_allocator_stats_t before = stats_of(allocator);
   CHECK_OK(devbuf_queue_wait(a, gate, 1));
-  CHECK_OK(submit_axpb(a, old, NULL, 0, 4));      // old = 4 (held back)
-  CHECK_OK(submit_axpb(a, result, old, 1, 0));    // result = old
-  devbuf_buffer_release(old);                     // in flight: back to the cache at once
+  CHECK_OK(submit_axpb(a, old, NULL, 0, 4));   // old = 4 (held back)
+  CHECK_OK(submit_axpb(a, result, old, 1, 0)); // result = old
+  devbuf_buffer_release(old);                  // in flight: back to the cache at once
   devbuf_allocator_stats_t after = stats_of(allocator);
   CHECK_EQ_U(after.active, before.active - n * 4);
   CHECK_EQ_U(after.cached, before.cached + n * 4);
@@ -265,7 +269,7 @@ static void test_release_in_flight_and_reuse(void) {
   // A buffer for work on another queue reuses the memory, ordered after the old work.
   devbuf_buffer_t *reused = NULL;
   CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_FLOAT32, &n, 1, 0, &reused));
-  CHECK_OK(submit_axpb(b, reused, NULL, 0, 9));   // write after the old write and read
+  CHECK_OK(submit_axpb(b, reused, NULL, 0, 9)); // write after the old write and read
   CHECK_OK(devbuf_buffer_device_ptr(reused, &new_address));
   CHECK(new_address == old_address);
   CHECK(devbuf_buffer_in_use(reused));
@@ -276,7 +280,8 @@ static void test_release_in_flight_and_reuse(void) {
   CHECK(((const float *)data)[0] == 9.0f && ((const float *)data)[n - 1] == 9.0f);
   CHECK_OK(devbuf_buffer_end_access(reused, data));
   CHECK_OK(devbuf_queue_finish(a));
-  CHECK(read_float(result, 0) == 4.0f && read_float(result, n - 1) == 4.0f); // old work saw its own data
+  CHECK(read_float(result, 0) == 4.0f &&
+        read_float(result, n - 1) == 4.0f); // old work saw its own data
   // Released again with work pending on the same queue: reused by that queue at once.
   CHECK_OK(devbuf_queue_wait(b, gate, 2));
   CHECK_OK(submit_axpb(b, reused, NULL, 0, 1));
@@ -296,7 +301,8 @@ static void test_release_in_flight_and_reuse(void) {
   CHECK_OK(devbuf_event_signal(gate, 3));
   CHECK_OK(devbuf_queue_finish(a));
   devbuf_allocator_stats_t idle = stats_of(allocator);
-  CHECK_EQ_U(idle.live_buffers, before.live_buffers); // result and plain: as before old was released
+  CHECK_EQ_U(idle.live_buffers,
+             before.live_buffers); // result and plain: as before old was released
   devbuf_buffer_release(plain);
   devbuf_buffer_release(result);
   devbuf_event_release(gate);
@@ -417,7 +423,8 @@ static void test_reuse_does_not_inherit_failure(void) {
   CHECK(new_address == old_address);
   CHECK_OK(devbuf_event_signal(gate, 1));
   CHECK_STATUS(devbuf_event_wait(old_done, 1, UINT64_MAX), DEVBUF_DEVICE_FAILURE);
-  CHECK_STATUS(devbuf_queue_finish(old_queue), DEVBUF_DEVICE_FAILURE); // the failure is the old queue's
+  CHECK_STATUS(devbuf_queue_finish(old_queue),
+               DEVBUF_DEVICE_FAILURE); // the failure is the old queue's
   CHECK_OK(devbuf_queue_finish(new_queue));
   CHECK_OK(devbuf_queue_status(new_queue));
   CHECK(read_float(fresh, 0) == 6.0f && read_float(fresh, n - 1) == 6.0f);
@@ -474,9 +481,11 @@ static void test_submission_errors(void) {
   CHECK_OK(devbuf_queue_create(device, &queue));
   devbuf_buffer_t *x = floats(4), *y = floats(8);
   devbuf_use_t bad_access = {x, (devbuf_access)0};
-  CHECK_STATUS(devbuf_queue_submit(queue, count_runs, &bad_access, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_queue_submit(queue, count_runs, &bad_access, 1, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
   devbuf_use_t no_buffer = {NULL, DEVBUF_ACCESS_READ};
-  CHECK_STATUS(devbuf_queue_submit(queue, count_runs, &no_buffer, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_queue_submit(queue, count_runs, &no_buffer, 1, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
   CHECK_STATUS(devbuf_queue_submit(queue, NULL, NULL, 0, NULL, 0), DEVBUF_INVALID_ARGUMENT);
   CHECK_STATUS(devbuf_queue_copy(queue, x, y), DEVBUF_SIZE_MISMATCH);
   float pattern[3] = {1, 2, 3};
@@ -516,7 +525,8 @@ typedef struct submitter_args {
 
 static void *submitter(void *arg) {
   submitter_args *a = arg;
-  devbuf_use_t uses[2] = {{a->first, DEVBUF_ACCESS_READ_WRITE}, {a->second, DEVBUF_ACCESS_READ_WRITE}};
+  devbuf_use_t uses[2] = {{a->first, DEVBUF_ACCESS_READ_WRITE},
+                          {a->second, DEVBUF_ACCESS_READ_WRITE}};
   a->status = DEVBUF_OK;
   for (int i = 0; i < a->items && a->status == DEVBUF_OK; i++)
     a->status = devbuf_queue_submit(a->queue, increment_both, uses, 2, NULL, 0);

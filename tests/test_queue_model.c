@@ -8,11 +8,11 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#define THREADS 4
+#define THREADS        4
 #define OPS_PER_THREAD 250000 // 1,000,000 in all
-#define BUFFERS 4
-#define BYTES 256
-#define QUEUES 3
+#define BUFFERS        4
+#define BYTES          256
+#define QUEUES         3
 
 static devbuf_device_t *device;
 static devbuf_queue_t *queues[QUEUES];
@@ -52,7 +52,8 @@ static void failed(const char *what) {
 static devbuf_buffer_t *fresh(void) {
   devbuf_buffer_t *buffer = NULL;
   size_t size = BYTES;
-  if (devbuf_buffer_new(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK)
+  if (devbuf_buffer_new(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer) !=
+      DEVBUF_OK)
     failed("new");
   return buffer;
 }
@@ -73,7 +74,8 @@ static void compare(model *m, int b, size_t offset, const unsigned char *got, si
   for (size_t i = 0; i < length; i++) {
     if (m->known[b][offset + i] && got[i] != m->bytes[b][offset + i]) {
       if (atomic_fetch_add(&mismatches, 1) < 5)
-        fprintf(stderr, "model: buffer %d byte %zu is %u, expected %u\n", b, offset + i, got[i], m->bytes[b][offset + i]);
+        fprintf(stderr, "model: buffer %d byte %zu is %u, expected %u\n", b, offset + i, got[i],
+                m->bytes[b][offset + i]);
     }
   }
 }
@@ -89,7 +91,8 @@ static void operation(model *m) {
     unsigned char value = (unsigned char)next_random(m);
     devbuf_buffer_t *v = view(m->buffer[b], offset, length);
     devbuf_use_t use = {v, DEVBUF_ACCESS_WRITE};
-    if (devbuf_queue_submit(queue, set_kernel, &use, 1, &value, 1) != DEVBUF_OK) failed("submit set");
+    if (devbuf_queue_submit(queue, set_kernel, &use, 1, &value, 1) != DEVBUF_OK)
+      failed("submit set");
     devbuf_buffer_release(v);
     memset(&m->bytes[b][offset], value, length);
     memset(&m->known[b][offset], 1, length);
@@ -99,15 +102,18 @@ static void operation(model *m) {
   case 3: { // work: add a view of another buffer into a view of this one
     int source = (int)((b + 1 + next_random(m) % (BUFFERS - 1)) % BUFFERS);
     size_t source_offset = next_random(m) % (BYTES - length + 1);
-    devbuf_buffer_t *dst = view(m->buffer[b], offset, length), *src = view(m->buffer[source], source_offset, length);
+    devbuf_buffer_t *dst = view(m->buffer[b], offset, length),
+                    *src = view(m->buffer[source], source_offset, length);
     devbuf_use_t uses[2] = {{dst, DEVBUF_ACCESS_READ_WRITE}, {src, DEVBUF_ACCESS_READ}};
     bool copy = next_random(m) % 2;
-    devbuf_status status = copy ? devbuf_queue_copy(queue, dst, src) : devbuf_queue_submit(queue, add_kernel, uses, 2, NULL, 0);
+    devbuf_status status = copy ? devbuf_queue_copy(queue, dst, src)
+                                : devbuf_queue_submit(queue, add_kernel, uses, 2, NULL, 0);
     if (status != DEVBUF_OK) failed(copy ? "copy" : "submit add");
     for (size_t i = 0; i < length; i++) {
       unsigned char s = m->bytes[source][source_offset + i];
       m->bytes[b][offset + i] = copy ? s : (unsigned char)(m->bytes[b][offset + i] + s);
-      m->known[b][offset + i] = m->known[source][source_offset + i] && (copy || m->known[b][offset + i]);
+      m->known[b][offset + i] =
+          m->known[source][source_offset + i] && (copy || m->known[b][offset + i]);
     }
     devbuf_buffer_release(dst);
     devbuf_buffer_release(src);
@@ -190,9 +196,10 @@ static void test_model(void) {
   devbuf_allocator_stats_t s = stats_of(devbuf_device_allocator(device));
   CHECK_EQ_U(s.active, 0);
   CHECK_EQ_U(s.live_buffers, 0);
-  printf("model: %d operations, %llu releases with work in flight, 0 mismatches expected, %llu seen\n",
-         THREADS * OPS_PER_THREAD, (unsigned long long)atomic_load(&reused_in_flight),
-         (unsigned long long)atomic_load(&mismatches));
+  printf(
+      "model: %d operations, %llu releases with work in flight, 0 mismatches expected, %llu seen\n",
+      THREADS * OPS_PER_THREAD, (unsigned long long)atomic_load(&reused_in_flight),
+      (unsigned long long)atomic_load(&mismatches));
 }
 
 int main(void) {

@@ -21,14 +21,28 @@ static devbuf_device_t *device;
 static char scratch[64]; // a private folder for written files
 
 static const char *const shared_files[] = {
-    "burn/batch_norm2d.safetensors",  "burn/boolean.safetensors",       "burn/buffer.safetensors",
-    "burn/complex_nested.safetensors", "burn/conv1d.safetensors",       "burn/conv2d.safetensors",
-    "burn/conv_transpose1d.safetensors", "burn/conv_transpose2d.safetensors", "burn/embedding.safetensors",
-    "burn/enum_depthwise_false.safetensors", "burn/enum_depthwise_true.safetensors",
-    "burn/group_norm.safetensors",    "burn/integer.safetensors",       "burn/key_remap.safetensors",
-    "burn/key_remap_chained.safetensors", "burn/layer_norm.safetensors", "burn/linear.safetensors",
-    "burn/linear_with_bias.safetensors", "burn/missing_module_field.safetensors", "burn/mnist.safetensors",
-    "burn/non_contiguous_indexes.safetensors", "safetensors-cpp/model.safetensors",
+    "burn/batch_norm2d.safetensors",
+    "burn/boolean.safetensors",
+    "burn/buffer.safetensors",
+    "burn/complex_nested.safetensors",
+    "burn/conv1d.safetensors",
+    "burn/conv2d.safetensors",
+    "burn/conv_transpose1d.safetensors",
+    "burn/conv_transpose2d.safetensors",
+    "burn/embedding.safetensors",
+    "burn/enum_depthwise_false.safetensors",
+    "burn/enum_depthwise_true.safetensors",
+    "burn/group_norm.safetensors",
+    "burn/integer.safetensors",
+    "burn/key_remap.safetensors",
+    "burn/key_remap_chained.safetensors",
+    "burn/layer_norm.safetensors",
+    "burn/linear.safetensors",
+    "burn/linear_with_bias.safetensors",
+    "burn/missing_module_field.safetensors",
+    "burn/mnist.safetensors",
+    "burn/non_contiguous_indexes.safetensors",
+    "safetensors-cpp/model.safetensors",
 };
 
 // Every tensor of a real file: a read-only view inside one page-aligned mapping, with the
@@ -48,13 +62,15 @@ static void check_shared_file(const char *relative) {
     return;
   }
   CHECK(devbuf_tensor_file_count(file) > 0);
-  CHECK_EQ_U(8 + devbuf_tensor_file_header_size(file) + devbuf_tensor_file_data_size(file), file_size);
+  CHECK_EQ_U(8 + devbuf_tensor_file_header_size(file) + devbuf_tensor_file_data_size(file),
+             file_size);
   const unsigned char *base = NULL;
   for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
     devbuf_tensor_info_t info;
     CHECK_OK(devbuf_tensor_file_info(file, i, &info));
     devbuf_buffer_t *buffer = devbuf_tensor_file_buffer(file, i);
-    CHECK(buffer && devbuf_buffer_dtype(buffer) == info.dtype && devbuf_buffer_ndim(buffer) == info.ndim);
+    CHECK(buffer && devbuf_buffer_dtype(buffer) == info.dtype &&
+          devbuf_buffer_ndim(buffer) == info.ndim);
     CHECK_EQ_U(devbuf_buffer_size(buffer), info.end - info.begin);
     CHECK(devbuf_buffer_is_read_only(buffer) && devbuf_buffer_is_mapped(buffer));
     const void *data;
@@ -96,13 +112,15 @@ static void check_shared_file(const char *relative) {
 }
 
 static void test_shared_files(void) {
-  for (size_t i = 0; i < sizeof shared_files / sizeof *shared_files; i++) check_shared_file(shared_files[i]);
+  for (size_t i = 0; i < sizeof shared_files / sizeof *shared_files; i++)
+    check_shared_file(shared_files[i]);
 }
 
 // What the files are known to hold (their READMEs and writers).
 static void test_shared_file_contents(void) {
   devbuf_tensor_file_t *file = NULL;
-  CHECK_OK(devbuf_safetensors_load(device, test_data("safetensors/burn/mnist.safetensors"), NULL, &file));
+  CHECK_OK(devbuf_safetensors_load(device, test_data("safetensors/burn/mnist.safetensors"), NULL,
+                                   &file));
   CHECK_EQ_U(devbuf_tensor_file_count(file), 20);
   size_t f32 = 0, i64 = 0;
   for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
@@ -115,8 +133,8 @@ static void test_shared_file_contents(void) {
   CHECK(f32 > 0 && i64 > 0 && f32 + i64 == 20);
   devbuf_tensor_file_release(file);
 
-  CHECK_OK(devbuf_safetensors_load(device, test_data("safetensors/safetensors-cpp/model.safetensors"), NULL,
-                                   &file));
+  CHECK_OK(devbuf_safetensors_load(
+      device, test_data("safetensors/safetensors-cpp/model.safetensors"), NULL, &file));
   CHECK_EQ_U(devbuf_tensor_file_count(file), 2);
   for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
     devbuf_tensor_info_t info;
@@ -125,8 +143,9 @@ static void test_shared_file_contents(void) {
   }
   devbuf_tensor_file_release(file);
 
-  CHECK_STATUS(devbuf_safetensors_load(device, test_data("safetensors/safetensors-cpp/bad_abuse_attempt_1.safetensors"),
-                                       NULL, &file),
+  CHECK_STATUS(devbuf_safetensors_load(
+                   device, test_data("safetensors/safetensors-cpp/bad_abuse_attempt_1.safetensors"),
+                   NULL, &file),
                DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("runs past the end of the 88-byte file");
   CHECK(file == NULL);
@@ -165,7 +184,8 @@ static void test_hostile_corpus(void) {
     size_t size;
     unsigned char *bytes = test_read_file(path, &size);
     CHECK(bytes != NULL);
-    CHECK_STATUS(devbuf_safetensors_parse(bytes ? bytes : (unsigned char *)"", size, &file), expected);
+    CHECK_STATUS(devbuf_safetensors_parse(bytes ? bytes : (unsigned char *)"", size, &file),
+                 expected);
     CHECK_MESSAGE(phrase);
     // Every prefix of a hostile file is refused too, and nothing reads past it.
     for (size_t cut = 0; bytes && cut < size && cut < 4096; cut += 1 + cut / 16) {
@@ -201,9 +221,11 @@ static void fill_pattern(unsigned char *bytes, size_t size, unsigned seed) {
   }
 }
 
-static devbuf_buffer_t *pattern_buffer(devbuf_dtype dtype, const size_t *shape, size_t ndim, unsigned seed) {
+static devbuf_buffer_t *pattern_buffer(devbuf_dtype dtype, const size_t *shape, size_t ndim,
+                                       unsigned seed) {
   devbuf_buffer_t *buffer = NULL;
-  if (devbuf_buffer_allocate(devbuf_device_allocator(device), dtype, shape, ndim, 0, &buffer) != DEVBUF_OK) {
+  if (devbuf_buffer_allocate(devbuf_device_allocator(device), dtype, shape, ndim, 0, &buffer) !=
+      DEVBUF_OK) {
     fprintf(stderr, "cannot allocate: %s\n", devbuf_last_error());
     exit(1);
   }
@@ -220,12 +242,12 @@ static int buffers_equal(devbuf_buffer_t *a, devbuf_buffer_t *b) {
   if (size != devbuf_buffer_size(b) || devbuf_buffer_dtype(a) != devbuf_buffer_dtype(b) ||
       devbuf_buffer_ndim(a) != devbuf_buffer_ndim(b))
     return 0;
-  if (devbuf_buffer_ndim(a) &&
-      memcmp(devbuf_buffer_shape(a), devbuf_buffer_shape(b), devbuf_buffer_ndim(a) * sizeof(size_t)) != 0)
+  if (devbuf_buffer_ndim(a) && memcmp(devbuf_buffer_shape(a), devbuf_buffer_shape(b),
+                                      devbuf_buffer_ndim(a) * sizeof(size_t)) != 0)
     return 0;
   unsigned char *x = malloc(size + 1), *y = malloc(size + 1);
-  int equal = devbuf_buffer_copyout(a, x, size) == DEVBUF_OK && devbuf_buffer_copyout(b, y, size) == DEVBUF_OK &&
-              memcmp(x, y, size) == 0;
+  int equal = devbuf_buffer_copyout(a, x, size) == DEVBUF_OK &&
+              devbuf_buffer_copyout(b, y, size) == DEVBUF_OK && memcmp(x, y, size) == 0;
   free(x);
   free(y);
   return equal;
@@ -239,15 +261,20 @@ static void test_write_round_trip(void) {
   for (int d = 0; d < DEVBUF_DTYPE_COUNT; d++) {
     size_t shape[2] = {3, 8}; // 24 elements: whole bytes for 4- and 6-bit types
     snprintf(names[d], sizeof names[d], "layer.%s", devbuf_dtype_name((devbuf_dtype)d));
-    tensors[d] = (devbuf_named_buffer_t){names[d], pattern_buffer((devbuf_dtype)d, shape, 2, (unsigned)d)};
+    tensors[d] =
+        (devbuf_named_buffer_t){names[d], pattern_buffer((devbuf_dtype)d, shape, 2, (unsigned)d)};
   }
   size_t empty_shape[2] = {0, 5};
-  tensors[DEVBUF_DTYPE_COUNT] = (devbuf_named_buffer_t){"empty", pattern_buffer(DEVBUF_FLOAT32, empty_shape, 2, 90)};
-  tensors[DEVBUF_DTYPE_COUNT + 1] = (devbuf_named_buffer_t){"scalar", pattern_buffer(DEVBUF_INT64, NULL, 0, 91)};
+  tensors[DEVBUF_DTYPE_COUNT] =
+      (devbuf_named_buffer_t){"empty", pattern_buffer(DEVBUF_FLOAT32, empty_shape, 2, 90)};
+  tensors[DEVBUF_DTYPE_COUNT + 1] =
+      (devbuf_named_buffer_t){"scalar", pattern_buffer(DEVBUF_INT64, NULL, 0, 91)};
   size_t odd_shape[1] = {3};
   tensors[DEVBUF_DTYPE_COUNT + 2] =
-      (devbuf_named_buffer_t){"\xc3\xa9t\xc3\xa9 \"quoted\"\\\t\xf0\x9f\x98\x80", pattern_buffer(DEVBUF_UINT8, odd_shape, 1, 92)};
-  devbuf_metadata_entry_t metadata[] = {{"format", "pt"}, {"note", "line\nbreak \"q\" \xe2\x82\xac"}};
+      (devbuf_named_buffer_t){"\xc3\xa9t\xc3\xa9 \"quoted\"\\\t\xf0\x9f\x98\x80",
+                              pattern_buffer(DEVBUF_UINT8, odd_shape, 1, 92)};
+  devbuf_metadata_entry_t metadata[] = {{"format", "pt"},
+                                        {"note", "line\nbreak \"q\" \xe2\x82\xac"}};
   char path[128];
   snprintf(path, sizeof path, "%s/round.safetensors", scratch);
   CHECK_OK(devbuf_safetensors_write(path, tensors, TENSORS, metadata, 2));
@@ -292,7 +319,8 @@ typedef struct seen_tensors {
   int in_order;
 } seen_tensors;
 
-static void on_tensor(void *context, size_t index, const devbuf_tensor_info_t *info, devbuf_buffer_t *buffer) {
+static void on_tensor(void *context, size_t index, const devbuf_tensor_info_t *info,
+                      devbuf_buffer_t *buffer) {
   seen_tensors *seen = context;
   seen->in_order &= index == seen->calls && buffer != NULL && info->name != NULL;
   seen->calls++;
@@ -303,7 +331,8 @@ static void test_load_copies(void) {
   const char *path = test_data("safetensors/burn/mnist.safetensors");
   devbuf_tensor_file_t *mapped = NULL, *copied = NULL;
   seen_tensors seen = {.in_order = 1};
-  devbuf_load_options_t options = {.flags = DEVBUF_LOAD_COPY, .on_tensor = on_tensor, .context = &seen};
+  devbuf_load_options_t options = {
+      .flags = DEVBUF_LOAD_COPY, .on_tensor = on_tensor, .context = &seen};
   CHECK_OK(devbuf_safetensors_load(device, path, NULL, &mapped));
   CHECK_OK(devbuf_safetensors_load(device, path, &options, &copied));
   CHECK_EQ_U(seen.calls, devbuf_tensor_file_count(copied));
@@ -317,7 +346,8 @@ static void test_load_copies(void) {
   devbuf_load_options_t bad = {.flags = 1u << 7};
   devbuf_tensor_file_t *file;
   CHECK_STATUS(devbuf_safetensors_load(device, path, &bad, &file), DEVBUF_INVALID_ARGUMENT);
-  CHECK_STATUS(devbuf_safetensors_load(device, "/nonexistent/x.safetensors", NULL, &file), DEVBUF_IO_ERROR);
+  CHECK_STATUS(devbuf_safetensors_load(device, "/nonexistent/x.safetensors", NULL, &file),
+               DEVBUF_IO_ERROR);
   CHECK_MESSAGE("/nonexistent/x.safetensors");
   devbuf_tensor_file_release(mapped);
   devbuf_tensor_file_release(copied);
@@ -327,7 +357,8 @@ static size_t files_in_scratch(void) {
   size_t count = 0;
   DIR *folder = opendir(scratch);
   for (struct dirent *entry; folder && (entry = readdir(folder));)
-    count += strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0; // temporaries start with '.'
+    count += strcmp(entry->d_name, ".") != 0 &&
+             strcmp(entry->d_name, "..") != 0; // temporaries start with '.'
   if (folder) closedir(folder);
   return count;
 }
@@ -357,11 +388,13 @@ static void test_write_errors_and_atomicity(void) {
   CHECK_STATUS(devbuf_safetensors_write(path, no_buffer, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
   devbuf_metadata_entry_t same_key[] = {{"k", "1"}, {"k", "2"}};
   CHECK_STATUS(devbuf_safetensors_write(path, one, 1, same_key, 2), DEVBUF_INVALID_ARGUMENT);
-  CHECK_STATUS(devbuf_safetensors_write("/nonexistent-folder/x.safetensors", one, 1, NULL, 0), DEVBUF_IO_ERROR);
+  CHECK_STATUS(devbuf_safetensors_write("/nonexistent-folder/x.safetensors", one, 1, NULL, 0),
+               DEVBUF_IO_ERROR);
 
   // The second tensor's memory cannot be allocated: the write fails after the first.
   devbuf_allocator_t *failing = NULL;
-  CHECK_OK(devbuf_fault_adaptor_create(devbuf_device_allocator(device), 1, DEVBUF_FAULT_PERSISTENT, &failing));
+  CHECK_OK(devbuf_fault_adaptor_create(devbuf_device_allocator(device), 1, DEVBUF_FAULT_PERSISTENT,
+                                       &failing));
   devbuf_buffer_t *lazy = NULL;
   CHECK_OK(devbuf_buffer_new(failing, DEVBUF_FLOAT32, shape, 1, 0, &lazy));
   devbuf_named_buffer_t half[] = {{"a", good}, {"b", lazy}};
@@ -407,7 +440,8 @@ static void test_write_permissions_and_long_names(void) {
   size_t files = files_in_scratch();
   char name[256];
   memset(name, 'n', 255 - strlen(".safetensors"));
-  snprintf(name + 255 - strlen(".safetensors"), sizeof name - (255 - strlen(".safetensors")), ".safetensors");
+  snprintf(name + 255 - strlen(".safetensors"), sizeof name - (255 - strlen(".safetensors")),
+           ".safetensors");
   CHECK_EQ_U(strlen(name), 255);
   snprintf(path, sizeof path, "%s/%s", scratch, name);
   CHECK_OK(devbuf_safetensors_write(path, one, 1, NULL, 0));
@@ -468,7 +502,8 @@ static void test_file_changed_under_load(void) {
   char path[128];
   snprintf(path, sizeof path, "%s/changing.safetensors", scratch);
   size_t shape[1] = {1 << 18};
-  devbuf_buffer_t *a = pattern_buffer(DEVBUF_FLOAT32, shape, 1, 1), *b = pattern_buffer(DEVBUF_FLOAT32, shape, 1, 2);
+  devbuf_buffer_t *a = pattern_buffer(DEVBUF_FLOAT32, shape, 1, 1),
+                  *b = pattern_buffer(DEVBUF_FLOAT32, shape, 1, 2);
   devbuf_named_buffer_t tensors[] = {{"a", a}, {"b", b}};
   CHECK_OK(devbuf_safetensors_write(path, tensors, 2, NULL, 0));
   size_t bytes = shape[0] * 4;
@@ -478,13 +513,15 @@ static void test_file_changed_under_load(void) {
   CHECK_OK(devbuf_safetensors_load(device, path, NULL, &mapped));
   CHECK_OK(devbuf_safetensors_load(device, path, &copy, &copied));
   if (!mapped || !copied || !out) return;
-  devbuf_buffer_t *zero_copy = devbuf_tensor_file_buffer(mapped, 1), *own = devbuf_tensor_file_buffer(copied, 1);
+  devbuf_buffer_t *zero_copy = devbuf_tensor_file_buffer(mapped, 1),
+                  *own = devbuf_tensor_file_buffer(copied, 1);
   CHECK_OK(devbuf_buffer_copyout(zero_copy, out, bytes)); // pages are in memory now
-  CHECK(truncate(path, 0) == 0);                           // what cp, torch.save or save_file do
+  CHECK(truncate(path, 0) == 0);                          // what cp, torch.save or save_file do
   CHECK_STATUS(devbuf_buffer_copyout(zero_copy, out, bytes), DEVBUF_IO_ERROR);
   CHECK_MESSAGE("truncated while mapped");
   devbuf_buffer_t *target = NULL;
-  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_FLOAT32, shape, 1, 0, &target));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_FLOAT32, shape, 1, 0,
+                                  &target));
   CHECK_STATUS(devbuf_buffer_copy_from(target, zero_copy), DEVBUF_IO_ERROR);
   CHECK(buffers_equal(own, b)); // the copy kept the file's old bytes
   devbuf_buffer_release(target);
@@ -492,7 +529,8 @@ static void test_file_changed_under_load(void) {
   devbuf_tensor_file_release(copied);
   // A copying load during which the file shrinks.
   CHECK_OK(devbuf_safetensors_write(path, tensors, 2, NULL, 0));
-  devbuf_load_options_t shrinking = {.flags = DEVBUF_LOAD_COPY, .on_tensor = truncate_after_first, .context = path};
+  devbuf_load_options_t shrinking = {
+      .flags = DEVBUF_LOAD_COPY, .on_tensor = truncate_after_first, .context = path};
   devbuf_tensor_file_t *file = (devbuf_tensor_file_t *)&file;
   CHECK_STATUS(devbuf_safetensors_load(device, path, &shrinking, &file), DEVBUF_IO_ERROR);
   CHECK_MESSAGE("shorter than it was");
@@ -519,7 +557,8 @@ static void test_file_changed_under_load(void) {
   int child_status = 0;
   CHECK(waitpid(child, &child_status, 0) == child);
   bool killed = WIFSIGNALED(child_status) && WTERMSIG(child_status) == SIGBUS;
-  bool reported = WIFEXITED(child_status) && WEXITSTATUS(child_status) != 0 && WEXITSTATUS(child_status) < 41;
+  bool reported =
+      WIFEXITED(child_status) && WEXITSTATUS(child_status) != 0 && WEXITSTATUS(child_status) < 41;
   CHECK(killed || reported); // reported: a sanitizer's own handler took it
   free(out);
   devbuf_buffer_release(a);
@@ -533,7 +572,8 @@ static void test_file_changed_under_load(void) {
 static void test_load_with_faults(void) {
   const char *path = test_data("safetensors/burn/mnist.safetensors");
   devbuf_allocator_t *faults = NULL;
-  CHECK_OK(devbuf_fault_adaptor_create(devbuf_device_allocator(device), 0, DEVBUF_FAULT_ONCE, &faults));
+  CHECK_OK(
+      devbuf_fault_adaptor_create(devbuf_device_allocator(device), 0, DEVBUF_FAULT_ONCE, &faults));
   devbuf_load_options_t options = {.allocator = faults};
   devbuf_tensor_file_t *file = NULL;
   CHECK_OK(devbuf_safetensors_load(device, path, &options, &file));
@@ -542,7 +582,8 @@ static void test_load_with_faults(void) {
   devbuf_tensor_file_release(file);
   for (int mode = 0; mode < 2; mode++) {
     for (uint64_t n = 1; n <= count; n++) {
-      CHECK_OK(devbuf_fault_adaptor_arm(faults, n, mode ? DEVBUF_FAULT_PERSISTENT : DEVBUF_FAULT_ONCE));
+      CHECK_OK(
+          devbuf_fault_adaptor_arm(faults, n, mode ? DEVBUF_FAULT_PERSISTENT : DEVBUF_FAULT_ONCE));
       file = (devbuf_tensor_file_t *)&file;
       CHECK_STATUS(devbuf_safetensors_load(device, path, &options, &file), DEVBUF_INJECTED_FAULT);
       CHECK(file == NULL);
@@ -555,7 +596,8 @@ static void test_load_with_faults(void) {
   devbuf_tensor_file_release(file);
   devbuf_device_t *other = NULL;
   devbuf_allocator_t *elsewhere = NULL;
-  if (devbuf_device_open("cpu", &other) == DEVBUF_OK) { // the same device: fine; a raw one of it too
+  if (devbuf_device_open("cpu", &other) ==
+      DEVBUF_OK) { // the same device: fine; a raw one of it too
     CHECK_OK(devbuf_device_raw_allocator(other, &elsewhere));
     options.allocator = elsewhere;
     CHECK_OK(devbuf_safetensors_load(device, path, &options, &file));

@@ -9,10 +9,14 @@ static devbuf_caching_options_t cpu_page = {.page_size = 4096};
 
 static char state_letter(devbuf_block_state state) {
   switch (state) {
-  case DEVBUF_BLOCK_ACTIVE: return 'A';
-  case DEVBUF_BLOCK_FREE: return 'F';
-  case DEVBUF_BLOCK_IN_FLIGHT: return 'I';
-  case DEVBUF_BLOCK_THREAD_CACHED: return 'T';
+  case DEVBUF_BLOCK_ACTIVE:
+    return 'A';
+  case DEVBUF_BLOCK_FREE:
+    return 'F';
+  case DEVBUF_BLOCK_IN_FLIGHT:
+    return 'I';
+  case DEVBUF_BLOCK_THREAD_CACHED:
+    return 'T';
   }
   return '?';
 }
@@ -26,8 +30,8 @@ static void render(devbuf_allocator_t *caching, char *out, size_t capacity) {
   out[0] = '\0';
   for (size_t i = 0; snapshot && i < snapshot->segment_count; i++) {
     const devbuf_snapshot_segment_t *segment = &snapshot->segments[i];
-    used += (size_t)snprintf(out + used, capacity - used, "%s%s %llu:", i ? " | " : "", segment->pool,
-                             (unsigned long long)segment->size);
+    used += (size_t)snprintf(out + used, capacity - used, "%s%s %llu:", i ? " | " : "",
+                             segment->pool, (unsigned long long)segment->size);
     uint64_t next_offset = 0;
     for (size_t b = 0; b < segment->block_count; b++) {
       const devbuf_snapshot_block_t *block = &segment->blocks[b];
@@ -41,14 +45,15 @@ static void render(devbuf_allocator_t *caching, char *out, size_t capacity) {
   devbuf_allocator_snapshot_free(snapshot);
 }
 
-#define CHECK_PICTURE(caching, expected)                                                                             \
-  do {                                                                                                               \
-    char picture_[4096];                                                                                             \
-    render((caching), picture_, sizeof picture_);                                                                    \
-    if (strcmp(picture_, (expected)) != 0) {                                                                         \
-      fprintf(stderr, "%s:%d: snapshot\n  is       %s\n  expected %s\n", __FILE__, __LINE__, picture_, (expected)); \
-      check_failures++;                                                                                              \
-    }                                                                                                                \
+#define CHECK_PICTURE(caching, expected)                                                     \
+  do {                                                                                       \
+    char picture_[4096];                                                                     \
+    render((caching), picture_, sizeof picture_);                                            \
+    if (strcmp(picture_, (expected)) != 0) {                                                 \
+      fprintf(stderr, "%s:%d: snapshot\n  is       %s\n  expected %s\n", __FILE__, __LINE__, \
+              picture_, (expected));                                                         \
+      check_failures++;                                                                      \
+    }                                                                                        \
   } while (0)
 
 static devbuf_memory_t alloc_ok(devbuf_allocator_t *caching, size_t size) {
@@ -96,10 +101,13 @@ static void test_share_coalesce_split(void) {
   devbuf_allocator_free(t.caching, &twelve);
   // A 13 MiB request does not fit the 12 MiB hole: a new segment.
   devbuf_memory_t thirteen = alloc_ok(t.caching, 13 * MiB);
-  CHECK_PICTURE(t.caching, "small 2097152: F2097152 | large 16777216: F12582912 A3145728 F1048576 | large 13631488: "
-                           "A13631488");
+  CHECK_PICTURE(
+      t.caching,
+      "small 2097152: F2097152 | large 16777216: F12582912 A3145728 F1048576 | large 13631488: "
+      "A13631488");
   devbuf_allocator_free(t.caching, &three); // coalesces with both neighbours
-  CHECK_PICTURE(t.caching, "small 2097152: F2097152 | large 16777216: F16777216 | large 13631488: A13631488");
+  CHECK_PICTURE(t.caching,
+                "small 2097152: F2097152 | large 16777216: F16777216 | large 13631488: A13631488");
   devbuf_allocator_free(t.caching, &thirteen);
   CHECK_EQ_U(stats_of(t.caching).system_frees, 0);
   devbuf_allocator_clear_cache(t.caching);
@@ -117,8 +125,10 @@ static void test_medium_segments(void) {
   for (int i = 0; i < 5; i++) blocks[i] = alloc_ok(t.caching, 4 * MiB);
   CHECK_PICTURE(t.caching, "large 20971520: A4194304 A4194304 A4194304 A4194304 A4194304");
   devbuf_memory_t sixth = alloc_ok(t.caching, 4 * MiB);
-  CHECK_PICTURE(t.caching, "large 20971520: A4194304 A4194304 A4194304 A4194304 A4194304 | large 20971520: A4194304 "
-                           "F16777216");
+  CHECK_PICTURE(
+      t.caching,
+      "large 20971520: A4194304 A4194304 A4194304 A4194304 A4194304 | large 20971520: A4194304 "
+      "F16777216");
   devbuf_allocator_free(t.caching, &blocks[1]);
   devbuf_allocator_free(t.caching, &blocks[2]);
   // 8 MiB fits the merged hole of the first segment (best fit: smaller than the 16 MiB rest).
@@ -158,8 +168,9 @@ static void test_worked_orders(void) {
   CHECK_EQ_U(s.system_allocs, 4);
   CHECK_EQ_U(s.active, 128 * MiB);
   CHECK(s.fragmentation == 0.0);
-  CHECK_PICTURE(t.caching, "large 33554432: A16777216 A16777216 | large 33554432: A16777216 A16777216 | large "
-                           "33554432: A16777216 A16777216 | large 33554432: A16777216 A16777216");
+  CHECK_PICTURE(t.caching,
+                "large 33554432: A16777216 A16777216 | large 33554432: A16777216 A16777216 | large "
+                "33554432: A16777216 A16777216 | large 33554432: A16777216 A16777216");
   for (int i = 0; i < 8; i++) devbuf_allocator_free(t.caching, &blocks[i]);
   test_allocators_close(&t);
 }
@@ -193,7 +204,8 @@ static void test_limits_give_back_idle_segments(void) {
   uint64_t after_first_pass = 0;
   for (int pass = 0; pass < 5; pass++) {
     devbuf_memory_t held[12];
-    for (int i = 0; i < 12; i++) held[i] = alloc_ok(t.caching, (size_t)(1 + i % 5) * MiB + 4096 * (size_t)i);
+    for (int i = 0; i < 12; i++)
+      held[i] = alloc_ok(t.caching, (size_t)(1 + i % 5) * MiB + 4096 * (size_t)i);
     for (int i = 0; i < 12; i += 2) devbuf_allocator_free(t.caching, &held[i]);
     devbuf_memory_t big = alloc_ok(t.caching, 20 * MiB);
     devbuf_allocator_free(t.caching, &big);
@@ -219,8 +231,10 @@ static void test_memory_limit(void) {
   devbuf_memory_t medium = alloc_ok(t.caching, 5 * MiB);
   CHECK_EQ_U(stats_of(t.caching).reserved, 40 * MiB); // its segment shrank to 8 MiB, not 20
   CHECK_STATUS(devbuf_allocator_alloc(t.caching, 12 * MiB, &c), DEVBUF_OUT_OF_MEMORY);
-  CHECK_MESSAGE("requested 12582912 bytes (12582912 rounded) with 36700672 bytes active, 5242368 cached, 0 released "
-                "in flight, a largest free block of 3145728 bytes and a memory limit of 41943040 bytes");
+  CHECK_MESSAGE(
+      "requested 12582912 bytes (12582912 rounded) with 36700672 bytes active, 5242368 cached, 0 "
+      "released "
+      "in flight, a largest free block of 3145728 bytes and a memory limit of 41943040 bytes");
   CHECK_EQ_U(stats_of(t.caching).failed_allocs, 1);
   // With b and the medium block freed, neither hole holds 20 MiB: both idle segments go
   // back, the one idle longer first, to make room.
@@ -230,7 +244,9 @@ static void test_memory_limit(void) {
   devbuf_allocator_stats_t s = stats_of(t.caching);
   CHECK_EQ_U(s.system_frees, 2);
   CHECK_EQ_U(s.reserved, 37 * MiB);
-  CHECK_PICTURE(t.caching, "large 15728640: A15728640 | small 2097152: A512 F2096640 | large 20971520: A20971520");
+  CHECK_PICTURE(
+      t.caching,
+      "large 15728640: A15728640 | small 2097152: A512 F2096640 | large 20971520: A20971520");
   devbuf_allocator_free(t.caching, &a);
   devbuf_allocator_free(t.caching, &c);
   devbuf_allocator_free(t.caching, &small);
@@ -352,7 +368,8 @@ static void test_growable_segments(void) {
   CHECK_EQ_U(stats_of(caching).system_allocs, 3);
   devbuf_allocator_free(caching, &again);
   devbuf_allocator_free(caching, &next);
-  devbuf_allocator_clear_cache(caching); // the large segment's free end goes, in the ranges it came in
+  devbuf_allocator_clear_cache(
+      caching); // the large segment's free end goes, in the ranges it came in
   s = stats_of(caching);
   CHECK_EQ_U(s.reserved, 2 * MiB);
   CHECK_EQ_U(s.system_frees, 2);
@@ -380,7 +397,8 @@ static void test_growable_segments(void) {
   devbuf_allocator_release(caching);
   devbuf_allocator_release(raw);
   // A user's allocator gives all four address-space calls or none.
-  static const devbuf_allocator_vtable_t half = {.alloc = half_alloc, .free = half_free, .reserve = half_reserve};
+  static const devbuf_allocator_vtable_t half = {
+      .alloc = half_alloc, .free = half_free, .reserve = half_reserve};
   devbuf_allocator_t *user = NULL;
   CHECK_STATUS(devbuf_allocator_create(device, &half, NULL, &user), DEVBUF_INVALID_ARGUMENT);
   CHECK_MESSAGE("all four or none (1 given)");

@@ -12,15 +12,27 @@ static void test_status_table(void) {
 }
 
 static void test_dtype_table(void) {
-  struct { devbuf_dtype dtype; const char *name; unsigned bits; uint8_t code; const char *st; } expected[] = {
-      {DEVBUF_BOOL, "bool", 8, 6, "BOOL"},           {DEVBUF_INT8, "int8", 8, 0, "I8"},
-      {DEVBUF_UINT64, "uint64", 64, 1, "U64"},       {DEVBUF_FLOAT16, "float16", 16, 2, "F16"},
-      {DEVBUF_BFLOAT16, "bfloat16", 16, 4, "BF16"},  {DEVBUF_FLOAT32, "float32", 32, 2, "F32"},
-      {DEVBUF_COMPLEX64, "complex64", 64, 5, "C64"}, {DEVBUF_FLOAT8_E4M3, "float8_e4m3", 8, 10, "F8_E4M3"},
-      {DEVBUF_FLOAT8_E5M2, "float8_e5m2", 8, 12, "F8_E5M2"}, {DEVBUF_FLOAT8_E8M0, "float8_e8m0", 8, 14, "F8_E8M0"},
+  struct {
+    devbuf_dtype dtype;
+    const char *name;
+    unsigned bits;
+    uint8_t code;
+    const char *st;
+  } expected[] = {
+      {DEVBUF_BOOL, "bool", 8, 6, "BOOL"},
+      {DEVBUF_INT8, "int8", 8, 0, "I8"},
+      {DEVBUF_UINT64, "uint64", 64, 1, "U64"},
+      {DEVBUF_FLOAT16, "float16", 16, 2, "F16"},
+      {DEVBUF_BFLOAT16, "bfloat16", 16, 4, "BF16"},
+      {DEVBUF_FLOAT32, "float32", 32, 2, "F32"},
+      {DEVBUF_COMPLEX64, "complex64", 64, 5, "C64"},
+      {DEVBUF_FLOAT8_E4M3, "float8_e4m3", 8, 10, "F8_E4M3"},
+      {DEVBUF_FLOAT8_E5M2, "float8_e5m2", 8, 12, "F8_E5M2"},
+      {DEVBUF_FLOAT8_E8M0, "float8_e8m0", 8, 14, "F8_E8M0"},
       {DEVBUF_FLOAT8_E4M3FNUZ, "float8_e4m3fnuz", 8, 11, "F8_E4M3FNUZ"},
       {DEVBUF_FLOAT8_E5M2FNUZ, "float8_e5m2fnuz", 8, 13, "F8_E5M2FNUZ"},
-      {DEVBUF_FLOAT6_E2M3, "float6_e2m3", 6, 15, "F6_E2M3"}, {DEVBUF_FLOAT6_E3M2, "float6_e3m2", 6, 16, "F6_E3M2"},
+      {DEVBUF_FLOAT6_E2M3, "float6_e2m3", 6, 15, "F6_E2M3"},
+      {DEVBUF_FLOAT6_E3M2, "float6_e3m2", 6, 16, "F6_E3M2"},
       {DEVBUF_FLOAT4_E2M1, "float4_e2m1", 4, 17, "F4"},
   };
   for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) {

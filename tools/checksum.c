@@ -8,10 +8,10 @@
 
 #include <string.h>
 
-#define MIX_A UINT64_C(0x9e3779b97f4a7c15) // 2^64 / golden ratio, odd
-#define MIX_B UINT64_C(0xd6e8feb86659fd93)
-#define LANES 8
-#define BLOCK (LANES * 8)
+#define MIX_A             UINT64_C(0x9e3779b97f4a7c15) // 2^64 / golden ratio, odd
+#define MIX_B             UINT64_C(0xd6e8feb86659fd93)
+#define LANES             8
+#define BLOCK             (LANES * 8)
 #define BLOCKS_PER_STRIPE 64
 
 static inline uint64_t rotate(uint64_t x, int bits) { return x << bits | x >> (64 - bits); }
@@ -22,9 +22,12 @@ static inline uint64_t load64(const unsigned char *p) {
   return word;
 }
 
-static inline uint64_t round64(uint64_t h, uint64_t word) { return rotate(h + word * MIX_B, 31) * MIX_A; }
+static inline uint64_t round64(uint64_t h, uint64_t word) {
+  return rotate(h + word * MIX_B, 31) * MIX_A;
+}
 
-static const uint64_t lane_keys[LANES] = {0, MIX_B, 2 * MIX_B, 3 * MIX_B, 4 * MIX_B, 5 * MIX_B, 6 * MIX_B, 7 * MIX_B};
+static const uint64_t lane_keys[LANES] = {0,         MIX_B,     2 * MIX_B, 3 * MIX_B,
+                                          4 * MIX_B, 5 * MIX_B, 6 * MIX_B, 7 * MIX_B};
 
 // One stripe of `blocks` 64-byte blocks into the lanes; `step` is the block counter. The
 // SSE2 path (every x86-64 CPU has it) computes exactly what the portable one does.

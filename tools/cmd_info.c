@@ -17,11 +17,13 @@ static void print_text(const char *spec, devbuf_device_t *device) {
   devbuf_allocator_stats(devbuf_device_allocator(device), &stats);
   devbuf_device_info_t info;
   devbuf_device_info(device, &info);
-  printf("%-9s available: %s\n", devbuf_device_spec(device), DEVBUF_PRINTABLE(devbuf_device_name(device), text));
+  printf("%-9s available: %s\n", devbuf_device_spec(device),
+         DEVBUF_PRINTABLE(devbuf_device_name(device), text));
   if (info.version[0]) printf("          %s\n", DEVBUF_PRINTABLE(info.version, text));
-  printf("          memory %.1f GiB, largest allocation %.1f GiB, alignment %zu bytes, host-unified %s, SVM %s\n",
-         (double)info.global_memory / (1 << 30), (double)info.max_allocation / (1 << 30), info.alignment,
-         info.host_unified ? "yes" : "no", info.svm_capabilities ? "yes" : "no");
+  printf("          memory %.1f GiB, largest allocation %.1f GiB, alignment %zu bytes, "
+         "host-unified %s, SVM %s\n",
+         (double)info.global_memory / (1 << 30), (double)info.max_allocation / (1 << 30),
+         info.alignment, info.host_unified ? "yes" : "no", info.svm_capabilities ? "yes" : "no");
   printf("          page %zu bytes; allocator %s (active %llu bytes, cached %llu bytes)\n",
          devbuf_device_page_size(device), devbuf_allocator_kind(devbuf_device_allocator(device)),
          (unsigned long long)stats.active, (unsigned long long)stats.cached);
@@ -44,8 +46,9 @@ static void print_json(const char *spec, devbuf_device_t *device, int first) {
   devbuf_tool_json_string(info.version, stdout);
   printf(", \"memory_bytes\": %llu, \"max_allocation_bytes\": %llu, \"alignment_bytes\": %zu, "
          "\"page_bytes\": %zu, \"host_unified\": %s, \"svm\": %s}",
-         (unsigned long long)info.global_memory, (unsigned long long)info.max_allocation, info.alignment,
-         devbuf_device_page_size(device), info.host_unified ? "true" : "false", info.svm_capabilities ? "true" : "false");
+         (unsigned long long)info.global_memory, (unsigned long long)info.max_allocation,
+         info.alignment, devbuf_device_page_size(device), info.host_unified ? "true" : "false",
+         info.svm_capabilities ? "true" : "false");
 }
 
 int devbuf_cmd_info(int argc, char **argv) {

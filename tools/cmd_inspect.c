@@ -17,7 +17,8 @@ static void print_json(const char *path, const devbuf_tensor_file_t *file, FILE 
   fprintf(out, "{\n  \"file\": ");
   devbuf_tool_json_string(path, out);
   fprintf(out, ",\n  \"header_size\": %llu,\n  \"data_size\": %llu,\n  \"metadata\": {",
-          (unsigned long long)devbuf_tensor_file_header_size(file), (unsigned long long)devbuf_tensor_file_data_size(file));
+          (unsigned long long)devbuf_tensor_file_header_size(file),
+          (unsigned long long)devbuf_tensor_file_data_size(file));
   for (size_t i = 0; i < devbuf_tensor_file_metadata_count(file); i++) {
     const char *key, *value;
     devbuf_tensor_file_metadata(file, i, &key, &value);
@@ -46,7 +47,8 @@ static void print_table(const char *path, const devbuf_tensor_file_t *file, FILE
   char safe_path[512];
   fprintf(out, "%s: %zu tensors, header %llu bytes, data %llu bytes\n",
           devbuf_tool_printable(path, safe_path, sizeof safe_path), count,
-          (unsigned long long)devbuf_tensor_file_header_size(file), (unsigned long long)devbuf_tensor_file_data_size(file));
+          (unsigned long long)devbuf_tensor_file_header_size(file),
+          (unsigned long long)devbuf_tensor_file_data_size(file));
   for (size_t i = 0; i < devbuf_tensor_file_metadata_count(file); i++) {
     const char *key, *value;
     devbuf_tensor_file_metadata(file, i, &key, &value);
@@ -61,7 +63,8 @@ static void print_table(const char *path, const devbuf_tensor_file_t *file, FILE
     size_t length = strlen(info.name);
     if (length > width) width = length < 60 ? length : 60;
   }
-  fprintf(out, "  %-*s  %-11s %-20s %14s  %s\n", (int)width, "name", "dtype", "shape", "bytes", "offsets");
+  fprintf(out, "  %-*s  %-11s %-20s %14s  %s\n", (int)width, "name", "dtype", "shape", "bytes",
+          "offsets");
   for (size_t i = 0; i < count; i++) {
     devbuf_tensor_info_t info;
     devbuf_tensor_file_info(file, i, &info);
@@ -69,8 +72,9 @@ static void print_table(const char *path, const devbuf_tensor_file_t *file, FILE
     devbuf_tool_shape_text(info.shape, info.ndim, ", ", shape, sizeof shape);
     fprintf(out, "  %-*s  %-11s %-20s %14llu  [%llu, %llu)\n", (int)width,
             devbuf_tool_printable(info.name, name, sizeof name),
-            devbuf_dtype_safetensors_name(info.dtype), shape, (unsigned long long)(info.end - info.begin),
-            (unsigned long long)info.begin, (unsigned long long)info.end);
+            devbuf_dtype_safetensors_name(info.dtype), shape,
+            (unsigned long long)(info.end - info.begin), (unsigned long long)info.begin,
+            (unsigned long long)info.end);
   }
 }
 
@@ -85,7 +89,8 @@ int devbuf_cmd_inspect(int argc, char **argv) {
     else if (!path && argv[i][0] != '-')
       path = argv[i];
     else
-      return devbuf_tool_misuse("inspect", "%s '%s'", argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
+      return devbuf_tool_misuse("inspect", "%s '%s'",
+                                argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
                                 DEVBUF_PRINTABLE(argv[i], safe));
   }
   if (!path) return devbuf_tool_misuse("inspect", "FILE is needed");

@@ -40,8 +40,8 @@ static void progress_show(progress *bar, double fraction) {
   if (percent == bar->last_percent) return;
   bar->last_percent = percent;
   int filled = percent * 30 / 100;
-  fprintf(stderr, "\r%-9s [%.*s%*s] %3d%%", bar->label, filled, "##############################", 30 - filled, "",
-          percent);
+  fprintf(stderr, "\r%-9s [%.*s%*s] %3d%%", bar->label, filled, "##############################",
+          30 - filled, "", percent);
   if (percent == 100) fputc('\n', stderr);
   fflush(stderr);
 }
@@ -52,12 +52,14 @@ typedef struct load_watch {
   progress bar;
 } load_watch;
 
-static void on_tensor(void *context, size_t index, const devbuf_tensor_info_t *info, devbuf_buffer_t *buffer) {
+static void on_tensor(void *context, size_t index, const devbuf_tensor_info_t *info,
+                      devbuf_buffer_t *buffer) {
   (void)buffer;
   load_watch *watch = context;
   if (index == 0) watch->first_tensor = seconds_now();
   watch->bytes_done += info->end - info->begin;
-  progress_show(&watch->bar, watch->bytes_total ? (double)watch->bytes_done / (double)watch->bytes_total : 1.0);
+  progress_show(&watch->bar,
+                watch->bytes_total ? (double)watch->bytes_done / (double)watch->bytes_total : 1.0);
 }
 
 static void on_verified(void *context, uint64_t done, uint64_t total) {
@@ -73,21 +75,25 @@ static int sample_path(char *path, size_t capacity, int quiet) {
   else if (home && home[0] == '/')
     snprintf(folder, sizeof folder, "%s/.cache/devbuf", home);
   else
-    return devbuf_tool_misuse("load", "without FILE the sample model goes to $XDG_CACHE_HOME or $HOME, and "
-                                      "neither is set: name a FILE");
+    return devbuf_tool_misuse("load",
+                              "without FILE the sample model goes to $XDG_CACHE_HOME or $HOME, and "
+                              "neither is set: name a FILE");
   char parent[900];
   snprintf(parent, sizeof parent, "%.*s", (int)(strrchr(folder, '/') - folder), folder);
   mkdir(parent, 0755);
   if (mkdir(folder, 0755) != 0 && errno != EEXIST) {
     char safe[1024];
-    fprintf(stderr, "devbuf load: cannot make %s: %s\n", DEVBUF_PRINTABLE(folder, safe), strerror(errno));
+    fprintf(stderr, "devbuf load: cannot make %s: %s\n", DEVBUF_PRINTABLE(folder, safe),
+            strerror(errno));
     return 1;
   }
   snprintf(path, capacity, "%s/sample-model.safetensors", folder);
   struct stat info;
   if (stat(path, &info) == 0) return 0;
   char safe_path[1024];
-  if (!quiet) printf("writing a sample model (%u MiB) to %s\n", SAMPLE_BYTES >> 20, DEVBUF_PRINTABLE(path, safe_path));
+  if (!quiet)
+    printf("writing a sample model (%u MiB) to %s\n", SAMPLE_BYTES >> 20,
+           DEVBUF_PRINTABLE(path, safe_path));
   if (devbuf_tool_write_sample(path, SAMPLE_BYTES) != DEVBUF_OK) {
     devbuf_tool_report("load: cannot write the sample model", path);
     return 1;
@@ -122,7 +128,8 @@ static int parse(int argc, char **argv, load_request *out) {
     } else if (!out->path && argv[i][0] != '-') {
       out->path = argv[i];
     } else {
-      return devbuf_tool_misuse("load", "%s '%s'", argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
+      return devbuf_tool_misuse("load", "%s '%s'",
+                                argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
                                 DEVBUF_PRINTABLE(argv[i], safe));
     }
   }
@@ -149,11 +156,13 @@ static void print_digest_text(const devbuf_tensor_file_t *file, const devbuf_too
 }
 
 // Compares the digests with the list at `path`: counts and names what differs on stderr.
-static int compare_expected(const char *path, const devbuf_tensor_file_t *file, load_result *result) {
+static int compare_expected(const char *path, const devbuf_tensor_file_t *file,
+                            load_result *result) {
   devbuf_digest_list list;
   char why[256], safe[1024];
   if (!devbuf_digest_list_read(path, &list, why, sizeof why)) {
-    fprintf(stderr, "devbuf load: cannot read the digests in %s: %s\n", DEVBUF_PRINTABLE(path, safe), why);
+    fprintf(stderr, "devbuf load: cannot read the digests in %s: %s\n",
+            DEVBUF_PRINTABLE(path, safe), why);
     return 1;
   }
   for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
@@ -170,20 +179,23 @@ static int compare_expected(const char *path, const devbuf_tensor_file_t *file, 
       entry->seen = true;
       if (strcmp(entry->hex, hex) != 0) {
         result->differ++;
-        fprintf(stderr, "devbuf load: tensor '%s' differs: expected %s, got %s\n", name, entry->hex, hex);
+        fprintf(stderr, "devbuf load: tensor '%s' differs: expected %s, got %s\n", name, entry->hex,
+                hex);
       }
     }
   }
   for (size_t i = 0; i < list.count; i++) {
     if (list.entries[i].seen) continue;
     result->missing++;
-    fprintf(stderr, "devbuf load: tensor '%s' of the expected list is not in the file\n", list.entries[i].name);
+    fprintf(stderr, "devbuf load: tensor '%s' of the expected list is not in the file\n",
+            list.entries[i].name);
   }
   devbuf_digest_list_free(&list);
   return result->differ || result->missing || result->unexpected ? 1 : 0;
 }
 
-static void print_text(const load_request *request, devbuf_device_t *device, const load_result *result) {
+static void print_text(const load_request *request, devbuf_device_t *device,
+                       const load_result *result) {
   size_t count = devbuf_tensor_file_count(result->file);
   uint64_t bytes = devbuf_tensor_file_data_size(result->file);
   int zero_copy = count && devbuf_buffer_is_mapped(devbuf_tensor_file_buffer(result->file, 0));
@@ -192,21 +204,23 @@ static void print_text(const load_request *request, devbuf_device_t *device, con
          DEVBUF_PRINTABLE(request->path, safe_path), devbuf_device_spec(device),
          zero_copy ? "zero-copy views of one read-only mapping" : "copies");
   if (count)
-    printf("  first tensor after %.3f ms; all after %.3f ms\n", (result->first_tensor - result->start) * 1e3,
-           (result->loaded - result->start) * 1e3);
+    printf("  first tensor after %.3f ms; all after %.3f ms\n",
+           (result->first_tensor - result->start) * 1e3, (result->loaded - result->start) * 1e3);
   if (!zero_copy && result->loaded > result->start)
     printf("  read at %.2f GB/s\n", (double)bytes / (result->loaded - result->start) * 1e-9);
   if (!result->digests) return;
   printf("  hashed %.1f MiB in %.3f ms: %.2f GB/s; end to end %.3f ms\n", (double)bytes / (1 << 20),
-         result->verify_seconds * 1e3, result->verify_seconds > 0 ? (double)bytes / result->verify_seconds * 1e-9 : 0.0,
+         result->verify_seconds * 1e3,
+         result->verify_seconds > 0 ? (double)bytes / result->verify_seconds * 1e-9 : 0.0,
          (result->loaded - result->start + result->verify_seconds) * 1e3);
   print_digest_text(result->file, result->digests);
   if (request->expect)
-    printf("  expected digests: %zu differ, %zu missing from the file, %zu not in the list\n", result->differ,
-           result->missing, result->unexpected);
+    printf("  expected digests: %zu differ, %zu missing from the file, %zu not in the list\n",
+           result->differ, result->missing, result->unexpected);
 }
 
-static void print_json(const load_request *request, devbuf_device_t *device, const load_result *result) {
+static void print_json(const load_request *request, devbuf_device_t *device,
+                       const load_result *result) {
   const devbuf_tensor_file_t *file = result->file;
   size_t count = devbuf_tensor_file_count(file);
   uint64_t bytes = devbuf_tensor_file_data_size(file);
@@ -215,9 +229,11 @@ static void print_json(const load_request *request, devbuf_device_t *device, con
   devbuf_tool_json_string(request->path, stdout);
   printf(", \"device\": ");
   devbuf_tool_json_string(devbuf_device_spec(device), stdout);
-  printf(", \"zero_copy\": %s, \"tensors\": %zu, \"bytes\": %llu, \"first_tensor_ms\": %.3f, \"load_ms\": %.3f",
+  printf(", \"zero_copy\": %s, \"tensors\": %zu, \"bytes\": %llu, \"first_tensor_ms\": %.3f, "
+         "\"load_ms\": %.3f",
          zero_copy ? "true" : "false", count, (unsigned long long)bytes,
-         count ? (result->first_tensor - result->start) * 1e3 : 0.0, (result->loaded - result->start) * 1e3);
+         count ? (result->first_tensor - result->start) * 1e3 : 0.0,
+         (result->loaded - result->start) * 1e3);
   if (result->digests) {
     printf(", \"verify_ms\": %.3f, \"digests\": [", result->verify_seconds * 1e3);
     for (size_t i = 0; i < count; i++) {
@@ -234,8 +250,8 @@ static void print_json(const load_request *request, devbuf_device_t *device, con
     printf("%s]", count ? "\n" : "");
   }
   if (request->expect)
-    printf(", \"expected\": {\"differ\": %zu, \"missing\": %zu, \"unexpected\": %zu}", result->differ, result->missing,
-           result->unexpected);
+    printf(", \"expected\": {\"differ\": %zu, \"missing\": %zu, \"unexpected\": %zu}",
+           result->differ, result->missing, result->unexpected);
   printf("}\n");
 }
 
@@ -259,8 +275,8 @@ int devbuf_cmd_load(int argc, char **argv) {
     watch.bytes_total = devbuf_tensor_file_data_size(header);
     devbuf_tensor_file_release(header);
   }
-  devbuf_load_options_t options = {.flags = request.copy ? DEVBUF_LOAD_COPY : 0, .on_tensor = on_tensor,
-                                   .context = &watch};
+  devbuf_load_options_t options = {
+      .flags = request.copy ? DEVBUF_LOAD_COPY : 0, .on_tensor = on_tensor, .context = &watch};
   load_result result = {0};
   watch.start = result.start = seconds_now();
   if (devbuf_safetensors_load(device, request.path, &options, &result.file) != DEVBUF_OK) {
@@ -277,8 +293,8 @@ int devbuf_cmd_load(int argc, char **argv) {
     result.digests = calloc(count ? count : 1, sizeof *result.digests);
     progress bar = {terminal, "verifying", -1};
     double start = seconds_now();
-    if (!result.digests ||
-        devbuf_tool_verify(result.file, DEVBUF_TOOL_SHA256, result.digests, 0, on_verified, &bar) != DEVBUF_OK) {
+    if (!result.digests || devbuf_tool_verify(result.file, DEVBUF_TOOL_SHA256, result.digests, 0,
+                                              on_verified, &bar) != DEVBUF_OK) {
       if (result.digests)
         devbuf_tool_report("load: verify", NULL);
       else
@@ -290,7 +306,8 @@ int devbuf_cmd_load(int argc, char **argv) {
     result.verify_seconds = seconds_now() - start;
     if (!failed && request.expect) failed = compare_expected(request.expect, result.file, &result);
   }
-  if (!failed || result.digests) (request.json ? print_json : print_text)(&request, device, &result);
+  if (!failed || result.digests)
+    (request.json ? print_json : print_text)(&request, device, &result);
   free(result.digests);
   devbuf_tensor_file_release(result.file);
   devbuf_device_release(device);

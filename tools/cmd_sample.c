@@ -18,12 +18,14 @@ int devbuf_cmd_sample(int argc, char **argv) {
       char *end = NULL;
       mib = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
       if (!end || *end || mib < 1 || mib > (1L << 20))
-        return devbuf_tool_misuse("sample", "--mib takes a number of MiB from 1 to 1048576, not '%s'",
+        return devbuf_tool_misuse("sample",
+                                  "--mib takes a number of MiB from 1 to 1048576, not '%s'",
                                   DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
     } else if (!path && argv[i][0] != '-') {
       path = argv[i];
     } else {
-      return devbuf_tool_misuse("sample", "%s '%s'", argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
+      return devbuf_tool_misuse("sample", "%s '%s'",
+                                argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
                                 DEVBUF_PRINTABLE(argv[i], safe));
     }
   }

@@ -18,45 +18,46 @@ typedef struct pass_figures {
 } pass_figures;
 
 static void print_text(const char *path, const char *spec, uint64_t page, bool growable,
-                       const devbuf_trace_summary_t *summary,
-                       const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts,
-                       const pass_figures *passes, int pass_count) {
+                       const devbuf_trace_summary_t *summary, const devbuf_allocator_stats_t *stats,
+                       const devbuf_counting_upstream *counts, const pass_figures *passes,
+                       int pass_count) {
   char safe_path[1024], safe_spec[64];
-  printf("replayed %s with %s's policy, %llu-byte page%s: %llu allocations, %llu frees, %llu refused, %llu never "
+  printf("replayed %s with %s's policy, %llu-byte page%s: %llu allocations, %llu frees, %llu "
+         "refused, %llu never "
          "freed\n",
-         DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec), (unsigned long long)page,
-         growable ? ", growable segments" : "",
-         (unsigned long long)summary->allocs,
-         (unsigned long long)summary->frees, (unsigned long long)summary->failed_allocs,
-         (unsigned long long)summary->leaked);
-  printf("peak requested %llu bytes; peak reserved %llu bytes; allocator peak %llu bytes (rounded); "
-         "%llu system allocations, %llu system frees, %llu cache hits\n",
-         (unsigned long long)summary->peak_live_bytes, (unsigned long long)counts->peak_held,
-         (unsigned long long)stats->peak, (unsigned long long)stats->system_allocs,
-         (unsigned long long)stats->system_frees, (unsigned long long)stats->cache_hits);
+         DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec),
+         (unsigned long long)page, growable ? ", growable segments" : "",
+         (unsigned long long)summary->allocs, (unsigned long long)summary->frees,
+         (unsigned long long)summary->failed_allocs, (unsigned long long)summary->leaked);
+  printf(
+      "peak requested %llu bytes; peak reserved %llu bytes; allocator peak %llu bytes (rounded); "
+      "%llu system allocations, %llu system frees, %llu cache hits\n",
+      (unsigned long long)summary->peak_live_bytes, (unsigned long long)counts->peak_held,
+      (unsigned long long)stats->peak, (unsigned long long)stats->system_allocs,
+      (unsigned long long)stats->system_frees, (unsigned long long)stats->cache_hits);
   for (int i = 1; i < pass_count; i++)
-    printf("pass %d: %llu system allocations, %llu refused\n", i + 1, (unsigned long long)passes[i].system_allocs,
-           (unsigned long long)passes[i].refused);
+    printf("pass %d: %llu system allocations, %llu refused\n", i + 1,
+           (unsigned long long)passes[i].system_allocs, (unsigned long long)passes[i].refused);
 }
 
 static void print_json(const char *path, const char *spec, uint64_t page, bool growable,
-                       const devbuf_trace_summary_t *summary,
-                       const devbuf_allocator_stats_t *stats, const devbuf_counting_upstream *counts,
-                       const pass_figures *passes, int pass_count) {
+                       const devbuf_trace_summary_t *summary, const devbuf_allocator_stats_t *stats,
+                       const devbuf_counting_upstream *counts, const pass_figures *passes,
+                       int pass_count) {
   printf("{\"page_bytes\": %llu, \"growable\": %s, \"file\": ", (unsigned long long)page,
          growable ? "true" : "false");
   devbuf_tool_json_string(path, stdout);
   printf(", \"device\": ");
   devbuf_tool_json_string(spec, stdout);
   printf(", \"allocs\": %llu, \"frees\": %llu, \"refused\": %llu, \"never_freed\": %llu, "
-         "\"peak_requested_bytes\": %llu, \"peak_reserved_bytes\": %llu, \"allocator_peak_bytes\": %llu, "
+         "\"peak_requested_bytes\": %llu, \"peak_reserved_bytes\": %llu, \"allocator_peak_bytes\": "
+         "%llu, "
          "\"system_allocs\": %llu, \"system_frees\": %llu, \"cache_hits\": %llu, \"passes\": [",
          (unsigned long long)summary->allocs, (unsigned long long)summary->frees,
          (unsigned long long)summary->failed_allocs, (unsigned long long)summary->leaked,
          (unsigned long long)summary->peak_live_bytes, (unsigned long long)counts->peak_held,
-         (unsigned long long)stats->peak,
-         (unsigned long long)stats->system_allocs, (unsigned long long)stats->system_frees,
-         (unsigned long long)stats->cache_hits);
+         (unsigned long long)stats->peak, (unsigned long long)stats->system_allocs,
+         (unsigned long long)stats->system_frees, (unsigned long long)stats->cache_hits);
   for (int i = 0; i < pass_count; i++)
     printf("%s{\"system_allocs\": %llu, \"refused\": %llu}", i ? ", " : "",
            (unsigned long long)passes[i].system_allocs, (unsigned long long)passes[i].refused);
@@ -73,14 +74,16 @@ int devbuf_cmd_trace(int argc, char **argv) {
     if (!subcommand && (strcmp(argv[i], "replay") == 0 || strcmp(argv[i], "view") == 0)) {
       subcommand = argv[i];
     } else if (!subcommand) {
-      return devbuf_tool_misuse("trace", "unknown subcommand '%s'", DEVBUF_PRINTABLE(argv[i], safe));
+      return devbuf_tool_misuse("trace", "unknown subcommand '%s'",
+                                DEVBUF_PRINTABLE(argv[i], safe));
     } else if (strcmp(argv[i], "--json") == 0 && subcommand[0] == 'r') {
       json = 1;
     } else if (strcmp(argv[i], "-o") == 0 && subcommand[0] == 'v') {
       if (++i == argc) return devbuf_tool_misuse("trace", "-o needs the path of the page to write");
       html_path = argv[i];
     } else if (strcmp(argv[i], "--device") == 0) {
-      if (++i == argc) return devbuf_tool_misuse("trace", "--device needs a device, such as cpu or opencl:0");
+      if (++i == argc)
+        return devbuf_tool_misuse("trace", "--device needs a device, such as cpu or opencl:0");
       spec = argv[i];
     } else if (strcmp(argv[i], "--growable") == 0 && subcommand[0] == 'r') {
       options.growable = 1;
@@ -91,7 +94,8 @@ int devbuf_cmd_trace(int argc, char **argv) {
         return devbuf_tool_misuse("trace", "--passes takes a count from 1 to 100, not '%s'",
                                   DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
       pass_count = (int)count;
-    } else if ((strcmp(argv[i], "--memory-limit") == 0 || strcmp(argv[i], "--page") == 0) && subcommand[0] == 'r') {
+    } else if ((strcmp(argv[i], "--memory-limit") == 0 || strcmp(argv[i], "--page") == 0) &&
+               subcommand[0] == 'r') {
       const char *option = argv[i];
       char *end = NULL;
       uint64_t bytes = i + 1 < argc ? strtoull(argv[++i], &end, 10) : 0;
@@ -99,18 +103,22 @@ int devbuf_cmd_trace(int argc, char **argv) {
         return devbuf_tool_misuse("trace", "%s takes a number of bytes, not '%s'", option,
                                   DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
       if (option[2] == 'p' && (bytes < 4096 || (bytes & (bytes - 1))))
-        return devbuf_tool_misuse("trace", "--page takes a power of two of at least 4096 bytes, not %llu",
+        return devbuf_tool_misuse("trace",
+                                  "--page takes a power of two of at least 4096 bytes, not %llu",
                                   (unsigned long long)bytes);
       *(option[2] == 'p' ? &options.page_size : &options.memory_limit) = bytes;
     } else if (!path && argv[i][0] != '-') {
       path = argv[i];
     } else {
-      return devbuf_tool_misuse("trace", "%s '%s'", argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
+      return devbuf_tool_misuse("trace", "%s '%s'",
+                                argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
                                 DEVBUF_PRINTABLE(argv[i], safe));
     }
   }
-  if (!subcommand || !path) return devbuf_tool_misuse("trace", "replay or view, and a trace FILE, are needed");
-  if (subcommand[0] == 'v' && !html_path) return devbuf_tool_misuse("trace", "view needs -o PAGE.html");
+  if (!subcommand || !path)
+    return devbuf_tool_misuse("trace", "replay or view, and a trace FILE, are needed");
+  if (subcommand[0] == 'v' && !html_path)
+    return devbuf_tool_misuse("trace", "view needs -o PAGE.html");
   devbuf_device_t *device = NULL;
   int opened = devbuf_tool_open_device("trace", spec, &device);
   if (opened) return opened;
@@ -135,8 +143,8 @@ int devbuf_cmd_trace(int argc, char **argv) {
       if (pass == 0) first = summary;
     }
     if (status == DEVBUF_OK) {
-      (json ? print_json : print_text)(path, spec, page, options.growable != 0, &first, &stats, &counts, passes,
-                                       pass_count);
+      (json ? print_json : print_text)(path, spec, page, options.growable != 0, &first, &stats,
+                                       &counts, passes, pass_count);
     } else {
       devbuf_tool_report("trace", NULL);
       code = 1;

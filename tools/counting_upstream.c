@@ -1,7 +1,7 @@
 // The counting upstream of counting_upstream.h.
 #include "counting_upstream.h"
 
-#define FAKE_BASE ((uint64_t)1 << 40) // far from anything real, aligned to every page size
+#define FAKE_BASE      ((uint64_t)1 << 40) // far from anything real, aligned to every page size
 #define FAKE_ALIGNMENT ((uint64_t)2 << 20)
 
 static devbuf_status counting_alloc(void *context, size_t size, devbuf_memory_t *out) {
@@ -12,7 +12,8 @@ static devbuf_status counting_alloc(void *context, size_t size, devbuf_memory_t 
   counts->held += size;
   if (counts->held > counts->peak_held) counts->peak_held = counts->held;
   counts->allocs++;
-  *out = (devbuf_memory_t){.host = NULL, .device = address, .size = size}; // no memory: the CPU may not touch it
+  *out = (devbuf_memory_t){
+      .host = NULL, .device = address, .size = size}; // no memory: the CPU may not touch it
   return DEVBUF_OK;
 }
 
@@ -28,11 +29,13 @@ static devbuf_status counting_reserve(void *context, size_t size, devbuf_memory_
   if (!counts->next_address) counts->next_address = FAKE_BASE;
   uint64_t address = counts->next_address;
   counts->next_address += (size + FAKE_ALIGNMENT - 1) & ~(FAKE_ALIGNMENT - 1);
-  *out = (devbuf_memory_t){.host = NULL, .device = address, .size = size}; // no memory: the CPU may not touch it
+  *out = (devbuf_memory_t){
+      .host = NULL, .device = address, .size = size}; // no memory: the CPU may not touch it
   return DEVBUF_OK;
 }
 
-static devbuf_status counting_map(void *context, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+static devbuf_status counting_map(void *context, const devbuf_memory_t *reservation, size_t offset,
+                                  size_t size) {
   (void)reservation, (void)offset;
   devbuf_counting_upstream *counts = context;
   counts->held += size;
@@ -41,14 +44,17 @@ static devbuf_status counting_map(void *context, const devbuf_memory_t *reservat
   return DEVBUF_OK;
 }
 
-static void counting_unmap(void *context, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+static void counting_unmap(void *context, const devbuf_memory_t *reservation, size_t offset,
+                           size_t size) {
   (void)reservation, (void)offset;
   devbuf_counting_upstream *counts = context;
   counts->held -= size;
   counts->frees++;
 }
 
-static void counting_unreserve(void *context, const devbuf_memory_t *reservation) { (void)context, (void)reservation; }
+static void counting_unreserve(void *context, const devbuf_memory_t *reservation) {
+  (void)context, (void)reservation;
+}
 
 static const devbuf_allocator_vtable_t counting_vtable = {.alloc = counting_alloc,
                                                           .free = counting_free,
@@ -57,8 +63,10 @@ static const devbuf_allocator_vtable_t counting_vtable = {.alloc = counting_allo
                                                           .unmap = counting_unmap,
                                                           .unreserve = counting_unreserve};
 
-devbuf_status devbuf_tool_counting_caching(devbuf_device_t *device, const devbuf_caching_options_t *options,
-                                           devbuf_counting_upstream *counts, devbuf_allocator_t **out_caching) {
+devbuf_status devbuf_tool_counting_caching(devbuf_device_t *device,
+                                           const devbuf_caching_options_t *options,
+                                           devbuf_counting_upstream *counts,
+                                           devbuf_allocator_t **out_caching) {
   *counts = (devbuf_counting_upstream){0};
   devbuf_allocator_t *upstream = NULL;
   devbuf_status status = devbuf_allocator_create(device, &counting_vtable, counts, &upstream);

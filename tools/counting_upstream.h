@@ -14,7 +14,9 @@ typedef struct devbuf_counting_upstream {
 
 // A caching allocator over a counting upstream with `device`'s page policy (or the page
 // and limits of `options`, which may be NULL).
-devbuf_status devbuf_tool_counting_caching(devbuf_device_t *device, const devbuf_caching_options_t *options,
-                                           devbuf_counting_upstream *counts, devbuf_allocator_t **out_caching);
+devbuf_status devbuf_tool_counting_caching(devbuf_device_t *device,
+                                           const devbuf_caching_options_t *options,
+                                           devbuf_counting_upstream *counts,
+                                           devbuf_allocator_t **out_caching);
 
 #endif

@@ -28,7 +28,8 @@ int main(int argc, char **argv) {
   if (strcmp(command, "help") == 0 || devbuf_tool_wants_help(command)) {
     if (argc > 2 && strcmp(devbuf_tool_usage(argv[2]), devbuf_tool_usage(NULL)) == 0) {
       char safe[256];
-      return devbuf_tool_misuse("help", "no command is named '%s'", DEVBUF_PRINTABLE(argv[2], safe));
+      return devbuf_tool_misuse("help", "no command is named '%s'",
+                                DEVBUF_PRINTABLE(argv[2], safe));
     }
     return devbuf_tool_help(argc > 2 ? argv[2] : NULL);
   }

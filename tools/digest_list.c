@@ -17,7 +17,8 @@ static int by_name(const void *a, const void *b) {
   return strcmp(((const devbuf_digest_entry *)a)->name, ((const devbuf_digest_entry *)b)->name);
 }
 
-bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *why, size_t why_capacity) {
+bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *why,
+                             size_t why_capacity) {
   *out = (devbuf_digest_list){NULL, 0};
   FILE *file = devbuf_tool_open_regular(path, why, why_capacity);
   if (!file) return false;
@@ -27,7 +28,8 @@ bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *wh
   ssize_t length;
   bool ok = true;
   while ((length = getline(&line, &line_capacity, file)) >= 0) {
-    while (length > 0 && (line[length - 1] == '\n' || line[length - 1] == '\r')) line[--length] = '\0';
+    while (length > 0 && (line[length - 1] == '\n' || line[length - 1] == '\r'))
+      line[--length] = '\0';
     const char *at = line;
     while (*at == ' ') at++; // the tool indents its own lines
     if (strlen(at) < 67 || !is_hex_digest(at)) continue;

@@ -20,7 +20,8 @@ typedef struct devbuf_digest_list {
 } devbuf_digest_list;
 
 // Reads the list at `path`; false (with errno's reason in `why`) if it cannot be read.
-bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *why, size_t why_capacity);
+bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *why,
+                             size_t why_capacity);
 // The entry named `name` (escaped form), or NULL.
 devbuf_digest_entry *devbuf_digest_list_find(devbuf_digest_list *list, const char *name);
 void devbuf_digest_list_free(devbuf_digest_list *list);

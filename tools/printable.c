@@ -15,12 +15,17 @@
 size_t devbuf_tool_printable_length(const unsigned char *text) {
   unsigned char c = text[0];
   if (c >= 0x20 && c < 0x7f) return 1;
-  size_t length = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  size_t length = c >= 0xc2 && c <= 0xdf   ? 2
+                  : c >= 0xe0 && c <= 0xef ? 3
+                  : c >= 0xf0 && c <= 0xf4 ? 4
+                                           : 0;
   for (size_t i = 1; i < length; i++)
     if ((text[i] & 0xc0) != 0x80) return 0;
-  if (length == 2 && c == 0xc2 && text[1] < 0xa0) return 0;                  // C1 controls
-  if (length == 3 && ((c == 0xe0 && text[1] < 0xa0) || (c == 0xed && text[1] >= 0xa0))) return 0; // overlong, surrogates
-  if (length == 4 && ((c == 0xf0 && text[1] < 0x90) || (c == 0xf4 && text[1] >= 0x90))) return 0; // overlong, > U+10FFFF
+  if (length == 2 && c == 0xc2 && text[1] < 0xa0) return 0; // C1 controls
+  if (length == 3 && ((c == 0xe0 && text[1] < 0xa0) || (c == 0xed && text[1] >= 0xa0)))
+    return 0; // overlong, surrogates
+  if (length == 4 && ((c == 0xf0 && text[1] < 0x90) || (c == 0xf4 && text[1] >= 0x90)))
+    return 0; // overlong, > U+10FFFF
   return length;
 }
 
@@ -44,8 +49,8 @@ const char *devbuf_tool_printable(const char *text, char *out, size_t capacity) 
   return out;
 }
 
-const char *devbuf_tool_shape_text(const size_t *shape, size_t ndim, const char *separator, char *out,
-                                   size_t capacity) {
+const char *devbuf_tool_shape_text(const size_t *shape, size_t ndim, const char *separator,
+                                   char *out, size_t capacity) {
   size_t used = (size_t)snprintf(out, capacity, "[");
   for (size_t d = 0; d < ndim && used < capacity; d++)
     used += (size_t)snprintf(out + used, capacity - used, "%s%zu", d ? separator : "", shape[d]);
@@ -55,8 +60,8 @@ const char *devbuf_tool_shape_text(const size_t *shape, size_t ndim, const char 
 
 void devbuf_tool_report(const char *what, const char *path) {
   char message[2048], safe_path[1024];
-  fprintf(stderr, "devbuf %s: %s%s%s\n", what, path ? DEVBUF_PRINTABLE(path, safe_path) : "", path ? ": " : "",
-          DEVBUF_PRINTABLE(devbuf_last_error(), message));
+  fprintf(stderr, "devbuf %s: %s%s%s\n", what, path ? DEVBUF_PRINTABLE(path, safe_path) : "",
+          path ? ": " : "", DEVBUF_PRINTABLE(devbuf_last_error(), message));
 }
 
 // A JSON string: quotes, backslashes and control characters escaped; UTF-8 passes through.
@@ -76,7 +81,6 @@ void devbuf_tool_json_string(const char *s, FILE *out) {
   }
   fputc('"', out);
 }
-
 
 FILE *devbuf_tool_open_regular(const char *path, char *why, size_t why_capacity) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);

@@ -14,8 +14,8 @@ const char *devbuf_tool_printable(const char *text, char *out, size_t capacity);
 size_t devbuf_tool_printable_length(const unsigned char *text);
 
 // "[2, 3]" (with `separator` between dimensions) into `out`, cut to fit; returns `out`.
-const char *devbuf_tool_shape_text(const size_t *shape, size_t ndim, const char *separator, char *out,
-                                   size_t capacity);
+const char *devbuf_tool_shape_text(const size_t *shape, size_t ndim, const char *separator,
+                                   char *out, size_t capacity);
 
 // Prints "devbuf <what>: [<path>: ]<message>" on stderr, the path and the library's last
 // error message made printable: messages quote tensor names, dtype strings and paths.

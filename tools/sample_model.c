@@ -13,11 +13,13 @@ typedef struct sample {
   uint64_t noise;
 } sample;
 
-static devbuf_status add(sample *s, const char *name, devbuf_dtype dtype, size_t rows, size_t cols) {
+static devbuf_status add(sample *s, const char *name, devbuf_dtype dtype, size_t rows,
+                         size_t cols) {
   if (s->count == sizeof s->tensors / sizeof *s->tensors) return DEVBUF_OK;
   size_t shape[2] = {rows, cols};
   devbuf_buffer_t *buffer;
-  devbuf_status status = devbuf_buffer_allocate(s->allocator, dtype, shape, cols ? 2 : 1, 0, &buffer);
+  devbuf_status status =
+      devbuf_buffer_allocate(s->allocator, dtype, shape, cols ? 2 : 1, 0, &buffer);
   if (status != DEVBUF_OK) return status;
   uint64_t *words;
   size_t size;
@@ -41,13 +43,16 @@ static devbuf_status add(sample *s, const char *name, devbuf_dtype dtype, size_t
 #define LAYERS 8
 
 // Rows of a projection (in units of hidden: gate and up are 8/3 h, kept to multiples of 64).
-static size_t projection_rows(size_t hidden, size_t rows, size_t cols) { return hidden * rows / cols / 64 * 64; }
+static size_t projection_rows(size_t hidden, size_t rows, size_t cols) {
+  return hidden * rows / cols / 64 * 64;
+}
 
 static const struct {
   const char *name;
   size_t rows, cols;
-} projections[] = {{"self_attn.q_proj", 1, 1}, {"self_attn.k_proj", 1, 1}, {"self_attn.v_proj", 1, 1},
-                   {"self_attn.o_proj", 1, 1}, {"mlp.gate_proj", 8, 3},    {"mlp.up_proj", 8, 3},
+} projections[] = {{"self_attn.q_proj", 1, 1}, {"self_attn.k_proj", 1, 1},
+                   {"self_attn.v_proj", 1, 1}, {"self_attn.o_proj", 1, 1},
+                   {"mlp.gate_proj", 8, 3},    {"mlp.up_proj", 8, 3},
                    {"mlp.down_proj", 1, 1}};
 
 // The file's data bytes for hidden size `hidden` (what devbuf_tool_write_sample lays out).
@@ -79,7 +84,8 @@ devbuf_status devbuf_tool_write_sample(const char *path, size_t bytes) {
   for (int layer = 0; status == DEVBUF_OK && layer < LAYERS; layer++) {
     for (size_t p = 0; status == DEVBUF_OK && p < sizeof projections / sizeof *projections; p++) {
       snprintf(name, sizeof name, "model.layers.%d.%s.weight", layer, projections[p].name);
-      status = add(s, name, DEVBUF_FLOAT16, projection_rows(hidden, projections[p].rows, projections[p].cols), hidden);
+      status = add(s, name, DEVBUF_FLOAT16,
+                   projection_rows(hidden, projections[p].rows, projections[p].cols), hidden);
     }
     snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", layer);
     if (status == DEVBUF_OK) status = add(s, name, DEVBUF_FLOAT32, hidden, 0);
@@ -89,7 +95,8 @@ devbuf_status devbuf_tool_write_sample(const char *path, size_t bytes) {
   if (status == DEVBUF_OK) status = add(s, "model.norm.weight", DEVBUF_FLOAT32, hidden, 0);
   if (status == DEVBUF_OK) status = add(s, "lm_head.weight", DEVBUF_FLOAT16, vocab, hidden);
   devbuf_metadata_entry_t metadata[] = {{"format", "pt"}, {"generator", "devbuf sample model"}};
-  if (status == DEVBUF_OK) status = devbuf_safetensors_write(path, s->tensors, s->count, metadata, 2);
+  if (status == DEVBUF_OK)
+    status = devbuf_safetensors_write(path, s->tensors, s->count, metadata, 2);
   for (size_t i = 0; i < s->count; i++) devbuf_buffer_release(s->tensors[i].buffer);
   free(s);
   devbuf_device_release(device);

@@ -6,8 +6,8 @@
 
 #include "devbuf.h"
 
-// Writes the largest sample whose tensors take at most `bytes` bytes (at least 1 MiB) to `path` through the safetensors
-// writer. Prints nothing; the error is in devbuf_last_error().
+// Writes the largest sample whose tensors take at most `bytes` bytes (at least 1 MiB) to `path`
+// through the safetensors writer. Prints nothing; the error is in devbuf_last_error().
 devbuf_status devbuf_tool_write_sample(const char *path, size_t bytes);
 
 #endif

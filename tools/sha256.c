@@ -32,15 +32,15 @@ static inline uint32_t rotate_right(uint32_t x, unsigned n) { return (x >> n) | 
 static void compress(uint32_t state[8], const unsigned char *block) {
   uint32_t w[64];
   for (int i = 0; i < 16; i++)
-    w[i] = (uint32_t)block[4 * i] << 24 | (uint32_t)block[4 * i + 1] << 16 | (uint32_t)block[4 * i + 2] << 8 |
-           (uint32_t)block[4 * i + 3];
+    w[i] = (uint32_t)block[4 * i] << 24 | (uint32_t)block[4 * i + 1] << 16 |
+           (uint32_t)block[4 * i + 2] << 8 | (uint32_t)block[4 * i + 3];
   for (int i = 16; i < 64; i++) {
     uint32_t s0 = rotate_right(w[i - 15], 7) ^ rotate_right(w[i - 15], 18) ^ (w[i - 15] >> 3);
     uint32_t s1 = rotate_right(w[i - 2], 17) ^ rotate_right(w[i - 2], 19) ^ (w[i - 2] >> 10);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
-  uint32_t a = state[0], b = state[1], c = state[2], d = state[3], e = state[4], f = state[5], g = state[6],
-           h = state[7];
+  uint32_t a = state[0], b = state[1], c = state[2], d = state[3], e = state[4], f = state[5],
+           g = state[6], h = state[7];
   for (int i = 0; i < 64; i++) {
     uint32_t s1 = rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25);
     uint32_t choice = (e & f) ^ (~e & g);
@@ -57,9 +57,8 @@ static void compress(uint32_t state[8], const unsigned char *block) {
 #ifdef HAVE_SHA_EXTENSIONS
 // The state lives in two registers as ABEF and CDGH, the order the instructions want; each
 // sha256rnds2 does two rounds, and sha256msg1/msg2 extend the message schedule 4 words at once.
-__attribute__((target("sha,sse4.1,ssse3"))) static void compress_extensions(uint32_t state[8],
-                                                                            const unsigned char *data,
-                                                                            size_t blocks) {
+__attribute__((target("sha,sse4.1,ssse3"))) static void
+compress_extensions(uint32_t state[8], const unsigned char *data, size_t blocks) {
   const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
   __m128i dcba = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&state[0]), 0xB1);
   __m128i cdgh = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&state[4]), 0x1B);
@@ -67,9 +66,11 @@ __attribute__((target("sha,sse4.1,ssse3"))) static void compress_extensions(uint
   cdgh = _mm_blend_epi16(cdgh, dcba, 0xF0);
   for (; blocks--; data += 64) {
     __m128i saved_abef = abef, saved_cdgh = cdgh, w[4];
-    for (int i = 0; i < 4; i++) w[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(data + 16 * i)), byte_swap);
+    for (int i = 0; i < 4; i++)
+      w[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(data + 16 * i)), byte_swap);
     for (int i = 0; i < 16; i++) {
-      __m128i m = _mm_add_epi32(w[i % 4], _mm_loadu_si128((const __m128i *)&round_constants[4 * i]));
+      __m128i m =
+          _mm_add_epi32(w[i % 4], _mm_loadu_si128((const __m128i *)&round_constants[4 * i]));
       cdgh = _mm_sha256rnds2_epu32(cdgh, abef, m);
       abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(m, 0x0E));
       if (i < 12) { // the words of 4 steps later

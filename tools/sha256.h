@@ -8,9 +8,9 @@
 
 typedef struct devbuf_sha256 {
   uint32_t state[8];
-  uint64_t length;          // bytes hashed so far
-  unsigned char block[64];  // the partial block
-  size_t used;              // bytes of it
+  uint64_t length;         // bytes hashed so far
+  unsigned char block[64]; // the partial block
+  size_t used;             // bytes of it
 } devbuf_sha256;
 
 void devbuf_sha256_init(devbuf_sha256 *hash);

@@ -14,41 +14,48 @@ typedef struct usage_entry {
 static const usage_entry entries[] = {
     {"info", "devbuf info [--json]\n"
              "  the devices this build can open, and why the others cannot\n"},
-    {"inspect", "devbuf inspect FILE [--json]\n"
-                "  the tensors of a safetensors file: name, dtype, shape, bytes, offsets; metadata\n"},
-    {"load", "devbuf load [FILE] [--device SPEC] [--copy] [--verify] [--expect DIGESTS] [--json]\n"
-             "  loads a safetensors file into buffers on SPEC (default cpu), timed; without FILE, a\n"
-             "  sample model written once to the user's cache folder\n"
-             "  --copy     writable copies instead of zero-copy views of the mapped file\n"
-             "  --verify   the SHA-256 of every tensor's bytes, as lines 'DIGEST  NAME'\n"
-             "  --expect   compares with a saved list of such lines (exit 1 naming the tensors that\n"
-             "             differ or are missing); implies --verify\n"
-             "  --json     one JSON object on stdout instead of the text\n"},
+    {"inspect",
+     "devbuf inspect FILE [--json]\n"
+     "  the tensors of a safetensors file: name, dtype, shape, bytes, offsets; metadata\n"},
+    {"load",
+     "devbuf load [FILE] [--device SPEC] [--copy] [--verify] [--expect DIGESTS] [--json]\n"
+     "  loads a safetensors file into buffers on SPEC (default cpu), timed; without FILE, a\n"
+     "  sample model written once to the user's cache folder\n"
+     "  --copy     writable copies instead of zero-copy views of the mapped file\n"
+     "  --verify   the SHA-256 of every tensor's bytes, as lines 'DIGEST  NAME'\n"
+     "  --expect   compares with a saved list of such lines (exit 1 naming the tensors that\n"
+     "             differ or are missing); implies --verify\n"
+     "  --json     one JSON object on stdout instead of the text\n"},
     {"sample", "devbuf sample FILE [--mib N]\n"
                "  writes a sample model of about N MiB (default 64)\n"},
-    {"bench", "devbuf bench [--quick] [--runs N] [--device SPEC] [--only alloc|copy|threads|queue|load|traces]\n"
-              "             [--load] [--traces DIR] [--json]\n"
-              "  benchmarks, side by side with malloc, memcpy, read() and Python; every figure is the\n"
-              "  median of N runs (default 5, 1 to 101); --json: one object of every figure instead;\n"
-              "  traces: the allocation traces of DIR (default tests/data/traces) against PyTorch's figures\n"},
-    {"trace", "devbuf trace replay FILE [--device SPEC] [--page BYTES] [--memory-limit BYTES] [--growable]\n"
-              "                          [--passes N] [--json]\n"
-              "       devbuf trace view FILE -o PAGE.html [--device SPEC]\n"
-              "  replay: plays an allocation trace against a caching allocator with SPEC's segment policy\n"
-              "  (default cpu; --page: another page for segments, such as CUDA's 2097152) over an\n"
-              "  upstream that counts bytes and holds no memory; prints peak requested and reserved\n"
-              "  bytes, system allocations and frees, refusals; --growable: growable segments (each pool\n"
-              "  one segment that maps memory as it grows); --passes: replays N times into the same\n"
-              "  cache and says what each later pass allocated from the system\n"
-              "  view: the same replay drawn as one self-contained HTML page: live bytes over time\n"
-              "  stacked by allocation, reserved bytes as a line, the peaks marked\n"},
+    {"bench",
+     "devbuf bench [--quick] [--runs N] [--device SPEC] [--only "
+     "alloc|copy|threads|queue|load|traces]\n"
+     "             [--load] [--traces DIR] [--json]\n"
+     "  benchmarks, side by side with malloc, memcpy, read() and Python; every figure is the\n"
+     "  median of N runs (default 5, 1 to 101); --json: one object of every figure instead;\n"
+     "  traces: the allocation traces of DIR (default tests/data/traces) against PyTorch's "
+     "figures\n"},
+    {"trace",
+     "devbuf trace replay FILE [--device SPEC] [--page BYTES] [--memory-limit BYTES] [--growable]\n"
+     "                          [--passes N] [--json]\n"
+     "       devbuf trace view FILE -o PAGE.html [--device SPEC]\n"
+     "  replay: plays an allocation trace against a caching allocator with SPEC's segment policy\n"
+     "  (default cpu; --page: another page for segments, such as CUDA's 2097152) over an\n"
+     "  upstream that counts bytes and holds no memory; prints peak requested and reserved\n"
+     "  bytes, system allocations and frees, refusals; --growable: growable segments (each pool\n"
+     "  one segment that maps memory as it grows); --passes: replays N times into the same\n"
+     "  cache and says what each later pass allocated from the system\n"
+     "  view: the same replay drawn as one self-contained HTML page: live bytes over time\n"
+     "  stacked by allocation, reserved bytes as a line, the peaks marked\n"},
 };
 
 static const char tool_text[] =
     "usage: devbuf <command> [options]      (devbuf <command> --help for one command)\n"
     "  info                 devices this build can open, and why others cannot\n"
     "  inspect FILE         the tensors of a safetensors file\n"
-    "  load [FILE]          load a safetensors file into buffers, timed; --verify digests every tensor\n"
+    "  load [FILE]          load a safetensors file into buffers, timed; --verify digests every "
+    "tensor\n"
     "  sample FILE          write a sample model\n"
     "  bench                benchmarks, side by side with malloc/memcpy/read and Python\n"
     "  trace replay FILE    replay an allocation trace against a caching allocator\n"
@@ -62,7 +69,9 @@ const char *devbuf_tool_usage(const char *command) {
   return tool_text;
 }
 
-bool devbuf_tool_wants_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+bool devbuf_tool_wants_help(const char *arg) {
+  return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
 
 int devbuf_tool_help(const char *command) {
   const char *text = devbuf_tool_usage(command);

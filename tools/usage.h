@@ -14,7 +14,8 @@ bool devbuf_tool_wants_help(const char *arg);
 int devbuf_tool_help(const char *command);
 // Prints "devbuf <command>: <what>" (printf format, values escaped by the caller) and the
 // usage of `command` on stderr; returns 2.
-int devbuf_tool_misuse(const char *command, const char *format, ...) __attribute__((format(printf, 2, 3)));
+int devbuf_tool_misuse(const char *command, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
 
 // Opens the device named on the command line: 0, or 1 (unavailable: the reason printed)
 // or 2 (not a device name: the usage printed), as the command's exit code.

@@ -27,7 +27,8 @@ typedef struct job {
   pthread_mutex_t lock;
 } job;
 
-static void digest_of(devbuf_tool_digest_kind kind, const void *data, size_t size, devbuf_tool_digest *out) {
+static void digest_of(devbuf_tool_digest_kind kind, const void *data, size_t size,
+                      devbuf_tool_digest *out) {
   if (kind == DEVBUF_TOOL_CHECKSUM) {
     out->checksum = devbuf_tool_checksum(data, size);
     return;
@@ -39,7 +40,8 @@ static void digest_of(devbuf_tool_digest_kind kind, const void *data, size_t siz
 }
 
 // The digest of a tensor's bytes, read in place when the CPU can, else copied out.
-static devbuf_status tensor_digest(devbuf_buffer_t *buffer, devbuf_tool_digest_kind kind, devbuf_tool_digest *out) {
+static devbuf_status tensor_digest(devbuf_buffer_t *buffer, devbuf_tool_digest_kind kind,
+                                   devbuf_tool_digest *out) {
   if (devbuf_buffer_is_cpu_accessible(buffer)) {
     const void *data;
     size_t size;
@@ -50,7 +52,8 @@ static devbuf_status tensor_digest(devbuf_buffer_t *buffer, devbuf_tool_digest_k
   }
   size_t size = devbuf_buffer_size(buffer);
   void *copy = malloc(size ? size : 1);
-  if (!copy) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "no host memory to check %zu bytes", size);
+  if (!copy)
+    return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "no host memory to check %zu bytes", size);
   devbuf_status status = devbuf_buffer_copyout(buffer, copy, size);
   if (status == DEVBUF_OK) digest_of(kind, copy, size, out);
   free(copy);
@@ -58,7 +61,8 @@ static devbuf_status tensor_digest(devbuf_buffer_t *buffer, devbuf_tool_digest_k
 }
 
 // Takes tensors until none is left; the calling thread also reports progress.
-static void work(job *j, void (*progress)(void *context, uint64_t done, uint64_t total), void *context) {
+static void work(job *j, void (*progress)(void *context, uint64_t done, uint64_t total),
+                 void *context) {
   for (size_t n; !atomic_load(&j->failed) && (n = atomic_fetch_add(&j->next, 1)) < j->count;) {
     size_t index = j->order[n].index;
     devbuf_buffer_t *buffer = devbuf_tensor_file_buffer(j->file, index);
@@ -67,13 +71,15 @@ static void work(job *j, void (*progress)(void *context, uint64_t done, uint64_t
       pthread_mutex_lock(&j->lock);
       if (!atomic_exchange(&j->failed, 1)) { // the message is thread-local: keep the first
         j->status = status;
-        const char *message = devbuf_last_error(), *text = strstr(message, ": "); // after "STATUS: "
+        const char *message = devbuf_last_error(),
+                   *text = strstr(message, ": "); // after "STATUS: "
         strncpy(j->message, text ? text + 2 : message, sizeof j->message - 1);
       }
       pthread_mutex_unlock(&j->lock);
       break;
     }
-    uint64_t done = atomic_fetch_add(&j->done, devbuf_buffer_size(buffer)) + devbuf_buffer_size(buffer);
+    uint64_t done =
+        atomic_fetch_add(&j->done, devbuf_buffer_size(buffer)) + devbuf_buffer_size(buffer);
     if (progress) progress(context, done, devbuf_tensor_file_data_size(j->file));
   }
 }
@@ -90,7 +96,8 @@ static int larger_first(const void *a, const void *b) {
 
 devbuf_status devbuf_tool_verify(const devbuf_tensor_file_t *file, devbuf_tool_digest_kind kind,
                                  devbuf_tool_digest *digests, unsigned threads,
-                                 void (*progress)(void *context, uint64_t done, uint64_t total), void *context) {
+                                 void (*progress)(void *context, uint64_t done, uint64_t total),
+                                 void *context) {
   size_t count = devbuf_tensor_file_count(file);
   if (!threads) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -104,7 +111,8 @@ devbuf_status devbuf_tool_verify(const devbuf_tensor_file_t *file, devbuf_tool_d
     free(workers);
     return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "no memory to verify %zu tensors", count);
   }
-  for (size_t i = 0; i < count; i++) j.order[i] = (sized){devbuf_buffer_size(devbuf_tensor_file_buffer(file, i)), i};
+  for (size_t i = 0; i < count; i++)
+    j.order[i] = (sized){devbuf_buffer_size(devbuf_tensor_file_buffer(file, i)), i};
   qsort(j.order, count, sizeof *j.order, larger_first);
   pthread_mutex_init(&j.lock, NULL);
   unsigned started = 0;

@@ -6,7 +6,10 @@
 
 #include "devbuf.h"
 
-typedef enum devbuf_tool_digest_kind { DEVBUF_TOOL_CHECKSUM, DEVBUF_TOOL_SHA256 } devbuf_tool_digest_kind;
+typedef enum devbuf_tool_digest_kind {
+  DEVBUF_TOOL_CHECKSUM,
+  DEVBUF_TOOL_SHA256
+} devbuf_tool_digest_kind;
 
 typedef struct devbuf_tool_digest {
   uint64_t checksum;        // DEVBUF_TOOL_CHECKSUM
@@ -17,6 +20,7 @@ typedef struct devbuf_tool_digest {
 // calling thread with the bytes done so far. Threads: 0 means one per online CPU.
 devbuf_status devbuf_tool_verify(const devbuf_tensor_file_t *file, devbuf_tool_digest_kind kind,
                                  devbuf_tool_digest *digests, unsigned threads,
-                                 void (*progress)(void *context, uint64_t done, uint64_t total), void *context);
+                                 void (*progress)(void *context, uint64_t done, uint64_t total),
+                                 void *context);
 
 #endif

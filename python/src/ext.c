@@ -41,8 +41,9 @@ static PyObject *wrap(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "a DLPack capsule needs a tensor, not NULL");
     return NULL;
   }
-  PyObject *capsule = PyCapsule_New((void *)(uintptr_t)address, versioned ? versioned_name : legacy_name,
-                                    versioned ? versioned_destructor : legacy_destructor);
+  PyObject *capsule =
+      PyCapsule_New((void *)(uintptr_t)address, versioned ? versioned_name : legacy_name,
+                    versioned ? versioned_destructor : legacy_destructor);
   if (!capsule) { // nobody else will give the tensor back
     if (versioned) {
       DLManagedTensorVersioned *tensor = (DLManagedTensorVersioned *)(uintptr_t)address;
@@ -60,12 +61,14 @@ static PyObject *peek(PyObject *self, PyObject *capsule) {
   (void)self;
   int versioned = PyCapsule_IsValid(capsule, versioned_name);
   if (!versioned && !PyCapsule_IsValid(capsule, legacy_name)) {
-    PyErr_SetString(PyExc_TypeError, "not an unconsumed DLPack capsule (named 'dltensor_versioned' or 'dltensor')");
+    PyErr_SetString(PyExc_TypeError,
+                    "not an unconsumed DLPack capsule (named 'dltensor_versioned' or 'dltensor')");
     return NULL;
   }
   void *tensor = PyCapsule_GetPointer(capsule, versioned ? versioned_name : legacy_name);
   if (!tensor) return NULL;
-  return Py_BuildValue("(KO)", (unsigned long long)(uintptr_t)tensor, versioned ? Py_True : Py_False);
+  return Py_BuildValue("(KO)", (unsigned long long)(uintptr_t)tensor,
+                       versioned ? Py_True : Py_False);
 }
 
 // consume(capsule): the tensor now belongs to the caller; the capsule will not delete it.
@@ -76,7 +79,8 @@ static PyObject *consume(PyObject *self, PyObject *capsule) {
     PyErr_SetString(PyExc_TypeError, "not an unconsumed DLPack capsule");
     return NULL;
   }
-  if (PyCapsule_SetName(capsule, versioned ? used_versioned_name : used_legacy_name) != 0) return NULL;
+  if (PyCapsule_SetName(capsule, versioned ? used_versioned_name : used_legacy_name) != 0)
+    return NULL;
   if (PyCapsule_SetDestructor(capsule, NULL) != 0) return NULL;
   Py_RETURN_NONE;
 }
@@ -87,8 +91,7 @@ typedef int (*end_access_fn)(void *buffer, const void *data); // devbuf_buffer_e
 typedef void (*release_fn)(void *buffer);                     // devbuf_buffer_release
 
 typedef struct {
-  PyObject_HEAD
-  void *address;
+  PyObject_HEAD void *address;
   Py_ssize_t size;
   int readonly;
   int closed;
@@ -140,7 +143,8 @@ static int host_memory_getbuffer(PyObject *object, Py_buffer *view, int flags) {
     return -1;
   }
   static char empty[1];
-  if (PyBuffer_FillInfo(view, object, self->size ? self->address : empty, self->size, self->readonly, flags) < 0)
+  if (PyBuffer_FillInfo(view, object, self->size ? self->address : empty, self->size,
+                        self->readonly, flags) < 0)
     return -1;
   self->exports++;
   return 0;
@@ -157,7 +161,8 @@ static PyObject *host_memory_close(PyObject *object, PyObject *unused) {
   (void)unused;
   HostMemory *self = (HostMemory *)object;
   if (self->exports > 0) {
-    PyErr_Format(PyExc_BufferError, "%zd view(s) of the host access's memory are still alive", self->exports);
+    PyErr_Format(PyExc_BufferError, "%zd view(s) of the host access's memory are still alive",
+                 self->exports);
     return NULL;
   }
   self->closed = 1;
@@ -188,7 +193,8 @@ static PyObject *host_memory_exports(PyObject *object, void *unused) {
 }
 
 static PyMethodDef host_memory_methods[] = {
-    {"close", host_memory_close, METH_NOARGS, "close(): refuse further views (BufferError while views are alive)"},
+    {"close", host_memory_close, METH_NOARGS,
+     "close(): refuse further views (BufferError while views are alive)"},
     {"end_later", host_memory_end_later, METH_VARARGS,
      "end_later(end_access, release, buffer): end the access when the last view goes"},
     {NULL, NULL, 0, NULL},
@@ -205,7 +211,8 @@ static PyTypeObject host_memory_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf._ext.HostMemory",
     .tp_basicsize = sizeof(HostMemory),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "HostMemory(address, size, readonly): the bytes of an open host access, counting their views",
+    .tp_doc = "HostMemory(address, size, readonly): the bytes of an open host access, counting "
+              "their views",
     .tp_new = PyType_GenericNew,
     .tp_init = host_memory_init,
     .tp_as_buffer = &host_memory_buffer,
@@ -223,8 +230,15 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_ext", "DLPack capsules and host-access memory for devbuf.", -1, methods,
-    NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "_ext",
+    "DLPack capsules and host-access memory for devbuf.",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__ext(void) {

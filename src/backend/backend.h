@@ -27,13 +27,13 @@ typedef struct devbuf__op {
   size_t operand_count;
   const void *pattern; // FILL
   size_t pattern_size;
-  void *program;                // LAUNCH: the backend's build (program_build)
+  void *program; // LAUNCH: the backend's build (program_build)
   const char *kernel_name;
   const devbuf_launch_t *launch;
-  size_t arg_count;             // LAUNCH: the scalars' sizes, then their bytes one after another
+  size_t arg_count; // LAUNCH: the scalars' sizes, then their bytes one after another
   const size_t *arg_sizes;
   const void *arg_bytes;
-  devbuf_cpu_kernel_fn kernel;  // CALL
+  devbuf_cpu_kernel_fn kernel; // CALL
   const devbuf_kernel_args_t *kernel_args;
   // Driver events of earlier operations on this device that the operation must wait for
   // on the device (from enqueue or gate_enqueue; alive until enqueue returns).
@@ -52,21 +52,24 @@ typedef struct devbuf__device_done {
 
 // Optional entries may be NULL.
 typedef struct devbuf__backend {
-  const char *name;        // "cpu", "opencl", "cuda"
+  const char *name; // "cpu", "opencl", "cuda"
   devbuf_device_kind kind;
   // Fills device->name, page_size, host_accessible, backend_state for device `index`.
   // UNAVAILABLE with the reason when the driver or device is missing.
   devbuf_status (*open)(devbuf_device_t *device, int index);
   void (*close)(devbuf_device_t *device); // (optional)
-  devbuf_status (*raw_alloc)(devbuf_device_t *device, devbuf_memory_kind kind, size_t size, devbuf_memory_t *out);
+  devbuf_status (*raw_alloc)(devbuf_device_t *device, devbuf_memory_kind kind, size_t size,
+                             devbuf_memory_t *out);
   void (*raw_free)(devbuf_device_t *device, const devbuf_memory_t *memory);
   // (optional, all four or none) Address space for growable segments: reserve `size`
   // bytes of addresses with no memory behind them (out->size may come back smaller), put
   // memory behind [offset, offset + size) of a reservation, take back exactly such a range,
   // give the reservation back once nothing is mapped in it.
   devbuf_status (*raw_reserve)(devbuf_device_t *device, size_t size, devbuf_memory_t *out);
-  devbuf_status (*raw_map)(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset, size_t size);
-  void (*raw_unmap)(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset, size_t size);
+  devbuf_status (*raw_map)(devbuf_device_t *device, const devbuf_memory_t *reservation,
+                           size_t offset, size_t size);
+  void (*raw_unmap)(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset,
+                    size_t size);
   void (*raw_unreserve)(devbuf_device_t *device, const devbuf_memory_t *reservation);
   // Copies between host memory and device memory, and within the device. `offset` is
   // in bytes from the start of the memory. Ranges of one memory may overlap (memmove).
@@ -89,11 +92,13 @@ typedef struct devbuf__backend {
   // Runs `op` after op->waits, or enqueues it behind them. *out_event: a driver event that
   // completes with the operation (the caller's, for event_release), or NULL when the
   // operation is over on return or failed.
-  devbuf_status (*enqueue)(devbuf_device_t *device, void *queue, const devbuf__op *op, void **out_event);
+  devbuf_status (*enqueue)(devbuf_device_t *device, void *queue, const devbuf__op *op,
+                           void **out_event);
   // (optional) Waits until the `count` operations, enqueued on `queue` in this order, have
   // completed, and sets the status of those that failed on the device; the first such
   // failure, its message set.
-  devbuf_status (*complete)(devbuf_device_t *device, void *queue, devbuf__device_done *items, size_t count);
+  devbuf_status (*complete)(devbuf_device_t *device, void *queue, devbuf__device_done *items,
+                            size_t count);
   void (*event_release)(devbuf_device_t *device, void *event); // (with queue_create)
   bool runs_c_kernels; // DEVBUF__OP_CALL: C kernels over host memory
   // Whether a command behind a failed event fails too (OpenCL's wait lists): waits that
@@ -103,7 +108,8 @@ typedef struct devbuf__backend {
   // `queue` holds what is enqueued after it until gate_open; *out_event completes once it
   // has opened. UNSUPPORTED where the driver cannot (the host then waits instead). The
   // gate is opened exactly once and released after that, never opened again.
-  devbuf_status (*gate_enqueue)(devbuf_device_t *device, void *queue, void **out_gate, void **out_event);
+  devbuf_status (*gate_enqueue)(devbuf_device_t *device, void *queue, void **out_gate,
+                                void **out_event);
   void (*gate_open)(devbuf_device_t *device, void *queue, void *gate);
   void (*gate_release)(devbuf_device_t *device, void *queue, void *gate);
   // Programs (optional): build (cached by source and options), release, and whether a
@@ -122,36 +128,36 @@ extern const devbuf__backend devbuf__backend_cuda;
 // it (the registry and synchronization are core/device.c's, the allocators the memory
 // layer's). Backends get it to read and fill their own fields.
 struct devbuf_device {
-  devbuf__refcount refs;               // external references; 0 destroys (under registry lock)
+  devbuf__refcount refs; // external references; 0 destroys (under registry lock)
   // devbuf_device_release, given as data by core/device.c: layers below the devices (the
   // allocators) keep a device alive without calling into the core layer.
   void (*release)(devbuf_device_t *device);
   const devbuf__backend *backend;
-  int index;                           // N of "kind:N"
-  char spec[32];                       // canonical spec, e.g. "cpu"
-  char name[128];                      // filled by the backend
-  size_t page_size;                    // granularity of large blocks, a power of two
-  bool host_accessible;                // device memory has a CPU address
-  char version[96];                    // the driver's version text ("OpenCL 3.0 PoCL ...")
+  int index;            // N of "kind:N"
+  char spec[32];        // canonical spec, e.g. "cpu"
+  char name[128];       // filled by the backend
+  size_t page_size;     // granularity of large blocks, a power of two
+  bool host_accessible; // device memory has a CPU address
+  char version[96];     // the driver's version text ("OpenCL 3.0 PoCL ...")
   uint64_t global_memory, max_allocation;
-  size_t alignment;                    // of allocations and of views passed to kernels
-  bool unified_memory;                 // device and host share physical memory
-  bool managed_memory;                 // the device has CUDA managed memory
-  uint64_t svm_capabilities;           // OpenCL SVM bits; 0 where there is no SVM
-  devbuf_allocator_t *allocator;       // the device's caching allocator (embedded)
-  devbuf_allocator_t *host_allocator;  // host-visible memory (the same as `allocator` when
-                                       // device memory is host-accessible)
+  size_t alignment;                      // of allocations and of views passed to kernels
+  bool unified_memory;                   // device and host share physical memory
+  bool managed_memory;                   // the device has CUDA managed memory
+  uint64_t svm_capabilities;             // OpenCL SVM bits; 0 where there is no SVM
+  devbuf_allocator_t *allocator;         // the device's caching allocator (embedded)
+  devbuf_allocator_t *host_allocator;    // host-visible memory (the same as `allocator` when
+                                         // device memory is host-accessible)
   devbuf_allocator_t *managed_allocator; // managed memory; NULL without it
-  bool memory_handles;                 // memory.device is a handle and memory.offset applies
-                                       // (OpenCL cl_mem); elsewhere an address
-  atomic_uint_least64_t mapped_bytes;  // bytes of live file mappings on this device
-  void *backend_state;                 // owned by the backend
-  struct devbuf_device *next_open;     // registry list
-  atomic_uint_least64_t pending_work;  // submitted work items not completed, all queues
-  atomic_size_t sync_waiters;          // threads in devbuf_device_synchronize
-  pthread_mutex_t work_lock;           // with work_idle: synchronize's wait
+  bool memory_handles;                   // memory.device is a handle and memory.offset applies
+                                         // (OpenCL cl_mem); elsewhere an address
+  atomic_uint_least64_t mapped_bytes;    // bytes of live file mappings on this device
+  void *backend_state;                   // owned by the backend
+  struct devbuf_device *next_open;       // registry list
+  atomic_uint_least64_t pending_work;    // submitted work items not completed, all queues
+  atomic_size_t sync_waiters;            // threads in devbuf_device_synchronize
+  pthread_mutex_t work_lock;             // with work_idle: synchronize's wait
   pthread_cond_t work_idle;
-  devbuf__spinlock submit_lock;        // one submission at a time records its uses (queue.c)
+  devbuf__spinlock submit_lock; // one submission at a time records its uses (queue.c)
 };
 
 // A reference to a device for the layers below it (see `release` above).

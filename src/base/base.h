@@ -17,7 +17,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#define DEVBUF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define DEVBUF_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define DEVBUF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 // ---- errors (status.c) ------------------------------------------------------------------
@@ -67,7 +67,8 @@ void devbuf__mutex_init(pthread_mutex_t *mutex);
 typedef struct devbuf__spinlock {
   atomic_bool held;
 } devbuf__spinlock;
-#define DEVBUF__SPINLOCK_INITIALIZER {false}
+#define DEVBUF__SPINLOCK_INITIALIZER \
+  { false }
 
 static inline void devbuf__spin_lock(devbuf__spinlock *lock) {
   while (atomic_exchange_explicit(&lock->held, true, memory_order_acquire)) {
@@ -98,8 +99,8 @@ static inline bool devbuf__add_overflows(size_t a, size_t b, size_t *out) {
 // Raises an atomic maximum to `value` (statistics' peaks).
 static inline void devbuf__raise_peak(atomic_uint_least64_t *peak, uint64_t value) {
   uint64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
-  while (seen < value &&
-         !atomic_compare_exchange_weak_explicit(peak, &seen, value, memory_order_relaxed, memory_order_relaxed)) {
+  while (seen < value && !atomic_compare_exchange_weak_explicit(
+                             peak, &seen, value, memory_order_relaxed, memory_order_relaxed)) {
   }
 }
 

@@ -22,9 +22,9 @@
 #define HAVE_X86_COPIES 1
 #endif
 
-#define PAGE 4096
-#define STREAMS 4              // pages read at once by the streaming loop
-#define VECTOR_MIN_BYTES 4096  // below this, memcpy
+#define PAGE             4096
+#define STREAMS          4    // pages read at once by the streaming loop
+#define VECTOR_MIN_BYTES 4096 // below this, memcpy
 
 static size_t streaming_threshold(void) {
   static _Atomic size_t threshold;
@@ -42,8 +42,8 @@ static size_t streaming_threshold(void) {
 // to a cache line; with `page_streams`, whole groups of STREAMS pages go line by line from
 // each page in turn; the rest goes four lines, then one line, at a time; the tail
 // (unaligned) ends exactly at the last byte. Streamed lines are fenced before the tail.
-#define VECTOR_COPY(name, isa, vector, load, store_edge, store_body, width, page_streams)     \
-  __attribute__((target(isa))) static void name(char *dst, const char *src, size_t size) {     \
+#define VECTOR_COPY(name, isa, vector, load, store_edge, store_body, width, page_streams)  \
+  __attribute__((target(isa))) static void name(char *dst, const char *src, size_t size) { \
     vector head[64 / width], tail[64 / width];                                             \
     for (int v = 0; v < 64 / width; v++) {                                                 \
       head[v] = load((const void *)(src + v * width));                                     \
@@ -79,7 +79,8 @@ static inline __attribute__((target("avx512f"), always_inline)) void store512(vo
 static inline __attribute__((target("avx512f"), always_inline)) void stream512(void *p, __m512i v) {
   _mm512_stream_si512(p, v);
 }
-static inline __attribute__((target("avx512f"), always_inline)) void store512_aligned(void *p, __m512i v) {
+static inline __attribute__((target("avx512f"), always_inline)) void store512_aligned(void *p,
+                                                                                      __m512i v) {
   _mm512_store_si512(p, v);
 }
 static inline __attribute__((target("avx2"), always_inline)) __m256i load256(const void *p) {
@@ -92,7 +93,8 @@ static inline __attribute__((target("avx2"), always_inline)) void stream256(void
   _mm256_stream_si256((__m256i *)p, v);
 }
 
-static inline __attribute__((target("avx2"), always_inline)) void store256_aligned(void *p, __m256i v) {
+static inline __attribute__((target("avx2"), always_inline)) void store256_aligned(void *p,
+                                                                                   __m256i v) {
   _mm256_store_si256((__m256i *)p, v);
 }
 
@@ -128,7 +130,8 @@ static copy_paths chosen_paths(void) {
     unsigned eax, ebx = 0, ecx, edx;
     if (__builtin_cpu_supports("avx2")) best.vector = 2;
     if (__builtin_cpu_supports("avx512f")) best.vector = 5;
-    best.fast_movsb = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ebx & (1u << 9)) && best.vector;
+    best.fast_movsb =
+        __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ebx & (1u << 9)) && best.vector;
 #endif
     const char *wanted = getenv("DEVBUF_COPY_PATH");
     if (wanted && strcmp(wanted, "memcpy") == 0) best = (copy_paths){0, false};

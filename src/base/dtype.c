@@ -10,7 +10,8 @@ typedef struct dtype_info {
 
 static const dtype_info dtype_table[DEVBUF_DTYPE_COUNT] = {
 #define DEVBUF_DTYPE_INFO_(id, nbits, code, dlbits, st) \
-  [DEVBUF_##id] = {.safetensors_name = st, .bits = nbits, .dlpack_code = code, .dlpack_bits = dlbits},
+  [DEVBUF_##                                            \
+      id] = {.safetensors_name = st, .bits = nbits, .dlpack_code = code, .dlpack_bits = dlbits},
     DEVBUF_DTYPE_TABLE(DEVBUF_DTYPE_INFO_)
 #undef DEVBUF_DTYPE_INFO_
 };
@@ -56,7 +57,8 @@ const char *devbuf_dtype_safetensors_name(devbuf_dtype dtype) {
 }
 
 devbuf_status devbuf_dtype_dlpack(devbuf_dtype dtype, uint8_t *out_code, uint8_t *out_bits) {
-  if (!dtype_valid(dtype)) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
+  if (!dtype_valid(dtype))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
   if (out_code) *out_code = dtype_table[dtype].dlpack_code;
   if (out_bits) *out_bits = dtype_table[dtype].dlpack_bits;
   return DEVBUF_OK;
@@ -75,7 +77,8 @@ devbuf_status devbuf_dtype_from_name(const char *name, devbuf_dtype *out_dtype) 
 
 devbuf_status devbuf_dtype_bytes(devbuf_dtype dtype, size_t count, size_t *out_bytes) {
   if (!out_bytes) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dtype_bytes: out_bytes is NULL");
-  if (!dtype_valid(dtype)) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
+  if (!dtype_valid(dtype))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
   size_t bits = dtype_table[dtype].bits, total_bits;
   if (bits % 8 == 0) {
     if (devbuf__mul_overflows(count, bits / 8, out_bytes))
@@ -84,8 +87,8 @@ devbuf_status devbuf_dtype_bytes(devbuf_dtype dtype, size_t count, size_t *out_b
     return DEVBUF_OK;
   }
   if (devbuf__mul_overflows(count, bits, &total_bits))
-    return devbuf__error(DEVBUF_OVERFLOW, "%zu elements of %s (%zu bits each) overflow size_t", count,
-                         dtype_names[dtype], bits);
+    return devbuf__error(DEVBUF_OVERFLOW, "%zu elements of %s (%zu bits each) overflow size_t",
+                         count, dtype_names[dtype], bits);
   if (total_bits % 8 != 0)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "%zu elements of %s take %zu bits, not a whole number of bytes", count,
@@ -96,16 +99,18 @@ devbuf_status devbuf_dtype_bytes(devbuf_dtype dtype, size_t count, size_t *out_b
 
 devbuf_status devbuf__shape_bytes(devbuf_dtype dtype, const size_t *shape, size_t ndim,
                                   size_t *out_bytes, size_t *out_count) {
-  if (!dtype_valid(dtype)) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
+  if (!dtype_valid(dtype))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
   if (ndim > DEVBUF_MAX_NDIM)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "ndim %zu exceeds DEVBUF_MAX_NDIM (%d)", ndim,
                          DEVBUF_MAX_NDIM);
-  if (ndim > 0 && !shape) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "shape is NULL with ndim %zu", ndim);
+  if (ndim > 0 && !shape)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "shape is NULL with ndim %zu", ndim);
   size_t count = 1;
   for (size_t i = 0; i < ndim; i++) {
     if (devbuf__mul_overflows(count, shape[i], &count))
-      return devbuf__error(DEVBUF_OVERFLOW, "shape overflows size_t at dimension %zu (extent %zu)", i,
-                           shape[i]);
+      return devbuf__error(DEVBUF_OVERFLOW, "shape overflows size_t at dimension %zu (extent %zu)",
+                           i, shape[i]);
   }
   size_t bytes = 0;
   devbuf_status status = devbuf_dtype_bytes(dtype, count, &bytes);
@@ -113,7 +118,8 @@ devbuf_status devbuf__shape_bytes(devbuf_dtype dtype, const size_t *shape, size_
   // Strides (devbuf_array_t, DLPack) and file offsets are signed 64-bit: every element
   // index and byte offset of a buffer must fit them.
   if (count > (uint64_t)INT64_MAX || bytes > (uint64_t)INT64_MAX)
-    return devbuf__error(DEVBUF_OVERFLOW, "shape of %zu elements (%zu bytes) exceeds INT64_MAX", count, bytes);
+    return devbuf__error(DEVBUF_OVERFLOW, "shape of %zu elements (%zu bytes) exceeds INT64_MAX",
+                         count, bytes);
   if (out_bytes) *out_bytes = bytes;
   if (out_count) *out_count = count;
   return DEVBUF_OK;

@@ -56,8 +56,10 @@ devbuf_status devbuf__guarded_copy(void *dst, const void *src, size_t size, cons
   guard *outer = current_guard;
   if (sigsetjmp(here.jump, 1)) { // the signal mask comes back with the jump
     current_guard = outer;
-    return devbuf__error(DEVBUF_IO_ERROR, "%s: the file mapped at these %zu bytes ends before them (it was "
-                         "truncated while mapped)", what, size);
+    return devbuf__error(DEVBUF_IO_ERROR,
+                         "%s: the file mapped at these %zu bytes ends before them (it was "
+                         "truncated while mapped)",
+                         what, size);
   }
   current_guard = &here;
   atomic_signal_fence(memory_order_seq_cst);

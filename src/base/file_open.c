@@ -21,7 +21,8 @@ devbuf_status devbuf__open_regular_file(const char *path, int *out_fd, uint64_t 
   // Non-blocking, so that opening a FIFO with no writer returns at once instead of waiting
   // for one; the flag is cleared once the file is known to be regular (where it means nothing).
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return devbuf__error(DEVBUF_IO_ERROR, "cannot open '%.200s': %s", path, strerror(errno));
+  if (fd < 0)
+    return devbuf__error(DEVBUF_IO_ERROR, "cannot open '%.200s': %s", path, strerror(errno));
   struct stat info;
   if (fstat(fd, &info) != 0) {
     int error = errno;
@@ -30,7 +31,8 @@ devbuf_status devbuf__open_regular_file(const char *path, int *out_fd, uint64_t 
   }
   if (!S_ISREG(info.st_mode)) {
     close(fd);
-    return devbuf__error(DEVBUF_IO_ERROR, "'%.200s' is %s, not a regular file (devbuf reads regular files only)",
+    return devbuf__error(DEVBUF_IO_ERROR,
+                         "'%.200s' is %s, not a regular file (devbuf reads regular files only)",
                          path, file_kind(info.st_mode));
   }
   int flags = fcntl(fd, F_GETFL);
@@ -46,9 +48,10 @@ devbuf_status devbuf__read_at(int fd, void *out, size_t size, uint64_t offset, c
     ssize_t got = pread(fd, (char *)out + done, size - done, (off_t)(offset + done));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0)
-      return devbuf__error(DEVBUF_IO_ERROR, "cannot read %zu bytes at %llu of '%.200s': %s", size - done,
-                           (unsigned long long)(offset + done), path,
-                           got < 0 ? strerror(errno) : "the file is shorter than it was (changed while being read)");
+      return devbuf__error(DEVBUF_IO_ERROR, "cannot read %zu bytes at %llu of '%.200s': %s",
+                           size - done, (unsigned long long)(offset + done), path,
+                           got < 0 ? strerror(errno)
+                                   : "the file is shorter than it was (changed while being read)");
     done += (size_t)got;
   }
   return DEVBUF_OK;

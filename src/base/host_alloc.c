@@ -14,25 +14,31 @@ devbuf_status devbuf_set_host_memory_hooks(const devbuf_host_memory_hooks_t *new
     return DEVBUF_OK;
   }
   if (!new_hooks->malloc || !new_hooks->calloc || !new_hooks->realloc || !new_hooks->free)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "host memory hooks need malloc, calloc, realloc and free (%s is NULL)",
-                         !new_hooks->malloc ? "malloc" : !new_hooks->calloc ? "calloc"
-                                                       : !new_hooks->realloc ? "realloc" : "free");
-  atomic_store(&hooked, false); // no call uses `hooks` while it changes (single-threaded by contract)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "host memory hooks need malloc, calloc, realloc and free (%s is NULL)",
+                         !new_hooks->malloc    ? "malloc"
+                         : !new_hooks->calloc  ? "calloc"
+                         : !new_hooks->realloc ? "realloc"
+                                               : "free");
+  atomic_store(&hooked,
+               false); // no call uses `hooks` while it changes (single-threaded by contract)
   hooks = *new_hooks;
   atomic_store(&hooked, true);
   return DEVBUF_OK;
 }
 
 void *devbuf__malloc(size_t size) {
-  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.malloc(hooks.ctx, size) : malloc(size);
+  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.malloc(hooks.ctx, size)
+                                                             : malloc(size);
 }
 void *devbuf__calloc(size_t count, size_t size) {
   return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.calloc(hooks.ctx, count, size)
-                                                              : calloc(count, size);
+                                                             : calloc(count, size);
 }
 void *devbuf__realloc(void *pointer, size_t size) {
-  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.realloc(hooks.ctx, pointer, size)
-                                                              : realloc(pointer, size);
+  return atomic_load_explicit(&hooked, memory_order_acquire)
+             ? hooks.realloc(hooks.ctx, pointer, size)
+             : realloc(pointer, size);
 }
 void devbuf__free(void *pointer) {
   if (atomic_load_explicit(&hooked, memory_order_acquire))

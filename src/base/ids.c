@@ -4,4 +4,6 @@
 
 static atomic_uint_least64_t id_counter = 1;
 
-uint64_t devbuf__next_id(void) { return atomic_fetch_add_explicit(&id_counter, 1, memory_order_relaxed); }
+uint64_t devbuf__next_id(void) {
+  return atomic_fetch_add_explicit(&id_counter, 1, memory_order_relaxed);
+}

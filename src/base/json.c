@@ -33,11 +33,12 @@ devbuf_status devbuf__json_expect(devbuf__json *json, char c, const char *contex
     return DEVBUF_OK;
   }
   char seen[32];
-  return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: expected '%c' at byte %zu, found %s", json->what, context, c,
-                       json->pos, found(json, seen, sizeof seen));
+  return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: expected '%c' at byte %zu, found %s",
+                       json->what, context, c, json->pos, found(json, seen, sizeof seen));
 }
 
-devbuf_status devbuf__json_next(devbuf__json *json, char close, size_t index, bool *out_more, const char *context) {
+devbuf_status devbuf__json_next(devbuf__json *json, char close, size_t index, bool *out_more,
+                                const char *context) {
   int c = devbuf__json_peek(json);
   if (c == (unsigned char)close) {
     json->pos++;
@@ -49,13 +50,13 @@ devbuf_status devbuf__json_next(devbuf__json *json, char close, size_t index, bo
   if (c == ',') {
     json->pos++;
     if (devbuf__json_peek(json) == (unsigned char)close) // JSON has no trailing commas
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: trailing ',' before '%c' at byte %zu", json->what, context,
-                           close, json->pos);
+      return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: trailing ',' before '%c' at byte %zu",
+                           json->what, context, close, json->pos);
     return DEVBUF_OK;
   }
   char seen[32];
-  return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: expected ',' or '%c' at byte %zu, found %s", json->what, context,
-                       close, json->pos, found(json, seen, sizeof seen));
+  return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: expected ',' or '%c' at byte %zu, found %s",
+                       json->what, context, close, json->pos, found(json, seen, sizeof seen));
 }
 
 // Length of the UTF-8 sequence at `s` (at most `left` bytes), 0 if it is malformed.
@@ -143,10 +144,12 @@ devbuf_status devbuf__json_string(devbuf__json *json, char **out_string, const c
   size_t end = start; // the closing quote; escapes only ever shrink the text
   while (end < json->size && json->text[end] != '"') end += json->text[end] == '\\' ? 2 : 1;
   if (end >= json->size)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: string from byte %zu is not terminated", json->what, context,
-                         start - 1);
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: string from byte %zu is not terminated",
+                         json->what, context, start - 1);
   char *out = devbuf__malloc(end - start + 1);
-  if (!out) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no memory for a %zu-byte string", json->what, end - start);
+  if (!out)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no memory for a %zu-byte string", json->what,
+                         end - start);
   size_t length = 0;
   const unsigned char *s = (const unsigned char *)json->text;
   size_t pos = start;
@@ -212,7 +215,8 @@ devbuf_status devbuf__json_string(devbuf__json *json, char **out_string, const c
   }
   if (problem) {
     devbuf__free(out);
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: string has %s at byte %zu", json->what, context, problem, pos);
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: string has %s at byte %zu", json->what,
+                         context, problem, pos);
   }
   out[length] = '\0';
   json->pos = end + 1;
@@ -225,7 +229,8 @@ devbuf_status devbuf__json_u64(devbuf__json *json, uint64_t *out_value, const ch
   size_t start = json->pos;
   if (c < '0' || c > '9') {
     char seen[32];
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: expected a non-negative integer at byte %zu, found %s",
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "%s: %s: expected a non-negative integer at byte %zu, found %s",
                          json->what, context, start, found(json, seen, sizeof seen));
   }
   uint64_t value = 0;
@@ -233,20 +238,23 @@ devbuf_status devbuf__json_u64(devbuf__json *json, uint64_t *out_value, const ch
   size_t pos = start;
   while (pos < json->size && json->text[pos] >= '0' && json->text[pos] <= '9') {
     unsigned digit = (unsigned)(json->text[pos] - '0');
-    if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, digit, &value)) overflow = true;
+    if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, digit, &value))
+      overflow = true;
     pos++;
   }
   int digits = (int)(pos - start);
-  if (pos < json->size && (json->text[pos] == '.' || json->text[pos] == 'e' || json->text[pos] == 'E'))
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: number at byte %zu is not an integer", json->what, context,
-                         start);
+  if (pos < json->size &&
+      (json->text[pos] == '.' || json->text[pos] == 'e' || json->text[pos] == 'E'))
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: number at byte %zu is not an integer",
+                         json->what, context, start);
   if (digits > 1 && json->text[start] == '0')
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: number at byte %zu has a leading zero", json->what, context,
-                         start);
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: number at byte %zu has a leading zero",
+                         json->what, context, start);
   if (overflow)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: %s: number %.*s%s at byte %zu is larger than %llu", json->what,
-                         context, digits > 40 ? 40 : digits, json->text + start, digits > 40 ? "..." : "", start,
-                         (unsigned long long)UINT64_MAX);
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "%s: %s: number %.*s%s at byte %zu is larger than %llu", json->what,
+                         context, digits > 40 ? 40 : digits, json->text + start,
+                         digits > 40 ? "..." : "", start, (unsigned long long)UINT64_MAX);
   json->pos = pos;
   *out_value = value;
   return DEVBUF_OK;
@@ -255,6 +263,7 @@ devbuf_status devbuf__json_u64(devbuf__json *json, uint64_t *out_value, const ch
 devbuf_status devbuf__json_end(devbuf__json *json) {
   if (devbuf__json_peek(json) < 0) return DEVBUF_OK;
   char seen[32];
-  return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: unexpected %s at byte %zu after the end of the object", json->what,
+  return devbuf__error(DEVBUF_FORMAT_ERROR,
+                       "%s: unexpected %s at byte %zu after the end of the object", json->what,
                        found(json, seen, sizeof seen), json->pos);
 }

@@ -15,7 +15,9 @@ typedef struct devbuf__refcount {
   atomic_size_t count;
 } devbuf__refcount;
 
-static inline void devbuf__ref_init(devbuf__refcount *ref, size_t holders) { atomic_init(&ref->count, holders); }
+static inline void devbuf__ref_init(devbuf__refcount *ref, size_t holders) {
+  atomic_init(&ref->count, holders);
+}
 
 static inline void devbuf__ref_retain(devbuf__refcount *ref) {
   atomic_fetch_add_explicit(&ref->count, 1, memory_order_relaxed);

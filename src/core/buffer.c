@@ -4,8 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
-devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_t size, devbuf_dtype dtype,
-                                  const size_t *shape, size_t ndim, devbuf_buffer_t **out) {
+devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_t size,
+                                  devbuf_dtype dtype, const size_t *shape, size_t ndim,
+                                  devbuf_buffer_t **out) {
   devbuf_buffer_t *buffer = devbuf__malloc(sizeof *buffer);
   if (!buffer) {
     devbuf__storage_release(storage);
@@ -23,11 +24,14 @@ devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtype, const size_t *shape,
-                                size_t ndim, uint32_t flags, devbuf_buffer_t **out_buffer) {
-  if (!allocator || !out_buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_buffer is NULL");
+devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtype,
+                                const size_t *shape, size_t ndim, uint32_t flags,
+                                devbuf_buffer_t **out_buffer) {
+  if (!allocator || !out_buffer)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_buffer is NULL");
   if (flags & ~(uint32_t)DEVBUF_BUFFER_ZERO)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown buffer flags 0x%x", flags & ~(unsigned)DEVBUF_BUFFER_ZERO);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown buffer flags 0x%x",
+                         flags & ~(unsigned)DEVBUF_BUFFER_ZERO);
   size_t bytes;
   devbuf_status status = devbuf__shape_bytes(dtype, shape, ndim, &bytes, NULL);
   if (status != DEVBUF_OK) return status;
@@ -37,8 +41,9 @@ devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtyp
   return devbuf__buffer_wrap(storage, 0, bytes, dtype, shape, ndim, out_buffer);
 }
 
-devbuf_status devbuf_buffer_allocate(devbuf_allocator_t *allocator, devbuf_dtype dtype, const size_t *shape,
-                                     size_t ndim, uint32_t flags, devbuf_buffer_t **out_buffer) {
+devbuf_status devbuf_buffer_allocate(devbuf_allocator_t *allocator, devbuf_dtype dtype,
+                                     const size_t *shape, size_t ndim, uint32_t flags,
+                                     devbuf_buffer_t **out_buffer) {
   if (!out_buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_buffer is NULL");
   devbuf_buffer_t *buffer;
   devbuf_status status = devbuf_buffer_new(allocator, dtype, shape, ndim, flags, &buffer);
@@ -60,31 +65,37 @@ static size_t elements_in(size_t bytes, unsigned bits) {
   return bits % 8 == 0 ? bytes / (bits / 8) : (size_t)(((unsigned __int128)bytes * 8) / bits);
 }
 
-devbuf_status devbuf_buffer_view(devbuf_buffer_t *buffer, size_t offset, size_t size, devbuf_buffer_t **out_view) {
-  if (!buffer || !out_view) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_view is NULL");
+devbuf_status devbuf_buffer_view(devbuf_buffer_t *buffer, size_t offset, size_t size,
+                                 devbuf_buffer_t **out_view) {
+  if (!buffer || !out_view)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_view is NULL");
   size_t end;
   if (devbuf__add_overflows(offset, size, &end) || end > buffer->size)
-    return devbuf__error(DEVBUF_OUT_OF_RANGE, "view(offset %zu, size %zu) does not fit a %zu-byte buffer", offset,
-                         size, buffer->size);
+    return devbuf__error(DEVBUF_OUT_OF_RANGE,
+                         "view(offset %zu, size %zu) does not fit a %zu-byte buffer", offset, size,
+                         buffer->size);
   unsigned bits = devbuf_dtype_bits(buffer->dtype);
   if (!whole_elements(offset, bits) || !whole_elements(size, bits))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "view(offset %zu, size %zu) is not a whole number of %s elements (%u bits each)", offset,
-                         size, devbuf_dtype_name(buffer->dtype), bits);
+    return devbuf__error(
+        DEVBUF_INVALID_ARGUMENT,
+        "view(offset %zu, size %zu) is not a whole number of %s elements (%u bits each)", offset,
+        size, devbuf_dtype_name(buffer->dtype), bits);
   size_t count = elements_in(size, bits);
   devbuf__ref_retain(&buffer->storage->refs);
-  return devbuf__buffer_wrap(buffer->storage, buffer->offset + offset, size, buffer->dtype, &count, 1, out_view);
+  return devbuf__buffer_wrap(buffer->storage, buffer->offset + offset, size, buffer->dtype, &count,
+                             1, out_view);
 }
 
-devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype, const size_t *shape, size_t ndim,
-                                    devbuf_buffer_t **out_view) {
-  if (!buffer || !out_view) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_view is NULL");
+devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype,
+                                    const size_t *shape, size_t ndim, devbuf_buffer_t **out_view) {
+  if (!buffer || !out_view)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_view is NULL");
   size_t bytes;
   devbuf_status status = devbuf__shape_bytes(dtype, shape, ndim, &bytes, NULL);
   if (status != DEVBUF_OK) return status;
   if (bytes != buffer->size)
-    return devbuf__error(DEVBUF_SIZE_MISMATCH, "reshape to %zu bytes of %s from a %zu-byte buffer", bytes,
-                         devbuf_dtype_name(dtype), buffer->size);
+    return devbuf__error(DEVBUF_SIZE_MISMATCH, "reshape to %zu bytes of %s from a %zu-byte buffer",
+                         bytes, devbuf_dtype_name(dtype), buffer->size);
   devbuf__ref_retain(&buffer->storage->refs);
   return devbuf__buffer_wrap(buffer->storage, buffer->offset, bytes, dtype, shape, ndim, out_view);
 }
@@ -97,7 +108,9 @@ devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer) {
 void devbuf_buffer_release(devbuf_buffer_t *buffer) {
   if (!buffer || !devbuf__ref_drop(&buffer->refs)) return;
   devbuf__storage *storage = buffer->storage;
-  if (atomic_load_explicit(&storage->open_accesses, memory_order_acquire)) { // close what this handle left open, so no record names it
+  if (atomic_load_explicit(
+          &storage->open_accesses,
+          memory_order_acquire)) { // close what this handle left open, so no record names it
     pthread_mutex_lock(&storage->lock);
     for (devbuf__host_access **link = &storage->accesses; *link;) {
       devbuf__host_access *access = *link;
@@ -121,25 +134,38 @@ devbuf_status devbuf_buffer_ensure_allocated(devbuf_buffer_t *buffer) {
 }
 
 int devbuf_buffer_is_allocated(const devbuf_buffer_t *buffer) {
-  return buffer && atomic_load_explicit(&buffer->storage->state, memory_order_acquire) == DEVBUF__ALLOCATED;
+  return buffer &&
+         atomic_load_explicit(&buffer->storage->state, memory_order_acquire) == DEVBUF__ALLOCATED;
 }
 
 size_t devbuf_buffer_size(const devbuf_buffer_t *buffer) { return buffer ? buffer->size : 0; }
 int devbuf_buffer_is_empty(const devbuf_buffer_t *buffer) { return !buffer || buffer->size == 0; }
 size_t devbuf_buffer_offset(const devbuf_buffer_t *buffer) { return buffer ? buffer->offset : 0; }
-devbuf_dtype devbuf_buffer_dtype(const devbuf_buffer_t *buffer) { return buffer ? buffer->dtype : DEVBUF_DTYPE_COUNT; }
+devbuf_dtype devbuf_buffer_dtype(const devbuf_buffer_t *buffer) {
+  return buffer ? buffer->dtype : DEVBUF_DTYPE_COUNT;
+}
 size_t devbuf_buffer_ndim(const devbuf_buffer_t *buffer) { return buffer ? buffer->ndim : 0; }
-const size_t *devbuf_buffer_shape(const devbuf_buffer_t *buffer) { return buffer ? buffer->shape : NULL; }
+const size_t *devbuf_buffer_shape(const devbuf_buffer_t *buffer) {
+  return buffer ? buffer->shape : NULL;
+}
 devbuf_allocator_t *devbuf_buffer_allocator(const devbuf_buffer_t *buffer) {
   return buffer ? buffer->storage->allocator : NULL;
 }
 devbuf_device_t *devbuf_buffer_device(const devbuf_buffer_t *buffer) {
   return buffer ? buffer->storage->device : NULL;
 }
-uint64_t devbuf_buffer_storage_id(const devbuf_buffer_t *buffer) { return buffer ? buffer->storage->id : 0; }
-uint64_t devbuf_buffer_handle_id(const devbuf_buffer_t *buffer) { return buffer ? buffer->handle_id : 0; }
-int devbuf_buffer_is_mapped(const devbuf_buffer_t *buffer) { return buffer && buffer->storage->mapped; }
-int devbuf_buffer_is_read_only(const devbuf_buffer_t *buffer) { return buffer && buffer->storage->read_only; }
+uint64_t devbuf_buffer_storage_id(const devbuf_buffer_t *buffer) {
+  return buffer ? buffer->storage->id : 0;
+}
+uint64_t devbuf_buffer_handle_id(const devbuf_buffer_t *buffer) {
+  return buffer ? buffer->handle_id : 0;
+}
+int devbuf_buffer_is_mapped(const devbuf_buffer_t *buffer) {
+  return buffer && buffer->storage->mapped;
+}
+int devbuf_buffer_is_read_only(const devbuf_buffer_t *buffer) {
+  return buffer && buffer->storage->read_only;
+}
 int devbuf_buffer_is_cpu_accessible(const devbuf_buffer_t *buffer) {
   return buffer && devbuf__storage_host_accessible(buffer->storage);
 }
@@ -152,26 +178,31 @@ size_t devbuf_buffer_count(const devbuf_buffer_t *buffer) {
 }
 
 devbuf_status devbuf_buffer_device_ptr(devbuf_buffer_t *buffer, uint64_t *out_address) {
-  if (!buffer || !out_address) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_address is NULL");
+  if (!buffer || !out_address)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_address is NULL");
   if (!devbuf_buffer_is_allocated(buffer))
-    return devbuf__error(DEVBUF_NOT_ALLOCATED, "buffer %llu (storage %llu, %zu bytes) has no memory yet",
-                         (unsigned long long)buffer->handle_id, (unsigned long long)buffer->storage->id,
-                         buffer->size);
+    return devbuf__error(DEVBUF_NOT_ALLOCATED,
+                         "buffer %llu (storage %llu, %zu bytes) has no memory yet",
+                         (unsigned long long)buffer->handle_id,
+                         (unsigned long long)buffer->storage->id, buffer->size);
   if (buffer->storage->device->memory_handles)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "buffer %llu: %s memory has no device address, only a handle and an "
-                         "offset (devbuf_buffer_device_handle)", (unsigned long long)buffer->handle_id,
-                         buffer->storage->device->spec);
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "buffer %llu: %s memory has no device address, only a handle and an "
+                         "offset (devbuf_buffer_device_handle)",
+                         (unsigned long long)buffer->handle_id, buffer->storage->device->spec);
   *out_address = buffer->size ? buffer->storage->memory.device + buffer->offset : 0;
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_buffer_device_handle(devbuf_buffer_t *buffer, uint64_t *out_handle, size_t *out_offset) {
+devbuf_status devbuf_buffer_device_handle(devbuf_buffer_t *buffer, uint64_t *out_handle,
+                                          size_t *out_offset) {
   if (!buffer || !out_handle || !out_offset)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer, out_handle or out_offset is NULL");
   if (!devbuf_buffer_is_allocated(buffer))
-    return devbuf__error(DEVBUF_NOT_ALLOCATED, "buffer %llu (storage %llu, %zu bytes) has no memory yet",
-                         (unsigned long long)buffer->handle_id, (unsigned long long)buffer->storage->id,
-                         buffer->size);
+    return devbuf__error(DEVBUF_NOT_ALLOCATED,
+                         "buffer %llu (storage %llu, %zu bytes) has no memory yet",
+                         (unsigned long long)buffer->handle_id,
+                         (unsigned long long)buffer->storage->id, buffer->size);
   *out_handle = buffer->storage->memory.device;
   *out_offset = buffer->storage->memory.offset + buffer->offset;
   return DEVBUF_OK;
@@ -189,14 +220,16 @@ size_t devbuf_buffer_describe(const devbuf_buffer_t *buffer, char *out_text, siz
   size_t used = 0;
   shape[0] = '\0';
   for (size_t i = 0; i < buffer->ndim && used < sizeof shape; i++)
-    used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%zu", i ? "," : "", buffer->shape[i]);
+    used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%zu", i ? "," : "",
+                             buffer->shape[i]);
   const devbuf__storage *storage = buffer->storage;
-  int length = snprintf(out_text, capacity,
-                        "Buffer(id=%llu handle=%llu device=%s dtype=%s shape=[%s] offset=%zu size=%zu %s%s%s)",
-                        (unsigned long long)storage->id, (unsigned long long)buffer->handle_id,
-                        storage->device->spec, devbuf_dtype_name(buffer->dtype), shape, buffer->offset,
-                        buffer->size, devbuf_buffer_is_allocated(buffer) ? "allocated" : "lazy",
-                        storage->mapped ? " mapped" : "", storage->read_only ? " read-only" : "");
+  int length = snprintf(
+      out_text, capacity,
+      "Buffer(id=%llu handle=%llu device=%s dtype=%s shape=[%s] offset=%zu size=%zu %s%s%s)",
+      (unsigned long long)storage->id, (unsigned long long)buffer->handle_id, storage->device->spec,
+      devbuf_dtype_name(buffer->dtype), shape, buffer->offset, buffer->size,
+      devbuf_buffer_is_allocated(buffer) ? "allocated" : "lazy", storage->mapped ? " mapped" : "",
+      storage->read_only ? " read-only" : "");
   return length < 0 ? 0 : (size_t)length;
 }
 

@@ -8,11 +8,12 @@
 #define STAGING_CHUNK ((size_t)4 << 20)
 
 // What a copy needs from one side before it starts: a size match, write permission, memory.
-static devbuf_status check_side(devbuf_buffer_t *buffer, size_t size, bool write, const char *what) {
+static devbuf_status check_side(devbuf_buffer_t *buffer, size_t size, bool write,
+                                const char *what) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: buffer is NULL", what);
   if (size != buffer->size)
-    return devbuf__error(DEVBUF_SIZE_MISMATCH, "%s of %zu bytes with a %zu-byte buffer (%llu)", what, size,
-                         buffer->size, (unsigned long long)buffer->handle_id);
+    return devbuf__error(DEVBUF_SIZE_MISMATCH, "%s of %zu bytes with a %zu-byte buffer (%llu)",
+                         what, size, buffer->size, (unsigned long long)buffer->handle_id);
   if (write && buffer->storage->read_only)
     return devbuf__error(DEVBUF_READ_ONLY, "%s into read-only buffer %llu", what,
                          (unsigned long long)buffer->handle_id);
@@ -22,7 +23,8 @@ static devbuf_status check_side(devbuf_buffer_t *buffer, size_t size, bool write
 // A copy is a host operation: it waits for conflicting submitted work, refuses bytes
 // under an open host access, and holds an access of its own while it runs, so that no
 // submission races with it.
-static devbuf_status begin(devbuf_buffer_t *buffer, bool write, const char *what, devbuf__host_access **out) {
+static devbuf_status begin(devbuf_buffer_t *buffer, bool write, const char *what,
+                           devbuf__host_access **out) {
   devbuf__byte_range range = {buffer->offset, buffer->size, write};
   return devbuf__host_operation_begin(buffer->storage, &range, 1, what, out);
 }
@@ -35,7 +37,8 @@ devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, siz
   status = begin(buffer, true, "copyin", &access);
   if (status != DEVBUF_OK) return status;
   devbuf__storage *storage = buffer->storage;
-  status = storage->device->backend->write(storage->device, &storage->memory, buffer->offset, src, size);
+  status =
+      storage->device->backend->write(storage->device, &storage->memory, buffer->offset, src, size);
   devbuf__host_operation_end(storage, access);
   return status;
 }
@@ -49,53 +52,61 @@ devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t s
   if (status != DEVBUF_OK) return status;
   devbuf__storage *storage = buffer->storage;
   if (storage->mapped)
-    status = devbuf__guarded_copy(dst, (const char *)storage->memory.host + buffer->offset, size, "copyout");
+    status = devbuf__guarded_copy(dst, (const char *)storage->memory.host + buffer->offset, size,
+                                  "copyout");
   else
-    status = storage->device->backend->read(storage->device, &storage->memory, buffer->offset, dst, size);
+    status = storage->device->backend->read(storage->device, &storage->memory, buffer->offset, dst,
+                                            size);
   devbuf__host_operation_end(storage, access);
   return status;
 }
 
 // Out of a mapped file, whose pages fault if the file shrank: read by the CPU under a guard,
 // into the destination directly where the CPU can address it, else through a bounce buffer.
-static devbuf_status copy_from_mapping(devbuf__storage *dst, size_t dst_offset, devbuf__storage *src,
-                                       size_t src_offset, size_t size) {
+static devbuf_status copy_from_mapping(devbuf__storage *dst, size_t dst_offset,
+                                       devbuf__storage *src, size_t src_offset, size_t size) {
   const char *from = (const char *)src->memory.host + src_offset;
   if (devbuf__storage_host_accessible(dst))
     return devbuf__guarded_copy((char *)dst->memory.host + dst_offset, from, size, "copy_from");
   size_t chunk = size < STAGING_CHUNK ? size : STAGING_CHUNK;
   char *bounce = devbuf__malloc(chunk);
-  if (!bounce) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "copy_from: no host memory for a %zu-byte staging buffer", chunk);
+  if (!bounce)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                         "copy_from: no host memory for a %zu-byte staging buffer", chunk);
   devbuf_device_t *device = dst->device;
   devbuf_status status = DEVBUF_OK;
   for (size_t done = 0; done < size && status == DEVBUF_OK; done += chunk) {
     size_t piece = size - done < chunk ? size - done : chunk;
     status = devbuf__guarded_copy(bounce, from + done, piece, "copy_from");
-    if (status == DEVBUF_OK) status = device->backend->write(device, &dst->memory, dst_offset + done, bounce, piece);
+    if (status == DEVBUF_OK)
+      status = device->backend->write(device, &dst->memory, dst_offset + done, bounce, piece);
   }
   devbuf__free(bounce);
   return status;
 }
 
 // Between devices: through whichever side the CPU can address, else via a bounce buffer.
-static devbuf_status copy_across(devbuf__storage *dst, size_t dst_offset, devbuf__storage *src, size_t src_offset,
-                                 size_t size) {
+static devbuf_status copy_across(devbuf__storage *dst, size_t dst_offset, devbuf__storage *src,
+                                 size_t src_offset, size_t size) {
   devbuf_device_t *dst_device = dst->device, *src_device = src->device;
   if (devbuf__storage_host_accessible(src))
     return dst_device->backend->write(dst_device, &dst->memory, dst_offset,
                                       (const char *)src->memory.host + src_offset, size);
   if (devbuf__storage_host_accessible(dst))
-    return src_device->backend->read(src_device, &src->memory, src_offset, (char *)dst->memory.host + dst_offset,
-                                     size);
+    return src_device->backend->read(src_device, &src->memory, src_offset,
+                                     (char *)dst->memory.host + dst_offset, size);
   size_t chunk = size < STAGING_CHUNK ? size : STAGING_CHUNK;
   char *bounce = devbuf__malloc(chunk);
-  if (!bounce) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "copy_from: no host memory for a %zu-byte staging buffer", chunk);
+  if (!bounce)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                         "copy_from: no host memory for a %zu-byte staging buffer", chunk);
   devbuf_status status = DEVBUF_OK;
   for (size_t done = 0; done < size && status == DEVBUF_OK; done += chunk) {
     size_t piece = size - done < chunk ? size - done : chunk;
     status = src_device->backend->read(src_device, &src->memory, src_offset + done, bounce, piece);
     if (status == DEVBUF_OK)
-      status = dst_device->backend->write(dst_device, &dst->memory, dst_offset + done, bounce, piece);
+      status =
+          dst_device->backend->write(dst_device, &dst->memory, dst_offset + done, bounce, piece);
   }
   devbuf__free(bounce);
   return status;
@@ -109,7 +120,8 @@ devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src
   devbuf__storage *to = dst->storage, *from = src->storage;
   devbuf__host_access *dst_access = NULL, *src_access = NULL;
   if (to == from) { // both views' accesses at once: they may overlap each other
-    devbuf__byte_range ranges[2] = {{dst->offset, dst->size, true}, {src->offset, src->size, false}};
+    devbuf__byte_range ranges[2] = {{dst->offset, dst->size, true},
+                                    {src->offset, src->size, false}};
     devbuf__host_access *accesses[2];
     status = devbuf__host_operation_begin(to, ranges, 2, "copy_from", accesses);
     if (status == DEVBUF_OK) {
@@ -127,7 +139,8 @@ devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src
   if (from->mapped && to != from)
     status = copy_from_mapping(to, dst->offset, from, src->offset, dst->size);
   else if (to->device == from->device)
-    status = to->device->backend->copy(to->device, &to->memory, dst->offset, &from->memory, src->offset, dst->size);
+    status = to->device->backend->copy(to->device, &to->memory, dst->offset, &from->memory,
+                                       src->offset, dst->size);
   else
     status = copy_across(to, dst->offset, from, src->offset, dst->size);
   devbuf__host_operation_end(to, dst_access);

@@ -14,47 +14,48 @@ typedef enum devbuf__storage_state {
 typedef struct devbuf__host_access {
   const devbuf_buffer_t *handle;
   const void *data;
-  size_t offset, size;     // bytes within the storage
+  size_t offset, size; // bytes within the storage
   bool write;
   struct devbuf__host_access *next;
 } devbuf__host_access;
 
 typedef struct devbuf__storage {
-  devbuf__refcount refs;               // handles that use it
-  uint64_t id;                         // the storage id shared by all views
-  devbuf_allocator_t *allocator;       // NULL for mapped files
-  devbuf_device_t *device;             // retained
-  size_t size;                         // bytes
-  uint32_t flags;                      // DEVBUF_BUFFER_* given at creation
+  devbuf__refcount refs;         // handles that use it
+  uint64_t id;                   // the storage id shared by all views
+  devbuf_allocator_t *allocator; // NULL for mapped files
+  devbuf_device_t *device;       // retained
+  size_t size;                   // bytes
+  uint32_t flags;                // DEVBUF_BUFFER_* given at creation
   bool read_only, mapped;
   // Memory that no allocator owns (mapped files, DLPack imports) is given back by this,
   // with `external`, when the storage goes.
   void (*release_external)(struct devbuf__storage *storage);
   void *external;
-  atomic_int state;                    // devbuf__storage_state; ALLOCATED is final
-  devbuf_memory_t memory;              // valid once state is ALLOCATED
-  pthread_mutex_t lock;                // lazy allocation, host-access list, hazard creation
+  atomic_int state;                      // devbuf__storage_state; ALLOCATED is final
+  devbuf_memory_t memory;                // valid once state is ALLOCATED
+  pthread_mutex_t lock;                  // lazy allocation, host-access list, hazard creation
   struct devbuf__hazard *_Atomic hazard; // in-flight work on the memory; made on first submission
-  devbuf__in_flight *in_flight;        // once released in flight to a caching allocator
+  devbuf__in_flight *in_flight;          // once released in flight to a caching allocator
   // Work of earlier owners of reused bytes (retained, ordering only): every submission
   // waits for what of it has not completed, host access waits for all of it. Read and
   // written under the tracker's lock, which exists whenever this is non-empty.
   struct devbuf__fence **inherited;
   size_t inherited_count, inherited_capacity;
-  devbuf__host_access *accesses;       // open host accesses
-  atomic_size_t open_accesses;         // length of `accesses` (read without the lock)
+  devbuf__host_access *accesses; // open host accesses
+  atomic_size_t open_accesses;   // length of `accesses` (read without the lock)
 } devbuf__storage;
 
 // Whether the CPU can address the storage's memory.
 static inline bool devbuf__storage_host_accessible(const devbuf__storage *storage) {
-  return storage->allocator ? devbuf__allocator_host_accessible(storage->allocator) : storage->device->host_accessible;
+  return storage->allocator ? devbuf__allocator_host_accessible(storage->allocator)
+                            : storage->device->host_accessible;
 }
 
 struct devbuf_buffer {
   devbuf__refcount refs;
   uint64_t handle_id;
-  devbuf__storage *storage;            // one reference held per handle
-  size_t offset, size;                 // bytes within the storage
+  devbuf__storage *storage; // one reference held per handle
+  size_t offset, size;      // bytes within the storage
   devbuf_dtype dtype;
   size_t ndim;
   size_t shape[DEVBUF_MAX_NDIM];
@@ -66,7 +67,8 @@ void devbuf__storage_release(devbuf__storage *storage);
 devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage);
 // For submitted work: may reuse memory whose earlier work is still pending (ordered after it).
 devbuf_status devbuf__storage_ensure_allocated_for_work(devbuf__storage *storage);
-// The storage's hazard tracker, made if needed; NULL when out of memory. Caller holds storage->lock.
+// The storage's hazard tracker, made if needed; NULL when out of memory. Caller holds
+// storage->lock.
 struct devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage);
 // What a host operation does about submitted work on its bytes that was submitted through
 // this storage. (Work of a previous owner of reused memory is always waited for.)
@@ -88,15 +90,17 @@ typedef struct devbuf__byte_range {
 // the storage has a tracker, its lock too (*out_hazard; NULL otherwise): submissions that
 // find no open host access take only the tracker's lock, so opening an access must hold
 // it. Release both with devbuf__storage_unlock.
-devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__byte_range *ranges, size_t count,
-                                        devbuf__own_work own, const char *what, struct devbuf__hazard **out_hazard);
+devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__byte_range *ranges,
+                                        size_t count, devbuf__own_work own, const char *what,
+                                        struct devbuf__hazard **out_hazard);
 void devbuf__storage_unlock(devbuf__storage *storage, struct devbuf__hazard *hazard);
 // A host operation on `count` ranges of one storage (a copy between two of its views reads
 // one and writes the other) that runs while no submitted work conflicts and no other host
 // access does, and that submissions must not race with while it runs: opens one access
 // record per range at once, waiting for work first. The ranges may overlap each other.
 // Close each with devbuf__host_operation_end.
-devbuf_status devbuf__host_operation_begin(devbuf__storage *storage, const devbuf__byte_range *ranges, size_t count,
+devbuf_status devbuf__host_operation_begin(devbuf__storage *storage,
+                                           const devbuf__byte_range *ranges, size_t count,
                                            const char *what, devbuf__host_access **out_accesses);
 void devbuf__host_operation_end(devbuf__storage *storage, devbuf__host_access *access);
 // Whether submitted work uses any of storage bytes [offset, offset + size).
@@ -114,7 +118,7 @@ devbuf_status devbuf__shape_bytes(devbuf_dtype dtype, const size_t *shape, size_
 // HOST_ACCESS_OPEN if a host access conflicts with an operation on storage bytes
 // [offset, offset + size) (a write conflicts with any access, a read with write access).
 // Caller holds storage->lock.
-devbuf_status devbuf__check_host_conflicts(devbuf__storage *storage, size_t offset, size_t size, bool write,
-                                           const char *what);
+devbuf_status devbuf__check_host_conflicts(devbuf__storage *storage, size_t offset, size_t size,
+                                           bool write, const char *what);
 
 #endif // DEVBUF_CORE_H

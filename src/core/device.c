@@ -32,15 +32,17 @@ static devbuf_status parse_spec(const char *spec, const backend_entry **out_entr
       entry = &known_backends[i];
   }
   if (!entry)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "device spec '%.64s' names no device kind (expected cpu, opencl:N or cuda:N)", spec);
+    return devbuf__error(
+        DEVBUF_INVALID_ARGUMENT,
+        "device spec '%.64s' names no device kind (expected cpu, opencl:N or cuda:N)", spec);
   long index = 0;
   if (spec[kind_length] == ':') {
     const char *digits = spec + kind_length + 1;
     char *end = NULL;
     errno = 0;
     if (*digits < '0' || *digits > '9')
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device spec '%.64s': index is not a number", spec);
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device spec '%.64s': index is not a number",
+                           spec);
     index = strtol(digits, &end, 10);
     if (errno || *end != '\0' || index > 1000000)
       return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device spec '%.64s': bad index", spec);
@@ -51,7 +53,8 @@ static devbuf_status parse_spec(const char *spec, const backend_entry **out_entr
 }
 
 // A caching allocator of one kind of memory, part of the device.
-static devbuf_status embedded_allocator(devbuf_device_t *device, devbuf_memory_kind kind, devbuf_allocator_t **out) {
+static devbuf_status embedded_allocator(devbuf_device_t *device, devbuf_memory_kind kind,
+                                        devbuf_allocator_t **out) {
   devbuf_allocator_t *raw = NULL;
   devbuf_status status = devbuf__raw_allocator_create(device, kind, true, &raw);
   if (status != DEVBUF_OK) return status;
@@ -154,7 +157,8 @@ void devbuf_device_release(devbuf_device_t *device) {
   pthread_mutex_unlock(&registry_lock);
   if (device->managed_allocator && device->managed_allocator != device->allocator)
     devbuf__allocator_destroy(device->managed_allocator);
-  if (device->host_allocator != device->allocator) devbuf__allocator_destroy(device->host_allocator);
+  if (device->host_allocator != device->allocator)
+    devbuf__allocator_destroy(device->host_allocator);
   devbuf__allocator_destroy(device->allocator);
   if (device->backend->close) device->backend->close(device);
   pthread_cond_destroy(&device->work_idle);
@@ -165,23 +169,35 @@ void devbuf_device_release(devbuf_device_t *device) {
 devbuf_device_kind devbuf_device_kind_of(const devbuf_device_t *device) {
   return device ? device->backend->kind : (devbuf_device_kind)0;
 }
-const char *devbuf_device_spec(const devbuf_device_t *device) { return device ? device->spec : NULL; }
-const char *devbuf_device_name(const devbuf_device_t *device) { return device ? device->name : NULL; }
-size_t devbuf_device_page_size(const devbuf_device_t *device) { return device ? device->page_size : 0; }
-devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device) { return device ? device->allocator : NULL; }
+const char *devbuf_device_spec(const devbuf_device_t *device) {
+  return device ? device->spec : NULL;
+}
+const char *devbuf_device_name(const devbuf_device_t *device) {
+  return device ? device->name : NULL;
+}
+size_t devbuf_device_page_size(const devbuf_device_t *device) {
+  return device ? device->page_size : 0;
+}
+devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device) {
+  return device ? device->allocator : NULL;
+}
 
 devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device, devbuf_memory_kind kind) {
   if (!device) return NULL;
   switch (kind) {
-  case DEVBUF_MEMORY_DEVICE: return device->allocator;
-  case DEVBUF_MEMORY_HOST_VISIBLE: return device->host_allocator;
-  case DEVBUF_MEMORY_MANAGED: return device->managed_allocator;
+  case DEVBUF_MEMORY_DEVICE:
+    return device->allocator;
+  case DEVBUF_MEMORY_HOST_VISIBLE:
+    return device->host_allocator;
+  case DEVBUF_MEMORY_MANAGED:
+    return device->managed_allocator;
   }
   return NULL;
 }
 
 devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_info_t *out_info) {
-  if (!device || !out_info) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device_info: device and out_info are required");
+  if (!device || !out_info)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device_info: device and out_info are required");
   *out_info = (devbuf_device_info_t){
       .name = device->name,
       .version = device->version,
@@ -199,7 +215,8 @@ devbuf_status devbuf_device_synchronize(devbuf_device_t *device) {
   if (atomic_load(&device->pending_work)) {
     pthread_mutex_lock(&device->work_lock);
     atomic_fetch_add(&device->sync_waiters, 1);
-    while (atomic_load(&device->pending_work)) pthread_cond_wait(&device->work_idle, &device->work_lock);
+    while (atomic_load(&device->pending_work))
+      pthread_cond_wait(&device->work_idle, &device->work_lock);
     atomic_fetch_sub(&device->sync_waiters, 1);
     pthread_mutex_unlock(&device->work_lock);
   }

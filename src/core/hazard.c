@@ -30,23 +30,28 @@ static bool overlaps(const devbuf__record *record, size_t offset, size_t size) {
 }
 
 // The newest record of `list` that overlaps [offset, offset + size), or NULL.
-static const devbuf__record *newest_overlap(const devbuf__record_list *list, size_t offset, size_t size) {
+static const devbuf__record *newest_overlap(const devbuf__record_list *list, size_t offset,
+                                            size_t size) {
   if (!list->count || list->high <= offset || offset + size <= list->low) return NULL;
   for (const devbuf__record *record = list->newest; record; record = record->older)
     if (overlaps(record, offset, size)) return record;
   return NULL;
 }
 
-bool devbuf__hazard_conflicts(const devbuf__hazard *hazard, size_t offset, size_t size, bool write) {
+bool devbuf__hazard_conflicts(const devbuf__hazard *hazard, size_t offset, size_t size,
+                              bool write) {
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
-    if (newest_overlap(&segment->writes, offset, size) || (write && newest_overlap(&segment->reads, offset, size)))
+    if (newest_overlap(&segment->writes, offset, size) ||
+        (write && newest_overlap(&segment->reads, offset, size)))
       return true;
   return false;
 }
 
 bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size) {
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
-    if (newest_overlap(&segment->writes, offset, size) || newest_overlap(&segment->reads, offset, size)) return true;
+    if (newest_overlap(&segment->writes, offset, size) ||
+        newest_overlap(&segment->reads, offset, size))
+      return true;
   return false;
 }
 
@@ -69,7 +74,8 @@ void devbuf__hazard_wake_locked(devbuf__hazard *hazard) {
   pthread_mutex_unlock(&hazard->sleep_lock);
 }
 
-bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__fence *work, bool order_only) {
+bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__fence *work,
+                       bool order_only) {
   for (size_t i = 0; i < *count; i++) {
     if ((*deps)[i].work == work) {
       (*deps)[i].order_only &= order_only; // a data dependency through any use is one
@@ -89,8 +95,8 @@ bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devb
   return true;
 }
 
-bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size, devbuf__fence ***works,
-                            size_t *count, size_t *capacity) {
+bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size,
+                            devbuf__fence ***works, size_t *count, size_t *capacity) {
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
     const devbuf__record *newest[2] = {newest_overlap(&segment->writes, offset, size),
                                        newest_overlap(&segment->reads, offset, size)};
@@ -128,15 +134,18 @@ __attribute__((noreturn)) static void broken(const char *what, const devbuf__rec
   abort();
 }
 
-static size_t validate_list(const devbuf__segment *segment, const devbuf__record_list *list, bool write) {
+static size_t validate_list(const devbuf__segment *segment, const devbuf__record_list *list,
+                            bool write) {
   size_t count = 0;
   const devbuf__record *newer = NULL;
   for (const devbuf__record *r = list->newest; r; newer = r, r = r->older) {
     if (++count > list->count) broken("a record list is longer than its count", r);
     if (r->newer != newer) broken("a record's newer link does not point back", r);
-    if (r->segment != segment || r->write != write) broken("a record sits in another queue's or kind's list", r);
+    if (r->segment != segment || r->write != write)
+      broken("a record sits in another queue's or kind's list", r);
     if (!r->work) broken("a record without work", r);
-    if (r->offset < list->low || r->offset + r->size > list->high || r->offset + r->size < r->offset)
+    if (r->offset < list->low || r->offset + r->size > list->high ||
+        r->offset + r->size < r->offset)
       broken("a record lies outside the range its list covers", r);
   }
   if (count != list->count) broken("a record list is shorter than its count", NULL);
@@ -149,11 +158,13 @@ static void debug_validate(devbuf__hazard *hazard) {
   if (hazard->records >= 64 && (++hazard->debug_steps & 63) != 0) return;
   size_t total = 0;
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
-    total += validate_list(segment, &segment->reads, false) + validate_list(segment, &segment->writes, true);
+    total += validate_list(segment, &segment->reads, false) +
+             validate_list(segment, &segment->writes, true);
     if (segment->reads.count + segment->writes.count)
       for (const devbuf__segment *other = segment->next; other; other = other->next)
         if (other->queue == segment->queue && other->reads.count + other->writes.count)
-          broken("two record lists of one queue", segment->reads.newest ? segment->reads.newest : segment->writes.newest);
+          broken("two record lists of one queue",
+                 segment->reads.newest ? segment->reads.newest : segment->writes.newest);
   }
   if (total != hazard->records) broken("the tracker's record count differs from its lists", NULL);
 }
@@ -172,8 +183,8 @@ static devbuf__segment *take_empty_segment(devbuf__hazard *hazard) {
   return segment;
 }
 
-bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue, devbuf__dep **deps,
-                        size_t *dep_count, size_t *dep_capacity) {
+bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue,
+                        devbuf__dep **deps, size_t *dep_count, size_t *dep_capacity) {
   devbuf__segment *own = NULL;
   for (devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
     if (segment->queue == queue) {
@@ -181,8 +192,10 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
       continue;
     }
     const devbuf__record *write = newest_overlap(&segment->writes, record->offset, record->size);
-    const devbuf__record *read = record->write ? newest_overlap(&segment->reads, record->offset, record->size) : NULL;
-    if (write && !devbuf__deps_push(deps, dep_count, dep_capacity, write->work, false)) return false;
+    const devbuf__record *read =
+        record->write ? newest_overlap(&segment->reads, record->offset, record->size) : NULL;
+    if (write && !devbuf__deps_push(deps, dep_count, dep_capacity, write->work, false))
+      return false;
     if (read && !devbuf__deps_push(deps, dep_count, dep_capacity, read->work, false)) return false;
   }
   if (!own) {
@@ -195,7 +208,8 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
   }
   devbuf__record_list *list = record->write ? &own->writes : &own->reads;
   if (list->count == 0 || record->offset < list->low) list->low = record->offset;
-  if (list->count == 0 || record->offset + record->size > list->high) list->high = record->offset + record->size;
+  if (list->count == 0 || record->offset + record->size > list->high)
+    list->high = record->offset + record->size;
   record->segment = own;
   record->older = list->newest;
   record->newer = NULL;
@@ -207,8 +221,8 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
   return true;
 }
 
-void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record, void (**out_on_idle)(void *),
-                                  void **out_idle_ctx) {
+void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record,
+                                  void (**out_on_idle)(void *), void **out_idle_ctx) {
   debug_validate(hazard);
   devbuf__segment *segment = record->segment;
   devbuf__record_list *list = record->write ? &segment->writes : &segment->reads;

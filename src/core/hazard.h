@@ -20,8 +20,8 @@ typedef struct devbuf__dep {
 // One use of the memory by one submitted work item.
 typedef struct devbuf__record {
   devbuf__fence *work;
-  devbuf__segment *segment;            // the records of the work's queue
-  size_t offset, size;                 // bytes of the memory
+  devbuf__segment *segment; // the records of the work's queue
+  size_t offset, size;      // bytes of the memory
   bool write;
   struct devbuf__record *newer, *older;
 } devbuf__record;
@@ -33,7 +33,7 @@ typedef struct devbuf__record {
 typedef struct devbuf__record_list {
   devbuf__record *newest;
   size_t count;
-  size_t low, high;                    // covered bytes [low, high) (never shrinks while count > 0)
+  size_t low, high; // covered bytes [low, high) (never shrinks while count > 0)
 } devbuf__record_list;
 
 struct devbuf__segment {
@@ -44,15 +44,15 @@ struct devbuf__segment {
 
 // What every submission and retirement touches comes first, in one cache line.
 typedef struct devbuf__hazard {
-  devbuf__spinlock lock;               // every submission takes it for each use: kept cheap
-  devbuf__segment *segments;           // a queue's stays while empty: queues come back
+  devbuf__spinlock lock;     // every submission takes it for each use: kept cheap
+  devbuf__segment *segments; // a queue's stays while empty: queues come back
   size_t records;
   size_t waiters;
-  pthread_mutex_t sleep_lock;          // with `progress`: where waiters sleep (taken after `lock`)
-  pthread_cond_t progress;             // broadcast when records complete and someone waits
-  void (*on_idle)(void *ctx);          // called once, unlocked, when records reach zero
+  pthread_mutex_t sleep_lock; // with `progress`: where waiters sleep (taken after `lock`)
+  pthread_cond_t progress;    // broadcast when records complete and someone waits
+  void (*on_idle)(void *ctx); // called once, unlocked, when records reach zero
   void *idle_ctx;
-  unsigned debug_steps;                // DEVBUF_DEBUG_CHECKS: changes since the last validation
+  unsigned debug_steps; // DEVBUF_DEBUG_CHECKS: changes since the last validation
 } devbuf__hazard;
 
 devbuf__hazard *devbuf__hazard_create(void);
@@ -76,18 +76,18 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
 // Appends to `works` (retained, once each) the newest work of each queue whose records
 // overlap [offset, offset + size): what must complete before anything else uses those
 // bytes. False when no host memory is left.
-bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size, devbuf__fence ***works,
-                            size_t *count, size_t *capacity);
+bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size,
+                            devbuf__fence ***works, size_t *count, size_t *capacity);
 // Appends `work` to `deps` (retained) unless it is there already; a data dependency wins
 // over an ordering-only one. False when no host memory is left.
-bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__fence *work, bool order_only);
-
+bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__fence *work,
+                       bool order_only);
 
 // Removes a completed record; caller holds the lock. When the last record goes and an idle
 // callback is armed, it is disarmed and handed out: the caller calls it after unlocking.
 // Caller also wakes waiters (devbuf__hazard_wake_locked) once done removing.
-void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record, void (**out_on_idle)(void *),
-                                  void **out_idle_ctx);
+void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record,
+                                  void (**out_on_idle)(void *), void **out_idle_ctx);
 // Takes the lock itself: removes a record, wakes waiters, may call on_idle (after
 // unlocking), so the hazard may be gone when this returns.
 void devbuf__hazard_remove(devbuf__hazard *hazard, devbuf__record *record);

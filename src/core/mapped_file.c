@@ -15,11 +15,14 @@ static void unmap_file(devbuf__storage *storage) {
   atomic_fetch_sub(&storage->device->mapped_bytes, (storage->memory.size + page - 1) & ~(page - 1));
 }
 
-devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path, devbuf_buffer_t **out_buffer) {
+devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path,
+                                     devbuf_buffer_t **out_buffer) {
   if (!device || !path || !out_buffer)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "map_file: device, path and out_buffer are required");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "map_file: device, path and out_buffer are required");
   if (!device->host_accessible)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "map_file: %s cannot read host memory; load the file with copies",
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "map_file: %s cannot read host memory; load the file with copies",
                          device->spec);
   int fd = -1;
   uint64_t file_size = 0;
@@ -27,8 +30,8 @@ devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path, 
   if (opened != DEVBUF_OK) return opened;
   if (file_size > SIZE_MAX) {
     close(fd);
-    return devbuf__error(DEVBUF_OVERFLOW, "'%.200s' has %llu bytes, more than this process can map", path,
-                         (unsigned long long)file_size);
+    return devbuf__error(DEVBUF_OVERFLOW, "'%.200s' has %llu bytes, more than this process can map",
+                         path, (unsigned long long)file_size);
   }
   size_t size = (size_t)file_size;
   void *address = NULL;
@@ -37,7 +40,8 @@ devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path, 
     if (address == MAP_FAILED) {
       int error = errno;
       close(fd);
-      return devbuf__error(DEVBUF_IO_ERROR, "cannot map %zu bytes of '%.200s': %s", size, path, strerror(error));
+      return devbuf__error(DEVBUF_IO_ERROR, "cannot map %zu bytes of '%.200s': %s", size, path,
+                           strerror(error));
     }
   }
   close(fd); // the mapping keeps the file's pages

@@ -5,10 +5,11 @@
 // them and is ordered after it; the record and its tracker stay until that work is done.
 #include "hazard.h"
 
-devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_device_t *device, size_t size,
-                                     uint32_t flags, devbuf__storage **out) {
+devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_device_t *device,
+                                     size_t size, uint32_t flags, devbuf__storage **out) {
   devbuf__storage *storage = devbuf__calloc(1, sizeof *storage);
-  if (!storage) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer's storage record");
+  if (!storage)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer's storage record");
   devbuf__ref_init(&storage->refs, 1);
   atomic_init(&storage->state, DEVBUF__UNALLOCATED);
   atomic_init(&storage->hazard, NULL);
@@ -26,7 +27,8 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
 // Frees the record itself (its memory has been handed on or given back).
 static void storage_free_record(devbuf__storage *storage) {
   pthread_mutex_destroy(&storage->lock);
-  for (size_t i = 0; i < storage->inherited_count; i++) devbuf__fence_release(storage->inherited[i]);
+  for (size_t i = 0; i < storage->inherited_count; i++)
+    devbuf__fence_release(storage->inherited[i]);
   devbuf__free(storage->inherited);
   if (storage->allocator)
     devbuf_allocator_release(storage->allocator);
@@ -51,7 +53,8 @@ static void storage_finalize(void *context) {
 }
 
 static bool reusable_for_work(const devbuf__storage *storage) {
-  return storage->allocator && storage->size && !storage->mapped && devbuf__is_caching(storage->allocator) &&
+  return storage->allocator && storage->size && !storage->mapped &&
+         devbuf__is_caching(storage->allocator) &&
          atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED;
 }
 
@@ -74,7 +77,8 @@ void devbuf__storage_release(devbuf__storage *storage) {
   bool busy = hazard->records != 0; // a first look: settled under the lock below
   devbuf__spin_unlock(&hazard->lock);
   if (busy && reusable_for_work(storage) &&
-      devbuf__caching_free_in_flight(storage->allocator, &storage->memory, storage, &storage->in_flight) != DEVBUF_OK)
+      devbuf__caching_free_in_flight(storage->allocator, &storage->memory, storage,
+                                     &storage->in_flight) != DEVBUF_OK)
     storage->in_flight = NULL;
   devbuf__spin_lock(&hazard->lock);
   busy = hazard->records != 0;
@@ -94,8 +98,8 @@ static bool inherit_work(void *context, void *fence, size_t offset, size_t size)
   devbuf__storage *storage = context, *earlier = fence;
   devbuf__hazard *hazard = atomic_load_explicit(&earlier->hazard, memory_order_acquire);
   devbuf__spin_lock(&hazard->lock);
-  bool ok = devbuf__hazard_collect(hazard, offset, size, &storage->inherited, &storage->inherited_count,
-                                   &storage->inherited_capacity);
+  bool ok = devbuf__hazard_collect(hazard, offset, size, &storage->inherited,
+                                   &storage->inherited_count, &storage->inherited_capacity);
   devbuf__spin_unlock(&hazard->lock);
   return ok;
 }
@@ -112,12 +116,15 @@ static void wait_inherited_now(devbuf__storage *storage) {
 static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
   if (storage->size == 0) return DEVBUF_OK; // zero-length storage owns no memory
   // Reused memory is only clean once its old work is done: zeroed buffers do not reuse.
-  bool ordered = for_work && !(storage->flags & DEVBUF_BUFFER_ZERO) && devbuf__is_caching(storage->allocator);
-  devbuf_status status = ordered ? devbuf__caching_alloc_ordered(storage->allocator, storage->size, inherit_work,
-                                                                 storage, &storage->memory)
-                                 : devbuf_allocator_alloc(storage->allocator, storage->size, &storage->memory);
+  bool ordered =
+      for_work && !(storage->flags & DEVBUF_BUFFER_ZERO) && devbuf__is_caching(storage->allocator);
+  devbuf_status status =
+      ordered ? devbuf__caching_alloc_ordered(storage->allocator, storage->size, inherit_work,
+                                              storage, &storage->memory)
+              : devbuf_allocator_alloc(storage->allocator, storage->size, &storage->memory);
   if (status != DEVBUF_OK) return status;
-  if (storage->inherited_count && !devbuf__storage_hazard_locked(storage)) wait_inherited_now(storage);
+  if (storage->inherited_count && !devbuf__storage_hazard_locked(storage))
+    wait_inherited_now(storage);
   if (storage->flags & DEVBUF_BUFFER_ZERO) {
     devbuf_device_t *device = storage->device;
     status = device->backend->zero(device, &storage->memory, 0, storage->size);
@@ -130,19 +137,23 @@ static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
 }
 
 static devbuf_status ensure_allocated(devbuf__storage *storage, bool for_work) {
-  if (DEVBUF_LIKELY(atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED))
+  if (DEVBUF_LIKELY(atomic_load_explicit(&storage->state, memory_order_acquire) ==
+                    DEVBUF__ALLOCATED))
     return DEVBUF_OK;
   pthread_mutex_lock(&storage->lock);
   devbuf_status status = DEVBUF_OK;
   if (atomic_load_explicit(&storage->state, memory_order_relaxed) != DEVBUF__ALLOCATED) {
     status = allocate_locked(storage, for_work);
-    if (status == DEVBUF_OK) atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
+    if (status == DEVBUF_OK)
+      atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
   }
   pthread_mutex_unlock(&storage->lock);
   return status;
 }
 
-devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage) { return ensure_allocated(storage, false); }
+devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage) {
+  return ensure_allocated(storage, false);
+}
 
 devbuf_status devbuf__storage_ensure_allocated_for_work(devbuf__storage *storage) {
   return ensure_allocated(storage, true);
@@ -160,10 +171,11 @@ devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage) {
 }
 
 // The first of the ranges that submitted work conflicts with host access to, or NULL.
-static const devbuf__byte_range *conflicting_range(const devbuf__hazard *hazard, const devbuf__byte_range *ranges,
-                                                   size_t count) {
+static const devbuf__byte_range *conflicting_range(const devbuf__hazard *hazard,
+                                                   const devbuf__byte_range *ranges, size_t count) {
   for (size_t i = 0; i < count; i++) // an empty range overlaps nothing
-    if (ranges[i].size && devbuf__hazard_conflicts(hazard, ranges[i].offset, ranges[i].size, ranges[i].write))
+    if (ranges[i].size &&
+        devbuf__hazard_conflicts(hazard, ranges[i].offset, ranges[i].size, ranges[i].write))
       return &ranges[i];
   return NULL;
 }
@@ -180,8 +192,9 @@ static devbuf__fence *first_unfinished_inherited(devbuf__storage *storage) {
   return NULL;
 }
 
-devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__byte_range *ranges, size_t count,
-                                        devbuf__own_work own, const char *what, devbuf__hazard **out_hazard) {
+devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__byte_range *ranges,
+                                        size_t count, devbuf__own_work own, const char *what,
+                                        devbuf__hazard **out_hazard) {
   for (;;) {
     pthread_mutex_lock(&storage->lock);
     devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
@@ -189,12 +202,14 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
     if (!hazard) return DEVBUF_OK;
     devbuf__spin_lock(&hazard->lock);
     // The tracker holds this storage's own work only; earlier owners' is inherited.
-    const devbuf__byte_range *range = own == DEVBUF__OWN_IGNORE ? NULL : conflicting_range(hazard, ranges, count);
+    const devbuf__byte_range *range =
+        own == DEVBUF__OWN_IGNORE ? NULL : conflicting_range(hazard, ranges, count);
     if (range && own == DEVBUF__OWN_REFUSE) {
       devbuf__storage_unlock(storage, hazard);
-      return devbuf__error(DEVBUF_IN_USE, "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
-                           range->offset, range->offset + range->size, (unsigned long long)storage->id,
-                           range->write ? "uses" : "writes");
+      return devbuf__error(DEVBUF_IN_USE,
+                           "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
+                           range->offset, range->offset + range->size,
+                           (unsigned long long)storage->id, range->write ? "uses" : "writes");
     }
     devbuf__fence *earlier = first_unfinished_inherited(storage);
     if (earlier) { // an earlier owner's work on reused bytes: wait for it, then look again

@@ -41,7 +41,8 @@ static void notify(devbuf__event_watch *watches, devbuf_status status) {
 }
 
 devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
-                                        void (*reached)(void *context, devbuf_status status), void *context) {
+                                        void (*reached)(void *context, devbuf_status status),
+                                        void *context) {
   devbuf__event_watch *watch = devbuf__malloc(sizeof *watch);
   if (!watch) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to watch an event");
   *watch = (devbuf__event_watch){value, reached, context, NULL};
@@ -109,7 +110,8 @@ devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
   uint64_t current = atomic_load(&event->value);
   if (value < current)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event value %llu is below the current %llu: timelines only grow",
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "event value %llu is below the current %llu: timelines only grow",
                          (unsigned long long)value, (unsigned long long)current);
   devbuf__event_raise(event, value);
   return DEVBUF_OK;
@@ -138,7 +140,8 @@ static struct timespec deadline_after(uint64_t timeout_ns) {
   return now;
 }
 
-devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns, const atomic_bool *cancel) {
+devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
+                                 const atomic_bool *cancel) {
   for (int spin = 0; spin < SPIN_CHECKS && timeout_ns; spin++) {
     if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) return DEVBUF_OK;
 #if defined(__x86_64__) || defined(__i386__)
@@ -156,7 +159,8 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
       break;
     }
     if (cancel && atomic_load(cancel)) {
-      status = devbuf__error(DEVBUF_CANCELLED, "the wait for event value %llu was cancelled", (unsigned long long)value);
+      status = devbuf__error(DEVBUF_CANCELLED, "the wait for event value %llu was cancelled",
+                             (unsigned long long)value);
       break;
     }
     event->waiters++;
@@ -165,8 +169,8 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
     event->waiters--;
     if (result == ETIMEDOUT && atomic_load_explicit(&event->value, memory_order_acquire) < value) {
       status = devbuf__error(DEVBUF_TIMEOUT, "event stayed at %llu, below %llu, for %llu ns",
-                             (unsigned long long)atomic_load(&event->value), (unsigned long long)value,
-                             (unsigned long long)timeout_ns);
+                             (unsigned long long)atomic_load(&event->value),
+                             (unsigned long long)value, (unsigned long long)timeout_ns);
       break;
     }
   }
@@ -180,8 +184,8 @@ devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t 
   if (timeout_ns == 0) {
     devbuf_status failed = devbuf_event_status(event);
     if (failed != DEVBUF_OK) return failed;
-    return devbuf__error(DEVBUF_TIMEOUT, "event is at %llu, below %llu", (unsigned long long)atomic_load(&event->value),
-                         (unsigned long long)value);
+    return devbuf__error(DEVBUF_TIMEOUT, "event is at %llu, below %llu",
+                         (unsigned long long)atomic_load(&event->value), (unsigned long long)value);
   }
   return devbuf__event_wait(event, value, timeout_ns, NULL);
 }

@@ -4,14 +4,18 @@
 devbuf_status devbuf_program_build(devbuf_device_t *device, const char *source, const char *options,
                                    devbuf_program_t **out_program) {
   if (!device || !source || !out_program)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "program_build: device, source and out_program are required");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "program_build: device, source and out_program are required");
   *out_program = NULL;
   if (!device->backend->program_build)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "%s runs no device programs; its kernels are C functions "
-                         "(devbuf_queue_submit)", device->spec);
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "%s runs no device programs; its kernels are C functions "
+                         "(devbuf_queue_submit)",
+                         device->spec);
   devbuf_program_t *program = devbuf__calloc(1, sizeof *program);
   if (!program) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a program handle");
-  devbuf_status status = device->backend->program_build(device, source, options, &program->backend_program);
+  devbuf_status status =
+      device->backend->program_build(device, source, options, &program->backend_program);
   if (status != DEVBUF_OK) {
     devbuf__free(program);
     return status;

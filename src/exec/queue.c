@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BATCH 64          // items the worker takes from the FIFO at once
-#define FEW_ITEMS 4       // fewer taken than this: let the submitter add more first
+#define BATCH     64 // items the worker takes from the FIFO at once
+#define FEW_ITEMS 4  // fewer taken than this: let the submitter add more first
 
 // ---- completion ------------------------------------------------------------------------
 
@@ -20,7 +20,8 @@ static void retire_unrun(devbuf_queue_t *queue, devbuf__work *list, devbuf_statu
 // Devices whose operations run on after they are enqueued: waits for the items to complete
 // there; a failure found there fails the queue as a failing run would (*out_pending: its
 // FIFO).
-static void complete_on_device(devbuf_queue_t *queue, devbuf__work **items, size_t count, devbuf__work **out_pending) {
+static void complete_on_device(devbuf_queue_t *queue, devbuf__work **items, size_t count,
+                               devbuf__work **out_pending) {
   const devbuf__backend *backend = queue->device->backend;
   *out_pending = NULL;
   if (!backend->complete) return;
@@ -31,8 +32,9 @@ static void complete_on_device(devbuf_queue_t *queue, devbuf__work **items, size
     size_t chunk = count - first < BATCH ? count - first : BATCH;
     for (size_t i = 0; i < chunk; i++) {
       const devbuf__work *work = items[first + i];
-      done[i] = (devbuf__device_done){atomic_load_explicit(&work->device_event, memory_order_acquire),
-                                      work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command", work->status};
+      done[i] = (devbuf__device_done){
+          atomic_load_explicit(&work->device_event, memory_order_acquire),
+          work->kind == DEVBUF__WORK_LAUNCH ? work->kernel_name : "a command", work->status};
     }
     devbuf_status chunk_failed = backend->complete(queue->device, queue->device_queue, done, chunk);
     for (size_t i = 0; i < chunk; i++) items[first + i]->status = done[i].status;
@@ -67,7 +69,8 @@ static int by_hazard_then_order(const void *a, const void *b) {
 // (uses grouped by tracker, in their order within it), and wakes the trackers' waiters.
 static void remove_use_group(retiring_use *uses, size_t count) {
   bool sorted = true; // usually: a batch of items on one buffer
-  for (size_t i = 1; i < count && sorted; i++) sorted = by_hazard_then_order(&uses[i - 1], &uses[i]) < 0;
+  for (size_t i = 1; i < count && sorted; i++)
+    sorted = by_hazard_then_order(&uses[i - 1], &uses[i]) < 0;
   if (!sorted) qsort(uses, count, sizeof *uses, by_hazard_then_order);
   for (size_t first = 0; first < count;) {
     devbuf__hazard *hazard = uses[first].hazard;
@@ -110,7 +113,8 @@ static void fail_signals(devbuf_queue_t *queue, devbuf__work **items, size_t cou
     if (work->status == DEVBUF_OK || work->kind != DEVBUF__WORK_SIGNAL) continue;
     char message[512] = "CANCELLED: the queue was cancelled before this work ran";
     pthread_mutex_lock(&queue->lock);
-    if (work->status != DEVBUF_CANCELLED) snprintf(message, sizeof message, "%s", queue->failure_message);
+    if (work->status != DEVBUF_CANCELLED)
+      snprintf(message, sizeof message, "%s", queue->failure_message);
     pthread_mutex_unlock(&queue->lock);
     devbuf__event_fail(work->event, work->status, message);
   }
@@ -141,7 +145,8 @@ static void count_retired(devbuf_queue_t *queue, size_t count) {
     pthread_cond_broadcast(&queue->drained);
     pthread_mutex_unlock(&queue->lock); // a released, drained queue may be gone from here on
   }
-  if (atomic_fetch_sub(&device->pending_work, count) == count && atomic_load(&device->sync_waiters)) {
+  if (atomic_fetch_sub(&device->pending_work, count) == count &&
+      atomic_load(&device->sync_waiters)) {
     pthread_mutex_lock(&device->work_lock);
     pthread_cond_broadcast(&device->work_idle);
     pthread_mutex_unlock(&device->work_lock);
@@ -160,7 +165,9 @@ static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
   fail_signals(queue, items, count);
   mark_done(items, count);
   count_retired(queue, count);
-  if (pending) retire_unrun(queue, pending, atomic_load(&queue->failed) ? queue->failure : DEVBUF_DEVICE_FAILURE);
+  if (pending)
+    retire_unrun(queue, pending,
+                 atomic_load(&queue->failed) ? queue->failure : DEVBUF_DEVICE_FAILURE);
 }
 
 // Retires, without running them, the items of a detached FIFO, in chunks.
@@ -218,7 +225,8 @@ static void release_deps(devbuf__work *work) {
 // every dependency), unless only its reuse of memory orders it and the device would pass
 // its failure on. DEVICE_FAILURE if a data dependency failed (one that only orders reused
 // memory after its previous owner's work does not pass its failure on).
-static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void **waits, size_t *wait_count) {
+static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void **waits,
+                               size_t *wait_count) {
   devbuf_status failed = DEVBUF_OK;
   bool skip_order_only = device && device->backend->waits_pass_failure;
   for (size_t i = 0; i < work->dep_count; i++) {
@@ -227,29 +235,36 @@ static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void
     void *event = atomic_load_explicit(&dep->device_event, memory_order_acquire);
     if (atomic_load_explicit(&dep->fence.done, memory_order_acquire)) {
       dep_status = dep->status;
-    } else if (event && dep->event_device == device && !(skip_order_only && work->deps[i].order_only)) {
+    } else if (event && dep->event_device == device &&
+               !(skip_order_only && work->deps[i].order_only)) {
       waits[(*wait_count)++] = event; // alive while the item holds `dep`
       dep_status = DEVBUF_OK;
     } else {
       dep_status = devbuf__work_wait_done(dep);
     }
-    if (dep_status != DEVBUF_OK && !work->deps[i].order_only && failed == DEVBUF_OK) failed = dep_status;
+    if (dep_status != DEVBUF_OK && !work->deps[i].order_only && failed == DEVBUF_OK)
+      failed = dep_status;
   }
   if (failed != DEVBUF_OK)
-    return devbuf__error(DEVBUF_DEVICE_FAILURE, "work on another queue that this item waits for failed (%s)",
+    return devbuf__error(DEVBUF_DEVICE_FAILURE,
+                         "work on another queue that this item waits for failed (%s)",
                          devbuf_status_name(failed));
   return DEVBUF_OK;
 }
 
 // What the device does for a fill, copy, launch or C kernel, as data.
-static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait_count, void **out_event) {
+static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait_count,
+                             void **out_event) {
   devbuf_queue_t *queue = work->queue;
-  devbuf__op op = {.operands = work->operands, .operand_count = work->use_count, .waits = waits,
+  devbuf__op op = {.operands = work->operands,
+                   .operand_count = work->use_count,
+                   .waits = waits,
                    .wait_count = wait_count};
   devbuf_kernel_args_t args;
   switch (work->kind) {
   case DEVBUF__WORK_KERNEL:
-    args = (devbuf_kernel_args_t){devbuf__work_data(work), devbuf__work_sizes(work), work->use_count, work->scalars, work->scalars_size};
+    args = (devbuf_kernel_args_t){devbuf__work_data(work), devbuf__work_sizes(work),
+                                  work->use_count, work->scalars, work->scalars_size};
     op.kind = DEVBUF__OP_CALL;
     op.kernel = work->kernel;
     op.kernel_args = &args;
@@ -272,7 +287,8 @@ static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait
     op.arg_bytes = (const size_t *)work->scalars + work->arg_count;
     break;
   default:
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "work item of kind %d is no device operation", (int)work->kind);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "work item of kind %d is no device operation",
+                         (int)work->kind);
   }
   return queue->device->backend->enqueue(queue->device, queue->device_queue, &op, out_event);
 }
@@ -284,8 +300,10 @@ static devbuf_status run(devbuf__work *work) {
   devbuf_queue_t *queue = work->queue;
   devbuf_device_t *device = queue->device;
   void *stack_waits[16], **waits = stack_waits;
-  if (queue->device_queue && work->dep_count > 16 && !(waits = devbuf__malloc(work->dep_count * sizeof *waits)))
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu dependencies", work->dep_count);
+  if (queue->device_queue && work->dep_count > 16 &&
+      !(waits = devbuf__malloc(work->dep_count * sizeof *waits)))
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu dependencies",
+                         work->dep_count);
   size_t wait_count = 0;
   devbuf_status status = wait_deps(work, queue->device_queue ? device : NULL, waits, &wait_count);
   void *event = NULL;
@@ -307,7 +325,8 @@ static devbuf_status run(devbuf__work *work) {
 }
 
 static void queue_destroy(devbuf_queue_t *queue) {
-  if (queue->device_queue) queue->device->backend->queue_destroy(queue->device, queue->device_queue);
+  if (queue->device_queue)
+    queue->device->backend->queue_destroy(queue->device, queue->device_queue);
   pthread_cond_destroy(&queue->work_available);
   pthread_cond_destroy(&queue->drained);
   pthread_mutex_destroy(&queue->lock);
@@ -326,8 +345,8 @@ static bool deps_done(const devbuf__work *work) {
 // queue), so that nobody waits for an item that has finished but is not retired.
 // The end of a batch that stops at `stop`: retires what ran, [retired, stop), as it ended,
 // and what did not, [stop, count), with `status`.
-static void retire_stopped(devbuf_queue_t *queue, devbuf__work **batch, size_t retired, size_t stop, size_t count,
-                           devbuf_status status) {
+static void retire_stopped(devbuf_queue_t *queue, devbuf__work **batch, size_t retired, size_t stop,
+                           size_t count, devbuf_status status) {
   retire(queue, batch + retired, stop - retired);
   for (size_t j = stop; j < count; j++) batch[j]->status = status;
   retire(queue, batch + stop, count - stop);
@@ -357,7 +376,8 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
       retire_stopped(queue, batch, retired, i, count, failed ? queue->failure : DEVBUF_CANCELLED);
       return;
     }
-    bool visible = work->kind == DEVBUF__WORK_SIGNAL || work->kind == DEVBUF__WORK_WAIT || !deps_done(work);
+    bool visible =
+        work->kind == DEVBUF__WORK_SIGNAL || work->kind == DEVBUF__WORK_WAIT || !deps_done(work);
     if (visible) {
       retire(queue, batch + retired, i - retired);
       retired = i;
@@ -367,7 +387,8 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
       }
     }
     work->status = run_cancellable(queue, work);
-    if (work->status == DEVBUF_CANCELLED && atomic_load(&work->cancel)) continue; // cancel: not a failure
+    if (work->status == DEVBUF_CANCELLED && atomic_load(&work->cancel))
+      continue; // cancel: not a failure
     if (work->status != DEVBUF_OK) {
       char message[512];
       snprintf(message, sizeof message, "%s", devbuf_last_error());
@@ -399,7 +420,8 @@ static bool take_more(devbuf_queue_t *queue) {
 static bool wait_for_work(devbuf_queue_t *queue) {
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->worker_idle, true);
-  while (!atomic_load(&queue->incoming) && !queue->released) pthread_cond_wait(&queue->work_available, &queue->lock);
+  while (!atomic_load(&queue->incoming) && !queue->released)
+    pthread_cond_wait(&queue->work_available, &queue->lock);
   atomic_store(&queue->worker_idle, false);
   bool more = atomic_load(&queue->incoming) != NULL;
   pthread_mutex_unlock(&queue->lock);
@@ -443,7 +465,8 @@ static void *worker_main(void *arg) {
 // ---- the public queue API --------------------------------------------------------------
 
 devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_queue) {
-  if (!device || !out_queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_queue is NULL");
+  if (!device || !out_queue)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_queue is NULL");
   if (!device->backend->enqueue)
     return devbuf__error(DEVBUF_UNSUPPORTED, "%s has no queues in this build", device->spec);
   void *device_queue = NULL;
@@ -469,7 +492,8 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   pthread_cond_init(&queue->drained, NULL);
   if (pthread_create(&queue->worker, NULL, worker_main, queue) != 0) {
     queue_destroy(queue);
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "cannot start a worker thread for a queue on %s", device->spec);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "cannot start a worker thread for a queue on %s",
+                         device->spec);
   }
   *out_queue = queue;
   return DEVBUF_OK;
@@ -497,7 +521,9 @@ void devbuf_queue_release(devbuf_queue_t *queue) {
   }
 }
 
-devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue) { return queue ? queue->device : NULL; }
+devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue) {
+  return queue ? queue->device : NULL;
+}
 
 void *devbuf__queue_device_queue(const devbuf_queue_t *queue) { return queue->device_queue; }
 
@@ -549,4 +575,3 @@ devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
   pthread_mutex_unlock(&queue->lock);
   return DEVBUF_OK;
 }
-

@@ -28,38 +28,38 @@ typedef enum devbuf__work_kind {
 // operand of the same index.
 typedef struct devbuf__work_use {
   devbuf__record record;
-  devbuf__hazard *hazard;   // NULL for zero-length uses
+  devbuf__hazard *hazard; // NULL for zero-length uses
 } devbuf__work_use;
 
 struct devbuf__work {
-  devbuf__fence fence;             // first: what trackers hold; refs: the queue's, plus one per dependent
-  bool pooled;                     // a fixed-size item that returns to the pool
+  devbuf__fence fence; // first: what trackers hold; refs: the queue's, plus one per dependent
+  bool pooled;         // a fixed-size item that returns to the pool
   devbuf__work_kind kind;
   devbuf_queue_t *queue;
-  struct devbuf__work *next;       // the queue's FIFO
-  pthread_mutex_t lock;            // with `completed`: dependents that block
+  struct devbuf__work *next; // the queue's FIFO
+  pthread_mutex_t lock;      // with `completed`: dependents that block
   pthread_cond_t completed;
   // fence.done: set (release) once retired; status is final then
-  atomic_size_t waiters;           // threads blocked on `completed`
+  atomic_size_t waiters; // threads blocked on `completed`
   devbuf_status status;
-  atomic_bool cancel;              // a WAIT item is asked to stop waiting
-  void *_Atomic device_event;      // device queues: the driver's event once enqueued
-  devbuf_device_t *event_device;   // ... and its device (retained), which releases it
-  struct devbuf__wait_gate *gate;  // a WAIT item's while it waits on a device (under lock)
-  devbuf__dep *deps;               // released once waited for
+  atomic_bool cancel;             // a WAIT item is asked to stop waiting
+  void *_Atomic device_event;     // device queues: the driver's event once enqueued
+  devbuf_device_t *event_device;  // ... and its device (retained), which releases it
+  struct devbuf__wait_gate *gate; // a WAIT item's while it waits on a device (under lock)
+  devbuf__dep *deps;              // released once waited for
   size_t dep_count, dep_capacity;
   devbuf_cpu_kernel_fn kernel;
-  devbuf_event_t *event;           // SIGNAL and WAIT (retained)
+  devbuf_event_t *event; // SIGNAL and WAIT (retained)
   uint64_t value;
-  void *scalars;                   // copied (kernel scalars, fill pattern; launch arguments)
+  void *scalars; // copied (kernel scalars, fill pattern; launch arguments)
   size_t scalars_size;
-  devbuf_program_t *program;       // LAUNCH (retained)
-  const char *kernel_name;         // LAUNCH: inside `scalars`, after the arguments
-  devbuf_launch_t launch;          // LAUNCH
-  size_t arg_count;                // LAUNCH: sizes at `scalars`, then the bytes of each
+  devbuf_program_t *program; // LAUNCH (retained)
+  const char *kernel_name;   // LAUNCH: inside `scalars`, after the arguments
+  devbuf_launch_t launch;    // LAUNCH
+  size_t arg_count;          // LAUNCH: sizes at `scalars`, then the bytes of each
   size_t use_count;
-  devbuf__operand *operands;       // the bytes of each use (in this allocation): a copy, as
-                                   // the storage may hand its memory on while the item waits
+  devbuf__operand *operands; // the bytes of each use (in this allocation): a copy, as
+                             // the storage may hand its memory on while the item waits
   devbuf__work_use uses[];
 };
 
@@ -71,19 +71,19 @@ struct devbuf__work {
 #define CACHE_LINE 64
 struct devbuf_queue {
   // Set at creation.
-  devbuf_device_t *device;          // retained
-  void *device_queue;               // the backend's queue, for devices with their own
+  devbuf_device_t *device; // retained
+  void *device_queue;      // the backend's queue, for devices with their own
   pthread_t worker;
   // Read for every item; written when the queue fails or is cancelled, or someone waits.
-  atomic_bool cancel_requested;     // drop taken items that have not started
-  atomic_bool failed;               // failure != OK, readable without the lock
-  atomic_size_t drain_waiters;      // threads waiting on `drained`
+  atomic_bool cancel_requested; // drop taken items that have not started
+  atomic_bool failed;           // failure != OK, readable without the lock
+  atomic_size_t drain_waiters;  // threads waiting on `drained`
   char apart_from_flags[CACHE_LINE];
   // Written by every submission, without a lock: the FIFO reaches the worker as a stack
   // that it takes whole, so that submitting and taking never wait for each other.
-  devbuf__work *_Atomic incoming;   // submitted, not taken by the worker: newest first
-  atomic_uint_least64_t submitted;  // written under the device's submission lock
-  atomic_bool worker_idle;          // the worker waits (or is about to) on work_available
+  devbuf__work *_Atomic incoming;  // submitted, not taken by the worker: newest first
+  atomic_uint_least64_t submitted; // written under the device's submission lock
+  atomic_bool worker_idle;         // the worker waits (or is about to) on work_available
   char apart_from_incoming[CACHE_LINE];
   devbuf__work *taken, *taken_tail; // the worker's: taken, not yet run, oldest first
   pthread_mutex_t lock;             // the fields below, unless marked atomic
@@ -95,7 +95,7 @@ struct devbuf_queue {
   devbuf_status failure;            // OK until a work item fails
   char apart_from_submissions[CACHE_LINE];
   // Written by the worker for every group of items it retires.
-  atomic_uint_least64_t completed;  // retired items
+  atomic_uint_least64_t completed; // retired items
   char apart_from_completed[CACHE_LINE];
   devbuf__refcount refs;
   char failure_message[512];
@@ -104,10 +104,13 @@ struct devbuf_queue {
 // ---- work items (work.c) ----
 
 // The work item whose fence a tracker or storage holds (every fence is a work item's).
-static inline devbuf__work *devbuf__work_of(devbuf__fence *fence) { return (devbuf__work *)(void *)fence; }
+static inline devbuf__work *devbuf__work_of(devbuf__fence *fence) {
+  return (devbuf__work *)(void *)fence;
+}
 // A new item of `kind` for `queue` with room for `use_count` uses and `scalars_size` bytes
 // of scalars (taken from a pool of small items); NULL without host memory.
-devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count, size_t scalars_size);
+devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count,
+                               size_t scalars_size);
 devbuf__work *devbuf__work_retain(devbuf__work *work);
 void devbuf__work_release(devbuf__work *work);
 // Drops a reference; an item whose last reference goes is cleaned and, if it is a pooled
@@ -117,7 +120,9 @@ void devbuf__work_pool_return(devbuf__work *recycled);
 // Waits on the host until `work` has retired; its status.
 devbuf_status devbuf__work_wait_done(devbuf__work *work);
 // A C kernel's arrays: the host address and the size of each use.
-static inline void **devbuf__work_data(devbuf__work *work) { return (void **)(work->operands + work->use_count); }
+static inline void **devbuf__work_data(devbuf__work *work) {
+  return (void **)(work->operands + work->use_count);
+}
 static inline size_t *devbuf__work_sizes(devbuf__work *work) {
   return (size_t *)(devbuf__work_data(work) + work->use_count);
 }
@@ -125,14 +130,17 @@ static inline size_t *devbuf__work_sizes(devbuf__work *work) {
 // worker is about to run, and of items about to be marked done. They abort on a broken
 // invariant, naming it.
 #if DEVBUF_DEBUG_CHECKS
-void devbuf__queue_validate_taken(const devbuf_queue_t *queue, devbuf__work *const *batch, size_t count);
-void devbuf__queue_validate_retiring(const devbuf_queue_t *queue, devbuf__work *const *items, size_t count);
+void devbuf__queue_validate_taken(const devbuf_queue_t *queue, devbuf__work *const *batch,
+                                  size_t count);
+void devbuf__queue_validate_retiring(const devbuf_queue_t *queue, devbuf__work *const *items,
+                                     size_t count);
 #else
-static inline void devbuf__queue_validate_taken(const devbuf_queue_t *queue, devbuf__work *const *batch, size_t count) {
+static inline void devbuf__queue_validate_taken(const devbuf_queue_t *queue,
+                                                devbuf__work *const *batch, size_t count) {
   (void)queue, (void)batch, (void)count;
 }
-static inline void devbuf__queue_validate_retiring(const devbuf_queue_t *queue, devbuf__work *const *items,
-                                                   size_t count) {
+static inline void devbuf__queue_validate_retiring(const devbuf_queue_t *queue,
+                                                   devbuf__work *const *items, size_t count) {
   (void)queue, (void)items, (void)count;
 }
 #endif
@@ -158,15 +166,16 @@ struct devbuf_event {
   pthread_mutex_t lock;
   pthread_cond_t reached;
   atomic_uint_least64_t value;
-  size_t waiters;                  // under lock
-  devbuf_status failure;           // under lock; OK while healthy
+  size_t waiters;        // under lock
+  devbuf_status failure; // under lock; OK while healthy
   char message[256];
-  devbuf__event_watch *watches;    // under lock
+  devbuf__event_watch *watches; // under lock
 };
 
 // Calls `reached` once the event reaches `value` (at once if it has), or fails.
 devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
-                                        void (*reached)(void *context, devbuf_status status), void *context);
+                                        void (*reached)(void *context, devbuf_status status),
+                                        void *context);
 
 // Raises the value (never lowers it) and wakes waiters.
 void devbuf__event_raise(devbuf_event_t *event, uint64_t value);
@@ -183,7 +192,8 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
 // failure or cancel opens. Returns once the wait is over: OK when the value was reached,
 // CANCELLED when cancel ended it, else the event's failure. *out_event: the driver event
 // behind the barrier (NULL when none), for items that depend on the wait.
-devbuf_status devbuf__wait_item_run(devbuf__work *work, devbuf_device_t *device, void *device_queue, void **out_event);
+devbuf_status devbuf__wait_item_run(devbuf__work *work, devbuf_device_t *device, void *device_queue,
+                                    void **out_event);
 // Ends a running WAIT item's wait early (devbuf_queue_cancel, which has set work->cancel).
 void devbuf__wait_item_cancel(devbuf__work *work);
 

@@ -18,11 +18,13 @@ static void abandon(devbuf__work *work, size_t count) {
 static devbuf_status check_use(devbuf_queue_t *queue, const devbuf_use_t *use, size_t index) {
   if (!use->buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "use %zu has no buffer", index);
   if (use->access < DEVBUF_ACCESS_READ || use->access > DEVBUF_ACCESS_READ_WRITE)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "use %zu has access %d (expected 1 read, 2 write, 3 both)", index,
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "use %zu has access %d (expected 1 read, 2 write, 3 both)", index,
                          (int)use->access);
   devbuf__storage *storage = use->buffer->storage;
   if (storage->device != queue->device)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "use %zu: a buffer on %s submitted to a queue on %s", index,
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "use %zu: a buffer on %s submitted to a queue on %s", index,
                          storage->device->spec, queue->device->spec);
   if ((use->access & DEVBUF_ACCESS_WRITE) && storage->read_only)
     return devbuf__error(DEVBUF_READ_ONLY, "use %zu writes read-only buffer %llu", index,
@@ -32,15 +34,18 @@ static devbuf_status check_use(devbuf_queue_t *queue, const devbuf_use_t *use, s
 
 // Records a use in the storage's tracker (whose lock the caller holds), depending on the
 // conflicting work of other queues and on the unfinished work of the bytes' earlier owners.
-static devbuf_status add_record(devbuf__work *work, devbuf__work_use *slot, devbuf__storage *storage,
-                                devbuf__hazard *hazard) {
-  if (!devbuf__hazard_add(hazard, &slot->record, work->queue, &work->deps, &work->dep_count, &work->dep_capacity))
+static devbuf_status add_record(devbuf__work *work, devbuf__work_use *slot,
+                                devbuf__storage *storage, devbuf__hazard *hazard) {
+  if (!devbuf__hazard_add(hazard, &slot->record, work->queue, &work->deps, &work->dep_count,
+                          &work->dep_capacity))
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
   slot->hazard = hazard;
   for (size_t i = 0; i < storage->inherited_count; i++) {
     devbuf__work *earlier = devbuf__work_of(storage->inherited[i]);
-    if (earlier->queue == work->queue || devbuf__fence_done(&earlier->fence)) continue; // its own queue orders it
-    if (!devbuf__deps_push(&work->deps, &work->dep_count, &work->dep_capacity, &earlier->fence, true))
+    if (earlier->queue == work->queue || devbuf__fence_done(&earlier->fence))
+      continue; // its own queue orders it
+    if (!devbuf__deps_push(&work->deps, &work->dep_count, &work->dep_capacity, &earlier->fence,
+                           true))
       return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
   }
   return DEVBUF_OK;
@@ -53,12 +58,13 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   bool write = (use->access & DEVBUF_ACCESS_WRITE) != 0;
   devbuf__work_use *slot = &work->uses[index];
   slot->hazard = NULL;
-  devbuf__work_data(work)[index] = buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
+  devbuf__work_data(work)[index] =
+      buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
   devbuf__work_sizes(work)[index] = buffer->size;
   work->operands[index] = (devbuf__operand){storage->memory, buffer->offset, buffer->size};
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
-  slot->record = (devbuf__record){.work = &work->fence, .offset = buffer->offset,
-                                  .size = buffer->size, .write = write};
+  slot->record = (devbuf__record){
+      .work = &work->fence, .offset = buffer->offset, .size = buffer->size, .write = write};
   // Fast path: no host access is open (they are opened holding the tracker's lock).
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
   if (hazard) {
@@ -71,10 +77,12 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
     devbuf__spin_unlock(&hazard->lock);
   }
   pthread_mutex_lock(&storage->lock);
-  devbuf_status status = devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, "submitting work");
+  devbuf_status status =
+      devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, "submitting work");
   if (status == DEVBUF_OK) {
     hazard = devbuf__storage_hazard_locked(storage);
-    if (!hazard) status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a hazard tracker");
+    if (!hazard)
+      status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a hazard tracker");
   }
   if (status == DEVBUF_OK) {
     devbuf__spin_lock(&hazard->lock);
@@ -88,9 +96,11 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
 // Validates and records every use, then queues the item (or refuses it whole).
 static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const devbuf_use_t *uses) {
   // A failure is checked again under the lock before the item is queued.
-  devbuf_status status = atomic_load_explicit(&queue->failed, memory_order_relaxed) ? devbuf_queue_status(queue)
-                                                                                    : DEVBUF_OK;
-  for (size_t i = 0; i < work->use_count && status == DEVBUF_OK; i++) status = check_use(queue, &uses[i], i);
+  devbuf_status status = atomic_load_explicit(&queue->failed, memory_order_relaxed)
+                             ? devbuf_queue_status(queue)
+                             : DEVBUF_OK;
+  for (size_t i = 0; i < work->use_count && status == DEVBUF_OK; i++)
+    status = check_use(queue, &uses[i], i);
   if (status != DEVBUF_OK) {
     abandon(work, 0);
     return status;
@@ -108,19 +118,22 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
     devbuf__spin_unlock(&device->submit_lock);
     return status;
   }
-  if (atomic_load(&queue->failed)) { // failed while we were recording (after that, the worker fails the item)
+  if (atomic_load(&queue->failed)) { // failed while we were recording (after that, the worker fails
+                                     // the item)
     status = devbuf_queue_status(queue);
     abandon(work, tracked);
     devbuf__spin_unlock(&device->submit_lock);
     return status;
   }
   atomic_fetch_add(&queue->device->pending_work, 1);
-  atomic_store_explicit(&queue->submitted, atomic_load_explicit(&queue->submitted, memory_order_relaxed) + 1,
+  atomic_store_explicit(&queue->submitted,
+                        atomic_load_explicit(&queue->submitted, memory_order_relaxed) + 1,
                         memory_order_relaxed); // every submitter holds the submission lock
   devbuf__work *newest = atomic_load_explicit(&queue->incoming, memory_order_relaxed);
   do {
     work->next = newest;
-  } while (!atomic_compare_exchange_weak(&queue->incoming, &newest, work)); // the worker may take them meanwhile
+  } while (!atomic_compare_exchange_weak(&queue->incoming, &newest,
+                                         work)); // the worker may take them meanwhile
   devbuf__spin_unlock(&device->submit_lock);
   if (atomic_load(&queue->worker_idle)) {
     pthread_mutex_lock(&queue->lock);
@@ -130,16 +143,21 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel, const devbuf_use_t *uses,
-                                  size_t use_count, const void *scalars, size_t scalars_size) {
+devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel,
+                                  const devbuf_use_t *uses, size_t use_count, const void *scalars,
+                                  size_t scalars_size) {
   if (!queue || !kernel || (use_count && !uses) || (scalars_size && !scalars))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "submit: queue and kernel are required; uses and scalars must "
-                                                  "be given when their counts are not zero");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "submit: queue and kernel are required; uses and scalars must "
+                         "be given when their counts are not zero");
   if (!queue->device->backend->runs_c_kernels)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "submit: C kernels run on the CPU; %s runs programs (devbuf_queue_launch)",
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "submit: C kernels run on the CPU; %s runs programs (devbuf_queue_launch)",
                          queue->device->spec);
   devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_KERNEL, use_count, scalars_size);
-  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a work item with %zu uses", use_count);
+  if (!work)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a work item with %zu uses",
+                         use_count);
   work->kernel = kernel;
   if (scalars_size) memcpy(work->scalars, scalars, scalars_size);
   return submit(queue, work, uses);
@@ -148,10 +166,12 @@ devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn ke
 devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer, const void *pattern,
                                 size_t pattern_size) {
   if (!queue || !buffer || !pattern || pattern_size == 0)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "fill: queue, buffer and a non-empty pattern are required");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "fill: queue, buffer and a non-empty pattern are required");
   if (buffer->size % pattern_size)
-    return devbuf__error(DEVBUF_SIZE_MISMATCH, "fill: a %zu-byte pattern does not divide a %zu-byte buffer",
-                         pattern_size, buffer->size);
+    return devbuf__error(DEVBUF_SIZE_MISMATCH,
+                         "fill: a %zu-byte pattern does not divide a %zu-byte buffer", pattern_size,
+                         buffer->size);
   devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_FILL, 1, pattern_size);
   if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a fill");
   memcpy(work->scalars, pattern, pattern_size);
@@ -160,36 +180,46 @@ devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer, 
 }
 
 devbuf_status devbuf_queue_copy(devbuf_queue_t *queue, devbuf_buffer_t *dst, devbuf_buffer_t *src) {
-  if (!queue || !dst || !src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copy: queue, dst and src are required");
+  if (!queue || !dst || !src)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copy: queue, dst and src are required");
   if (dst->size != src->size)
-    return devbuf__error(DEVBUF_SIZE_MISMATCH, "copy of a %zu-byte buffer into a %zu-byte buffer", src->size, dst->size);
+    return devbuf__error(DEVBUF_SIZE_MISMATCH, "copy of a %zu-byte buffer into a %zu-byte buffer",
+                         src->size, dst->size);
   devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_COPY, 2, 0);
   if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a copy");
   devbuf_use_t uses[2] = {{dst, DEVBUF_ACCESS_WRITE}, {src, DEVBUF_ACCESS_READ}};
   return submit(queue, work, uses);
 }
 
-devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program, const char *name,
-                                  const devbuf_launch_t *launch, const devbuf_use_t *uses, size_t use_count,
+devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program,
+                                  const char *name, const devbuf_launch_t *launch,
+                                  const devbuf_use_t *uses, size_t use_count,
                                   const devbuf_arg_t *args, size_t arg_count) {
   if (!queue || !program || !name || !launch || (use_count && !uses) || (arg_count && !args))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: queue, program, name and launch are required; uses and "
-                                                  "args must be given when their counts are not zero");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "launch: queue, program, name and launch are required; uses and "
+                         "args must be given when their counts are not zero");
   if (program->device != queue->device)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: a program built for %s on a queue of %s",
                          program->device->spec, queue->device->spec);
   if (launch->dims < 1 || launch->dims > 3)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: %u dimensions (1 to 3)", launch->dims);
   for (unsigned d = 0; d < launch->dims; d++)
-    if (launch->global[d] == 0 || (launch->local[0] && (launch->local[d] == 0 || launch->global[d] % launch->local[d])))
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: dimension %u: global size %zu, local size %zu (the local "
-                           "size must divide the global size)", d, launch->global[d], launch->local[d]);
+    if (launch->global[d] == 0 ||
+        (launch->local[0] && (launch->local[d] == 0 || launch->global[d] % launch->local[d])))
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "launch: dimension %u: global size %zu, local size %zu (the local "
+                           "size must divide the global size)",
+                           d, launch->global[d], launch->local[d]);
   for (size_t i = 0; i < use_count; i++)
     if (uses[i].buffer && uses[i].buffer->offset % queue->device->alignment)
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: use %zu is a view at byte %zu; %s passes views to kernels at "
-                           "multiples of %zu bytes", i, uses[i].buffer->offset, queue->device->spec,
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "launch: use %zu is a view at byte %zu; %s passes views to kernels at "
+                           "multiples of %zu bytes",
+                           i, uses[i].buffer->offset, queue->device->spec,
                            queue->device->alignment);
-  devbuf_status status = queue->device->backend->program_has_kernel(queue->device, program->backend_program, name);
+  devbuf_status status =
+      queue->device->backend->program_has_kernel(queue->device, program->backend_program, name);
   if (status != DEVBUF_OK) return status;
   size_t bytes = arg_count * sizeof(size_t), name_size = strlen(name) + 1;
   for (size_t i = 0; i < arg_count; i++) {
@@ -198,7 +228,9 @@ devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *progr
     bytes += args[i].size;
   }
   devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_LAUNCH, use_count, bytes + name_size);
-  if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a launch with %zu uses", use_count);
+  if (!work)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a launch with %zu uses",
+                         use_count);
   size_t *sizes = work->scalars;
   char *bytes_at = (char *)(sizes + arg_count);
   for (size_t i = 0; i < arg_count; i++) {
@@ -214,9 +246,10 @@ devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *progr
   return submit(queue, work, uses);
 }
 
-static devbuf_status submit_event_op(devbuf_queue_t *queue, devbuf__work_kind kind, devbuf_event_t *event,
-                                     uint64_t value) {
-  if (!queue || !event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue and event are required");
+static devbuf_status submit_event_op(devbuf_queue_t *queue, devbuf__work_kind kind,
+                                     devbuf_event_t *event, uint64_t value) {
+  if (!queue || !event)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue and event are required");
   devbuf__work *work = devbuf__work_new(queue, kind, 0, 0);
   if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event operation");
   work->event = devbuf_event_retain(event);

@@ -10,12 +10,12 @@
 
 struct devbuf__wait_gate {
   pthread_mutex_t lock;
-  devbuf__refcount refs;   // the worker's and the event watch's
+  devbuf__refcount refs; // the worker's and the event watch's
   devbuf_device_t *device;
   void *device_queue;
   void *backend_gate;
-  bool attached;           // until the worker detaches it
-  bool opened;             // the backend's gate is opened once
+  bool attached; // until the worker detaches it
+  bool opened;   // the backend's gate is opened once
 };
 typedef struct devbuf__wait_gate wait_gate;
 
@@ -45,7 +45,8 @@ static void gate_reached(void *context, devbuf_status status) {
 // reached, the event has failed, or (without a watch) the host waits for either here.
 static devbuf_status outcome(devbuf__work *work) {
   if (atomic_load(&work->cancel))
-    return devbuf__error(DEVBUF_CANCELLED, "the wait for event value %llu was cancelled", (unsigned long long)work->value);
+    return devbuf__error(DEVBUF_CANCELLED, "the wait for event value %llu was cancelled",
+                         (unsigned long long)work->value);
   return devbuf__event_wait(work->event, work->value, UINT64_MAX, &work->cancel);
 }
 
@@ -71,7 +72,8 @@ static devbuf_status wait_at_gate(devbuf__work *work, wait_gate *gate, void *eve
   work->gate = NULL;
   pthread_mutex_unlock(&work->lock);
   pthread_mutex_lock(&gate->lock);
-  if (!gate->opened) device->backend->gate_open(device, gate->device_queue, gate->backend_gate); // never left parked
+  if (!gate->opened)
+    device->backend->gate_open(device, gate->device_queue, gate->backend_gate); // never left parked
   gate->attached = false;
   pthread_mutex_unlock(&gate->lock);
   device->backend->gate_release(device, gate->device_queue, gate->backend_gate);
@@ -79,7 +81,8 @@ static devbuf_status wait_at_gate(devbuf__work *work, wait_gate *gate, void *eve
   return status != DEVBUF_OK ? status : outcome(work);
 }
 
-devbuf_status devbuf__wait_item_run(devbuf__work *work, devbuf_device_t *device, void *device_queue, void **out_event) {
+devbuf_status devbuf__wait_item_run(devbuf__work *work, devbuf_device_t *device, void *device_queue,
+                                    void **out_event) {
   *out_event = NULL;
   const devbuf__backend *backend = device->backend;
   if (device_queue && backend->gate_enqueue) {

@@ -6,15 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define SPIN_CHECKS 100   // checks of an item's flag before yielding ...
-#define YIELDS 64         // ... and yields before blocking
+#define SPIN_CHECKS 100 // checks of an item's flag before yielding ...
+#define YIELDS      64  // ... and yields before blocking
 
 // Small items (most of them) are recycled: a submission then costs no malloc, no free in
 // another thread, and no initialisation of the item's lock.
-#define POOL_USES 4
-#define POOL_SCALARS 64
+#define POOL_USES     4
+#define POOL_SCALARS  64
 #define POOL_CAPACITY 4096
-#define USE_BYTES (sizeof(devbuf__work_use) + sizeof(devbuf__operand) + sizeof(void *) + sizeof(size_t))
+#define USE_BYTES \
+  (sizeof(devbuf__work_use) + sizeof(devbuf__operand) + sizeof(void *) + sizeof(size_t))
 #define POOL_ITEM_BYTES (sizeof(devbuf__work) + POOL_USES * USE_BYTES + POOL_SCALARS)
 
 static devbuf__spinlock pool_lock = DEVBUF__SPINLOCK_INITIALIZER;
@@ -41,16 +42,18 @@ void devbuf__work_unref(devbuf__work *work, devbuf__work **recycled) {
 }
 
 static void work_cleanup(devbuf__work *work, devbuf__work **recycled) {
-  for (size_t i = 0; i < work->dep_count; i++) devbuf__work_unref(devbuf__work_of(work->deps[i].work), recycled);
+  for (size_t i = 0; i < work->dep_count; i++)
+    devbuf__work_unref(devbuf__work_of(work->deps[i].work), recycled);
   work->dep_count = 0;
   devbuf_event_release(work->event);
   work->event = NULL;
   devbuf_program_release(work->program);
   work->program = NULL;
   // CPU items never have a device event: a plain load keeps the locked exchange off their path.
-  void *device_event = atomic_load_explicit(&work->device_event, memory_order_relaxed)
-                           ? atomic_exchange_explicit(&work->device_event, NULL, memory_order_acquire)
-                           : NULL;
+  void *device_event =
+      atomic_load_explicit(&work->device_event, memory_order_relaxed)
+          ? atomic_exchange_explicit(&work->device_event, NULL, memory_order_acquire)
+          : NULL;
   if (device_event) {
     work->event_device->backend->event_release(work->event_device, device_event);
     devbuf_device_release(work->event_device);
@@ -75,12 +78,14 @@ static void validate_pool_locked(void) {
   for (const devbuf__work *work = pool; work; work = work->next) {
     if (++length > pool_count || !work->pooled || atomic_load(&work->fence.refs.count) != 0) {
       fprintf(stderr, "devbuf: work item pool invariant broken: %s\n",
-              length > pool_count ? "the pool is longer than its count" : "a referenced or unpooled item in the pool");
+              length > pool_count ? "the pool is longer than its count"
+                                  : "a referenced or unpooled item in the pool");
       abort();
     }
   }
   if (length != pool_count) {
-    fprintf(stderr, "devbuf: work item pool invariant broken: the pool is shorter than its count\n");
+    fprintf(stderr,
+            "devbuf: work item pool invariant broken: the pool is shorter than its count\n");
     abort();
   }
 }
@@ -128,7 +133,8 @@ void devbuf__work_release(devbuf__work *work) {
 
 // Layout of one allocation: the work, its uses, their operands, a C kernel's address and
 // size arrays, scalars.
-devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count, size_t scalars_size) {
+devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count,
+                               size_t scalars_size) {
   size_t bytes = sizeof(devbuf__work) + use_count * USE_BYTES;
   if (scalars_size > SIZE_MAX - bytes) return NULL;
   bool poolable = use_count <= POOL_USES && scalars_size <= POOL_SCALARS;
@@ -174,7 +180,6 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
   return work;
 }
 
-
 // Waits on the host until `work` has retired; its status.
 devbuf_status devbuf__work_wait_done(devbuf__work *work) {
   // The other queue is usually about to finish it: spin a little, then give the core away
@@ -198,7 +203,9 @@ devbuf_status devbuf__work_wait_done(devbuf__work *work) {
 }
 
 // The fence of a work item, as trackers and storages see it.
-static void fence_wait(devbuf__fence *fence) { (void)devbuf__work_wait_done(devbuf__work_of(fence)); }
+static void fence_wait(devbuf__fence *fence) {
+  (void)devbuf__work_wait_done(devbuf__work_of(fence));
+}
 
 static void fence_last_release(devbuf__fence *fence) {
   devbuf__work *recycled = NULL;
@@ -206,4 +213,5 @@ static void fence_last_release(devbuf__fence *fence) {
   devbuf__work_pool_return(recycled);
 }
 
-static const devbuf__fence_ops work_fence = {.wait = fence_wait, .last_release = fence_last_release};
+static const devbuf__fence_ops work_fence = {.wait = fence_wait,
+                                             .last_release = fence_last_release};

@@ -47,8 +47,8 @@ static int32_t dl_device_type(const devbuf_device_t *device) {
 }
 
 // Fills the DLTensor of `record` for `buffer`, opening the host access it holds.
-static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export_record *record, DLTensor *out,
-                                 bool *out_read_only) {
+static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export_record *record,
+                                 DLTensor *out, bool *out_read_only) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: buffer is NULL");
   if (flags & ~(uint32_t)DEVBUF_DLPACK_READ_ONLY)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: unknown flags 0x%x",
@@ -81,29 +81,34 @@ static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export
   *out = (DLTensor){
       // A device tensor's data is the driver's handle (a cl_mem), even for memory the CPU
       // can also address: that is what consumers of the device type expect.
-      .data = storage->device->host_accessible ? storage->memory.host : (void *)(uintptr_t)storage->memory.device,
+      .data = storage->device->host_accessible ? storage->memory.host
+                                               : (void *)(uintptr_t)storage->memory.device,
       .device = {dl_device_type(storage->device), storage->device->index},
       .ndim = (int32_t)buffer->ndim,
       .dtype = {code, bits, 1},
       .shape = record->shape,
       .strides = record->strides,
-      .byte_offset = storage->memory.offset + buffer->offset, // a block of a segment's cl_mem on OpenCL
+      .byte_offset =
+          storage->memory.offset + buffer->offset, // a block of a segment's cl_mem on OpenCL
   };
   *out_read_only = read_only;
   return DEVBUF_OK;
 }
 
 // A record with its tensor (the versioned or the legacy one) filled in for `buffer`.
-static devbuf_status export_new(devbuf_buffer_t *buffer, uint32_t flags, bool versioned, export_record **out_record,
-                                bool *out_read_only) {
+static devbuf_status export_new(devbuf_buffer_t *buffer, uint32_t flags, bool versioned,
+                                export_record **out_record, bool *out_read_only) {
   *out_record = NULL;
   if (!versioned && buffer && buffer->storage->read_only)
-    return devbuf__error(DEVBUF_READ_ONLY, "dlpack export: buffer %llu is read-only and a legacy DLManagedTensor "
+    return devbuf__error(DEVBUF_READ_ONLY,
+                         "dlpack export: buffer %llu is read-only and a legacy DLManagedTensor "
                          "cannot say so; use devbuf_buffer_to_dlpack_versioned",
                          (unsigned long long)buffer->handle_id);
   export_record *record = devbuf__calloc(1, sizeof *record);
-  if (!record) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "dlpack export: no host memory for a tensor record");
-  DLTensor *tensor = versioned ? &record->tensor.versioned.dl_tensor : &record->tensor.legacy.dl_tensor;
+  if (!record)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "dlpack export: no host memory for a tensor record");
+  DLTensor *tensor =
+      versioned ? &record->tensor.versioned.dl_tensor : &record->tensor.legacy.dl_tensor;
   devbuf_status status = export_fill(buffer, flags, record, tensor, out_read_only);
   if (status != DEVBUF_OK) {
     devbuf__free(record);
@@ -115,7 +120,8 @@ static devbuf_status export_new(devbuf_buffer_t *buffer, uint32_t flags, bool ve
 
 devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_t flags,
                                                 struct DLManagedTensorVersioned **out_tensor) {
-  if (!out_tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
+  if (!out_tensor)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
   *out_tensor = NULL;
   export_record *record;
   bool read_only = false;
@@ -130,8 +136,10 @@ devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags, struct DLManagedTensor **out_tensor) {
-  if (!out_tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
+devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags,
+                                      struct DLManagedTensor **out_tensor) {
+  if (!out_tensor)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
   *out_tensor = NULL;
   export_record *record;
   bool read_only = false;
@@ -167,7 +175,8 @@ static devbuf_status import_dtype(DLDataType type, devbuf_dtype *out) {
       return DEVBUF_OK;
     }
   }
-  return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: no devbuf dtype has DLPack code %u with %u bits",
+  return devbuf__error(DEVBUF_UNSUPPORTED,
+                       "dlpack import: no devbuf dtype has DLPack code %u with %u bits",
                        (unsigned)type.code, (unsigned)type.bits);
 }
 
@@ -185,7 +194,8 @@ static devbuf_status import_device(DLDevice where, devbuf_device_t **out) {
     snprintf(spec, sizeof spec, "opencl:%d", (int)where.device_id);
     break;
   default:
-    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: device type %d (id %d) is not one devbuf opens",
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "dlpack import: device type %d (id %d) is not one devbuf opens",
                          (int)where.device_type, (int)where.device_id);
   }
   if (where.device_id < 0 || (where.device_type == DEVBUF_DL_CPU && where.device_id != 0))
@@ -195,15 +205,18 @@ static devbuf_status import_device(DLDevice where, devbuf_device_t **out) {
 }
 
 // Checks `tensor` and wraps its memory; on success the storage owns the producer's tensor.
-static devbuf_status import_tensor(const DLTensor *tensor, bool read_only, void (*release)(devbuf__storage *),
-                                   void *managed, devbuf_buffer_t **out_buffer) {
-  if (!out_buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: out_buffer is NULL");
+static devbuf_status import_tensor(const DLTensor *tensor, bool read_only,
+                                   void (*release)(devbuf__storage *), void *managed,
+                                   devbuf_buffer_t **out_buffer) {
+  if (!out_buffer)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: out_buffer is NULL");
   *out_buffer = NULL;
   if (tensor->ndim < 0 || tensor->ndim > DEVBUF_MAX_NDIM)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: ndim %d outside 0..%d", (int)tensor->ndim,
-                         DEVBUF_MAX_NDIM);
+    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: ndim %d outside 0..%d",
+                         (int)tensor->ndim, DEVBUF_MAX_NDIM);
   if (tensor->ndim && !tensor->shape)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: ndim %d without a shape", (int)tensor->ndim);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: ndim %d without a shape",
+                         (int)tensor->ndim);
   devbuf_dtype dtype = DEVBUF_UINT8;
   devbuf_status status = import_dtype(tensor->dtype, &dtype);
   if (status != DEVBUF_OK) return status;
@@ -223,9 +236,10 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only, void 
     uint64_t expected = 1; // elements; a stride past INT64_MAX matches no int64_t stride
     for (int32_t d = tensor->ndim; d-- > 0;) {
       if (shape[d] != 1 && (tensor->strides[d] < 0 || (uint64_t)tensor->strides[d] != expected))
-        return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: strides[%d] is %lld where a compact row-major "
-                             "tensor has %llu; copy it to a contiguous tensor first", (int)d,
-                             (long long)tensor->strides[d], (unsigned long long)expected);
+        return devbuf__error(DEVBUF_UNSUPPORTED,
+                             "dlpack import: strides[%d] is %lld where a compact row-major "
+                             "tensor has %llu; copy it to a contiguous tensor first",
+                             (int)d, (long long)tensor->strides[d], (unsigned long long)expected);
       if (__builtin_mul_overflow(expected, (uint64_t)shape[d], &expected)) expected = UINT64_MAX;
     }
   }
@@ -234,10 +248,12 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only, void 
   if (__builtin_add_overflow((uintptr_t)tensor->data, tensor->byte_offset, &address) ||
       (bytes && __builtin_add_overflow(address, bytes, &(uintptr_t){0})) ||
       __builtin_add_overflow(tensor->byte_offset, bytes, &extent) || extent > (uint64_t)INT64_MAX)
-    return devbuf__error(DEVBUF_OVERFLOW, "dlpack import: data %p + byte_offset %llu + %zu bytes overflows",
+    return devbuf__error(DEVBUF_OVERFLOW,
+                         "dlpack import: data %p + byte_offset %llu + %zu bytes overflows",
                          tensor->data, (unsigned long long)tensor->byte_offset, bytes);
   if (!tensor->data && bytes)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: data is NULL for %zu bytes", bytes);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: data is NULL for %zu bytes",
+                         bytes);
   devbuf_device_t *device;
   status = import_device(tensor->device, &device);
   if (status != DEVBUF_OK) return status;
@@ -254,26 +270,31 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only, void 
   storage->memory.device = host ? (uint64_t)address : (uint64_t)(uintptr_t)tensor->data;
   storage->memory.size = storage->size;
   atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
-  status = devbuf__buffer_wrap(storage, view_offset, bytes, dtype, shape, (size_t)tensor->ndim, out_buffer);
+  status = devbuf__buffer_wrap(storage, view_offset, bytes, dtype, shape, (size_t)tensor->ndim,
+                               out_buffer);
   if (status != DEVBUF_OK) return status; // the tensor stays the caller's
   storage->release_external = release;
   storage->external = managed;
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_buffer_from_dlpack_versioned(struct DLManagedTensorVersioned *tensor, devbuf_buffer_t **out_buffer) {
+devbuf_status devbuf_buffer_from_dlpack_versioned(struct DLManagedTensorVersioned *tensor,
+                                                  devbuf_buffer_t **out_buffer) {
   if (out_buffer) *out_buffer = NULL;
   if (!tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: tensor is NULL");
   if (tensor->version.major != DEVBUF_DLPACK_MAJOR)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: DLPack version %u.%u; devbuf reads %d.x",
-                         (unsigned)tensor->version.major, (unsigned)tensor->version.minor, DEVBUF_DLPACK_MAJOR);
+    return devbuf__error(
+        DEVBUF_UNSUPPORTED, "dlpack import: DLPack version %u.%u; devbuf reads %d.x",
+        (unsigned)tensor->version.major, (unsigned)tensor->version.minor, DEVBUF_DLPACK_MAJOR);
   if (tensor->flags & DEVBUF_DL_FLAG_SUBBYTE_PADDED)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: sub-byte elements padded to bytes; devbuf packs them");
-  return import_tensor(&tensor->dl_tensor, tensor->flags & DEVBUF_DL_FLAG_READ_ONLY, release_versioned, tensor,
-                       out_buffer);
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "dlpack import: sub-byte elements padded to bytes; devbuf packs them");
+  return import_tensor(&tensor->dl_tensor, tensor->flags & DEVBUF_DL_FLAG_READ_ONLY,
+                       release_versioned, tensor, out_buffer);
 }
 
-devbuf_status devbuf_buffer_from_dlpack(struct DLManagedTensor *tensor, devbuf_buffer_t **out_buffer) {
+devbuf_status devbuf_buffer_from_dlpack(struct DLManagedTensor *tensor,
+                                        devbuf_buffer_t **out_buffer) {
   if (!tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: tensor is NULL");
   return import_tensor(&tensor->dl_tensor, false, release_legacy, tensor, out_buffer);
 }

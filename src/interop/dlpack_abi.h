@@ -30,8 +30,8 @@ enum {
 };
 
 // Flags of DLManagedTensorVersioned.
-#define DEVBUF_DL_FLAG_READ_ONLY (UINT64_C(1) << 0)
-#define DEVBUF_DL_FLAG_IS_COPIED (UINT64_C(1) << 1)
+#define DEVBUF_DL_FLAG_READ_ONLY      (UINT64_C(1) << 0)
+#define DEVBUF_DL_FLAG_IS_COPIED      (UINT64_C(1) << 1)
 #define DEVBUF_DL_FLAG_SUBBYTE_PADDED (UINT64_C(1) << 2)
 
 typedef struct {

@@ -3,8 +3,10 @@
 #include "../exec/queue.h"
 #include "devbuf_opencl.h"
 
-devbuf_status devbuf_opencl_device_handles(devbuf_device_t *device, devbuf_opencl_handles_t *out_handles) {
-  if (!device || !out_handles) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_handles is NULL");
+devbuf_status devbuf_opencl_device_handles(devbuf_device_t *device,
+                                           devbuf_opencl_handles_t *out_handles) {
+  if (!device || !out_handles)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_handles is NULL");
   if (device->backend->kind != DEVBUF_DEVICE_OPENCL)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s is not an OpenCL device", device->spec);
   const devbuf__opencl_device *state = devbuf__opencl_of(device);
@@ -13,12 +15,17 @@ devbuf_status devbuf_opencl_device_handles(devbuf_device_t *device, devbuf_openc
 }
 
 devbuf_status devbuf_opencl_queue_handle(devbuf_queue_t *queue, void **out_command_queue) {
-  if (!queue || !out_command_queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue or out_command_queue is NULL");
+  if (!queue || !out_command_queue)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue or out_command_queue is NULL");
   devbuf_device_t *device = devbuf_queue_device(queue);
   if (device->backend->kind != DEVBUF_DEVICE_OPENCL)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "a queue on %s is not on an OpenCL device", device->spec);
-  *out_command_queue = devbuf__queue_device_queue(queue); // the device queue is the cl_command_queue
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "a queue on %s is not on an OpenCL device",
+                         device->spec);
+  *out_command_queue =
+      devbuf__queue_device_queue(queue); // the device queue is the cl_command_queue
   return DEVBUF_OK;
 }
 
-void *devbuf_opencl_entry_point(const char *name) { return name ? devbuf__opencl_symbol(name) : NULL; }
+void *devbuf_opencl_entry_point(const char *name) {
+  return name ? devbuf__opencl_symbol(name) : NULL;
+}

@@ -12,14 +12,16 @@ devbuf_status devbuf__safetensors_header_length(const unsigned char prefix[8], u
   uint64_t length = 0;
   for (int i = 7; i >= 0; i--) length = length << 8 | prefix[i];
   if (length > DEVBUF_SAFETENSORS_MAX_HEADER)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors: header length %llu exceeds the limit of %u bytes",
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "safetensors: header length %llu exceeds the limit of %u bytes",
                          (unsigned long long)length, DEVBUF_SAFETENSORS_MAX_HEADER);
   if (length > file_size - 8) // file_size >= 8 was checked by the caller
     return devbuf__error(DEVBUF_FORMAT_ERROR,
                          "safetensors: header length %llu runs past the end of the %llu-byte file",
                          (unsigned long long)length, (unsigned long long)file_size);
   if (length < 2)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors: header length %llu cannot hold a JSON object",
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "safetensors: header length %llu cannot hold a JSON object",
                          (unsigned long long)length);
   *out_header_size = length;
   return DEVBUF_OK;
@@ -69,7 +71,8 @@ static devbuf_status no_memory(void) {
 
 static devbuf_status parse_metadata(parser *p) {
   devbuf__json *json = &p->json;
-  if (p->has_metadata) return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: '__metadata__' appears twice");
+  if (p->has_metadata)
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: '__metadata__' appears twice");
   p->has_metadata = true;
   devbuf_status status = devbuf__json_expect(json, '{', "'__metadata__'");
   devbuf_tensor_file_t *file = p->file;
@@ -82,11 +85,12 @@ static devbuf_status parse_metadata(parser *p) {
     if (status == DEVBUF_OK) status = devbuf__json_expect(json, ':', "'__metadata__'");
     if (status == DEVBUF_OK) {
       char context[160];
-      snprintf(context, sizeof context, "'__metadata__' value of '%.100s' (metadata values are strings)", key);
+      snprintf(context, sizeof context,
+               "'__metadata__' value of '%.100s' (metadata values are strings)", key);
       status = devbuf__json_string(json, &value, context);
     }
-    if (status == DEVBUF_OK &&
-        !grow((void **)&file->metadata, &p->metadata_capacity, file->metadata_count, sizeof *file->metadata))
+    if (status == DEVBUF_OK && !grow((void **)&file->metadata, &p->metadata_capacity,
+                                     file->metadata_count, sizeof *file->metadata))
       status = no_memory();
     if (status == DEVBUF_OK) {
       file->metadata[file->metadata_count++] = (struct devbuf__metadata_pair){key, value};
@@ -109,12 +113,14 @@ static devbuf_status parse_dtype(devbuf__json *json, const char *context, devbuf
       return DEVBUF_OK;
     }
   }
-  status = devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s: unknown dtype '%.40s'", context, name);
+  status = devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s: unknown dtype '%.40s'",
+                         context, name);
   devbuf__free(name);
   return status;
 }
 
-static devbuf_status parse_shape(devbuf__json *json, const char *context, devbuf__tensor_entry *entry) {
+static devbuf_status parse_shape(devbuf__json *json, const char *context,
+                                 devbuf__tensor_entry *entry) {
   devbuf_status status = devbuf__json_expect(json, '[', context);
   size_t dims[DEVBUF_MAX_NDIM];
   size_t ndim = 0;
@@ -126,8 +132,8 @@ static devbuf_status parse_shape(devbuf__json *json, const char *context, devbuf
     status = devbuf__json_u64(json, &dim, context);
     if (status != DEVBUF_OK) break;
     if (ndim == DEVBUF_MAX_NDIM)
-      return devbuf__error(DEVBUF_UNSUPPORTED, "safetensors header: %s has more than %d dimensions", context,
-                           DEVBUF_MAX_NDIM);
+      return devbuf__error(DEVBUF_UNSUPPORTED, "safetensors header: %s has more than %d dimensions",
+                           context, DEVBUF_MAX_NDIM);
     dims[ndim++] = (size_t)dim;
   }
   if (status != DEVBUF_OK) return status;
@@ -140,7 +146,8 @@ static devbuf_status parse_shape(devbuf__json *json, const char *context, devbuf
   return DEVBUF_OK;
 }
 
-static devbuf_status parse_offsets(devbuf__json *json, const char *context, devbuf__tensor_entry *entry) {
+static devbuf_status parse_offsets(devbuf__json *json, const char *context,
+                                   devbuf__tensor_entry *entry) {
   devbuf_status status = devbuf__json_expect(json, '[', context);
   uint64_t values[2];
   size_t count = 0;
@@ -151,12 +158,14 @@ static devbuf_status parse_offsets(devbuf__json *json, const char *context, devb
     uint64_t value;
     status = devbuf__json_u64(json, &value, context);
     if (status == DEVBUF_OK && count == 2)
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s has more than 2 entries", context);
+      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s has more than 2 entries",
+                           context);
     if (status == DEVBUF_OK) values[count++] = value;
   }
   if (status != DEVBUF_OK) return status;
   if (count != 2)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s has %zu entries, not 2", context, count);
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s has %zu entries, not 2",
+                         context, count);
   entry->begin = values[0];
   entry->end = values[1];
   return DEVBUF_OK;
@@ -185,9 +194,11 @@ static devbuf_status parse_tensor(parser *p, devbuf__tensor_entry *entry) {
     snprintf(field_context, sizeof field_context, "%s field '%.40s'", context, field);
     devbuf__free(field);
     if (!which)
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s: unknown field", field_context);
+      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s: unknown field",
+                           field_context);
     if (seen & which)
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s appears twice", field_context);
+      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s appears twice",
+                           field_context);
     seen |= which;
     status = devbuf__json_expect(json, ':', context);
     if (status != DEVBUF_OK) break;
@@ -197,8 +208,11 @@ static devbuf_status parse_tensor(parser *p, devbuf__tensor_entry *entry) {
   }
   if (status != DEVBUF_OK) return status;
   if (seen != (DTYPE | SHAPE | OFFSETS))
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s lacks the field '%s'", context,
-                         !(seen & DTYPE) ? "dtype" : !(seen & SHAPE) ? "shape" : "data_offsets");
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s lacks the field '%s'",
+                         context,
+                         !(seen & DTYPE)   ? "dtype"
+                         : !(seen & SHAPE) ? "shape"
+                                           : "data_offsets");
   return DEVBUF_OK;
 }
 
@@ -206,7 +220,8 @@ static devbuf_status parse_members(parser *p) {
   devbuf__json *json = &p->json;
   devbuf_tensor_file_t *file = p->file;
   if (json->size == 0 || json->text[0] != '{')
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: does not start with '{' (byte 0 is 0x%02x)",
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "safetensors header: does not start with '{' (byte 0 is 0x%02x)",
                          json->size ? (unsigned)(unsigned char)json->text[0] : 0u);
   json->pos = 1;
   bool more = true;
@@ -219,9 +234,11 @@ static devbuf_status parse_members(parser *p) {
     if (status == DEVBUF_OK) status = devbuf__json_expect(json, ':', "after a tensor name");
     if (status == DEVBUF_OK && strcmp(name, "__metadata__") == 0) {
       devbuf__free(name);
-      if (devbuf__json_peek(json) == 'n' && json->size - json->pos >= 4 && memcmp(json->text + json->pos, "null", 4) == 0) {
+      if (devbuf__json_peek(json) == 'n' && json->size - json->pos >= 4 &&
+          memcmp(json->text + json->pos, "null", 4) == 0) {
         if (p->has_metadata)
-          return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: '__metadata__' appears twice");
+          return devbuf__error(DEVBUF_FORMAT_ERROR,
+                               "safetensors header: '__metadata__' appears twice");
         p->has_metadata = true;
         json->pos += 4;
       } else {
@@ -229,7 +246,8 @@ static devbuf_status parse_members(parser *p) {
       }
       continue;
     }
-    if (status == DEVBUF_OK && !grow((void **)&file->entries, &p->entry_capacity, file->count, sizeof *file->entries))
+    if (status == DEVBUF_OK &&
+        !grow((void **)&file->entries, &p->entry_capacity, file->count, sizeof *file->entries))
       status = no_memory();
     if (status != DEVBUF_OK) {
       devbuf__free(name);
@@ -268,7 +286,8 @@ static devbuf_status sort_names(named *names, size_t count, const char *what) {
   qsort(names, count, sizeof *names, compare_named);
   for (size_t i = 1; i < count; i++)
     if (strcmp(names[i].name, names[i - 1].name) == 0)
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s '%.100s' appears twice", what, names[i].name);
+      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: %s '%.100s' appears twice",
+                           what, names[i].name);
   return DEVBUF_OK;
 }
 
@@ -279,25 +298,32 @@ static devbuf_status validate(devbuf_tensor_file_t *file) {
     size_t count = 1;
     for (size_t d = 0; d < e->ndim; d++)
       if (devbuf__mul_overflows(count, e->shape[d], &count))
-        return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: tensor '%.100s': the element count of its "
-                             "shape overflows at dimension %zu (%zu)", e->name, d, e->shape[d]);
+        return devbuf__error(DEVBUF_FORMAT_ERROR,
+                             "safetensors header: tensor '%.100s': the element count of its "
+                             "shape overflows at dimension %zu (%zu)",
+                             e->name, d, e->shape[d]);
     size_t bytes;
     unsigned bits = devbuf_dtype_bits(e->dtype);
     if (devbuf__mul_overflows(count, bits, &bytes))
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: tensor '%.100s': %zu elements of %s overflow",
+      return devbuf__error(DEVBUF_FORMAT_ERROR,
+                           "safetensors header: tensor '%.100s': %zu elements of %s overflow",
                            e->name, count, devbuf_dtype_safetensors_name(e->dtype));
     if (bytes % 8)
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: tensor '%.100s': %zu elements of %u bits do "
-                           "not fill whole bytes", e->name, count, bits);
+      return devbuf__error(DEVBUF_FORMAT_ERROR,
+                           "safetensors header: tensor '%.100s': %zu elements of %u bits do "
+                           "not fill whole bytes",
+                           e->name, count, bits);
     bytes /= 8;
     if (e->end < e->begin)
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: tensor '%.100s': data_offsets [%llu, %llu] "
-                           "end before they begin", e->name, (unsigned long long)e->begin,
-                           (unsigned long long)e->end);
+      return devbuf__error(DEVBUF_FORMAT_ERROR,
+                           "safetensors header: tensor '%.100s': data_offsets [%llu, %llu] "
+                           "end before they begin",
+                           e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
     if (e->end - e->begin != bytes)
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: tensor '%.100s': data_offsets [%llu, %llu] "
-                           "span %llu bytes but %zu elements of %s take %zu", e->name,
-                           (unsigned long long)e->begin, (unsigned long long)e->end,
+      return devbuf__error(DEVBUF_FORMAT_ERROR,
+                           "safetensors header: tensor '%.100s': data_offsets [%llu, %llu] "
+                           "span %llu bytes but %zu elements of %s take %zu",
+                           e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
                            (unsigned long long)(e->end - e->begin), count,
                            devbuf_dtype_safetensors_name(e->dtype), bytes);
   }
@@ -307,22 +333,29 @@ static devbuf_status validate(devbuf_tensor_file_t *file) {
     const devbuf__tensor_entry *e = &file->entries[i];
     const char *previous = i ? file->entries[i - 1].name : NULL;
     if (e->begin < position)
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: tensor '%.100s' at [%llu, %llu) overlaps "
-                           "tensor '%.100s', which ends at %llu", e->name, (unsigned long long)e->begin,
-                           (unsigned long long)e->end, previous, (unsigned long long)position);
+      return devbuf__error(DEVBUF_FORMAT_ERROR,
+                           "safetensors header: tensor '%.100s' at [%llu, %llu) overlaps "
+                           "tensor '%.100s', which ends at %llu",
+                           e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                           previous, (unsigned long long)position);
     if (e->begin > position)
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: bytes [%llu, %llu) before tensor '%.100s' "
-                           "belong to no tensor", (unsigned long long)position, (unsigned long long)e->begin,
-                           e->name);
+      return devbuf__error(DEVBUF_FORMAT_ERROR,
+                           "safetensors header: bytes [%llu, %llu) before tensor '%.100s' "
+                           "belong to no tensor",
+                           (unsigned long long)position, (unsigned long long)e->begin, e->name);
     position = e->end;
     if (position > file->data_size)
-      return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: tensor '%.100s' ends at %llu, past the data "
-                           "section of %llu bytes", e->name, (unsigned long long)position,
+      return devbuf__error(DEVBUF_FORMAT_ERROR,
+                           "safetensors header: tensor '%.100s' ends at %llu, past the data "
+                           "section of %llu bytes",
+                           e->name, (unsigned long long)position,
                            (unsigned long long)file->data_size);
   }
   if (position != file->data_size)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors header: the tensors end at %llu but the data section "
-                         "holds %llu bytes", (unsigned long long)position, (unsigned long long)file->data_size);
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "safetensors header: the tensors end at %llu but the data section "
+                         "holds %llu bytes",
+                         (unsigned long long)position, (unsigned long long)file->data_size);
 
   size_t most = file->count > file->metadata_count ? file->count : file->metadata_count;
   named *names = devbuf__malloc((most ? most : 1) * sizeof *names);
@@ -340,7 +373,8 @@ static devbuf_status validate(devbuf_tensor_file_t *file) {
   return status;
 }
 
-devbuf_status devbuf__safetensors_parse_header(const char *header, uint64_t header_size, uint64_t data_size,
+devbuf_status devbuf__safetensors_parse_header(const char *header, uint64_t header_size,
+                                               uint64_t data_size,
                                                devbuf_tensor_file_t **out_file) {
   *out_file = NULL;
   parser p = {.json = {.text = header, .size = (size_t)header_size, .what = "safetensors header"}};
@@ -358,37 +392,52 @@ devbuf_status devbuf__safetensors_parse_header(const char *header, uint64_t head
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_safetensors_parse(const void *data, size_t size, devbuf_tensor_file_t **out_file) {
+devbuf_status devbuf_safetensors_parse(const void *data, size_t size,
+                                       devbuf_tensor_file_t **out_file) {
   if (!out_file || (!data && size))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_parse: data and out_file are required");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "safetensors_parse: data and out_file are required");
   *out_file = NULL;
   if (size < 8)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors: the image has %zu bytes, too few for the 8-byte header length", size);
+    return devbuf__error(
+        DEVBUF_FORMAT_ERROR,
+        "safetensors: the image has %zu bytes, too few for the 8-byte header length", size);
   uint64_t header_size = 0;
   devbuf_status status = devbuf__safetensors_header_length(data, size, &header_size);
   if (status != DEVBUF_OK) return status;
-  return devbuf__safetensors_parse_header((const char *)data + 8, header_size, size - 8 - header_size, out_file);
+  return devbuf__safetensors_parse_header((const char *)data + 8, header_size,
+                                          size - 8 - header_size, out_file);
 }
 
 // ---- the table's accessors ----------------------------------------------------------------
 
 size_t devbuf_tensor_file_count(const devbuf_tensor_file_t *file) { return file ? file->count : 0; }
 
-devbuf_status devbuf_tensor_file_info(const devbuf_tensor_file_t *file, size_t index, devbuf_tensor_info_t *out_info) {
-  if (!file || !out_info) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "tensor_file_info: file and out_info are required");
+devbuf_status devbuf_tensor_file_info(const devbuf_tensor_file_t *file, size_t index,
+                                      devbuf_tensor_info_t *out_info) {
+  if (!file || !out_info)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "tensor_file_info: file and out_info are required");
   if (index >= file->count)
-    return devbuf__error(DEVBUF_OUT_OF_RANGE, "tensor_file_info: index %zu, but the file holds %zu tensors", index,
+    return devbuf__error(DEVBUF_OUT_OF_RANGE,
+                         "tensor_file_info: index %zu, but the file holds %zu tensors", index,
                          file->count);
   const devbuf__tensor_entry *e = &file->entries[index];
-  *out_info = (devbuf_tensor_info_t){.name = e->name, .dtype = e->dtype, .ndim = e->ndim, .shape = e->shape,
-                                     .begin = e->begin, .end = e->end,
+  *out_info = (devbuf_tensor_info_t){.name = e->name,
+                                     .dtype = e->dtype,
+                                     .ndim = e->ndim,
+                                     .shape = e->shape,
+                                     .begin = e->begin,
+                                     .end = e->end,
                                      .file_offset = 8 + file->header_size + e->begin};
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_tensor_file_find(const devbuf_tensor_file_t *file, const char *name, size_t *out_index) {
+devbuf_status devbuf_tensor_file_find(const devbuf_tensor_file_t *file, const char *name,
+                                      size_t *out_index) {
   if (!file || !name || !out_index)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "tensor_file_find: file, name and out_index are required");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "tensor_file_find: file, name and out_index are required");
   size_t low = 0, high = file->count;
   while (low < high) {
     size_t middle = low + (high - low) / 2;
@@ -409,14 +458,18 @@ devbuf_buffer_t *devbuf_tensor_file_buffer(const devbuf_tensor_file_t *file, siz
   return file && file->buffers && index < file->count ? file->buffers[index] : NULL;
 }
 
-size_t devbuf_tensor_file_metadata_count(const devbuf_tensor_file_t *file) { return file ? file->metadata_count : 0; }
+size_t devbuf_tensor_file_metadata_count(const devbuf_tensor_file_t *file) {
+  return file ? file->metadata_count : 0;
+}
 
-devbuf_status devbuf_tensor_file_metadata(const devbuf_tensor_file_t *file, size_t index, const char **out_key,
-                                          const char **out_value) {
+devbuf_status devbuf_tensor_file_metadata(const devbuf_tensor_file_t *file, size_t index,
+                                          const char **out_key, const char **out_value) {
   if (!file || !out_key || !out_value)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "tensor_file_metadata: file, out_key and out_value are required");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "tensor_file_metadata: file, out_key and out_value are required");
   if (index >= file->metadata_count)
-    return devbuf__error(DEVBUF_OUT_OF_RANGE, "tensor_file_metadata: index %zu, but the file has %zu entries", index,
+    return devbuf__error(DEVBUF_OUT_OF_RANGE,
+                         "tensor_file_metadata: index %zu, but the file has %zu entries", index,
                          file->metadata_count);
   *out_key = file->metadata[index].key;
   *out_value = file->metadata[index].value;
@@ -429,5 +482,9 @@ const char *devbuf_tensor_file_metadata_get(const devbuf_tensor_file_t *file, co
   return NULL;
 }
 
-uint64_t devbuf_tensor_file_header_size(const devbuf_tensor_file_t *file) { return file ? file->header_size : 0; }
-uint64_t devbuf_tensor_file_data_size(const devbuf_tensor_file_t *file) { return file ? file->data_size : 0; }
+uint64_t devbuf_tensor_file_header_size(const devbuf_tensor_file_t *file) {
+  return file ? file->header_size : 0;
+}
+uint64_t devbuf_tensor_file_data_size(const devbuf_tensor_file_t *file) {
+  return file ? file->data_size : 0;
+}

@@ -9,27 +9,34 @@
 #define STAGING_BYTES ((size_t)8 << 20) // file reads for devices the CPU cannot address
 
 // The table (without buffers) of the open file: its 8-byte prefix and header, read.
-static devbuf_status read_table(int fd, uint64_t file_size, const char *path, devbuf_tensor_file_t **out_file) {
+static devbuf_status read_table(int fd, uint64_t file_size, const char *path,
+                                devbuf_tensor_file_t **out_file) {
   if (file_size < 8)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors: '%.200s' has %llu bytes, too few for the 8-byte header "
-                         "length", path, (unsigned long long)file_size);
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "safetensors: '%.200s' has %llu bytes, too few for the 8-byte header "
+                         "length",
+                         path, (unsigned long long)file_size);
   unsigned char prefix[8];
   uint64_t header_size = 0;
   devbuf_status status = devbuf__read_at(fd, prefix, 8, 0, path);
-  if (status == DEVBUF_OK) status = devbuf__safetensors_header_length(prefix, file_size, &header_size);
+  if (status == DEVBUF_OK)
+    status = devbuf__safetensors_header_length(prefix, file_size, &header_size);
   char *header = NULL;
   if (status == DEVBUF_OK && !(header = devbuf__malloc(header_size ? (size_t)header_size : 1)))
     status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a %llu-byte header",
                            (unsigned long long)header_size);
   if (status == DEVBUF_OK) status = devbuf__read_at(fd, header, (size_t)header_size, 8, path);
   if (status == DEVBUF_OK)
-    status = devbuf__safetensors_parse_header(header, header_size, file_size - 8 - header_size, out_file);
+    status = devbuf__safetensors_parse_header(header, header_size, file_size - 8 - header_size,
+                                              out_file);
   devbuf__free(header);
   return status;
 }
 
 devbuf_status devbuf_safetensors_inspect(const char *path, devbuf_tensor_file_t **out_file) {
-  if (!path || !out_file) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_inspect: path and out_file are required");
+  if (!path || !out_file)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "safetensors_inspect: path and out_file are required");
   *out_file = NULL;
   int fd = -1;
   uint64_t file_size = 0;
@@ -42,8 +49,8 @@ devbuf_status devbuf_safetensors_inspect(const char *path, devbuf_tensor_file_t 
 
 // Reads `size` file bytes at `offset` into `target` (of that size): straight into its memory
 // when the CPU can address it, else through the host-visible `staging` buffer.
-static devbuf_status read_into(int fd, uint64_t offset, devbuf_buffer_t *target, devbuf_buffer_t *staging,
-                               const char *path) {
+static devbuf_status read_into(int fd, uint64_t offset, devbuf_buffer_t *target,
+                               devbuf_buffer_t *staging, const char *path) {
   size_t size = devbuf_buffer_size(target);
   if (!size) return DEVBUF_OK;
   if (devbuf_buffer_is_cpu_accessible(target)) {
@@ -75,23 +82,27 @@ static devbuf_status read_into(int fd, uint64_t offset, devbuf_buffer_t *target,
 }
 
 // Every tensor as a buffer from `allocator`, read from the file.
-static devbuf_status load_copies(devbuf_device_t *device, devbuf_allocator_t *allocator, int fd, const char *path,
-                                 devbuf_tensor_file_t *file, const devbuf_load_options_t *options) {
+static devbuf_status load_copies(devbuf_device_t *device, devbuf_allocator_t *allocator, int fd,
+                                 const char *path, devbuf_tensor_file_t *file,
+                                 const devbuf_load_options_t *options) {
   devbuf_buffer_t *staging = NULL;
   devbuf_status status = DEVBUF_OK;
   uint64_t largest = 0;
   for (size_t i = 0; i < file->count; i++)
-    if (file->entries[i].end - file->entries[i].begin > largest) largest = file->entries[i].end - file->entries[i].begin;
+    if (file->entries[i].end - file->entries[i].begin > largest)
+      largest = file->entries[i].end - file->entries[i].begin;
   if (!devbuf__allocator_host_accessible(allocator) && largest) {
     size_t size = largest < STAGING_BYTES ? (size_t)largest : STAGING_BYTES;
-    status = devbuf_buffer_allocate(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE), DEVBUF_UINT8,
-                                    &size, 1, 0, &staging);
+    status = devbuf_buffer_allocate(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE),
+                                    DEVBUF_UINT8, &size, 1, 0, &staging);
   }
   uint64_t data_offset = 8 + file->header_size;
   for (size_t i = 0; status == DEVBUF_OK && i < file->count; i++) {
     const devbuf__tensor_entry *entry = &file->entries[i];
-    status = devbuf_buffer_allocate(allocator, entry->dtype, entry->shape, entry->ndim, 0, &file->buffers[i]);
-    if (status == DEVBUF_OK) status = read_into(fd, data_offset + entry->begin, file->buffers[i], staging, path);
+    status = devbuf_buffer_allocate(allocator, entry->dtype, entry->shape, entry->ndim, 0,
+                                    &file->buffers[i]);
+    if (status == DEVBUF_OK)
+      status = read_into(fd, data_offset + entry->begin, file->buffers[i], staging, path);
     if (status == DEVBUF_OK && options->on_tensor) {
       devbuf_tensor_info_t info;
       devbuf_tensor_file_info(file, i, &info);
@@ -103,7 +114,8 @@ static devbuf_status load_copies(devbuf_device_t *device, devbuf_allocator_t *al
 }
 
 // Every tensor as a zero-copy view of one mapping of the file.
-static devbuf_status load_views(devbuf_device_t *device, const char *path, devbuf_tensor_file_t **out_file,
+static devbuf_status load_views(devbuf_device_t *device, const char *path,
+                                devbuf_tensor_file_t **out_file,
                                 const devbuf_load_options_t *options) {
   devbuf_buffer_t *mapping = NULL;
   devbuf_status status = devbuf_buffer_map_file(device, path, &mapping);
@@ -112,19 +124,26 @@ static devbuf_status load_views(devbuf_device_t *device, const char *path, devbu
   uint64_t file_size = mapping->size, header_size = 0;
   devbuf_tensor_file_t *file = NULL;
   if (file_size < 8)
-    status = devbuf__error(DEVBUF_FORMAT_ERROR, "safetensors: '%.200s' has %llu bytes, too few for the 8-byte header "
-                           "length", path, (unsigned long long)file_size);
-  if (status == DEVBUF_OK) status = devbuf__safetensors_header_length(bytes, file_size, &header_size);
+    status = devbuf__error(DEVBUF_FORMAT_ERROR,
+                           "safetensors: '%.200s' has %llu bytes, too few for the 8-byte header "
+                           "length",
+                           path, (unsigned long long)file_size);
   if (status == DEVBUF_OK)
-    status = devbuf__safetensors_parse_header((const char *)bytes + 8, header_size, file_size - 8 - header_size, &file);
-  if (status == DEVBUF_OK && !(file->buffers = devbuf__calloc(file->count ? file->count : 1, sizeof *file->buffers)))
-    status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu tensor handles", file->count);
+    status = devbuf__safetensors_header_length(bytes, file_size, &header_size);
+  if (status == DEVBUF_OK)
+    status = devbuf__safetensors_parse_header((const char *)bytes + 8, header_size,
+                                              file_size - 8 - header_size, &file);
+  if (status == DEVBUF_OK &&
+      !(file->buffers = devbuf__calloc(file->count ? file->count : 1, sizeof *file->buffers)))
+    status =
+        devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu tensor handles", file->count);
   devbuf__storage *storage = mapping->storage;
   for (size_t i = 0; status == DEVBUF_OK && i < file->count; i++) {
     const devbuf__tensor_entry *entry = &file->entries[i];
     devbuf__ref_retain(&storage->refs);
-    status = devbuf__buffer_wrap(storage, (size_t)(8 + header_size + entry->begin), (size_t)(entry->end - entry->begin),
-                                 entry->dtype, entry->shape, entry->ndim, &file->buffers[i]);
+    status = devbuf__buffer_wrap(storage, (size_t)(8 + header_size + entry->begin),
+                                 (size_t)(entry->end - entry->begin), entry->dtype, entry->shape,
+                                 entry->ndim, &file->buffers[i]);
     if (status == DEVBUF_OK && options->on_tensor) {
       devbuf_tensor_info_t info;
       devbuf_tensor_file_info(file, i, &info);
@@ -140,19 +159,23 @@ static devbuf_status load_views(devbuf_device_t *device, const char *path, devbu
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path, const devbuf_load_options_t *options,
+devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path,
+                                      const devbuf_load_options_t *options,
                                       devbuf_tensor_file_t **out_file) {
   if (!device || !path || !out_file)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_load: device, path and out_file are required");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "safetensors_load: device, path and out_file are required");
   *out_file = NULL;
   devbuf_load_options_t none = {0};
   if (!options) options = &none;
   if (options->flags & ~(uint32_t)DEVBUF_LOAD_COPY)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_load: unknown flags 0x%x",
                          options->flags & ~(unsigned)DEVBUF_LOAD_COPY);
-  devbuf_allocator_t *allocator = options->allocator ? options->allocator : devbuf_device_allocator(device);
+  devbuf_allocator_t *allocator =
+      options->allocator ? options->allocator : devbuf_device_allocator(device);
   if (allocator->device != device)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_load: an allocator of %s for tensors on %s",
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "safetensors_load: an allocator of %s for tensors on %s",
                          allocator->device->spec, device->spec);
   bool copy = (options->flags & DEVBUF_LOAD_COPY) || !device->host_accessible || options->allocator;
   if (!copy) return load_views(device, path, out_file, options);
@@ -162,8 +185,10 @@ devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path,
   if (status != DEVBUF_OK) return status;
   devbuf_tensor_file_t *file = NULL;
   status = read_table(fd, file_size, path, &file);
-  if (status == DEVBUF_OK && !(file->buffers = devbuf__calloc(file->count ? file->count : 1, sizeof *file->buffers)))
-    status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu tensor handles", file->count);
+  if (status == DEVBUF_OK &&
+      !(file->buffers = devbuf__calloc(file->count ? file->count : 1, sizeof *file->buffers)))
+    status =
+        devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu tensor handles", file->count);
   if (status == DEVBUF_OK) status = load_copies(device, allocator, fd, path, file, options);
   close(fd);
   if (status != DEVBUF_OK) {

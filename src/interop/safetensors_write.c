@@ -45,7 +45,8 @@ static void text_printf(text *t, const char *format, ...) {
   va_start(args, format);
   int length = vsnprintf(buffer, sizeof buffer, format, args);
   va_end(args);
-  if (length > 0) text_append(t, buffer, (size_t)length < sizeof buffer ? (size_t)length : sizeof buffer - 1);
+  if (length > 0)
+    text_append(t, buffer, (size_t)length < sizeof buffer ? (size_t)length : sizeof buffer - 1);
 }
 
 // A JSON string; the caller checked that `s` is valid UTF-8.
@@ -66,9 +67,11 @@ static void text_json_string(text *t, const char *s) {
 }
 
 static devbuf_status check_string(const char *s, const char *what, size_t index) {
-  if (!s) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_write: %s %zu is NULL", what, index);
+  if (!s)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_write: %s %zu is NULL", what, index);
   if (!devbuf__utf8_valid(s, strlen(s)))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_write: %s %zu is not valid UTF-8", what, index);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_write: %s %zu is not valid UTF-8",
+                         what, index);
   return DEVBUF_OK;
 }
 
@@ -104,8 +107,8 @@ static devbuf_status write_all(int fd, const void *data, size_t size, const char
 
 // A buffer's bytes, straight from host memory when the CPU can read it, else staged
 // through `staging` in pieces of whole elements.
-static devbuf_status write_buffer(int fd, devbuf_buffer_t *buffer, void *staging, size_t staging_size,
-                                  const char *path) {
+static devbuf_status write_buffer(int fd, devbuf_buffer_t *buffer, void *staging,
+                                  size_t staging_size, const char *path) {
   if (devbuf_buffer_is_cpu_accessible(buffer)) {
     const void *data;
     size_t size;
@@ -153,10 +156,11 @@ static devbuf_status take_permissions(int fd, const char *path) {
   bool replacing = stat(path, &old) == 0 && S_ISREG(old.st_mode);
   if (replacing && (old.st_uid != geteuid() || old.st_gid != getegid()))
     (void)!fchown(fd, old.st_uid, old.st_gid); // refused unless privileged: then ours, mode kept
-  mode_t mode = replacing ? old.st_mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID) : default_file_mode();
+  mode_t mode =
+      replacing ? old.st_mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID) : default_file_mode();
   if (fchmod(fd, mode) != 0)
-    return devbuf__error(DEVBUF_IO_ERROR, "cannot set the permissions of '%.200s' to %04o: %s", path,
-                         (unsigned)mode, strerror(errno));
+    return devbuf__error(DEVBUF_IO_ERROR, "cannot set the permissions of '%.200s' to %04o: %s",
+                         path, (unsigned)mode, strerror(errno));
   return DEVBUF_OK;
 }
 
@@ -176,8 +180,9 @@ static char *temporary_name(const char *path) {
 
 // The header: metadata first, then tensors in layout order, padded with spaces so that the
 // data section starts at a multiple of 8.
-static devbuf_status build_header(const layout_entry *layout, size_t count, const devbuf_metadata_entry_t *metadata,
-                                  size_t metadata_count, text *header) {
+static devbuf_status build_header(const layout_entry *layout, size_t count,
+                                  const devbuf_metadata_entry_t *metadata, size_t metadata_count,
+                                  text *header) {
   text_append(header, "{", 1);
   if (metadata_count) {
     text_append(header, "\"__metadata__\":{", 16);
@@ -194,24 +199,29 @@ static devbuf_status build_header(const layout_entry *layout, size_t count, cons
     devbuf_buffer_t *buffer = layout[i].tensor->buffer;
     if (i || metadata_count) text_append(header, ",", 1);
     text_json_string(header, layout[i].tensor->name);
-    text_printf(header, ":{\"dtype\":\"%s\",\"shape\":[", devbuf_dtype_safetensors_name(devbuf_buffer_dtype(buffer)));
+    text_printf(header, ":{\"dtype\":\"%s\",\"shape\":[",
+                devbuf_dtype_safetensors_name(devbuf_buffer_dtype(buffer)));
     const size_t *shape = devbuf_buffer_shape(buffer);
-    for (size_t d = 0; d < devbuf_buffer_ndim(buffer); d++) text_printf(header, d ? ",%zu" : "%zu", shape[d]);
+    for (size_t d = 0; d < devbuf_buffer_ndim(buffer); d++)
+      text_printf(header, d ? ",%zu" : "%zu", shape[d]);
     uint64_t end = offset + devbuf_buffer_size(buffer);
-    text_printf(header, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset, (unsigned long long)end);
+    text_printf(header, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset,
+                (unsigned long long)end);
     offset = end;
   }
   text_append(header, "}", 1);
   while ((header->size + 8) % 8) text_append(header, " ", 1);
-  if (header->failed) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "safetensors_write: no host memory for the header");
+  if (header->failed)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "safetensors_write: no host memory for the header");
   if (header->size > DEVBUF_SAFETENSORS_MAX_HEADER)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_write: the header takes %zu bytes, over the limit of %u",
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "safetensors_write: the header takes %zu bytes, over the limit of %u",
                          header->size, DEVBUF_SAFETENSORS_MAX_HEADER);
   return DEVBUF_OK;
 }
 
-static devbuf_status write_file(int fd, const text *header, const layout_entry *layout, size_t count,
-                                const char *path) {
+static devbuf_status write_file(int fd, const text *header, const layout_entry *layout,
+                                size_t count, const char *path) {
   unsigned char prefix[8];
   for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)header->size >> (8 * i));
   devbuf_status status = write_all(fd, prefix, 8, path);
@@ -220,8 +230,10 @@ static devbuf_status write_file(int fd, const text *header, const layout_entry *
   void *staging = NULL;
   for (size_t i = 0; status == DEVBUF_OK && i < count; i++) {
     devbuf_buffer_t *buffer = layout[i].tensor->buffer;
-    if (!staging && !devbuf_buffer_is_cpu_accessible(buffer) && !(staging = devbuf__malloc(staging_size)))
-      status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "safetensors_write: no host memory for a staging buffer");
+    if (!staging && !devbuf_buffer_is_cpu_accessible(buffer) &&
+        !(staging = devbuf__malloc(staging_size)))
+      status = devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                             "safetensors_write: no host memory for a staging buffer");
     if (status == DEVBUF_OK) status = write_buffer(fd, buffer, staging, staging_size, path);
   }
   devbuf__free(staging);
@@ -249,36 +261,46 @@ static void sync_folder(const char *path) {
   }
 }
 
-devbuf_status devbuf_safetensors_write(const char *path, const devbuf_named_buffer_t *tensors, size_t count,
-                                       const devbuf_metadata_entry_t *metadata, size_t metadata_count) {
+devbuf_status devbuf_safetensors_write(const char *path, const devbuf_named_buffer_t *tensors,
+                                       size_t count, const devbuf_metadata_entry_t *metadata,
+                                       size_t metadata_count) {
   if (!path || (!tensors && count) || (!metadata && metadata_count))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_write: path, and tensors/metadata when counted, are required");
+    return devbuf__error(
+        DEVBUF_INVALID_ARGUMENT,
+        "safetensors_write: path, and tensors/metadata when counted, are required");
   for (size_t i = 0; i < metadata_count; i++) {
     devbuf_status status = check_string(metadata[i].key, "metadata key", i);
     if (status == DEVBUF_OK) status = check_string(metadata[i].value, "metadata value", i);
     if (status != DEVBUF_OK) return status;
     for (size_t j = 0; j < i; j++)
       if (strcmp(metadata[i].key, metadata[j].key) == 0)
-        return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_write: metadata key '%.100s' is given twice",
+        return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                             "safetensors_write: metadata key '%.100s' is given twice",
                              metadata[i].key);
   }
   layout_entry *layout = devbuf__malloc((count ? count : 1) * sizeof *layout);
-  if (!layout) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "safetensors_write: no host memory for %zu entries", count);
+  if (!layout)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "safetensors_write: no host memory for %zu entries",
+                         count);
   devbuf_status status = DEVBUF_OK;
   for (size_t i = 0; status == DEVBUF_OK && i < count; i++) {
     status = check_string(tensors[i].name, "tensor name", i);
     if (status == DEVBUF_OK && !tensors[i].buffer)
-      status = devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_write: tensor '%.100s' has no buffer", tensors[i].name);
+      status = devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                             "safetensors_write: tensor '%.100s' has no buffer", tensors[i].name);
     if (status == DEVBUF_OK && strcmp(tensors[i].name, "__metadata__") == 0)
-      status = devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_write: '__metadata__' cannot name a tensor");
+      status = devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                             "safetensors_write: '__metadata__' cannot name a tensor");
     if (status == DEVBUF_OK)
-      layout[i] = (layout_entry){&tensors[i], devbuf_dtype_bits(devbuf_buffer_dtype(tensors[i].buffer)) / 8};
+      layout[i] = (layout_entry){&tensors[i],
+                                 devbuf_dtype_bits(devbuf_buffer_dtype(tensors[i].buffer)) / 8};
   }
   if (status == DEVBUF_OK && count > 1) {
     qsort(layout, count, sizeof *layout, compare_names);
     for (size_t i = 1; status == DEVBUF_OK && i < count; i++)
       if (strcmp(layout[i].tensor->name, layout[i - 1].tensor->name) == 0)
-        status = devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_write: tensor '%.100s' is given twice",
+        status = devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                               "safetensors_write: tensor '%.100s' is given twice",
                                layout[i].tensor->name);
     qsort(layout, count, sizeof *layout, compare_layout);
   }
@@ -290,19 +312,23 @@ devbuf_status devbuf_safetensors_write(const char *path, const devbuf_named_buff
   if (status == DEVBUF_OK) {
     temporary = temporary_name(path);
     if (!temporary) {
-      status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "safetensors_write: no host memory for a file name");
+      status =
+          devbuf__error(DEVBUF_OUT_OF_MEMORY, "safetensors_write: no host memory for a file name");
     } else {
       fd = mkostemp(temporary, O_CLOEXEC);
       if (fd < 0)
-        status = devbuf__error(DEVBUF_IO_ERROR, "cannot create a temporary file beside '%.200s': %s", path,
-                               strerror(errno));
+        status =
+            devbuf__error(DEVBUF_IO_ERROR, "cannot create a temporary file beside '%.200s': %s",
+                          path, strerror(errno));
     }
   }
   if (status == DEVBUF_OK) status = write_file(fd, &header, layout, count, path);
   if (fd >= 0 && close(fd) != 0 && status == DEVBUF_OK)
-    status = devbuf__error(DEVBUF_IO_ERROR, "cannot close '%.200s': %s", temporary, strerror(errno));
+    status =
+        devbuf__error(DEVBUF_IO_ERROR, "cannot close '%.200s': %s", temporary, strerror(errno));
   if (status == DEVBUF_OK && rename(temporary, path) != 0)
-    status = devbuf__error(DEVBUF_IO_ERROR, "cannot rename '%.200s' to '%.200s': %s", temporary, path, strerror(errno));
+    status = devbuf__error(DEVBUF_IO_ERROR, "cannot rename '%.200s' to '%.200s': %s", temporary,
+                           path, strerror(errno));
   if (status == DEVBUF_OK)
     sync_folder(path);
   else if (fd >= 0)

@@ -43,8 +43,7 @@ void devbuf_allocator_release(devbuf_allocator_t *allocator) {
     devbuf__device_drop(allocator->device);
     return;
   }
-  if (devbuf__ref_drop(&allocator->refs))
-    devbuf__allocator_destroy(allocator);
+  if (devbuf__ref_drop(&allocator->refs)) devbuf__allocator_destroy(allocator);
 }
 
 devbuf_device_t *devbuf_allocator_device(const devbuf_allocator_t *allocator) {
@@ -60,7 +59,8 @@ devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
   if (DEVBUF_UNLIKELY(!allocator || !out_memory))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_memory is NULL");
   if (DEVBUF_UNLIKELY(size == 0))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocation of 0 bytes (zero-length buffers own no memory)");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "allocation of 0 bytes (zero-length buffers own no memory)");
   if (allocator->ops->stats) return allocator->ops->alloc(allocator, size, out_memory);
   devbuf__counters *c = &allocator->counters;
   atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
@@ -70,7 +70,8 @@ devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
     atomic_fetch_add_explicit(&c->failed, 1, memory_order_relaxed);
     return status;
   }
-  uint64_t active = atomic_fetch_add_explicit(&c->active, memory.size, memory_order_relaxed) + memory.size;
+  uint64_t active =
+      atomic_fetch_add_explicit(&c->active, memory.size, memory_order_relaxed) + memory.size;
   devbuf__raise_peak(&c->peak, active);
   atomic_fetch_add_explicit(&c->live, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&c->allocs, 1, memory_order_relaxed);
@@ -91,8 +92,10 @@ void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t 
   allocator->ops->free(allocator, memory);
 }
 
-devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator, devbuf_allocator_stats_t *out_stats) {
-  if (!allocator || !out_stats) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_stats is NULL");
+devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator,
+                                     devbuf_allocator_stats_t *out_stats) {
+  if (!allocator || !out_stats)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_stats is NULL");
   devbuf_allocator_stats_t stats = {0};
   if (allocator->ops->stats) {
     allocator->ops->stats(allocator, &stats);
@@ -144,12 +147,13 @@ static devbuf_status raw_reserve(devbuf_allocator_t *self, size_t size, devbuf_m
   return self->device->backend->raw_reserve(self->device, size, out);
 }
 
-static devbuf_status raw_map(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
-                             size_t size) {
+static devbuf_status raw_map(devbuf_allocator_t *self, const devbuf_memory_t *reservation,
+                             size_t offset, size_t size) {
   return self->device->backend->raw_map(self->device, reservation, offset, size);
 }
 
-static void raw_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+static void raw_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
+                      size_t size) {
   self->device->backend->raw_unmap(self->device, reservation, offset, size);
 }
 
@@ -176,10 +180,11 @@ static const devbuf__allocator_ops raw_mappable_ops = {
     .unreserve = raw_unreserve,
 };
 
-devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memory_kind kind, bool borrow_device,
-                                           devbuf_allocator_t **out) {
+devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memory_kind kind,
+                                           bool borrow_device, devbuf_allocator_t **out) {
   devbuf_allocator_t *allocator = devbuf__malloc(sizeof *allocator);
-  if (!allocator) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an allocator object");
+  if (!allocator)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an allocator object");
   bool mappable = device->backend->raw_reserve && kind == DEVBUF_MEMORY_DEVICE;
   devbuf__allocator_init(allocator, mappable ? &raw_mappable_ops : &raw_ops, device,
                          borrow_device ? DEVBUF__BORROWS_DEVICE : DEVBUF__HOLDS_DEVICE);
@@ -188,8 +193,10 @@ devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memor
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_device_raw_allocator(devbuf_device_t *device, devbuf_allocator_t **out_allocator) {
-  if (!device || !out_allocator) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_allocator is NULL");
+devbuf_status devbuf_device_raw_allocator(devbuf_device_t *device,
+                                          devbuf_allocator_t **out_allocator) {
+  if (!device || !out_allocator)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_allocator is NULL");
   return devbuf__raw_allocator_create(device, DEVBUF_MEMORY_DEVICE, false, out_allocator);
 }
 
@@ -208,8 +215,9 @@ static devbuf_status custom_alloc(devbuf_allocator_t *self, size_t size, devbuf_
   if (status != DEVBUF_OK) return status;
   if (memory.size < size) {
     custom->vtable->free(custom->ctx, &memory);
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "user allocator returned %zu bytes for a request of %zu",
-                         memory.size, size);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "user allocator returned %zu bytes for a request of %zu", memory.size,
+                         size);
   }
   *out = memory;
   return DEVBUF_OK;
@@ -234,13 +242,14 @@ static devbuf_status custom_reserve(devbuf_allocator_t *self, size_t size, devbu
   return status;
 }
 
-static devbuf_status custom_map(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
-                                size_t size) {
+static devbuf_status custom_map(devbuf_allocator_t *self, const devbuf_memory_t *reservation,
+                                size_t offset, size_t size) {
   custom_allocator *custom = (custom_allocator *)self;
   return custom->vtable->map(custom->ctx, reservation, offset, size);
 }
 
-static void custom_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+static void custom_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation,
+                         size_t offset, size_t size) {
   custom_allocator *custom = (custom_allocator *)self;
   custom->vtable->unmap(custom->ctx, reservation, offset, size);
 }
@@ -268,30 +277,39 @@ static const devbuf__allocator_ops custom_mappable_ops = {
     .unreserve = custom_unreserve,
 };
 
-devbuf_status devbuf_allocator_create(devbuf_device_t *device, const devbuf_allocator_vtable_t *vtable,
-                                      void *ctx, devbuf_allocator_t **out_allocator) {
+devbuf_status devbuf_allocator_create(devbuf_device_t *device,
+                                      const devbuf_allocator_vtable_t *vtable, void *ctx,
+                                      devbuf_allocator_t **out_allocator) {
   if (!device || !vtable || !vtable->alloc || !vtable->free || !out_allocator)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device, vtable, vtable->alloc, vtable->free and out_allocator are required");
+    return devbuf__error(
+        DEVBUF_INVALID_ARGUMENT,
+        "device, vtable, vtable->alloc, vtable->free and out_allocator are required");
   custom_allocator *custom = devbuf__malloc(sizeof *custom);
   if (!custom) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an allocator object");
   int mapping = !!vtable->reserve + !!vtable->map + !!vtable->unmap + !!vtable->unreserve;
   if (mapping != 0 && mapping != 4) {
     devbuf__free(custom);
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "vtable: reserve, map, unmap and unreserve come all four or none "
-                         "(%d given)", mapping);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "vtable: reserve, map, unmap and unreserve come all four or none "
+                         "(%d given)",
+                         mapping);
   }
-  devbuf__allocator_init(&custom->base, mapping ? &custom_mappable_ops : &custom_ops, device, DEVBUF__HOLDS_DEVICE);
+  devbuf__allocator_init(&custom->base, mapping ? &custom_mappable_ops : &custom_ops, device,
+                         DEVBUF__HOLDS_DEVICE);
   custom->vtable = vtable;
   custom->ctx = ctx;
   *out_allocator = &custom->base;
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_allocator_snapshot(devbuf_allocator_t *allocator, devbuf_allocator_snapshot_t **out_snapshot) {
-  if (!allocator || !out_snapshot) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_snapshot is NULL");
+devbuf_status devbuf_allocator_snapshot(devbuf_allocator_t *allocator,
+                                        devbuf_allocator_snapshot_t **out_snapshot) {
+  if (!allocator || !out_snapshot)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_snapshot is NULL");
   *out_snapshot = NULL;
   if (!devbuf__is_caching(allocator))
-    return devbuf__error(DEVBUF_UNSUPPORTED, "a %s allocator keeps no segments to picture: only caching ones do",
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "a %s allocator keeps no segments to picture: only caching ones do",
                          allocator->ops->kind);
   return devbuf__caching_snapshot(allocator, out_snapshot);
 }

@@ -21,11 +21,13 @@ static void wrapper_destroy(devbuf_allocator_t *self) {
 }
 
 // Allocates a wrapper of `size` bytes (a wrapper or a struct that starts with one).
-static devbuf_status wrapper_create(devbuf_allocator_t *upstream, const devbuf__allocator_ops *ops, size_t size,
-                                    wrapper **out) {
-  if (!upstream) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s adaptor: upstream is NULL", ops->kind);
+static devbuf_status wrapper_create(devbuf_allocator_t *upstream, const devbuf__allocator_ops *ops,
+                                    size_t size, wrapper **out) {
+  if (!upstream)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s adaptor: upstream is NULL", ops->kind);
   wrapper *self = devbuf__calloc(1, size);
-  if (!self) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a %s adaptor", ops->kind);
+  if (!self)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a %s adaptor", ops->kind);
   devbuf__allocator_init(&self->base, ops, upstream->device, DEVBUF__HOLDS_DEVICE);
   self->base.memory_kind = upstream->memory_kind;
   self->upstream = devbuf_allocator_retain(upstream);
@@ -42,7 +44,8 @@ static const devbuf__allocator_ops stats_ops = {
     .destroy = wrapper_destroy,
 };
 
-devbuf_status devbuf_stats_adaptor_create(devbuf_allocator_t *upstream, devbuf_allocator_t **out_allocator) {
+devbuf_status devbuf_stats_adaptor_create(devbuf_allocator_t *upstream,
+                                          devbuf_allocator_t **out_allocator) {
   if (!out_allocator) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_allocator is NULL");
   wrapper *self = NULL;
   devbuf_status status = wrapper_create(upstream, &stats_ops, sizeof *self, &self);
@@ -54,7 +57,7 @@ devbuf_status devbuf_stats_adaptor_create(devbuf_allocator_t *upstream, devbuf_a
 
 typedef struct fault_adaptor {
   wrapper wrapped;
-  atomic_uint_least64_t calls;  // allocations seen since arming
+  atomic_uint_least64_t calls;   // allocations seen since arming
   atomic_uint_least64_t fail_at; // 1-based call number to fail; 0: never
   atomic_int mode;               // devbuf_fault_mode
   atomic_uint_least64_t fired;
@@ -65,8 +68,10 @@ static devbuf_status fault_check(fault_adaptor *self, size_t size) {
   uint64_t call = atomic_fetch_add(&self->calls, 1) + 1;
   uint64_t fail_at = atomic_load(&self->fail_at);
   int mode = atomic_load(&self->mode);
-  bool fails = fail_at && (mode == DEVBUF_FAULT_EVERY ? call % fail_at == 0
-                                                      : call == fail_at || (call > fail_at && mode == DEVBUF_FAULT_PERSISTENT));
+  bool fails =
+      fail_at && (mode == DEVBUF_FAULT_EVERY
+                      ? call % fail_at == 0
+                      : call == fail_at || (call > fail_at && mode == DEVBUF_FAULT_PERSISTENT));
   if (fails) {
     atomic_fetch_add(&self->fired, 1);
     return devbuf__error(DEVBUF_INJECTED_FAULT, "injected fault: allocation %llu of %zu bytes",
@@ -87,15 +92,16 @@ static devbuf_status pass_reserve(devbuf_allocator_t *self, size_t size, devbuf_
   return upstream->ops->reserve(upstream, size, out);
 }
 
-static devbuf_status fault_map(devbuf_allocator_t *base, const devbuf_memory_t *reservation, size_t offset,
-                               size_t size) {
+static devbuf_status fault_map(devbuf_allocator_t *base, const devbuf_memory_t *reservation,
+                               size_t offset, size_t size) {
   devbuf_status status = fault_check((fault_adaptor *)base, size);
   if (status != DEVBUF_OK) return status;
   devbuf_allocator_t *upstream = ((wrapper *)base)->upstream;
   return upstream->ops->map(upstream, reservation, offset, size);
 }
 
-static void pass_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+static void pass_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
+                       size_t size) {
   devbuf_allocator_t *upstream = ((wrapper *)self)->upstream;
   upstream->ops->unmap(upstream, reservation, offset, size);
 }
@@ -127,13 +133,16 @@ static bool is_fault_adaptor(const devbuf_allocator_t *allocator) {
   return allocator && (allocator->ops == &fault_ops || allocator->ops == &fault_mappable_ops);
 }
 
-devbuf_status devbuf_fault_adaptor_create(devbuf_allocator_t *upstream, uint64_t fail_at, devbuf_fault_mode mode,
+devbuf_status devbuf_fault_adaptor_create(devbuf_allocator_t *upstream, uint64_t fail_at,
+                                          devbuf_fault_mode mode,
                                           devbuf_allocator_t **out_allocator) {
   if (!out_allocator || (unsigned)mode > DEVBUF_FAULT_EVERY)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "fault adaptor: out_allocator is NULL or mode %d is unknown", (int)mode);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "fault adaptor: out_allocator is NULL or mode %d is unknown", (int)mode);
   fault_adaptor *self = NULL;
-  devbuf_status status = wrapper_create(upstream, upstream && upstream->ops->reserve ? &fault_mappable_ops : &fault_ops,
-                                        sizeof *self, (wrapper **)&self);
+  devbuf_status status = wrapper_create(
+      upstream, upstream && upstream->ops->reserve ? &fault_mappable_ops : &fault_ops, sizeof *self,
+      (wrapper **)&self);
   if (status != DEVBUF_OK) return status;
   atomic_init(&self->calls, 0);
   atomic_init(&self->fail_at, fail_at);
@@ -143,9 +152,11 @@ devbuf_status devbuf_fault_adaptor_create(devbuf_allocator_t *upstream, uint64_t
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_fault_adaptor_arm(devbuf_allocator_t *allocator, uint64_t fail_at, devbuf_fault_mode mode) {
+devbuf_status devbuf_fault_adaptor_arm(devbuf_allocator_t *allocator, uint64_t fail_at,
+                                       devbuf_fault_mode mode) {
   if (!is_fault_adaptor(allocator) || (unsigned)mode > DEVBUF_FAULT_EVERY)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "fault_adaptor_arm needs a fault adaptor and a known mode (got %d)",
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "fault_adaptor_arm needs a fault adaptor and a known mode (got %d)",
                          (int)mode);
   fault_adaptor *self = (fault_adaptor *)allocator;
   atomic_store(&self->fail_at, 0);

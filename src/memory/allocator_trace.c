@@ -17,9 +17,9 @@
 typedef struct trace_adaptor {
   devbuf_allocator_t base;
   devbuf_allocator_t *upstream;
-  pthread_mutex_t lock;           // orders lines in the file
+  pthread_mutex_t lock; // orders lines in the file
   FILE *file;
-  uint64_t next_id;               // under the lock
+  uint64_t next_id; // under the lock
 } trace_adaptor;
 
 typedef struct trace_record {
@@ -73,9 +73,12 @@ static const devbuf__allocator_ops trace_ops = {
 devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const char *path,
                                           devbuf_allocator_t **out_allocator) {
   if (!upstream || !path || !out_allocator)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "trace adaptor: upstream, path and out_allocator are required");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "trace adaptor: upstream, path and out_allocator are required");
   FILE *file = fopen(path, "w");
-  if (!file) return devbuf__error(DEVBUF_IO_ERROR, "trace: cannot create '%.200s': %s", path, strerror(errno));
+  if (!file)
+    return devbuf__error(DEVBUF_IO_ERROR, "trace: cannot create '%.200s': %s", path,
+                         strerror(errno));
   trace_adaptor *self = devbuf__calloc(1, sizeof *self);
   if (!self) {
     fclose(file);
@@ -99,10 +102,10 @@ devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const ch
 #define REPLAY_MAX_LIVE ((size_t)1 << 26)
 
 typedef struct replay_entry {
-  uint64_t id;       // 0: empty
+  uint64_t id; // 0: empty
   devbuf_memory_t memory;
-  size_t size;       // bytes the trace asked for
-  bool failed;       // the target refused it, so its free is skipped
+  size_t size; // bytes the trace asked for
+  bool failed; // the target refused it, so its free is skipped
 } replay_entry;
 
 // Open addressing with linear probing, at most half full; removal shifts later entries of
@@ -130,12 +133,20 @@ static replay_entry *table_find(const replay_table *table, uint64_t id) {
 
 static devbuf_status table_grow(replay_table *table, unsigned long line) {
   if (table->count >= REPLAY_MAX_LIVE)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "trace line %lu: more than %zu allocations live at once", line,
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "trace line %lu: more than %zu allocations live at once", line,
                          REPLAY_MAX_LIVE);
   size_t capacity = table->capacity ? 2 * table->capacity : 1024;
   replay_entry *entries = devbuf__calloc(capacity, sizeof *entries);
-  if (!entries) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "trace replay: no host memory for %zu entries", capacity);
-  replay_table grown = {entries, capacity, 0, table->next_id, table->live_bytes, table->observer,
+  if (!entries)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "trace replay: no host memory for %zu entries",
+                         capacity);
+  replay_table grown = {entries,
+                        capacity,
+                        0,
+                        table->next_id,
+                        table->live_bytes,
+                        table->observer,
                         table->observer_context};
   for (size_t i = 0; i < table->capacity; i++) {
     if (!table->entries[i].id) continue;
@@ -149,7 +160,8 @@ static devbuf_status table_grow(replay_table *table, unsigned long line) {
   return DEVBUF_OK;
 }
 
-static devbuf_status table_insert(replay_table *table, const replay_entry *entry, unsigned long line) {
+static devbuf_status table_insert(replay_table *table, const replay_entry *entry,
+                                  unsigned long line) {
   if (2 * (table->count + 1) > table->capacity) {
     devbuf_status status = table_grow(table, line);
     if (status != DEVBUF_OK) return status;
@@ -179,8 +191,10 @@ static void table_remove(replay_table *table, replay_entry *entry) {
 static devbuf_status replay_alloc(uint64_t id, size_t size, unsigned long line, replay_table *table,
                                   devbuf_allocator_t *allocator, devbuf_trace_summary_t *summary) {
   if (id != table->next_id || size == 0)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "trace line %lu: allocation %" PRIu64 " of %zu bytes (the next "
-                         "allocation is number %" PRIu64 ", of at least 1 byte)", line, id, size, table->next_id);
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "trace line %lu: allocation %" PRIu64 " of %zu bytes (the next "
+                         "allocation is number %" PRIu64 ", of at least 1 byte)",
+                         line, id, size, table->next_id);
   replay_entry entry = {.id = id, .size = size};
   devbuf_status status = table_insert(table, &entry, line);
   if (status != DEVBUF_OK) return status;
@@ -198,11 +212,13 @@ static devbuf_status replay_alloc(uint64_t id, size_t size, unsigned long line, 
   return DEVBUF_OK;
 }
 
-static devbuf_status replay_free(uint64_t id, unsigned long line, replay_table *table, devbuf_allocator_t *allocator,
-                                 devbuf_trace_summary_t *summary) {
+static devbuf_status replay_free(uint64_t id, unsigned long line, replay_table *table,
+                                 devbuf_allocator_t *allocator, devbuf_trace_summary_t *summary) {
   replay_entry *slot = table_find(table, id);
   if (!slot)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "trace line %lu: free of allocation %" PRIu64 " that is not live", line, id);
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "trace line %lu: free of allocation %" PRIu64 " that is not live", line,
+                         id);
   bool refused = slot->failed;
   if (!refused) {
     devbuf_allocator_free(allocator, &slot->memory);
@@ -222,11 +238,13 @@ static devbuf_status replay_line(const char *text, unsigned long line, replay_ta
   if (text[0] == '#' || text[0] == '\n' || text[0] == '\0') return DEVBUF_OK;
   if (sscanf(text, "a %" SCNu64 " %zu %c", &id, &size, &tail) == 2)
     return replay_alloc(id, size, line, table, allocator, summary);
-  if (sscanf(text, "f %" SCNu64 " %c", &id, &tail) == 1) return replay_free(id, line, table, allocator, summary);
+  if (sscanf(text, "f %" SCNu64 " %c", &id, &tail) == 1)
+    return replay_free(id, line, table, allocator, summary);
   return devbuf__error(DEVBUF_FORMAT_ERROR, "trace line %lu is not a record: '%.60s'", line, text);
 }
 
-devbuf_status devbuf_trace_replay(const char *path, devbuf_allocator_t *allocator, devbuf_trace_summary_t *out_summary) {
+devbuf_status devbuf_trace_replay(const char *path, devbuf_allocator_t *allocator,
+                                  devbuf_trace_summary_t *out_summary) {
   return devbuf_trace_replay_observed(path, allocator, NULL, NULL, out_summary);
 }
 
@@ -234,7 +252,8 @@ devbuf_status devbuf_trace_replay_observed(const char *path, devbuf_allocator_t 
                                            devbuf_trace_observer_fn observer, void *context,
                                            devbuf_trace_summary_t *out_summary) {
   if (!path || !allocator || !out_summary)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "trace replay: path, allocator and out_summary are required");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "trace replay: path, allocator and out_summary are required");
   int fd = -1;
   uint64_t file_size = 0;
   devbuf_status status = devbuf__open_regular_file(path, &fd, &file_size);
@@ -251,9 +270,11 @@ devbuf_status devbuf_trace_replay_observed(const char *path, devbuf_allocator_t 
   while (status == DEVBUF_OK && fgets(text, sizeof text, file)) {
     line++;
     if (line == 1 && strncmp(text, TRACE_HEADER, strlen(TRACE_HEADER)) != 0)
-      status = devbuf__error(DEVBUF_FORMAT_ERROR, "'%.200s' does not start with '%s'", path, TRACE_HEADER);
+      status = devbuf__error(DEVBUF_FORMAT_ERROR, "'%.200s' does not start with '%s'", path,
+                             TRACE_HEADER);
     else if (!strchr(text, '\n') && !feof(file))
-      status = devbuf__error(DEVBUF_FORMAT_ERROR, "trace line %lu is longer than %zu characters", line, sizeof text);
+      status = devbuf__error(DEVBUF_FORMAT_ERROR, "trace line %lu is longer than %zu characters",
+                             line, sizeof text);
     else
       status = replay_line(text, line, &table, allocator, &summary);
   }

@@ -13,13 +13,15 @@ typedef struct devbuf__allocator_ops {
   void (*destroy)(devbuf_allocator_t *self);
   // (optional) A kind that keeps its own statistics; otherwise the front end counts.
   void (*stats)(devbuf_allocator_t *self, devbuf_allocator_stats_t *out);
-  void (*reset_peak)(devbuf_allocator_t *self); // (optional, with stats)
+  void (*reset_peak)(devbuf_allocator_t *self);  // (optional, with stats)
   void (*clear_cache)(devbuf_allocator_t *self); // (optional)
   // (optional, all four or none) Address space for growable segments, as the backend's
   // raw_reserve, raw_map, raw_unmap and raw_unreserve.
   devbuf_status (*reserve)(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out);
-  devbuf_status (*map)(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size);
-  void (*unmap)(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset, size_t size);
+  devbuf_status (*map)(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
+                       size_t size);
+  void (*unmap)(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
+                size_t size);
   void (*unreserve)(devbuf_allocator_t *self, const devbuf_memory_t *reservation);
 } devbuf__allocator_ops;
 
@@ -44,7 +46,7 @@ struct devbuf_allocator {
   const devbuf__allocator_ops *ops;
   devbuf_device_t *device;
   devbuf__device_link link;
-  devbuf_memory_kind memory_kind;      // what its memory is (raw allocators decide; others inherit)
+  devbuf_memory_kind memory_kind; // what its memory is (raw allocators decide; others inherit)
   devbuf__counters counters;
 };
 
@@ -55,8 +57,8 @@ void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocat
 void devbuf__allocator_destroy(devbuf_allocator_t *allocator);
 // The raw allocator of a device's backend. With `borrow_device` it holds no reference to
 // the device (for the device's own caching allocator).
-devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memory_kind kind, bool borrow_device,
-                                           devbuf_allocator_t **out);
+devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memory_kind kind,
+                                           bool borrow_device, devbuf_allocator_t **out);
 // Whether the CPU can address the memory of `allocator`.
 static inline bool devbuf__allocator_host_accessible(const devbuf_allocator_t *allocator) {
   return allocator->device->host_accessible || allocator->memory_kind != DEVBUF_MEMORY_DEVICE;
@@ -74,18 +76,21 @@ bool devbuf__is_caching(const devbuf_allocator_t *allocator);
 // Frees `memory` (from this caching allocator) in flight; *out_range names the range until
 // devbuf__caching_fence_done. OUT_OF_MEMORY without host memory for the record: the
 // caller then keeps the memory until its work is done.
-devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator, const devbuf_memory_t *memory,
-                                             void *fence, devbuf__in_flight **out_range);
+devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator,
+                                             const devbuf_memory_t *memory, void *fence,
+                                             devbuf__in_flight **out_range);
 // The fence's work completed: its bytes are free for everyone.
 void devbuf__caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight *range);
 // An allocation for work that will be ordered after the work using what it reuses: it may
 // take bytes released in flight. For each in-flight range it overlaps, `visit` is called
 // (under the allocator's lock, so the fence is alive) with the fence and the overlap in the
 // fence's own byte offsets; a false answer makes it allocate bytes no work uses instead.
-devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator, devbuf_allocator_snapshot_t **out);
+devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator,
+                                       devbuf_allocator_snapshot_t **out);
 void devbuf__caching_snapshot_free(devbuf_allocator_snapshot_t *snapshot);
 devbuf_status devbuf__caching_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
-                                            bool (*visit)(void *context, void *fence, size_t offset, size_t size),
+                                            bool (*visit)(void *context, void *fence, size_t offset,
+                                                          size_t size),
                                             void *context, devbuf_memory_t *out);
 
 #endif // DEVBUF_MEMORY_H

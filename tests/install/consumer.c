@@ -12,8 +12,10 @@ int main(void) {
   size_t shape[] = {4};
   float in[4] = {1, 2, 3, 4}, out[4] = {0};
   if (devbuf_device_open("cpu", &cpu) != DEVBUF_OK ||
-      devbuf_buffer_new(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, shape, 1, 0, &buffer) != DEVBUF_OK ||
-      devbuf_buffer_copyin(buffer, in, sizeof in) != DEVBUF_OK || devbuf_buffer_copyout(buffer, out, sizeof out) != DEVBUF_OK) {
+      devbuf_buffer_new(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, shape, 1, 0, &buffer) !=
+          DEVBUF_OK ||
+      devbuf_buffer_copyin(buffer, in, sizeof in) != DEVBUF_OK ||
+      devbuf_buffer_copyout(buffer, out, sizeof out) != DEVBUF_OK) {
     fprintf(stderr, "consumer: %s\n", devbuf_last_error());
     return 1;
   }

@@ -10,7 +10,7 @@
 // Blocks of at least this size come straight from mmap: they are page-aligned, and
 // giving them back returns the pages to the system at once.
 #define CPU_MMAP_THRESHOLD ((size_t)1 << 20)
-#define CPU_MIN_ALIGNMENT 64
+#define CPU_MIN_ALIGNMENT  64
 
 static void read_cpu_model(char *out, size_t capacity) {
   FILE *file = fopen("/proc/cpuinfo", "r");
@@ -32,11 +32,13 @@ static void read_cpu_model(char *out, size_t capacity) {
 
 static devbuf_status cpu_open(devbuf_device_t *device, int index) {
   if (index != 0)
-    return devbuf__error(DEVBUF_UNAVAILABLE, "there is one CPU device, cpu:0; cpu:%d does not exist", index);
+    return devbuf__error(DEVBUF_UNAVAILABLE,
+                         "there is one CPU device, cpu:0; cpu:%d does not exist", index);
   char model[96];
   read_cpu_model(model, sizeof model);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  snprintf(device->name, sizeof device->name, "%s (%ld cores)", model[0] ? model : "host CPU", cores);
+  snprintf(device->name, sizeof device->name, "%s (%ld cores)", model[0] ? model : "host CPU",
+           cores);
   long page = sysconf(_SC_PAGESIZE);
   device->page_size = page > 0 ? (size_t)page : 4096;
   device->host_accessible = true;
@@ -47,12 +49,14 @@ static devbuf_status cpu_open(devbuf_device_t *device, int index) {
   return DEVBUF_OK;
 }
 
-static devbuf_status cpu_raw_alloc(devbuf_device_t *device, devbuf_memory_kind kind, size_t size, devbuf_memory_t *out) {
+static devbuf_status cpu_raw_alloc(devbuf_device_t *device, devbuf_memory_kind kind, size_t size,
+                                   devbuf_memory_t *out) {
   (void)kind; // host memory is visible to the host
   void *pointer = NULL;
   if (size >= CPU_MMAP_THRESHOLD) {
     size_t rounded = (size + device->page_size - 1) & ~(device->page_size - 1);
-    if (rounded < size) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "cannot allocate %zu bytes", size);
+    if (rounded < size)
+      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "cannot allocate %zu bytes", size);
     pointer = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (pointer == MAP_FAILED)
       return devbuf__error(DEVBUF_OUT_OF_MEMORY, "the system refused %zu bytes (mmap)", rounded);
@@ -60,7 +64,8 @@ static devbuf_status cpu_raw_alloc(devbuf_device_t *device, devbuf_memory_kind k
   } else {
     size_t alignment = size >= device->page_size ? device->page_size : CPU_MIN_ALIGNMENT;
     if (posix_memalign(&pointer, alignment, size) != 0)
-      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "the system refused %zu bytes (posix_memalign)", size);
+      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "the system refused %zu bytes (posix_memalign)",
+                           size);
   }
   out->host = pointer;
   out->device = (uint64_t)(uintptr_t)pointer;
@@ -84,21 +89,24 @@ static void cpu_raw_free(devbuf_device_t *device, const devbuf_memory_t *memory)
 static devbuf_status cpu_raw_reserve(devbuf_device_t *device, size_t size, devbuf_memory_t *out) {
   (void)device;
   void *base = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "the system refused %zu bytes of addresses", size);
+  if (base == MAP_FAILED)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "the system refused %zu bytes of addresses", size);
   *out = (devbuf_memory_t){.host = base, .device = (uint64_t)(uintptr_t)base, .size = size};
   return DEVBUF_OK;
 }
 
-static devbuf_status cpu_raw_map(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset,
-                                 size_t size) {
+static devbuf_status cpu_raw_map(devbuf_device_t *device, const devbuf_memory_t *reservation,
+                                 size_t offset, size_t size) {
   (void)device;
   if (mprotect((char *)reservation->host + offset, size, PROT_READ | PROT_WRITE) != 0)
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "the system refused to map %zu bytes at offset %zu (mprotect)", size,
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                         "the system refused to map %zu bytes at offset %zu (mprotect)", size,
                          offset);
   return DEVBUF_OK;
 }
 
-static void cpu_raw_unmap(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+static void cpu_raw_unmap(devbuf_device_t *device, const devbuf_memory_t *reservation,
+                          size_t offset, size_t size) {
   (void)device;
   char *at = (char *)reservation->host + offset;
   madvise(at, size, MADV_DONTNEED);
@@ -124,8 +132,9 @@ static devbuf_status cpu_read(devbuf_device_t *device, const devbuf_memory_t *sr
   return DEVBUF_OK;
 }
 
-static devbuf_status cpu_copy(devbuf_device_t *device, const devbuf_memory_t *dst, size_t dst_offset,
-                              const devbuf_memory_t *src, size_t src_offset, size_t size) {
+static devbuf_status cpu_copy(devbuf_device_t *device, const devbuf_memory_t *dst,
+                              size_t dst_offset, const devbuf_memory_t *src, size_t src_offset,
+                              size_t size) {
   (void)device;
   devbuf__copy_bytes((char *)dst->host + dst_offset, (const char *)src->host + src_offset, size);
   return DEVBUF_OK;

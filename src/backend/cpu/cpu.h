@@ -5,6 +5,7 @@
 #include "../backend.h"
 
 // Runs `op` on the calling thread, over host memory; the CPU has no driver events.
-devbuf_status devbuf__cpu_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op, void **out_event);
+devbuf_status devbuf__cpu_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op,
+                                  void **out_event);
 
 #endif

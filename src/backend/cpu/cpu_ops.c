@@ -4,7 +4,9 @@
 
 #include <string.h>
 
-static void *host_bytes(const devbuf__operand *operand) { return (char *)operand->memory.host + operand->offset; }
+static void *host_bytes(const devbuf__operand *operand) {
+  return (char *)operand->memory.host + operand->offset;
+}
 
 static void fill(void *data, size_t size, const void *pattern, size_t pattern_size) {
   memcpy(data, pattern, pattern_size);
@@ -23,7 +25,8 @@ static devbuf_status call(const devbuf__op *op) {
   return status;
 }
 
-devbuf_status devbuf__cpu_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op, void **out_event) {
+devbuf_status devbuf__cpu_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op,
+                                  void **out_event) {
   (void)queue;
   *out_event = NULL;
   const devbuf__operand *operands = op->operands;
@@ -31,10 +34,12 @@ devbuf_status devbuf__cpu_enqueue(devbuf_device_t *device, void *queue, const de
   case DEVBUF__OP_CALL:
     return call(op);
   case DEVBUF__OP_FILL:
-    if (operands[0].size) fill(host_bytes(&operands[0]), operands[0].size, op->pattern, op->pattern_size);
+    if (operands[0].size)
+      fill(host_bytes(&operands[0]), operands[0].size, op->pattern, op->pattern_size);
     return DEVBUF_OK;
   case DEVBUF__OP_COPY:
-    if (operands[0].size) devbuf__copy_bytes(host_bytes(&operands[0]), host_bytes(&operands[1]), operands[0].size);
+    if (operands[0].size)
+      devbuf__copy_bytes(host_bytes(&operands[0]), host_bytes(&operands[1]), operands[0].size);
     return DEVBUF_OK;
   case DEVBUF__OP_LAUNCH:
     break;

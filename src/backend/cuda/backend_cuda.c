@@ -1,9 +1,10 @@
 // The CUDA backend: devices through the driver API loaded at run time, each in its primary
 // context, which every entry point makes current on the calling thread (a caller that uses
-// contexts of its own sets its own again after calling devbuf). Memory comes in three kinds, each through its own caching allocator with 2 MiB
-// granularity for large blocks: device memory (cuMemAlloc), pinned host memory the device
-// maps (cuMemAllocHost) and managed memory (cuMemAllocManaged). With unified addressing
-// every kind has one address that copies can use from either side.
+// contexts of its own sets its own again after calling devbuf). Memory comes in three kinds, each
+// through its own caching allocator with 2 MiB granularity for large blocks: device memory
+// (cuMemAlloc), pinned host memory the device maps (cuMemAllocHost) and managed memory
+// (cuMemAllocManaged). With unified addressing every kind has one address that copies can use from
+// either side.
 #include "cuda_backend.h"
 
 #include <stdarg.h>
@@ -13,7 +14,8 @@
 
 #define CUDA_PAGE ((size_t)2 << 20)
 
-devbuf_status devbuf__cuda_error(const devbuf__cuda_api *cu, CUresult code, const char *format, ...) {
+devbuf_status devbuf__cuda_error(const devbuf__cuda_api *cu, CUresult code, const char *format,
+                                 ...) {
   char what[300];
   va_list args;
   va_start(args, format);
@@ -21,14 +23,17 @@ devbuf_status devbuf__cuda_error(const devbuf__cuda_api *cu, CUresult code, cons
   va_end(args);
   const char *name = NULL;
   if (cu) cu->cuGetErrorName(code, &name);
-  return devbuf__error(code == CUDA_ERROR_OUT_OF_MEMORY ? DEVBUF_OUT_OF_MEMORY : DEVBUF_DEVICE_FAILURE, "%s: %s (%d)",
-                       what, name ? name : "CUDA error", code);
+  return devbuf__error(code == CUDA_ERROR_OUT_OF_MEMORY ? DEVBUF_OUT_OF_MEMORY
+                                                        : DEVBUF_DEVICE_FAILURE,
+                       "%s: %s (%d)", what, name ? name : "CUDA error", code);
 }
 
 devbuf_status devbuf__cuda_enter(devbuf_device_t *device) {
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   CUresult code = state->cu->cuCtxSetCurrent(state->context);
-  return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(state->cu, code, "%s: cuCtxSetCurrent", device->spec);
+  return code == CUDA_SUCCESS
+             ? DEVBUF_OK
+             : devbuf__cuda_error(state->cu, code, "%s: cuCtxSetCurrent", device->spec);
 }
 
 // ---- completion ------------------------------------------------------------------------------
@@ -60,7 +65,8 @@ CUfunction devbuf__cuda_fill_kernel(devbuf_device_t *device) {
     state->builtins_state = -1;
 #ifdef DEVBUF_CUDA_BUILTINS
     if (state->cu->cuModuleLoadData(&state->builtins, devbuf__cuda_builtins) == CUDA_SUCCESS) {
-      if (state->cu->cuModuleGetFunction(&state->fill, state->builtins, "devbuf_fill") == CUDA_SUCCESS)
+      if (state->cu->cuModuleGetFunction(&state->fill, state->builtins, "devbuf_fill") ==
+          CUDA_SUCCESS)
         state->builtins_state = 1;
     }
 #endif
@@ -106,7 +112,8 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
   CUresult code = cu->cuDeviceGetCount(&count);
   if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "cuda:%d: cuDeviceGetCount", index);
   if (index >= count)
-    return devbuf__error(DEVBUF_UNAVAILABLE, "cuda:%d does not exist: the driver sees %d device(s)", index, count);
+    return devbuf__error(DEVBUF_UNAVAILABLE, "cuda:%d does not exist: the driver sees %d device(s)",
+                         index, count);
   devbuf__cuda_device *state = devbuf__calloc(1, sizeof *state);
   if (!state) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a CUDA device");
   state->cu = cu;
@@ -120,9 +127,11 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
   if (code == CUDA_SUCCESS) code = cu->cuDevicePrimaryCtxRetain(&state->context, state->id);
   if (code == CUDA_SUCCESS) code = cu->cuCtxSetCurrent(state->context);
   if (code == CUDA_SUCCESS) code = cu->cuStreamCreate(&state->transfers, CU_STREAM_NON_BLOCKING);
-  if (code != CUDA_SUCCESS) status = devbuf__cuda_error(cu, code, "cuda:%d: opening the device", index);
+  if (code != CUDA_SUCCESS)
+    status = devbuf__cuda_error(cu, code, "cuda:%d: opening the device", index);
   if (status == DEVBUF_OK && !attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING))
-    status = devbuf__error(DEVBUF_UNAVAILABLE, "cuda:%d has no unified addressing, which devbuf needs", index);
+    status = devbuf__error(DEVBUF_UNAVAILABLE,
+                           "cuda:%d has no unified addressing, which devbuf needs", index);
   if (status != DEVBUF_OK) {
     cuda_close(device);
     return status;
@@ -134,7 +143,8 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
            attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
   int driver = 0;
   cu->cuDriverGetVersion(&driver);
-  snprintf(device->version, sizeof device->version, "CUDA driver %d.%d", driver / 1000, driver % 1000 / 10);
+  snprintf(device->version, sizeof device->version, "CUDA driver %d.%d", driver / 1000,
+           driver % 1000 / 10);
   size_t total = 0;
   cu->cuDeviceTotalMem(&total, state->id);
   device->global_memory = total;
@@ -160,7 +170,8 @@ static devbuf_status cuda_raw_alloc(devbuf_device_t *device, devbuf_memory_kind 
   CUresult code;
   if (kind == DEVBUF_MEMORY_HOST_VISIBLE) {
     code = cu->cuMemAllocHost(&host, size);
-    if (code == CUDA_SUCCESS) address = (CUdeviceptr)(uintptr_t)host; // unified addressing: one address
+    if (code == CUDA_SUCCESS)
+      address = (CUdeviceptr)(uintptr_t)host; // unified addressing: one address
   } else if (kind == DEVBUF_MEMORY_MANAGED) {
     code = cu->cuMemAllocManaged(&address, size, CU_MEM_ATTACH_GLOBAL);
     host = (void *)(uintptr_t)address;
@@ -169,9 +180,11 @@ static devbuf_status cuda_raw_alloc(devbuf_device_t *device, devbuf_memory_kind 
   }
   if (code != CUDA_SUCCESS)
     return devbuf__cuda_error(cu, code, "%s: allocating %zu bytes of %s memory", device->spec, size,
-                              kind == DEVBUF_MEMORY_HOST_VISIBLE ? "pinned host" : kind == DEVBUF_MEMORY_MANAGED ? "managed"
-                                                                                                            : "device");
-  *out = (devbuf_memory_t){.host = host, .device = address, .size = size, .token = (void *)(uintptr_t)kind};
+                              kind == DEVBUF_MEMORY_HOST_VISIBLE ? "pinned host"
+                              : kind == DEVBUF_MEMORY_MANAGED    ? "managed"
+                                                                 : "device");
+  *out = (devbuf_memory_t){
+      .host = host, .device = address, .size = size, .token = (void *)(uintptr_t)kind};
   return DEVBUF_OK;
 }
 
@@ -187,7 +200,8 @@ static void cuda_raw_free(devbuf_device_t *device, const devbuf_memory_t *memory
 // One copy between any two addresses (unified addressing) on the transfer stream, waited
 // for: the legacy stream's copies may still run when they return, and queue streams do not
 // order themselves after it. Overlapping ranges go through the host (no memmove promise).
-static devbuf_status copy_addresses(devbuf_device_t *device, CUdeviceptr dst, CUdeviceptr src, size_t size) {
+static devbuf_status copy_addresses(devbuf_device_t *device, CUdeviceptr dst, CUdeviceptr src,
+                                    size_t size) {
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   const devbuf__cuda_api *cu = state->cu;
   devbuf_status status = devbuf__cuda_enter(device);
@@ -196,7 +210,8 @@ static devbuf_status copy_addresses(devbuf_device_t *device, CUdeviceptr dst, CU
   CUresult code;
   if (dst < src + size && src < dst + size) {
     if (!(staging = devbuf__malloc(size)))
-      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte copy", device->spec, size);
+      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte copy",
+                           device->spec, size);
     code = cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)staging, src, size, state->transfers);
     if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(state->transfers);
     src = (CUdeviceptr)(uintptr_t)staging;
@@ -208,7 +223,9 @@ static devbuf_status copy_addresses(devbuf_device_t *device, CUdeviceptr dst, CU
   code = cu->cuMemcpyAsync(dst, src, size, state->transfers);
   if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(state->transfers);
   devbuf__free(staging);
-  return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
+  return code == CUDA_SUCCESS
+             ? DEVBUF_OK
+             : devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
 }
 
 // ---- copies through pinned staging --------------------------------------------------------
@@ -217,12 +234,12 @@ static devbuf_status copy_addresses(devbuf_device_t *device, CUdeviceptr dst, CU
 // itself, one piece at a time. devbuf stages large copies through two pinned buffers
 // instead, so that the CPU fills (or empties) one while the device copies the other.
 #define STAGING_PIECE ((size_t)8 << 20)
-#define STAGING_MIN ((size_t)1 << 20) // below this, the driver's own staging costs less
+#define STAGING_MIN   ((size_t)1 << 20) // below this, the driver's own staging costs less
 
 static bool pageable(const devbuf__cuda_api *cu, const void *host) {
   unsigned type = 0; // the driver knows pinned, registered, managed and device memory
-  return cu->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)host) !=
-         CUDA_SUCCESS;
+  return cu->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                   (CUdeviceptr)(uintptr_t)host) != CUDA_SUCCESS;
 }
 
 // Caller holds staging_lock.
@@ -231,14 +248,16 @@ static CUresult staging_ready(devbuf__cuda_device *state) {
   for (int i = 0; i < 2 && code == CUDA_SUCCESS; i++) {
     if (!state->staging[i]) code = state->cu->cuMemAllocHost(&state->staging[i], STAGING_PIECE);
     if (code == CUDA_SUCCESS && !state->staged[i])
-      code = state->cu->cuEventCreate(&state->staged[i], CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
+      code = state->cu->cuEventCreate(&state->staged[i],
+                                      CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
   }
   return code;
 }
 
 // Host to device: the CPU copies piece k into staging[k % 2] once the device is done with
 // what that buffer held before, then the device copies it on.
-static CUresult stage_in(devbuf__cuda_device *state, CUdeviceptr dst, const char *src, size_t size) {
+static CUresult stage_in(devbuf__cuda_device *state, CUdeviceptr dst, const char *src,
+                         size_t size) {
   const devbuf__cuda_api *cu = state->cu;
   CUresult code = CUDA_SUCCESS;
   bool used[2] = {false, false};
@@ -248,7 +267,8 @@ static CUresult stage_in(devbuf__cuda_device *state, CUdeviceptr dst, const char
     if (used[b]) code = cu->cuEventSynchronize(state->staged[b]);
     if (code != CUDA_SUCCESS) break;
     devbuf__copy_bytes(state->staging[b], src + done, piece);
-    code = cu->cuMemcpyAsync(dst + done, (CUdeviceptr)(uintptr_t)state->staging[b], piece, state->transfers);
+    code = cu->cuMemcpyAsync(dst + done, (CUdeviceptr)(uintptr_t)state->staging[b], piece,
+                             state->transfers);
     if (code == CUDA_SUCCESS) code = cu->cuEventRecord(state->staged[b], state->transfers);
     used[b] = true;
   }
@@ -265,11 +285,13 @@ static CUresult stage_out(devbuf__cuda_device *state, char *dst, CUdeviceptr src
   for (size_t k = 0; k <= pieces && code == CUDA_SUCCESS; k++) {
     if (k < pieces) { // start piece k
       size_t at = k * STAGING_PIECE, piece = size - at < STAGING_PIECE ? size - at : STAGING_PIECE;
-      code = cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)state->staging[k % 2], src + at, piece, state->transfers);
+      code = cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)state->staging[k % 2], src + at, piece,
+                               state->transfers);
       if (code == CUDA_SUCCESS) code = cu->cuEventRecord(state->staged[k % 2], state->transfers);
     }
     if (k > 0 && code == CUDA_SUCCESS) { // finish piece k - 1
-      size_t at = (k - 1) * STAGING_PIECE, piece = size - at < STAGING_PIECE ? size - at : STAGING_PIECE;
+      size_t at = (k - 1) * STAGING_PIECE,
+             piece = size - at < STAGING_PIECE ? size - at : STAGING_PIECE;
       code = cu->cuEventSynchronize(state->staged[(k - 1) % 2]);
       if (code == CUDA_SUCCESS) devbuf__copy_bytes(dst + at, state->staging[(k - 1) % 2], piece);
     }
@@ -280,22 +302,25 @@ static CUresult stage_out(devbuf__cuda_device *state, char *dst, CUdeviceptr src
 
 // A copy between device memory and host memory at `host`: through the staging pair when
 // the host side is large and pageable, directly otherwise.
-static devbuf_status copy_host(devbuf_device_t *device, CUdeviceptr device_address, void *host, size_t size,
-                               bool to_device) {
+static devbuf_status copy_host(devbuf_device_t *device, CUdeviceptr device_address, void *host,
+                               size_t size, bool to_device) {
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   const devbuf__cuda_api *cu = state->cu;
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK || size == 0) return status;
   if (size >= STAGING_MIN && pageable(cu, host)) {
     pthread_mutex_lock(&state->staging_lock);
-    CUresult code = staging_ready(state); // without pinned memory, the driver stages it itself (below)
+    CUresult code =
+        staging_ready(state); // without pinned memory, the driver stages it itself (below)
     bool staged = code == CUDA_SUCCESS;
     if (staged)
-      code = to_device ? stage_in(state, device_address, host, size) : stage_out(state, host, device_address, size);
+      code = to_device ? stage_in(state, device_address, host, size)
+                       : stage_out(state, host, device_address, size);
     pthread_mutex_unlock(&state->staging_lock);
     if (staged && code != CUDA_SUCCESS)
-      return devbuf__cuda_error(cu, code, "%s: copying %zu bytes %s pageable host memory through pinned staging",
-                                device->spec, size, to_device ? "from" : "to");
+      return devbuf__cuda_error(
+          cu, code, "%s: copying %zu bytes %s pageable host memory through pinned staging",
+          device->spec, size, to_device ? "from" : "to");
     if (staged) return DEVBUF_OK;
   }
   CUdeviceptr address = (CUdeviceptr)(uintptr_t)host;
@@ -303,29 +328,33 @@ static devbuf_status copy_host(devbuf_device_t *device, CUdeviceptr device_addre
                    : copy_addresses(device, address, device_address, size);
 }
 
-static devbuf_status cuda_write(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset, const void *src,
-                                size_t size) {
+static devbuf_status cuda_write(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
+                                const void *src, size_t size) {
   return copy_host(device, dst->device + offset, (void *)src, size, true);
 }
 
-static devbuf_status cuda_read(devbuf_device_t *device, const devbuf_memory_t *src, size_t offset, void *dst,
-                               size_t size) {
+static devbuf_status cuda_read(devbuf_device_t *device, const devbuf_memory_t *src, size_t offset,
+                               void *dst, size_t size) {
   return copy_host(device, src->device + offset, dst, size, false);
 }
 
-static devbuf_status cuda_copy(devbuf_device_t *device, const devbuf_memory_t *dst, size_t dst_offset,
-                               const devbuf_memory_t *src, size_t src_offset, size_t size) {
+static devbuf_status cuda_copy(devbuf_device_t *device, const devbuf_memory_t *dst,
+                               size_t dst_offset, const devbuf_memory_t *src, size_t src_offset,
+                               size_t size) {
   return copy_addresses(device, dst->device + dst_offset, src->device + src_offset, size);
 }
 
-static devbuf_status cuda_zero(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset, size_t size) {
+static devbuf_status cuda_zero(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
+                               size_t size) {
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   const devbuf__cuda_api *cu = state->cu;
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
   CUresult code = cu->cuMemsetD8Async(dst->device + offset, 0, size, state->transfers);
   if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(state->transfers);
-  return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: zeroing %zu bytes", device->spec, size);
+  return code == CUDA_SUCCESS
+             ? DEVBUF_OK
+             : devbuf__cuda_error(cu, code, "%s: zeroing %zu bytes", device->spec, size);
 }
 
 static devbuf_status cuda_synchronize(devbuf_device_t *device) {

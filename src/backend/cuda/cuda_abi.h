@@ -79,51 +79,53 @@ enum {
 };
 
 // X(return, field, symbol, parameters)
-#define DEVBUF_CUDA_FUNCTIONS(X)                                                                          \
-  X(CUresult, cuInit, "cuInit", (unsigned))                                                               \
-  X(CUresult, cuDriverGetVersion, "cuDriverGetVersion", (int *))                                          \
-  X(CUresult, cuGetErrorName, "cuGetErrorName", (CUresult, const char **))                                \
-  X(CUresult, cuDeviceGetCount, "cuDeviceGetCount", (int *))                                              \
-  X(CUresult, cuDeviceGet, "cuDeviceGet", (CUdevice *, int))                                              \
-  X(CUresult, cuDeviceGetName, "cuDeviceGetName", (char *, int, CUdevice))                                \
-  X(CUresult, cuDeviceTotalMem, "cuDeviceTotalMem_v2", (size_t *, CUdevice))                              \
-  X(CUresult, cuDeviceGetAttribute, "cuDeviceGetAttribute", (int *, int, CUdevice))                       \
-  X(CUresult, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))              \
-  X(CUresult, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))                      \
-  X(CUresult, cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                            \
-  X(CUresult, cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                       \
-  X(CUresult, cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                                   \
-  X(CUresult, cuMemAllocHost, "cuMemAllocHost_v2", (void **, size_t))                                     \
-  X(CUresult, cuMemFreeHost, "cuMemFreeHost", (void *))                                                   \
-  X(CUresult, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", (CUdeviceptr *, void *, unsigned)) \
-  X(CUresult, cuMemAllocManaged, "cuMemAllocManaged", (CUdeviceptr *, size_t, unsigned))                  \
-  X(CUresult, cuMemcpy, "cuMemcpy", (CUdeviceptr, CUdeviceptr, size_t))                                   \
-  X(CUresult, cuMemcpyAsync, "cuMemcpyAsync", (CUdeviceptr, CUdeviceptr, size_t, CUstream))               \
-  X(CUresult, cuMemsetD8, "cuMemsetD8_v2", (CUdeviceptr, unsigned char, size_t))                          \
-  X(CUresult, cuMemsetD8Async, "cuMemsetD8Async", (CUdeviceptr, unsigned char, size_t, CUstream))         \
-  X(CUresult, cuMemsetD16Async, "cuMemsetD16Async", (CUdeviceptr, unsigned short, size_t, CUstream))      \
-  X(CUresult, cuMemsetD32Async, "cuMemsetD32Async", (CUdeviceptr, unsigned int, size_t, CUstream))        \
-  X(CUresult, cuStreamCreate, "cuStreamCreate", (CUstream *, unsigned))                                   \
-  X(CUresult, cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                                          \
-  X(CUresult, cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                                     \
-  X(CUresult, cuStreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned))                      \
-  X(CUresult, cuLaunchHostFunc, "cuLaunchHostFunc", (CUstream, void (*)(void *), void *))                 \
-  X(CUresult, cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                                      \
-  X(CUresult, cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                        \
-  X(CUresult, cuEventSynchronize, "cuEventSynchronize", (CUevent))                                        \
-  X(CUresult, cuEventQuery, "cuEventQuery", (CUevent))                                                    \
-  X(CUresult, cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                             \
-  X(CUresult, cuModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                           \
-  X(CUresult, cuModuleUnload, "cuModuleUnload", (CUmodule))                                               \
-  X(CUresult, cuModuleGetFunction, "cuModuleGetFunction", (CUfunction *, CUmodule, const char *))         \
-  X(CUresult, cuLaunchKernel, "cuLaunchKernel",                                                           \
-    (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **,  \
-     void **))                                                                                            \
-  X(CUresult, cuMemAllocAsync, "cuMemAllocAsync", (CUdeviceptr *, size_t, CUstream))                      \
-  X(CUresult, cuMemFreeAsync, "cuMemFreeAsync", (CUdeviceptr, CUstream))                                  \
-  X(CUresult, cuMemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                                      \
-  X(CUresult, cuMemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))                      \
-  X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *))                                       \
+#define DEVBUF_CUDA_FUNCTIONS(X)                                                                   \
+  X(CUresult, cuInit, "cuInit", (unsigned))                                                        \
+  X(CUresult, cuDriverGetVersion, "cuDriverGetVersion", (int *))                                   \
+  X(CUresult, cuGetErrorName, "cuGetErrorName", (CUresult, const char **))                         \
+  X(CUresult, cuDeviceGetCount, "cuDeviceGetCount", (int *))                                       \
+  X(CUresult, cuDeviceGet, "cuDeviceGet", (CUdevice *, int))                                       \
+  X(CUresult, cuDeviceGetName, "cuDeviceGetName", (char *, int, CUdevice))                         \
+  X(CUresult, cuDeviceTotalMem, "cuDeviceTotalMem_v2", (size_t *, CUdevice))                       \
+  X(CUresult, cuDeviceGetAttribute, "cuDeviceGetAttribute", (int *, int, CUdevice))                \
+  X(CUresult, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))       \
+  X(CUresult, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))               \
+  X(CUresult, cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                     \
+  X(CUresult, cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                \
+  X(CUresult, cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                            \
+  X(CUresult, cuMemAllocHost, "cuMemAllocHost_v2", (void **, size_t))                              \
+  X(CUresult, cuMemFreeHost, "cuMemFreeHost", (void *))                                            \
+  X(CUresult, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2",                           \
+    (CUdeviceptr *, void *, unsigned))                                                             \
+  X(CUresult, cuMemAllocManaged, "cuMemAllocManaged", (CUdeviceptr *, size_t, unsigned))           \
+  X(CUresult, cuMemcpy, "cuMemcpy", (CUdeviceptr, CUdeviceptr, size_t))                            \
+  X(CUresult, cuMemcpyAsync, "cuMemcpyAsync", (CUdeviceptr, CUdeviceptr, size_t, CUstream))        \
+  X(CUresult, cuMemsetD8, "cuMemsetD8_v2", (CUdeviceptr, unsigned char, size_t))                   \
+  X(CUresult, cuMemsetD8Async, "cuMemsetD8Async", (CUdeviceptr, unsigned char, size_t, CUstream))  \
+  X(CUresult, cuMemsetD16Async, "cuMemsetD16Async",                                                \
+    (CUdeviceptr, unsigned short, size_t, CUstream))                                               \
+  X(CUresult, cuMemsetD32Async, "cuMemsetD32Async", (CUdeviceptr, unsigned int, size_t, CUstream)) \
+  X(CUresult, cuStreamCreate, "cuStreamCreate", (CUstream *, unsigned))                            \
+  X(CUresult, cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                                   \
+  X(CUresult, cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                              \
+  X(CUresult, cuStreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned))               \
+  X(CUresult, cuLaunchHostFunc, "cuLaunchHostFunc", (CUstream, void (*)(void *), void *))          \
+  X(CUresult, cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                               \
+  X(CUresult, cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                 \
+  X(CUresult, cuEventSynchronize, "cuEventSynchronize", (CUevent))                                 \
+  X(CUresult, cuEventQuery, "cuEventQuery", (CUevent))                                             \
+  X(CUresult, cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                      \
+  X(CUresult, cuModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                    \
+  X(CUresult, cuModuleUnload, "cuModuleUnload", (CUmodule))                                        \
+  X(CUresult, cuModuleGetFunction, "cuModuleGetFunction", (CUfunction *, CUmodule, const char *))  \
+  X(CUresult, cuLaunchKernel, "cuLaunchKernel",                                                    \
+    (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,   \
+     void **, void **))                                                                            \
+  X(CUresult, cuMemAllocAsync, "cuMemAllocAsync", (CUdeviceptr *, size_t, CUstream))               \
+  X(CUresult, cuMemFreeAsync, "cuMemFreeAsync", (CUdeviceptr, CUstream))                           \
+  X(CUresult, cuMemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                               \
+  X(CUresult, cuMemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))               \
+  X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *))                                \
   X(CUresult, cuPointerGetAttribute, "cuPointerGetAttribute", (void *, int, CUdeviceptr))
 
 typedef struct devbuf__cuda_api {
@@ -138,9 +140,11 @@ typedef struct devbuf__cuda_api {
   // Virtual memory management, for growable segments (all or none).
   CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
   CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
-  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                          unsigned long long);
   CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
-  CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                       unsigned long long);
   CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
   CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
   CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);

@@ -14,30 +14,33 @@ void *devbuf__cuda_symbol(const char *name);
 typedef struct devbuf__cuda_device {
   const devbuf__cuda_api *cu;
   CUdevice id;
-  CUcontext context; // the device's primary context
-  CUstream transfers; // copies outside queues
-  pthread_mutex_t builtins_lock;      // loading devbuf's kernels, on first need
-  int builtins_state;                 // 0 not tried, 1 loaded, -1 unavailable (under the lock)
+  CUcontext context;             // the device's primary context
+  CUstream transfers;            // copies outside queues
+  pthread_mutex_t builtins_lock; // loading devbuf's kernels, on first need
+  int builtins_state;            // 0 not tried, 1 loaded, -1 unavailable (under the lock)
   CUmodule builtins;
   CUfunction fill;
-  pthread_mutex_t staging_lock;       // the pinned staging pair below, one copy at a time
-  void *staging[2];                   // made on the first pageable copy that needs them
-  CUevent staged[2];                  // the device is done with staging[i]
+  pthread_mutex_t staging_lock; // the pinned staging pair below, one copy at a time
+  void *staging[2];             // made on the first pageable copy that needs them
+  CUevent staged[2];            // the device is done with staging[i]
   pthread_mutex_t events_lock;
   CUevent spare_events[256]; // events of retired work, for the next items (cuda_queue.c)
   size_t spare_count;
-  pthread_mutex_t mappings_lock;      // the physical memory behind growable segments (cuda_vmm.c)
+  pthread_mutex_t mappings_lock; // the physical memory behind growable segments (cuda_vmm.c)
   struct devbuf__cuda_mapping *mappings;
 } devbuf__cuda_device;
 
-static inline devbuf__cuda_device *devbuf__cuda_of(const devbuf_device_t *device) { return device->backend_state; }
+static inline devbuf__cuda_device *devbuf__cuda_of(const devbuf_device_t *device) {
+  return device->backend_state;
+}
 
 // Growable segments on CUDA's virtual memory management (cuda_vmm.c): the backend's
 // raw_reserve, raw_map, raw_unmap and raw_unreserve. UNSUPPORTED where the driver lacks it.
 devbuf_status devbuf__cuda_reserve(devbuf_device_t *device, size_t size, devbuf_memory_t *out);
-devbuf_status devbuf__cuda_map(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset,
-                               size_t size);
-void devbuf__cuda_unmap(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset, size_t size);
+devbuf_status devbuf__cuda_map(devbuf_device_t *device, const devbuf_memory_t *reservation,
+                               size_t offset, size_t size);
+void devbuf__cuda_unmap(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset,
+                        size_t size);
 void devbuf__cuda_unreserve(devbuf_device_t *device, const devbuf_memory_t *reservation);
 
 // Makes the device's context current on the calling thread (every entry point calls it).
@@ -57,15 +60,19 @@ CUfunction devbuf__cuda_fill_kernel(devbuf_device_t *device);
 devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue);
 void devbuf__cuda_queue_destroy(devbuf_device_t *device, void *queue);
 CUstream devbuf__cuda_queue_stream(void *queue); // a device queue's stream
-devbuf_status devbuf__cuda_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op, void **out_event);
-devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue, devbuf__device_done *items, size_t count);
+devbuf_status devbuf__cuda_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op,
+                                   void **out_event);
+devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue,
+                                    devbuf__device_done *items, size_t count);
 void devbuf__cuda_event_release(devbuf_device_t *device, void *event);
-devbuf_status devbuf__cuda_gate_enqueue(devbuf_device_t *device, void *queue, void **out_gate, void **out_event);
+devbuf_status devbuf__cuda_gate_enqueue(devbuf_device_t *device, void *queue, void **out_gate,
+                                        void **out_event);
 void devbuf__cuda_gate_open(devbuf_device_t *device, void *queue, void *gate);
 void devbuf__cuda_gate_release(devbuf_device_t *device, void *queue, void *gate);
-devbuf_status devbuf__cuda_program_build(devbuf_device_t *device, const char *source, const char *options,
-                                         void **out_program);
+devbuf_status devbuf__cuda_program_build(devbuf_device_t *device, const char *source,
+                                         const char *options, void **out_program);
 void devbuf__cuda_program_release(devbuf_device_t *device, void *program);
-devbuf_status devbuf__cuda_program_has_kernel(devbuf_device_t *device, void *program, const char *name);
+devbuf_status devbuf__cuda_program_has_kernel(devbuf_device_t *device, void *program,
+                                              const char *name);
 
 #endif

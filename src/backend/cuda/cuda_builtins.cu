@@ -8,11 +8,11 @@ struct devbuf_pattern {
   unsigned char bytes[64];
 };
 
-extern "C" __global__ void devbuf_fill(unsigned char *dst, unsigned long long size, devbuf_pattern pattern,
-                                       unsigned pattern_size) {
+extern "C" __global__ void devbuf_fill(unsigned char *dst, unsigned long long size,
+                                       devbuf_pattern pattern, unsigned pattern_size) {
   unsigned long long stride = 16ull * gridDim.x * blockDim.x;
-  for (unsigned long long i = 16ull * (blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x); i < size;
-       i += stride) {
+  for (unsigned long long i = 16ull * (blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x);
+       i < size; i += stride) {
     unsigned phase = (unsigned)(i % pattern_size);
     for (unsigned k = 0; k < 16 && i + k < size; k++) {
       dst[i + k] = pattern.bytes[phase];

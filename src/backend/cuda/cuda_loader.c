@@ -10,29 +10,32 @@
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static devbuf__cuda_api api;
 static char load_failure[300]; // empty once loaded
-static void *library;           // once loaded and initialised
+static void *library;          // once loaded and initialised
 
 static void load(void) {
   const char *path = getenv("DEVBUF_CUDA_LIBRARY");
   if (!path || !*path) path = "libcuda.so.1";
   void *loaded = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!loaded) {
-    snprintf(load_failure, sizeof load_failure, "cannot load the CUDA driver %s: %s", path, dlerror());
+    snprintf(load_failure, sizeof load_failure, "cannot load the CUDA driver %s: %s", path,
+             dlerror());
     return;
   }
-#define DEVBUF_CUDA_RESOLVE_(ret, field, symbol, params)                                              \
-  api.field = (ret(*) params)dlsym(loaded, symbol);                                                  \
-  if (!api.field) {                                                                                   \
-    snprintf(load_failure, sizeof load_failure, "%s lacks %s (a CUDA 11.2 or newer driver is needed)", \
-             path, symbol);                                                                           \
-    return;                                                                                           \
+#define DEVBUF_CUDA_RESOLVE_(ret, field, symbol, params)                           \
+  api.field = (ret(*) params)dlsym(loaded, symbol);                                \
+  if (!api.field) {                                                                \
+    snprintf(load_failure, sizeof load_failure,                                    \
+             "%s lacks %s (a CUDA 11.2 or newer driver is needed)", path, symbol); \
+    return;                                                                        \
   }
   DEVBUF_CUDA_FUNCTIONS(DEVBUF_CUDA_RESOLVE_)
 #undef DEVBUF_CUDA_RESOLVE_
-  api.cuFuncGetParamInfo = (CUresult(*)(CUfunction, size_t, size_t *, size_t *))dlsym(loaded, "cuFuncGetParamInfo");
-  api.cuStreamWaitValue32 = (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(loaded, "cuStreamWaitValue32_v2");
-  api.cuStreamWriteValue32 =
-      (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(loaded, "cuStreamWriteValue32_v2");
+  api.cuFuncGetParamInfo =
+      (CUresult(*)(CUfunction, size_t, size_t *, size_t *))dlsym(loaded, "cuFuncGetParamInfo");
+  api.cuStreamWaitValue32 = (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(
+      loaded, "cuStreamWaitValue32_v2");
+  api.cuStreamWriteValue32 = (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(
+      loaded, "cuStreamWriteValue32_v2");
   // Virtual memory management: every entry point, or none of them.
   *(void **)&api.cuMemAddressReserve = dlsym(loaded, "cuMemAddressReserve");
   *(void **)&api.cuMemAddressFree = dlsym(loaded, "cuMemAddressFree");
@@ -42,19 +45,23 @@ static void load(void) {
   *(void **)&api.cuMemUnmap = dlsym(loaded, "cuMemUnmap");
   *(void **)&api.cuMemSetAccess = dlsym(loaded, "cuMemSetAccess");
   *(void **)&api.cuMemGetAllocationGranularity = dlsym(loaded, "cuMemGetAllocationGranularity");
-  if (!api.cuMemAddressReserve || !api.cuMemAddressFree || !api.cuMemCreate || !api.cuMemRelease || !api.cuMemMap ||
-      !api.cuMemUnmap || !api.cuMemSetAccess || !api.cuMemGetAllocationGranularity)
+  if (!api.cuMemAddressReserve || !api.cuMemAddressFree || !api.cuMemCreate || !api.cuMemRelease ||
+      !api.cuMemMap || !api.cuMemUnmap || !api.cuMemSetAccess || !api.cuMemGetAllocationGranularity)
     api.cuMemAddressReserve = NULL; // the marker the backend tests
   CUresult code = api.cuInit(0);
   if (code == CUDA_ERROR_STUB_LIBRARY) {
     snprintf(load_failure, sizeof load_failure,
-             "%s is the CUDA toolkit's stub library (CUDA_ERROR_STUB_LIBRARY): no NVIDIA driver is installed", path);
+             "%s is the CUDA toolkit's stub library (CUDA_ERROR_STUB_LIBRARY): no NVIDIA driver is "
+             "installed",
+             path);
   } else if (code == CUDA_ERROR_NO_DEVICE) {
-    snprintf(load_failure, sizeof load_failure, "the CUDA driver found no device (CUDA_ERROR_NO_DEVICE)");
+    snprintf(load_failure, sizeof load_failure,
+             "the CUDA driver found no device (CUDA_ERROR_NO_DEVICE)");
   } else if (code != CUDA_SUCCESS) {
     const char *name = NULL;
     api.cuGetErrorName(code, &name);
-    snprintf(load_failure, sizeof load_failure, "cuInit failed: %s (%d)", name ? name : "unknown error", code);
+    snprintf(load_failure, sizeof load_failure, "cuInit failed: %s (%d)",
+             name ? name : "unknown error", code);
   }
   if (!load_failure[0]) library = loaded;
   // The library stays loaded for the life of the process: the driver keeps threads in it.

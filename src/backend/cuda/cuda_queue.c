@@ -10,9 +10,9 @@
 
 typedef struct cuda_queue {
   CUstream stream;
-  uint32_t *gate_word;                // pinned, made on the first wait; never goes down
-  uint32_t gates;                     // gates so far: the value that opens the last one
-  bool host_waits;                    // the driver refused a stream memory operation
+  uint32_t *gate_word; // pinned, made on the first wait; never goes down
+  uint32_t gates;      // gates so far: the value that opens the last one
+  bool host_waits;     // the driver refused a stream memory operation
 } cuda_queue;
 
 devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue) {
@@ -47,7 +47,7 @@ void devbuf__cuda_queue_destroy(devbuf_device_t *device, void *queue) {
 
 // Every item has an event behind it; the device keeps a few spare ones, as creating one
 // costs a driver call.
-#define SPARE_EVENTS (sizeof ((devbuf__cuda_device *)0)->spare_events / sizeof(CUevent))
+#define SPARE_EVENTS (sizeof((devbuf__cuda_device *)0)->spare_events / sizeof(CUevent))
 
 static CUresult event_take(devbuf_device_t *device, CUevent *out) {
   devbuf__cuda_device *state = devbuf__cuda_of(device);
@@ -55,7 +55,8 @@ static CUresult event_take(devbuf_device_t *device, CUevent *out) {
   *out = state->spare_count ? state->spare_events[--state->spare_count] : NULL;
   pthread_mutex_unlock(&state->events_lock);
   // Blocking synchronization: the worker sleeps in the driver instead of spinning a core.
-  return *out ? CUDA_SUCCESS : state->cu->cuEventCreate(out, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
+  return *out ? CUDA_SUCCESS
+              : state->cu->cuEventCreate(out, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
 }
 
 void devbuf__cuda_event_release(devbuf_device_t *device, void *event) {
@@ -69,19 +70,22 @@ void devbuf__cuda_event_release(devbuf_device_t *device, void *event) {
 
 // ---- programs ------------------------------------------------------------------------------
 
-devbuf_status devbuf__cuda_program_build(devbuf_device_t *device, const char *source, const char *options,
-                                         void **out_program) {
+devbuf_status devbuf__cuda_program_build(devbuf_device_t *device, const char *source,
+                                         const char *options, void **out_program) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   if (options && options[0])
-    return devbuf__error(DEVBUF_UNSUPPORTED, "%s loads compiled programs (PTX, cubin, fatbin): options '%.60s' do not apply",
-                         device->spec, options);
+    return devbuf__error(
+        DEVBUF_UNSUPPORTED,
+        "%s loads compiled programs (PTX, cubin, fatbin): options '%.60s' do not apply",
+        device->spec, options);
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
   CUmodule module = NULL;
   CUresult code = cu->cuModuleLoadData(&module, source);
   if (code != CUDA_SUCCESS)
-    return devbuf__cuda_error(cu, code, "%s: loading the program (PTX, cubin or fatbin%s)", device->spec,
-                              code == CUDA_ERROR_NO_BINARY_FOR_GPU ? " with no code for this GPU" : "");
+    return devbuf__cuda_error(
+        cu, code, "%s: loading the program (PTX, cubin or fatbin%s)", device->spec,
+        code == CUDA_ERROR_NO_BINARY_FOR_GPU ? " with no code for this GPU" : "");
   *out_program = module;
   return DEVBUF_OK;
 }
@@ -90,14 +94,16 @@ void devbuf__cuda_program_release(devbuf_device_t *device, void *program) {
   if (devbuf__cuda_enter(device) == DEVBUF_OK) devbuf__cuda_of(device)->cu->cuModuleUnload(program);
 }
 
-devbuf_status devbuf__cuda_program_has_kernel(devbuf_device_t *device, void *program, const char *name) {
+devbuf_status devbuf__cuda_program_has_kernel(devbuf_device_t *device, void *program,
+                                              const char *name) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
   CUfunction function;
   CUresult code = cu->cuModuleGetFunction(&function, program, name);
   if (code != CUDA_SUCCESS)
-    return devbuf__error(DEVBUF_NOT_FOUND, "%s: the program has no kernel '%.100s' (%d)", device->spec, name, code);
+    return devbuf__error(DEVBUF_NOT_FOUND, "%s: the program has no kernel '%.100s' (%d)",
+                         device->spec, name, code);
   return DEVBUF_OK;
 }
 
@@ -112,7 +118,8 @@ static devbuf_status enqueue_fill(devbuf_device_t *device, cuda_queue *q, const 
   if ((width == 1 || width == 2 || width == 4) && address % width == 0) { // the driver's own fills
     CUresult code;
     if (width == 1) {
-      code = cu->cuMemsetD8Async(address, *(const unsigned char *)op->pattern, dst->size, q->stream);
+      code =
+          cu->cuMemsetD8Async(address, *(const unsigned char *)op->pattern, dst->size, q->stream);
     } else if (width == 2) {
       unsigned short value;
       memcpy(&value, op->pattern, 2);
@@ -122,7 +129,9 @@ static devbuf_status enqueue_fill(devbuf_device_t *device, cuda_queue *q, const 
       memcpy(&value, op->pattern, 4);
       code = cu->cuMemsetD32Async(address, value, dst->size / 4, q->stream);
     }
-    return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: filling %zu bytes", device->spec, dst->size);
+    return code == CUDA_SUCCESS
+               ? DEVBUF_OK
+               : devbuf__cuda_error(cu, code, "%s: filling %zu bytes", device->spec, dst->size);
   }
   CUfunction kernel = width <= 64 ? devbuf__cuda_fill_kernel(device) : NULL;
   if (kernel) { // devbuf's fill kernel: 16 bytes a thread
@@ -136,15 +145,21 @@ static devbuf_status enqueue_fill(devbuf_device_t *device, cuda_queue *q, const 
     size_t threads = (dst->size + 15) / 16, blocks = (threads + 255) / 256;
     unsigned grid = blocks > 65536 ? 65536 : (unsigned)blocks; // the kernel strides past the grid
     CUresult code = cu->cuLaunchKernel(kernel, grid, 1, 1, 256, 1, 1, 0, q->stream, params, NULL);
-    return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: filling %zu bytes", device->spec, dst->size);
+    return code == CUDA_SUCCESS
+               ? DEVBUF_OK
+               : devbuf__cuda_error(cu, code, "%s: filling %zu bytes", device->spec, dst->size);
   }
   // Other patterns: written out on the host, copied in; the staging waits for the copy.
   char *bytes = devbuf__malloc(dst->size);
-  if (!bytes) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte fill", device->spec, dst->size);
+  if (!bytes)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte fill",
+                         device->spec, dst->size);
   for (size_t done = 0; done < dst->size; done += width) memcpy(bytes + done, op->pattern, width);
   CUresult code = cu->cuMemcpyAsync(address, (CUdeviceptr)(uintptr_t)bytes, dst->size, q->stream);
-  devbuf_status status = code == CUDA_SUCCESS ? devbuf__cuda_wait(device, q->stream, "a staged fill")
-                                               : devbuf__cuda_error(cu, code, "%s: filling %zu bytes", device->spec, dst->size);
+  devbuf_status status =
+      code == CUDA_SUCCESS
+          ? devbuf__cuda_wait(device, q->stream, "a staged fill")
+          : devbuf__cuda_error(cu, code, "%s: filling %zu bytes", device->spec, dst->size);
   devbuf__free(bytes);
   return status;
 }
@@ -155,13 +170,17 @@ static devbuf_status enqueue_copy(devbuf_device_t *device, cuda_queue *q, const 
   size_t size = to->size;
   CUdeviceptr dst = to->memory.device + to->offset, src = from->memory.device + from->offset;
   if (size == 0) return DEVBUF_OK;
-  if (dst < src + size && src < dst + size) { // overlapping: through the host, after what came before
+  if (dst < src + size &&
+      src < dst + size) { // overlapping: through the host, after what came before
     devbuf_status status = devbuf__cuda_wait(device, q->stream, "work before a copy");
     if (status != DEVBUF_OK) return status;
-    return device->backend->copy(device, &to->memory, to->offset, &from->memory, from->offset, size);
+    return device->backend->copy(device, &to->memory, to->offset, &from->memory, from->offset,
+                                 size);
   }
   CUresult code = cu->cuMemcpyAsync(dst, src, size, q->stream);
-  return code == CUDA_SUCCESS ? DEVBUF_OK : devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
+  return code == CUDA_SUCCESS
+             ? DEVBUF_OK
+             : devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
 }
 
 // A kernel: each operand's address, then the scalars. The grid is whole blocks (256
@@ -170,14 +189,18 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, cons
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   CUfunction function;
   CUresult code = cu->cuModuleGetFunction(&function, op->program, op->kernel_name);
-  if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "%s: kernel '%.100s'", device->spec, op->kernel_name);
+  if (code != CUDA_SUCCESS)
+    return devbuf__cuda_error(cu, code, "%s: kernel '%.100s'", device->spec, op->kernel_name);
   size_t count = op->operand_count + op->arg_count;
   if (cu->cuFuncGetParamInfo) { // the driver reads as many arguments as the kernel declares
     size_t declared = 0, offset, size;
     while (cu->cuFuncGetParamInfo(function, declared, &offset, &size) == CUDA_SUCCESS) declared++;
     if (declared != count)
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: kernel '%.100s' takes %zu arguments; the launch gives %zu uses "
-                           "and %zu scalars", device->spec, op->kernel_name, declared, op->operand_count, op->arg_count);
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "%s: kernel '%.100s' takes %zu arguments; the launch gives %zu uses "
+                           "and %zu scalars",
+                           device->spec, op->kernel_name, declared, op->operand_count,
+                           op->arg_count);
   }
   const devbuf_launch_t *launch = op->launch;
   unsigned block[3] = {1, 1, 1}, grid[3] = {1, 1, 1};
@@ -185,13 +208,16 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, cons
     size_t threads = launch->local[0] ? launch->local[d] : d == 0 ? 256 : 1;
     size_t blocks = (launch->global[d] + threads - 1) / threads;
     if (threads > 1024 || blocks > (d == 0 ? 0x7fffffffu : 65535u))
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: kernel '%.100s': dimension %u has %zu blocks of %zu threads, "
-                           "more than CUDA launches", device->spec, op->kernel_name, d, blocks, threads);
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "%s: kernel '%.100s': dimension %u has %zu blocks of %zu threads, "
+                           "more than CUDA launches",
+                           device->spec, op->kernel_name, d, blocks, threads);
     block[d] = (unsigned)threads;
     grid[d] = (unsigned)blocks;
   }
   void **params = devbuf__malloc((count ? count : 1) * sizeof *params);
-  CUdeviceptr *addresses = devbuf__malloc((op->operand_count ? op->operand_count : 1) * sizeof *addresses);
+  CUdeviceptr *addresses =
+      devbuf__malloc((op->operand_count ? op->operand_count : 1) * sizeof *addresses);
   if (!params || !addresses) {
     devbuf__free(params);
     devbuf__free(addresses);
@@ -207,11 +233,13 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, cons
     params[op->operand_count + a] = (void *)bytes; // the driver only reads them
     bytes += op->arg_sizes[a];
   }
-  code = cu->cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, q->stream, params, NULL);
+  code = cu->cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
+                            q->stream, params, NULL);
   devbuf__free(params);
   devbuf__free(addresses);
   if (code != CUDA_SUCCESS)
-    return devbuf__cuda_error(cu, code, "%s: launching kernel '%.100s'", device->spec, op->kernel_name);
+    return devbuf__cuda_error(cu, code, "%s: launching kernel '%.100s'", device->spec,
+                              op->kernel_name);
   return DEVBUF_OK;
 }
 
@@ -222,13 +250,15 @@ static devbuf_status wait_for_events(devbuf_device_t *device, cuda_queue *q, con
   for (size_t i = 0; i < op->wait_count; i++) {
     if (cu->cuStreamWaitEvent(q->stream, op->waits[i], 0) == CUDA_SUCCESS) continue;
     CUresult code = cu->cuEventSynchronize(op->waits[i]);
-    if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "%s: waiting for work of another queue", device->spec);
+    if (code != CUDA_SUCCESS)
+      return devbuf__cuda_error(cu, code, "%s: waiting for work of another queue", device->spec);
   }
   return DEVBUF_OK;
 }
 
 // An event behind what `q` has enqueued so far: its completion.
-static devbuf_status record_event(devbuf_device_t *device, cuda_queue *q, const char *what, void **out_event) {
+static devbuf_status record_event(devbuf_device_t *device, cuda_queue *q, const char *what,
+                                  void **out_event) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   CUevent done = NULL;
   CUresult code = event_take(device, &done);
@@ -241,7 +271,8 @@ static devbuf_status record_event(devbuf_device_t *device, cuda_queue *q, const 
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf__cuda_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op, void **out_event) {
+devbuf_status devbuf__cuda_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op,
+                                   void **out_event) {
   cuda_queue *q = queue;
   *out_event = NULL;
   devbuf_status status = devbuf__cuda_enter(device);
@@ -261,13 +292,15 @@ devbuf_status devbuf__cuda_enqueue(devbuf_device_t *device, void *queue, const d
     return devbuf__error(DEVBUF_UNSUPPORTED, "%s runs programs, not C kernels", device->spec);
   }
   if (status != DEVBUF_OK) return status;
-  status = record_event(device, q, op->kind == DEVBUF__OP_LAUNCH ? op->kernel_name : "a command", out_event);
+  status = record_event(device, q, op->kind == DEVBUF__OP_LAUNCH ? op->kernel_name : "a command",
+                        out_event);
   if (status != DEVBUF_OK) // the operation is enqueued: it must be over before it retires
     devbuf__cuda_of(device)->cu->cuStreamSynchronize(q->stream);
   return status;
 }
 
-devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue, devbuf__device_done *items, size_t count) {
+devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue,
+                                    devbuf__device_done *items, size_t count) {
   (void)queue;
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   CUevent last = NULL; // in order: once the last command is done, all before it are
@@ -280,7 +313,8 @@ devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue, devbuf
   devbuf_status failed = DEVBUF_OK;
   for (size_t i = 0; i < count; i++) {
     if (items[i].status != DEVBUF_OK) continue;
-    items[i].status = devbuf__cuda_error(cu, code, "%s: %s failed on the device", device->spec, items[i].what);
+    items[i].status =
+        devbuf__cuda_error(cu, code, "%s: %s failed on the device", device->spec, items[i].what);
     if (failed == DEVBUF_OK) failed = items[i].status;
   }
   return failed;
@@ -291,7 +325,8 @@ devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue, devbuf
 // The stream waits until the queue's pinned word reaches the gate's number; opening writes
 // it. UNSUPPORTED where the driver has no stream memory operations (or has them turned off:
 // the host waits from then on).
-devbuf_status devbuf__cuda_gate_enqueue(devbuf_device_t *device, void *queue, void **out_gate, void **out_event) {
+devbuf_status devbuf__cuda_gate_enqueue(devbuf_device_t *device, void *queue, void **out_gate,
+                                        void **out_event) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   cuda_queue *q = queue;
   devbuf_status status = devbuf__cuda_enter(device);
@@ -301,7 +336,8 @@ devbuf_status devbuf__cuda_gate_enqueue(devbuf_device_t *device, void *queue, vo
   if (!q->gate_word) {
     void *word = NULL;
     CUresult code = cu->cuMemAllocHost(&word, sizeof(uint32_t));
-    if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "%s: pinned memory for event waits", device->spec);
+    if (code != CUDA_SUCCESS)
+      return devbuf__cuda_error(cu, code, "%s: pinned memory for event waits", device->spec);
     q->gate_word = word;
     *q->gate_word = 0;
   }
@@ -311,11 +347,13 @@ devbuf_status devbuf__cuda_gate_enqueue(devbuf_device_t *device, void *queue, vo
                                           CU_STREAM_WAIT_VALUE_GEQ);
   if (code != CUDA_SUCCESS) {
     q->host_waits = true;
-    return devbuf__error(DEVBUF_UNSUPPORTED, "%s: stream memory operations are turned off (%d)", device->spec, code);
+    return devbuf__error(DEVBUF_UNSUPPORTED, "%s: stream memory operations are turned off (%d)",
+                         device->spec, code);
   }
   q->gates = target;
   status = record_event(device, q, "a wait for an event value", out_event);
-  if (status != DEVBUF_OK) { // the stream waits for the word already: open it, so that nothing stays parked
+  if (status !=
+      DEVBUF_OK) { // the stream waits for the word already: open it, so that nothing stays parked
     __atomic_store_n(q->gate_word, target, __ATOMIC_RELEASE);
     return status;
   }
@@ -326,7 +364,8 @@ devbuf_status devbuf__cuda_gate_enqueue(devbuf_device_t *device, void *queue, vo
 void devbuf__cuda_gate_open(devbuf_device_t *device, void *queue, void *gate) {
   (void)device;
   cuda_queue *q = queue;
-  __atomic_store_n(q->gate_word, (uint32_t)(uintptr_t)gate, __ATOMIC_RELEASE); // the device polls the pinned word
+  __atomic_store_n(q->gate_word, (uint32_t)(uintptr_t)gate,
+                   __ATOMIC_RELEASE); // the device polls the pinned word
 }
 
 // The word belongs to the queue: nothing to give back.

@@ -21,16 +21,20 @@ devbuf_status devbuf__cuda_reserve(devbuf_device_t *device, size_t size, devbuf_
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   const devbuf__cuda_api *cu = state->cu;
   if (!cu->cuMemAddressReserve)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "%s: the driver has no virtual memory management (cuMemAddressReserve)",
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "%s: the driver has no virtual memory management (cuMemAddressReserve)",
                          device->spec);
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
   CUmemAllocationProp prop = device_memory(state);
   size_t granularity = 0;
-  CUresult code = cu->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-  if (code != CUDA_SUCCESS) return devbuf__cuda_error(cu, code, "%s: cuMemGetAllocationGranularity", device->spec);
+  CUresult code =
+      cu->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (code != CUDA_SUCCESS)
+    return devbuf__cuda_error(cu, code, "%s: cuMemGetAllocationGranularity", device->spec);
   if (!granularity || granularity > device->page_size || device->page_size % granularity)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "%s: mapping granularity %zu does not divide the %zu-byte page",
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "%s: mapping granularity %zu does not divide the %zu-byte page",
                          device->spec, granularity, device->page_size);
   size &= ~(device->page_size - 1);
   CUdeviceptr base = 0;
@@ -41,8 +45,8 @@ devbuf_status devbuf__cuda_reserve(devbuf_device_t *device, size_t size, devbuf_
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf__cuda_map(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset,
-                               size_t size) {
+devbuf_status devbuf__cuda_map(devbuf_device_t *device, const devbuf_memory_t *reservation,
+                               size_t offset, size_t size) {
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   const devbuf__cuda_api *cu = state->cu;
   devbuf_status status = devbuf__cuda_enter(device);
@@ -66,8 +70,9 @@ devbuf_status devbuf__cuda_map(devbuf_device_t *device, const devbuf_memory_t *r
   }
   if (code != CUDA_SUCCESS) {
     devbuf__free(mapping);
-    return devbuf__cuda_error(cu, code, "%s: mapping %zu bytes at offset %zu of a growable segment (%s)", device->spec,
-                              size, offset, step);
+    return devbuf__cuda_error(cu, code,
+                              "%s: mapping %zu bytes at offset %zu of a growable segment (%s)",
+                              device->spec, size, offset, step);
   }
   pthread_mutex_lock(&state->mappings_lock);
   mapping->next = state->mappings;
@@ -76,7 +81,8 @@ devbuf_status devbuf__cuda_map(devbuf_device_t *device, const devbuf_memory_t *r
   return DEVBUF_OK;
 }
 
-void devbuf__cuda_unmap(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset, size_t size) {
+void devbuf__cuda_unmap(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset,
+                        size_t size) {
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   CUdeviceptr at = reservation->device + offset;
   pthread_mutex_lock(&state->mappings_lock);

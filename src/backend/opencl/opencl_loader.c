@@ -10,21 +10,23 @@
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static devbuf__opencl_api api;
 static char load_failure[300]; // empty once loaded
-static void *library;           // once loaded
+static void *library;          // once loaded
 
 static void load(void) {
   const char *path = getenv("DEVBUF_OPENCL_LIBRARY");
   if (!path || !*path) path = "libOpenCL.so.1";
   void *loaded = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!loaded) {
-    snprintf(load_failure, sizeof load_failure, "cannot load the OpenCL ICD loader %s: %s", path, dlerror());
+    snprintf(load_failure, sizeof load_failure, "cannot load the OpenCL ICD loader %s: %s", path,
+             dlerror());
     return;
   }
-#define DEVBUF_OPENCL_RESOLVE_(ret, name, params)                                                   \
-  api.name = (ret(*) params)dlsym(loaded, #name);                                                  \
-  if (!api.name) {                                                                                  \
-    snprintf(load_failure, sizeof load_failure, "%s lacks %s (OpenCL 1.2 is required)", path, #name); \
-    return;                                                                                         \
+#define DEVBUF_OPENCL_RESOLVE_(ret, name, params)                                             \
+  api.name = (ret(*) params)dlsym(loaded, #name);                                             \
+  if (!api.name) {                                                                            \
+    snprintf(load_failure, sizeof load_failure, "%s lacks %s (OpenCL 1.2 is required)", path, \
+             #name);                                                                          \
+    return;                                                                                   \
   }
   DEVBUF_OPENCL_FUNCTIONS(DEVBUF_OPENCL_RESOLVE_)
 #undef DEVBUF_OPENCL_RESOLVE_

@@ -31,11 +31,11 @@ void devbuf__opencl_event_release(devbuf_device_t *device, void *event) {
 #define KNOWN_KERNELS 16
 
 struct devbuf__opencl_program {
-  devbuf__opencl_program *next;     // the device's cache
+  devbuf__opencl_program *next; // the device's cache
   char *source, *options;
   cl_program program;
-  pthread_mutex_t lock;             // the names below
-  char *kernels[KNOWN_KERNELS];     // names checked to exist
+  pthread_mutex_t lock;         // the names below
+  char *kernels[KNOWN_KERNELS]; // names checked to exist
 };
 
 static char *copy_text(const char *text) {
@@ -68,22 +68,23 @@ static devbuf_status build_failure(devbuf_device_t *device, cl_program program, 
   const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
   size_t size = 0;
   char *log = NULL;
-  if (cl->clGetProgramBuildInfo(program, devbuf__opencl_of(device)->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &size) ==
-          CL_SUCCESS &&
+  if (cl->clGetProgramBuildInfo(program, devbuf__opencl_of(device)->id, CL_PROGRAM_BUILD_LOG, 0,
+                                NULL, &size) == CL_SUCCESS &&
       size && (log = devbuf__malloc(size + 1))) {
-    if (cl->clGetProgramBuildInfo(program, devbuf__opencl_of(device)->id, CL_PROGRAM_BUILD_LOG, size, log, NULL) !=
-        CL_SUCCESS)
+    if (cl->clGetProgramBuildInfo(program, devbuf__opencl_of(device)->id, CL_PROGRAM_BUILD_LOG,
+                                  size, log, NULL) != CL_SUCCESS)
       size = 0;
     log[size] = '\0';
   }
-  devbuf_status status = devbuf__error(DEVBUF_DEVICE_FAILURE, "%s: the program does not build (%d); build log:\n%s",
-                                       device->spec, (int)code, log && log[0] ? log : "(empty)");
+  devbuf_status status =
+      devbuf__error(DEVBUF_DEVICE_FAILURE, "%s: the program does not build (%d); build log:\n%s",
+                    device->spec, (int)code, log && log[0] ? log : "(empty)");
   devbuf__free(log);
   return status;
 }
 
-devbuf_status devbuf__opencl_program_build(devbuf_device_t *device, const char *source, const char *options,
-                                           void **out_program) {
+devbuf_status devbuf__opencl_program_build(devbuf_device_t *device, const char *source,
+                                           const char *options, void **out_program) {
   devbuf__opencl_device *state = devbuf__opencl_of(device);
   const devbuf__opencl_api *cl = state->cl;
   if (!options) options = "";
@@ -104,7 +105,8 @@ devbuf_status devbuf__opencl_program_build(devbuf_device_t *device, const char *
   cl_int code = CL_SUCCESS;
   if (status == DEVBUF_OK) {
     p->program = cl->clCreateProgramWithSource(state->context, 1, &source, NULL, &code);
-    if (!p->program) status = devbuf__opencl_error(code, "%s: clCreateProgramWithSource", device->spec);
+    if (!p->program)
+      status = devbuf__opencl_error(code, "%s: clCreateProgramWithSource", device->spec);
   }
   if (status == DEVBUF_OK) {
     code = cl->clBuildProgram(p->program, 1, &state->id, options, NULL, NULL);
@@ -128,7 +130,8 @@ void devbuf__opencl_program_release(devbuf_device_t *device, void *program) {
   (void)program;
 }
 
-devbuf_status devbuf__opencl_program_has_kernel(devbuf_device_t *device, void *backend_program, const char *name) {
+devbuf_status devbuf__opencl_program_has_kernel(devbuf_device_t *device, void *backend_program,
+                                                const char *name) {
   devbuf__opencl_program *p = backend_program;
   const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
   pthread_mutex_lock(&p->lock);
@@ -142,7 +145,8 @@ devbuf_status devbuf__opencl_program_has_kernel(devbuf_device_t *device, void *b
   cl_kernel kernel = cl->clCreateKernel(p->program, name, &code);
   devbuf_status status = DEVBUF_OK;
   if (!kernel) {
-    status = devbuf__error(DEVBUF_NOT_FOUND, "%s: the program has no kernel '%.100s' (%d)", device->spec, name, (int)code);
+    status = devbuf__error(DEVBUF_NOT_FOUND, "%s: the program has no kernel '%.100s' (%d)",
+                           device->spec, name, (int)code);
   } else {
     cl->clReleaseKernel(kernel);
     for (int i = 0; i < KNOWN_KERNELS; i++) {
@@ -160,54 +164,62 @@ devbuf_status devbuf__opencl_program_has_kernel(devbuf_device_t *device, void *b
 
 // A kernel: the operands as buffers of their own bytes (sub-buffers for views that do not
 // start at the storage's start), then the scalars. Enqueued after `waits`.
-static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue queue, const devbuf__op *op,
-                                    cl_event *out_event) {
+static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue queue,
+                                    const devbuf__op *op, cl_event *out_event) {
   devbuf__opencl_device *state = devbuf__opencl_of(device);
   const devbuf__opencl_api *cl = state->cl;
   devbuf__opencl_program *p = op->program;
   cl_int code = CL_SUCCESS;
-  cl_kernel kernel = cl->clCreateKernel(p->program, op->kernel_name, &code); // one per launch: no shared args
-  if (!kernel) return devbuf__opencl_error(code, "%s: kernel '%.100s'", device->spec, op->kernel_name);
+  cl_kernel kernel =
+      cl->clCreateKernel(p->program, op->kernel_name, &code); // one per launch: no shared args
+  if (!kernel)
+    return devbuf__opencl_error(code, "%s: kernel '%.100s'", device->spec, op->kernel_name);
   cl_mem stack_views[16], *views = stack_views;
   if (op->operand_count > 16 && !(views = devbuf__malloc(op->operand_count * sizeof *views))) {
     cl->clReleaseKernel(kernel);
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu kernel arguments", op->operand_count);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu kernel arguments",
+                         op->operand_count);
   }
   size_t view_count = 0;
   devbuf_status status = DEVBUF_OK;
   cl_uint index = 0;
   for (size_t u = 0; u < op->operand_count && status == DEVBUF_OK; u++, index++) {
     const devbuf__operand *operand = &op->operands[u];
-    cl_mem mem = operand->size ? devbuf__cl_mem(&operand->memory) : NULL; // a zero-length one may be gone
-    size_t origin = operand->memory.offset + operand->offset; // within the segment's cl_mem
+    cl_mem mem =
+        operand->size ? devbuf__cl_mem(&operand->memory) : NULL; // a zero-length one may be gone
+    size_t origin = operand->memory.offset + operand->offset;    // within the segment's cl_mem
     if (operand->size && (origin || operand->size != operand->memory.size)) {
       cl_buffer_region region = {origin, operand->size};
-      mem = cl->clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &code); // flags: the parent's
+      mem = cl->clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region,
+                                  &code); // flags: the parent's
       if (!mem) {
-        status = devbuf__opencl_error(code, "%s: a view of %zu bytes at %zu for argument %u", device->spec,
-                                      operand->size, origin, index);
+        status = devbuf__opencl_error(code, "%s: a view of %zu bytes at %zu for argument %u",
+                                      device->spec, operand->size, origin, index);
         break;
       }
       views[view_count++] = mem;
     }
     code = cl->clSetKernelArg(kernel, index, sizeof mem, &mem);
-    if (code != CL_SUCCESS) status = devbuf__opencl_error(code, "%s: kernel '%.100s' argument %u (use %zu)", device->spec,
-                                                          op->kernel_name, index, u);
+    if (code != CL_SUCCESS)
+      status = devbuf__opencl_error(code, "%s: kernel '%.100s' argument %u (use %zu)", device->spec,
+                                    op->kernel_name, index, u);
   }
   const char *bytes = op->arg_bytes;
   for (size_t a = 0; a < op->arg_count && status == DEVBUF_OK; a++, index++) {
     code = cl->clSetKernelArg(kernel, index, op->arg_sizes[a], bytes);
-    if (code != CL_SUCCESS) status = devbuf__opencl_error(code, "%s: kernel '%.100s' argument %u (scalar %zu, %zu bytes)",
-                                                          device->spec, op->kernel_name, index, a, op->arg_sizes[a]);
+    if (code != CL_SUCCESS)
+      status = devbuf__opencl_error(code, "%s: kernel '%.100s' argument %u (scalar %zu, %zu bytes)",
+                                    device->spec, op->kernel_name, index, a, op->arg_sizes[a]);
     bytes += op->arg_sizes[a];
   }
   if (status == DEVBUF_OK) {
     const devbuf_launch_t *launch = op->launch;
-    code = cl->clEnqueueNDRangeKernel(queue, kernel, launch->dims, NULL, launch->global,
-                                      launch->local[0] ? launch->local : NULL, (cl_uint)op->wait_count,
-                                      op->wait_count ? (const cl_event *)op->waits : NULL, out_event);
+    code = cl->clEnqueueNDRangeKernel(
+        queue, kernel, launch->dims, NULL, launch->global, launch->local[0] ? launch->local : NULL,
+        (cl_uint)op->wait_count, op->wait_count ? (const cl_event *)op->waits : NULL, out_event);
     if (code != CL_SUCCESS)
-      status = devbuf__opencl_error(code, "%s: launching kernel '%.100s'", device->spec, op->kernel_name);
+      status = devbuf__opencl_error(code, "%s: launching kernel '%.100s'", device->spec,
+                                    op->kernel_name);
   }
   // Kernel and views may go now: the driver keeps what an enqueued command uses.
   for (size_t v = 0; v < view_count; v++) cl->clReleaseMemObject(views[v]);
@@ -216,7 +228,8 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue qu
   return status;
 }
 
-devbuf_status devbuf__opencl_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op, void **out_event) {
+devbuf_status devbuf__opencl_enqueue(devbuf_device_t *device, void *queue, const devbuf__op *op,
+                                     void **out_event) {
   const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
   const devbuf__operand *operands = op->operands;
   cl_uint wait_count = (cl_uint)op->wait_count;
@@ -226,12 +239,14 @@ devbuf_status devbuf__opencl_enqueue(devbuf_device_t *device, void *queue, const
   *out_event = NULL;
   switch (op->kind) {
   case DEVBUF__OP_FILL:
-    status = devbuf__opencl_enqueue_fill(device, queue, &operands[0].memory, operands[0].offset, operands[0].size,
-                                         op->pattern, op->pattern_size, wait_count, waits, &done);
+    status = devbuf__opencl_enqueue_fill(device, queue, &operands[0].memory, operands[0].offset,
+                                         operands[0].size, op->pattern, op->pattern_size,
+                                         wait_count, waits, &done);
     break;
   case DEVBUF__OP_COPY:
-    status = devbuf__opencl_enqueue_copy(device, queue, &operands[0].memory, operands[0].offset, &operands[1].memory,
-                                         operands[1].offset, operands[0].size, wait_count, waits, &done);
+    status = devbuf__opencl_enqueue_copy(device, queue, &operands[0].memory, operands[0].offset,
+                                         &operands[1].memory, operands[1].offset, operands[0].size,
+                                         wait_count, waits, &done);
     break;
   case DEVBUF__OP_LAUNCH:
     status = enqueue_launch(device, queue, op, &done);
@@ -246,7 +261,8 @@ devbuf_status devbuf__opencl_enqueue(devbuf_device_t *device, void *queue, const
   return status;
 }
 
-devbuf_status devbuf__opencl_complete(devbuf_device_t *device, void *queue, devbuf__device_done *items, size_t count) {
+devbuf_status devbuf__opencl_complete(devbuf_device_t *device, void *queue,
+                                      devbuf__device_done *items, size_t count) {
   (void)queue;
   const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
   cl_event last = NULL; // in order: once the last command is done, all before it are
@@ -259,11 +275,12 @@ devbuf_status devbuf__opencl_complete(devbuf_device_t *device, void *queue, devb
   for (size_t i = count; i-- > 0;) {
     cl_int state = CL_COMPLETE;
     if (!items[i].event || items[i].status != DEVBUF_OK ||
-        cl->clGetEventInfo(items[i].event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state, &state, NULL) !=
-            CL_SUCCESS ||
+        cl->clGetEventInfo(items[i].event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state, &state,
+                           NULL) != CL_SUCCESS ||
         state >= 0)
       continue;
-    first = items[i].status = devbuf__opencl_error(state, "%s: %s failed on the device", device->spec, items[i].what);
+    first = items[i].status =
+        devbuf__opencl_error(state, "%s: %s failed on the device", device->spec, items[i].what);
   }
   return first;
 }
@@ -271,7 +288,8 @@ devbuf_status devbuf__opencl_complete(devbuf_device_t *device, void *queue, devb
 // ---- waits for host-signalled events -------------------------------------------------------
 
 // A marker behind a user event: everything enqueued after it waits until the gate opens.
-devbuf_status devbuf__opencl_gate_enqueue(devbuf_device_t *device, void *queue, void **out_gate, void **out_event) {
+devbuf_status devbuf__opencl_gate_enqueue(devbuf_device_t *device, void *queue, void **out_gate,
+                                          void **out_event) {
   devbuf__opencl_device *state = devbuf__opencl_of(device);
   cl_int code = CL_SUCCESS;
   cl_event user = state->cl->clCreateUserEvent(state->context, &code);

@@ -14,13 +14,13 @@
 
 #include "../memory.h"
 
-#define SHARD_COUNT 16
-#define GRANULE 512                             // sizes round to this up to the thread bins' top
-#define MAX_SMALL_CLASSES 64                    // thread bins of 512 B .. 32 KiB
-#define TCACHE_MAX_PAGES 16                     // and of 2 .. 16 pages where pages are that small
-#define TCACHE_BINS (MAX_SMALL_CLASSES + TCACHE_MAX_PAGES - 1)
-#define TCACHE_CLASS_BYTES ((size_t)32 << 10)   // a thread keeps about this much per class ...
-#define TCACHE_MIN_BLOCKS 2                     // ... but at least this many blocks
+#define SHARD_COUNT        16
+#define GRANULE            512 // sizes round to this up to the thread bins' top
+#define MAX_SMALL_CLASSES  64  // thread bins of 512 B .. 32 KiB
+#define TCACHE_MAX_PAGES   16  // and of 2 .. 16 pages where pages are that small
+#define TCACHE_BINS        (MAX_SMALL_CLASSES + TCACHE_MAX_PAGES - 1)
+#define TCACHE_CLASS_BYTES ((size_t)32 << 10) // a thread keeps about this much per class ...
+#define TCACHE_MIN_BLOCKS  2                  // ... but at least this many blocks
 
 enum { POOL_SMALL, POOL_LARGE, POOL_COUNT };
 
@@ -34,41 +34,41 @@ struct csegment;
 
 typedef struct cblock {
   // What the thread bins' hot path touches, in the first cache line.
-  struct cblock *bin_next;          // thread bin stack (while binned)
-  size_t size;                      // what statistics count
-  void *host;                       // what a hand-out reports, set when it is carved:
-  uint64_t device;                  //   addresses (or the segment's handle) ...
-  size_t device_offset;             //   ... and the offset within a handle
-  uint32_t bin;                     // thread bin of this size; >= bin_count: none
-  _Atomic uint8_t state;            // block_state; read by snapshots of other threads' bins
-  uint64_t released_at;             // thread-bin release order (for flushes)
+  struct cblock *bin_next; // thread bin stack (while binned)
+  size_t size;             // what statistics count
+  void *host;              // what a hand-out reports, set when it is carved:
+  uint64_t device;         //   addresses (or the segment's handle) ...
+  size_t device_offset;    //   ... and the offset within a handle
+  uint32_t bin;            // thread bin of this size; >= bin_count: none
+  _Atomic uint8_t state;   // block_state; read by snapshots of other threads' bins
+  uint64_t released_at;    // thread-bin release order (for flushes)
   // The segment's bookkeeping.
   struct csegment *segment;
-  size_t offset;                    // within the segment
-  struct cblock *before, *after;    // neighbours in the segment, in address order
-  struct cblock *left, *right;      // free tree (while free)
-  uint32_t priority;                // free tree heap order
+  size_t offset;                 // within the segment
+  struct cblock *before, *after; // neighbours in the segment, in address order
+  struct cblock *left, *right;   // free tree (while free)
+  uint32_t priority;             // free tree heap order
 } cblock;
 
 // Bytes of a segment released while submitted work may still use them.
 typedef struct devbuf__in_flight {
   struct csegment *segment;
-  void *fence;                      // the releaser's: told back to it in visits
-  size_t offset, size;              // within the segment
+  void *fence;         // the releaser's: told back to it in visits
+  size_t offset, size; // within the segment
   struct devbuf__in_flight *next, *prev;
 } devbuf__in_flight;
 
 typedef struct csegment {
-  devbuf_memory_t upstream;         // what the upstream allocator handed out
+  devbuf_memory_t upstream; // what the upstream allocator handed out
   size_t size;
   struct shard *shard;
-  int pool;                         // POOL_SMALL or POOL_LARGE
-  uint64_t serial;                  // creation order: the address order of the free tree
-  cblock *first;                    // blocks in address order
-  size_t used_blocks;               // active or binned
-  devbuf__in_flight *in_flight;     // released ranges whose work may still run
-  uint64_t idle_since;              // tick when it last became idle (no blocks used, none in flight)
-  struct csegment *next, *prev;     // the shard's segments, newest first
+  int pool;                     // POOL_SMALL or POOL_LARGE
+  uint64_t serial;              // creation order: the address order of the free tree
+  cblock *first;                // blocks in address order
+  size_t used_blocks;           // active or binned
+  devbuf__in_flight *in_flight; // released ranges whose work may still run
+  uint64_t idle_since;          // tick when it last became idle (no blocks used, none in flight)
+  struct csegment *next, *prev; // the shard's segments, newest first
   struct csegment *idle_newer, *idle_older; // the shard's idle segments
   bool idle;
   // Growable segments (growable.c): reserved addresses, memory behind [0, mapped) only,
@@ -80,30 +80,30 @@ typedef struct csegment {
 } csegment;
 
 typedef struct cpool {
-  cblock *free_root;                // treap keyed by (size, segment serial, offset)
+  cblock *free_root; // treap keyed by (size, segment serial, offset)
 } cpool;
 
 typedef struct shard {
   pthread_mutex_t lock;
   cpool pools[POOL_COUNT];
-  csegment *segments;               // every segment, newest first
+  csegment *segments; // every segment, newest first
   csegment *idle_oldest, *idle_newest;
-  csegment *growing[POOL_COUNT];    // growable mode: each pool's one segment, once made
-  atomic_size_t free_blocks;        // read without the lock to skip empty shards
-  unsigned debug_steps;             // DEVBUF_DEBUG_CHECKS: changes since the last validation
+  csegment *growing[POOL_COUNT]; // growable mode: each pool's one segment, once made
+  atomic_size_t free_blocks;     // read without the lock to skip empty shards
+  unsigned debug_steps;          // DEVBUF_DEBUG_CHECKS: changes since the last validation
   char pad[64];
 } shard;
 
 // How a caching allocator carves segments, from its page (the upstream's granularity).
 typedef struct segment_policy {
   size_t page;
-  size_t small_max;                 // requests up to this share small segments ...
-  size_t small_segment;             // ... of this size
-  size_t medium_max;                // requests up to this come from medium segments ...
-  size_t medium_segment;            // ... of this size; larger ones round to the page
-  unsigned burst_shift;             // until the first free, a medium segment holds at least
-                                    // the pool's reserved bytes >> this (0: off) ...
-  size_t burst_blocks;              // ... but at most this many of the largest request so far
+  size_t small_max;      // requests up to this share small segments ...
+  size_t small_segment;  // ... of this size
+  size_t medium_max;     // requests up to this come from medium segments ...
+  size_t medium_segment; // ... of this size; larger ones round to the page
+  unsigned burst_shift;  // until the first free, a medium segment holds at least
+                         // the pool's reserved bytes >> this (0: off) ...
+  size_t burst_blocks;   // ... but at most this many of the largest request so far
 } segment_policy;
 
 // Per-thread figures and small-block bins. Counters are written only by the owning thread
@@ -112,33 +112,34 @@ typedef struct segment_policy {
 // above, so only the sums mean anything. Nodes live until the allocator is destroyed: a
 // thread that exits leaves its node (counters intact) for the next thread to adopt.
 typedef struct tcache {
-  struct caching_allocator *owner;  // NULL once the allocator is gone (under the global lock)
-  struct tcache *next;              // the allocator's list; push-only until destroy
-  bool adopted;                     // a live thread uses it (under the global lock)
-  bool bins_on;                     // the bins may hold blocks (owner thread only)
-  uint64_t seen_epoch;              // the allocator's flush epoch this cache last obeyed
-  uint64_t release_seq;             // orders the bins' blocks by release (owner thread only)
-  cblock *bins[TCACHE_BINS];        // one stack per size (owner thread only)
+  struct caching_allocator *owner; // NULL once the allocator is gone (under the global lock)
+  struct tcache *next;             // the allocator's list; push-only until destroy
+  bool adopted;                    // a live thread uses it (under the global lock)
+  bool bins_on;                    // the bins may hold blocks (owner thread only)
+  uint64_t seen_epoch;             // the allocator's flush epoch this cache last obeyed
+  uint64_t release_seq;            // orders the bins' blocks by release (owner thread only)
+  cblock *bins[TCACHE_BINS];       // one stack per size (owner thread only)
   atomic_uint_least32_t bin_count[TCACHE_BINS];
-  atomic_uint_least64_t local_peak; // active at the last peak observation (reset_peak writes it too)
-  atomic_uint_least64_t active;     // bytes (two's complement: may be "negative")
-  atomic_uint_least64_t live;       // blocks (likewise)
-  atomic_uint_least64_t bin_hits;   // allocations served from the bins
+  atomic_uint_least64_t
+      local_peak;                 // active at the last peak observation (reset_peak writes it too)
+  atomic_uint_least64_t active;   // bytes (two's complement: may be "negative")
+  atomic_uint_least64_t live;     // blocks (likewise)
+  atomic_uint_least64_t bin_hits; // allocations served from the bins
   atomic_uint_least64_t shared_calls, shared_hits; // allocations that took the shared path
 } tcache;
 
 typedef struct caching_allocator {
   devbuf_allocator_t base;
-  uint64_t id;                      // unique, never reused: keys the threads' cache slots
-  devbuf_allocator_t *upstream;     // owned reference
-  bool handles;                     // upstream memory is a handle plus offset (OpenCL)
-  bool growable;                    // each pool is one growable segment per shard
+  uint64_t id;                  // unique, never reused: keys the threads' cache slots
+  devbuf_allocator_t *upstream; // owned reference
+  bool handles;                 // upstream memory is a handle plus offset (OpenCL)
+  bool growable;                // each pool is one growable segment per shard
   segment_policy policy;
-  size_t small_classes;             // thread bins of GRANULE multiples
-  size_t small_limit;               // small_classes * GRANULE
-  unsigned page_shift;              // log2(page)
-  size_t bin_count;                 // thread bins in use: small classes, then 2..16 pages
-  size_t bin_size[TCACHE_BINS];     // block size of each bin, ascending
+  size_t small_classes;         // thread bins of GRANULE multiples
+  size_t small_limit;           // small_classes * GRANULE
+  unsigned page_shift;          // log2(page)
+  size_t bin_count;             // thread bins in use: small classes, then 2..16 pages
+  size_t bin_size[TCACHE_BINS]; // block size of each bin, ascending
   uint32_t bin_capacity[TCACHE_BINS];
   // Read on every call; written only when options change.
   atomic_uint_least64_t flush_epoch; // bumped to make every thread empty its bins
@@ -146,20 +147,20 @@ typedef struct caching_allocator {
   atomic_uint_least64_t memory_limit, cache_limit, max_buffers; // 0: none
   char pad0[64];
   atomic_uint_least64_t peak;
-  atomic_uint_least64_t reserved;     // bytes upstream holds for us
+  atomic_uint_least64_t reserved; // bytes upstream holds for us
   atomic_uint_least64_t pool_reserved[POOL_COUNT];
-  atomic_bool freed_any;              // a block went back through the shared path
-  atomic_size_t largest_request;      // of the large pool, rounded
-  atomic_uint_least64_t segments;     // segments held
-  atomic_uint_least64_t idle_bytes;   // bytes of idle segments (what a limit could give back)
-  atomic_uint_least64_t free_bytes;   // bytes in the pools' free trees (thread bins not counted)
+  atomic_bool freed_any;                 // a block went back through the shared path
+  atomic_size_t largest_request;         // of the large pool, rounded
+  atomic_uint_least64_t segments;        // segments held
+  atomic_uint_least64_t idle_bytes;      // bytes of idle segments (what a limit could give back)
+  atomic_uint_least64_t free_bytes;      // bytes in the pools' free trees (thread bins not counted)
   atomic_uint_least64_t in_flight_bytes; // bytes released while work may still use them
-  atomic_uint_least64_t admitting;    // allocations past the buffer-count check, not handed out
-  atomic_uint_least64_t tick;         // idle clock: orders giving back, oldest idle first
-  atomic_uint_least64_t serial;       // segment creation order
+  atomic_uint_least64_t admitting;       // allocations past the buffer-count check, not handed out
+  atomic_uint_least64_t tick;            // idle clock: orders giving back, oldest idle first
+  atomic_uint_least64_t serial;          // segment creation order
   atomic_uint_least64_t system_allocs, system_frees, failed;
   atomic_uint_least64_t homeless_active, homeless_live; // releases by threads without a cache
-  _Atomic(tcache *) threads;          // every thread cache of this allocator
+  _Atomic(tcache *) threads;                            // every thread cache of this allocator
   shard shards[SHARD_COUNT];
 } caching_allocator;
 
@@ -171,20 +172,21 @@ int devbuf__policy_pool(const segment_policy *policy, size_t size);
 // `pool_reserved` bytes, `burst` while nothing was freed yet, the large pool's largest
 // request so far `largest_request`, at most `room` (a memory limit's headroom; UINT64_MAX
 // without one); 0 if no segment fits.
-size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size, uint64_t pool_reserved,
-                                   bool burst, size_t largest_request, uint64_t room);
+size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size,
+                                   uint64_t pool_reserved, bool burst, size_t largest_request,
+                                   uint64_t room);
 
 // ---- pool.c (caller holds the shard's lock unless said otherwise)
 // A new segment over `upstream` memory, one free block; false without host memory.
-csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool, const devbuf_memory_t *upstream,
-                                 size_t size, bool growable);
+csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool,
+                                 const devbuf_memory_t *upstream, size_t size, bool growable);
 // Best fit of `size` bytes in the pool, split and marked active; NULL if nothing fits.
 // Without `ordered` it skips bytes released in flight; with it, those count as free and
 // `visit` is told of each in-flight range the block overlaps (see devbuf__caching_alloc_ordered),
 // and a false answer undoes the allocation (NULL, *out_refused set).
 cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t size, bool ordered,
-                          bool (*visit)(void *context, void *fence, size_t offset, size_t size), void *context,
-                          bool *out_refused);
+                          bool (*visit)(void *context, void *fence, size_t offset, size_t size),
+                          void *context, bool *out_refused);
 // Frees an active or binned block into its pool, coalescing with free neighbours.
 void devbuf__pool_put(caching_allocator *self, shard *s, cblock *block);
 // Unlinks the oldest idle segment of the shard (NULL if none); the caller gives it back
@@ -247,14 +249,16 @@ static inline size_t caching_round_up(size_t size, size_t page) {
 }
 
 static inline void tcache_add(atomic_uint_least64_t *counter, uint64_t delta) {
-  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + delta, memory_order_relaxed);
+  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + delta,
+                        memory_order_relaxed);
 }
 
 // Counts a block as the calling thread's and describes it in `out`.
 // ---- validate.c: debug validators and poison (DEVBUF_DEBUG_CHECKS builds; no-ops otherwise)
-#define POISON_HANDED_OUT 0xA5 // over blocks handed out (BUFFER_ZERO clears it after), but
-                               // not over bytes earlier work may still read (ordered ones)
-#define POISON_RELEASED 0xDD   // over every block taken back (not memory released in flight)
+#define POISON_HANDED_OUT \
+  0xA5                       // over blocks handed out (BUFFER_ZERO clears it after), but
+                             // not over bytes earlier work may still read (ordered ones)
+#define POISON_RELEASED 0xDD // over every block taken back (not memory released in flight)
 #if DEVBUF_DEBUG_CHECKS
 // Checks one shard's trees, segments and blocks against each other; aborts on a mismatch.
 // Caller holds the shard's lock.
@@ -265,16 +269,22 @@ void devbuf__caching_debug_step(caching_allocator *self, shard *s);
 void devbuf__caching_validate(caching_allocator *self);
 void devbuf__caching_poison(const cblock *block, uint8_t byte);
 #else
-static inline void devbuf__caching_debug_step(caching_allocator *self, shard *s) { (void)self, (void)s; }
+static inline void devbuf__caching_debug_step(caching_allocator *self, shard *s) {
+  (void)self, (void)s;
+}
 static inline void devbuf__caching_validate(caching_allocator *self) { (void)self; }
-static inline void devbuf__caching_poison(const cblock *block, uint8_t byte) { (void)block, (void)byte; }
+static inline void devbuf__caching_poison(const cblock *block, uint8_t byte) {
+  (void)block, (void)byte;
+}
 #endif
 
-static inline void caching_hand_out(caching_allocator *self, tcache *cache, cblock *block, devbuf_memory_t *out) {
+static inline void caching_hand_out(caching_allocator *self, tcache *cache, cblock *block,
+                                    devbuf_memory_t *out) {
   tcache_add(&cache->live, 1);
   tcache_add(&cache->active, block->size);
   uint64_t active = atomic_load_explicit(&cache->active, memory_order_relaxed);
-  if (DEVBUF_UNLIKELY((int64_t)active > (int64_t)atomic_load_explicit(&cache->local_peak, memory_order_relaxed))) {
+  if (DEVBUF_UNLIKELY((int64_t)active >
+                      (int64_t)atomic_load_explicit(&cache->local_peak, memory_order_relaxed))) {
     atomic_store_explicit(&cache->local_peak, active, memory_order_relaxed);
     devbuf__caching_observe_peak(self);
   }

@@ -14,14 +14,17 @@ static atomic_uint next_shard_index;
 static _Thread_local unsigned thread_shard __attribute__((tls_model("initial-exec"))) = ~0u;
 
 static inline shard *my_shard(caching_allocator *self) {
-  if (DEVBUF_UNLIKELY(thread_shard == ~0u)) thread_shard = atomic_fetch_add(&next_shard_index, 1) % SHARD_COUNT;
+  if (DEVBUF_UNLIKELY(thread_shard == ~0u))
+    thread_shard = atomic_fetch_add(&next_shard_index, 1) % SHARD_COUNT;
   return &self->shards[thread_shard];
 }
 
 bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out) {
   size_t page = self->policy.page;
-  size_t granule = size > self->small_limit && self->small_limit == page && size <= TCACHE_MAX_PAGES * page ? page
-                                                                                                          : GRANULE;
+  size_t granule =
+      size > self->small_limit && self->small_limit == page && size <= TCACHE_MAX_PAGES * page
+          ? page
+          : GRANULE;
   size_t padded;
   if (devbuf__add_overflows(size, granule - 1, &padded)) return false;
   *out = padded & ~(granule - 1);
@@ -36,7 +39,8 @@ typedef struct thread_sums {
 } thread_sums;
 
 static thread_sums sum_threads(caching_allocator *self) {
-  thread_sums sums = {.active = atomic_load(&self->homeless_active), .live = atomic_load(&self->homeless_live)};
+  thread_sums sums = {.active = atomic_load(&self->homeless_active),
+                      .live = atomic_load(&self->homeless_live)};
   for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next) {
     uint64_t bin_hits = atomic_load_explicit(&c->bin_hits, memory_order_relaxed);
     sums.active += atomic_load_explicit(&c->active, memory_order_relaxed);
@@ -49,7 +53,9 @@ static thread_sums sum_threads(caching_allocator *self) {
 
 // Called when a thread's active figure passes its own last observation: while one thread
 // allocates at a time this keeps peak exact; when several race, a sum may miss a moment.
-void devbuf__caching_observe_peak(caching_allocator *self) { devbuf__raise_peak(&self->peak, sum_threads(self).active); }
+void devbuf__caching_observe_peak(caching_allocator *self) {
+  devbuf__raise_peak(&self->peak, sum_threads(self).active);
+}
 
 // ---- giving memory back ---------------------------------------------------------------
 
@@ -87,7 +93,8 @@ static bool over_limits(caching_allocator *self) {
   if (DEVBUF_LIKELY(!cache_limit && !memory_limit)) return false;
   uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
   // Growable segments' free ends are mostly addresses: what is cached there is reserved - active.
-  uint64_t cached = self->growable ? reserved - sum_threads(self).active : atomic_load(&self->free_bytes);
+  uint64_t cached =
+      self->growable ? reserved - sum_threads(self).active : atomic_load(&self->free_bytes);
   return (cache_limit && cached > cache_limit) || (memory_limit && reserved > memory_limit);
 }
 
@@ -95,7 +102,8 @@ static bool over_limits(caching_allocator *self) {
 // cache is over its limit or the reserved bytes over the memory limit (either may have been
 // lowered while memory was in use). Bytes of segments still partly used stay.
 void devbuf__caching_enforce_limits(caching_allocator *self) {
-  while (DEVBUF_UNLIKELY(over_limits(self)) && (give_back_oldest(self) || devbuf__growable_shrink(self, false))) {
+  while (DEVBUF_UNLIKELY(over_limits(self)) &&
+         (give_back_oldest(self) || devbuf__growable_shrink(self, false))) {
   }
 }
 
@@ -129,16 +137,19 @@ static devbuf_status fail(caching_allocator *self, devbuf_status status) {
   return status;
 }
 
-static devbuf_status out_of_memory(caching_allocator *self, size_t requested, size_t size, uint64_t limit) {
+static devbuf_status out_of_memory(caching_allocator *self, size_t requested, size_t size,
+                                   uint64_t limit) {
   uint64_t active = sum_threads(self).active, reserved = atomic_load(&self->reserved);
-  return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
-                                  "requested %zu bytes (%zu rounded) with %llu bytes active, %llu cached, %llu "
-                                  "released in flight, a largest free block of %zu bytes and a memory limit of %llu "
-                                  "bytes",
-                                  requested, size, (unsigned long long)active,
-                                  (unsigned long long)(reserved > active ? reserved - active : 0),
-                                  (unsigned long long)atomic_load(&self->in_flight_bytes), largest_free(self),
-                                  (unsigned long long)limit));
+  return fail(
+      self, devbuf__error(
+                DEVBUF_OUT_OF_MEMORY,
+                "requested %zu bytes (%zu rounded) with %llu bytes active, %llu cached, %llu "
+                "released in flight, a largest free block of %zu bytes and a memory limit of %llu "
+                "bytes",
+                requested, size, (unsigned long long)active,
+                (unsigned long long)(reserved > active ? reserved - active : 0),
+                (unsigned long long)atomic_load(&self->in_flight_bytes), largest_free(self),
+                (unsigned long long)limit));
 }
 
 // Reserves the bytes of a new segment against the memory limit (giving idle segments back
@@ -151,11 +162,13 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
     uint64_t pool_reserved = atomic_load_explicit(&self->pool_reserved[pool], memory_order_relaxed);
     bool burst = !atomic_load_explicit(&self->freed_any, memory_order_relaxed);
     size_t largest = atomic_load_explicit(&self->largest_request, memory_order_relaxed);
-    size_t bytes = devbuf__policy_segment_size(&self->policy, pool, size, pool_reserved, burst, largest, room);
+    size_t bytes =
+        devbuf__policy_segment_size(&self->policy, pool, size, pool_reserved, burst, largest, room);
     if (!bytes) {
       // Idle segments go back only where that makes the room: never for a refusal.
       size_t least = caching_round_up(size, self->policy.page);
-      bool enough = limit && least && room + atomic_load_explicit(&self->idle_bytes, memory_order_relaxed) >= least;
+      bool enough = limit && least &&
+                    room + atomic_load_explicit(&self->idle_bytes, memory_order_relaxed) >= least;
       if (enough && give_back_oldest(self)) continue;
       return 0;
     }
@@ -185,7 +198,8 @@ static devbuf_status grow(caching_allocator *self, size_t size, int pool, cblock
   pthread_mutex_lock(&home->lock);
   csegment *segment = devbuf__segment_create(self, home, pool, &memory, bytes, false);
   bool refused;
-  cblock *block = segment ? devbuf__pool_take(self, home, pool, size, false, NULL, NULL, &refused) : NULL;
+  cblock *block =
+      segment ? devbuf__pool_take(self, home, pool, size, false, NULL, NULL, &refused) : NULL;
   pthread_mutex_unlock(&home->lock);
   if (!segment) {
     atomic_fetch_sub(&self->reserved, bytes);
@@ -211,11 +225,13 @@ static cblock *take_free(caching_allocator *self, int pool, size_t size, const v
   bool use_in_flight = ordered && ordered->visit;
   for (int i = -1; i < SHARD_COUNT; i++) {
     shard *s = i < 0 ? home : &self->shards[i];
-    if ((i >= 0 && s == home) || !atomic_load_explicit(&s->free_blocks, memory_order_relaxed)) continue;
+    if ((i >= 0 && s == home) || !atomic_load_explicit(&s->free_blocks, memory_order_relaxed))
+      continue;
     pthread_mutex_lock(&s->lock);
     bool refused;
-    cblock *block = devbuf__pool_take(self, s, pool, size, use_in_flight, use_in_flight ? ordered->visit : NULL,
-                                      use_in_flight ? ordered->context : NULL, &refused);
+    cblock *block =
+        devbuf__pool_take(self, s, pool, size, use_in_flight, use_in_flight ? ordered->visit : NULL,
+                          use_in_flight ? ordered->context : NULL, &refused);
     if (refused) block = devbuf__pool_take(self, s, pool, size, false, NULL, NULL, &refused);
     pthread_mutex_unlock(&s->lock);
     if (block) return block;
@@ -225,8 +241,8 @@ static cblock *take_free(caching_allocator *self, int pool, size_t size, const v
 
 // The shared path: a free block of the request's pool, else a new segment; at the memory
 // limit, a free block of the other pool rather than churn or a refusal.
-static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t requested, size_t size,
-                                  const visitor *ordered, cblock **out) {
+static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t requested,
+                                  size_t size, const visitor *ordered, cblock **out) {
   int pool = devbuf__policy_pool(&self->policy, size);
   if (pool == POOL_LARGE) { // the largest request so far (a race may lose a raise: a hint only)
     size_t largest = atomic_load_explicit(&self->largest_request, memory_order_relaxed);
@@ -236,7 +252,8 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
   // Before any new memory, the thread's bins go back to the pools: binned blocks merge
   // with their free neighbours there and may serve this request (a system allocation or a
   // refusal costs far more than refilling the bins later).
-  if (!block && devbuf__tcache_flush(self, cache, false)) block = take_free(self, pool, size, ordered);
+  if (!block && devbuf__tcache_flush(self, cache, false))
+    block = take_free(self, pool, size, ordered);
   // Growable: the pool's segment, made on first need (where no addresses can be reserved,
   // or the request is larger than them, plain segments serve it).
   if (self->growable && !block && devbuf__growable_ensure(self, my_shard(self), pool))
@@ -247,9 +264,9 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
     if (mapped != DEVBUF_OK) {
       devbuf__caching_put(self, block, false);
       uint64_t limit = atomic_load(&self->memory_limit);
-      return mapped == DEVBUF_OUT_OF_MEMORY && limit ? out_of_memory(self, requested, size, limit)
-                                                     : fail(self, mapped); // the system's own refusal
-
+      return mapped == DEVBUF_OUT_OF_MEMORY && limit
+                 ? out_of_memory(self, requested, size, limit)
+                 : fail(self, mapped); // the system's own refusal
     }
     if (!grew) tcache_add(&cache->shared_hits, 1); // a hit unless its segment had to grow
     *out = block;
@@ -258,8 +275,7 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
   // Where a new segment would not fit under the memory limit without giving idle ones
   // back, the other pool's free bytes come first: giving back to allocate again is churn.
   uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
-  if (!block && limit &&
-      atomic_load_explicit(&self->reserved, memory_order_relaxed) + size > limit)
+  if (!block && limit && atomic_load_explicit(&self->reserved, memory_order_relaxed) + size > limit)
     block = take_free(self, POOL_COUNT - 1 - pool, size, ordered);
   if (block) {
     tcache_add(&cache->shared_hits, 1);
@@ -267,7 +283,8 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
     return DEVBUF_OK;
   }
   devbuf_status status = grow(self, size, pool, &block);
-  if (status == DEVBUF_OK && !block && (block = take_free(self, POOL_COUNT - 1 - pool, size, ordered)))
+  if (status == DEVBUF_OK && !block &&
+      (block = take_free(self, POOL_COUNT - 1 - pool, size, ordered)))
     tcache_add(&cache->shared_hits, 1);
   if (status != DEVBUF_OK || block) {
     *out = block;
@@ -280,11 +297,13 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
 static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const visitor *ordered,
                                 devbuf_memory_t *out) {
   tcache *cache = devbuf__tcache_get(self);
-  if (DEVBUF_UNLIKELY(!cache)) return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a thread cache"));
+  if (DEVBUF_UNLIKELY(!cache))
+    return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a thread cache"));
   tcache_add(&cache->shared_calls, 1);
   size_t size;
   if (DEVBUF_UNLIKELY(!devbuf__caching_round(self, requested, &size)))
-    return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "requested %zu bytes: too large to round", requested));
+    return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "requested %zu bytes: too large to round",
+                                    requested));
   uint64_t max_buffers = atomic_load_explicit(&self->max_buffers, memory_order_relaxed);
   if (max_buffers) {
     // Every live block counts, also those handed out before the limit was set: the threads'
@@ -294,9 +313,11 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const
     uint64_t live = sum_threads(self).live + admitted;
     if (live >= max_buffers) {
       atomic_fetch_sub(&self->admitting, 1);
-      return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
-                                      "requested %zu bytes with %llu buffers live and a buffer-count limit of %llu",
-                                      requested, (unsigned long long)live, (unsigned long long)max_buffers));
+      return fail(self,
+                  devbuf__error(
+                      DEVBUF_OUT_OF_MEMORY,
+                      "requested %zu bytes with %llu buffers live and a buffer-count limit of %llu",
+                      requested, (unsigned long long)live, (unsigned long long)max_buffers));
     }
   }
   cblock *block = NULL;
@@ -311,7 +332,8 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const
   return status;
 }
 
-static devbuf_status caching_alloc(devbuf_allocator_t *base, size_t requested, devbuf_memory_t *out) {
+static devbuf_status caching_alloc(devbuf_allocator_t *base, size_t requested,
+                                   devbuf_memory_t *out) {
   caching_allocator *self = (caching_allocator *)base;
   if (DEVBUF_LIKELY(devbuf__tcache_alloc(self, requested, out))) return DEVBUF_OK;
   return alloc_slow(self, requested, NULL, out);
@@ -344,17 +366,23 @@ static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory
 
 static const devbuf__allocator_ops caching_ops;
 
-bool devbuf__is_caching(const devbuf_allocator_t *allocator) { return allocator && allocator->ops == &caching_ops; }
+bool devbuf__is_caching(const devbuf_allocator_t *allocator) {
+  return allocator && allocator->ops == &caching_ops;
+}
 
-devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator, const devbuf_memory_t *memory, void *fence,
+devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator,
+                                             const devbuf_memory_t *memory, void *fence,
                                              devbuf__in_flight **out_range) {
   caching_allocator *self = (caching_allocator *)allocator;
   cblock *block = memory->token;
   devbuf__in_flight *range = devbuf__malloc(sizeof *range);
-  if (!range) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record memory released in flight");
+  if (!range)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                         "no host memory to record memory released in flight");
   count_release(self, block);
   csegment *segment = block->segment;
-  *range = (devbuf__in_flight){.segment = segment, .fence = fence, .offset = block->offset, .size = block->size};
+  *range = (devbuf__in_flight){
+      .segment = segment, .fence = fence, .offset = block->offset, .size = block->size};
   atomic_fetch_add(&self->in_flight_bytes, block->size);
   pthread_mutex_lock(&segment->shard->lock);
   range->next = segment->in_flight;
@@ -383,7 +411,8 @@ void devbuf__caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight
 }
 
 devbuf_status devbuf__caching_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
-                                            bool (*visit)(void *context, void *fence, size_t offset, size_t size),
+                                            bool (*visit)(void *context, void *fence, size_t offset,
+                                                          size_t size),
                                             void *context, devbuf_memory_t *out) {
   visitor ordered = {visit, context};
   return alloc_slow((caching_allocator *)allocator, size, &ordered, out);
@@ -415,7 +444,8 @@ static void caching_stats(devbuf_allocator_t *base, devbuf_allocator_stats_t *ou
 static void caching_reset_peak(devbuf_allocator_t *base) {
   caching_allocator *self = (caching_allocator *)base;
   for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next)
-    atomic_store_explicit(&c->local_peak, atomic_load_explicit(&c->active, memory_order_relaxed), memory_order_relaxed);
+    atomic_store_explicit(&c->local_peak, atomic_load_explicit(&c->active, memory_order_relaxed),
+                          memory_order_relaxed);
   atomic_store(&self->peak, sum_threads(self).active);
 }
 
@@ -477,11 +507,13 @@ static void apply_options(caching_allocator *self, const devbuf_caching_options_
   atomic_store(&self->cache_limit, options->cache_limit);
   atomic_store(&self->max_buffers, options->max_buffers);
   // Limits need every free block where eviction can reach it: thread bins only without them.
-  atomic_store(&self->bins_allowed, !options->memory_limit && !options->cache_limit && !options->max_buffers);
+  atomic_store(&self->bins_allowed,
+               !options->memory_limit && !options->cache_limit && !options->max_buffers);
   request_flush(self);
 }
 
-devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream, const devbuf_caching_options_t *options,
+devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
+                                               const devbuf_caching_options_t *options,
                                                devbuf__device_link link, devbuf_allocator_t **out) {
   caching_allocator *self = devbuf__calloc(1, sizeof *self);
   if (!self) {
@@ -494,7 +526,8 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream, con
   self->upstream = upstream;
   self->handles = upstream->device->memory_handles;
   self->growable = options->growable != 0;
-  devbuf__policy_init(&self->policy, options->page_size ? options->page_size : upstream->device->page_size);
+  devbuf__policy_init(&self->policy,
+                      options->page_size ? options->page_size : upstream->device->page_size);
   self->page_shift = (unsigned)__builtin_ctzll(self->policy.page);
   self->small_classes = self->policy.page / GRANULE;
   if (self->small_classes > MAX_SMALL_CLASSES) self->small_classes = MAX_SMALL_CLASSES;
@@ -506,25 +539,32 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream, con
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream, const devbuf_caching_options_t *options,
+devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
+                                              const devbuf_caching_options_t *options,
                                               devbuf_allocator_t **out_allocator) {
-  if (!upstream || !out_allocator) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "upstream or out_allocator is NULL");
+  if (!upstream || !out_allocator)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "upstream or out_allocator is NULL");
   uint64_t page = options ? options->page_size : 0;
   if (page && (page < 4096 || page > ((uint64_t)1 << 30) || (page & (page - 1))))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "page_size %llu: a power of two from 4096 to 2^30, or 0",
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "page_size %llu: a power of two from 4096 to 2^30, or 0",
                          (unsigned long long)page);
   if (options && options->growable && !upstream->ops->reserve)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "growable segments need an upstream that maps memory into reserved "
-                         "addresses; a %s allocator on %s cannot", upstream->ops->kind, upstream->device->spec);
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "growable segments need an upstream that maps memory into reserved "
+                         "addresses; a %s allocator on %s cannot",
+                         upstream->ops->kind, upstream->device->spec);
   devbuf_caching_options_t none = {0};
-  return devbuf__caching_allocator_create(devbuf_allocator_retain(upstream), options ? options : &none,
-                                          DEVBUF__HOLDS_DEVICE, out_allocator);
+  return devbuf__caching_allocator_create(devbuf_allocator_retain(upstream),
+                                          options ? options : &none, DEVBUF__HOLDS_DEVICE,
+                                          out_allocator);
 }
 
 devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator,
                                                    const devbuf_caching_options_t *options) {
   if (!allocator || !options || allocator->ops != &caching_ops)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "set_options needs a caching allocator and options");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "set_options needs a caching allocator and options");
   caching_allocator *self = (caching_allocator *)allocator;
   apply_options(self, options);
   tcache *mine = devbuf__tcache_get(self);

@@ -9,7 +9,7 @@
 
 // Addresses per growable segment: 1 TiB, or a quarter as much again and again where the
 // address space is short (a sanitizer's layout, an address-space limit), down to 4 GiB.
-#define RESERVATION_MOST ((size_t)1 << 40)
+#define RESERVATION_MOST  ((size_t)1 << 40)
 #define RESERVATION_LEAST ((size_t)1 << 32)
 
 bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool) {
@@ -19,13 +19,14 @@ bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool) {
   if (made) return true;
   devbuf_memory_t reservation;
   devbuf_status reserved = DEVBUF_OUT_OF_MEMORY;
-  for (size_t size = RESERVATION_MOST; reserved != DEVBUF_OK && size >= RESERVATION_LEAST; size /= 4)
+  for (size_t size = RESERVATION_MOST; reserved != DEVBUF_OK && size >= RESERVATION_LEAST;
+       size /= 4)
     reserved = self->upstream->ops->reserve(self->upstream, size, &reservation);
   if (reserved != DEVBUF_OK) return false; // the pool takes plain segments instead
   pthread_mutex_lock(&s->lock);
-  csegment *segment = s->growing[pool]
-                          ? NULL // another thread of this shard made it meanwhile
-                          : devbuf__segment_create(self, s, pool, &reservation, reservation.size, true);
+  csegment *segment = s->growing[pool] ? NULL // another thread of this shard made it meanwhile
+                                       : devbuf__segment_create(self, s, pool, &reservation,
+                                                                reservation.size, true);
   if (segment) {
     s->growing[pool] = segment;
     atomic_fetch_add(&self->segments, 1);
@@ -75,22 +76,26 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
     // At least a small segment's worth at a time (2 MiB): on a 4 KiB page one map call per
     // small step would be thousands of calls for what 2 MiB steps do in hundreds.
     size_t need = target - segment->mapped, least = self->policy.small_segment;
-    if (need < least) need = segment->mapped + least > segment->size ? segment->size - segment->mapped : least;
+    if (need < least)
+      need = segment->mapped + least > segment->size ? segment->size - segment->mapped : least;
     if (!reserve_bytes(self, need)) {
       pthread_mutex_unlock(&s->lock);
       if (devbuf__growable_shrink(self, false)) continue; // room made elsewhere: again
-      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping %zu more bytes for a block of %zu is over the memory limit",
+      return devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                           "mapping %zu more bytes for a block of %zu is over the memory limit",
                            need, block->size);
     }
     bool pushed = push_chunk(segment, need);
-    devbuf_status status = pushed ? self->upstream->ops->map(self->upstream, &segment->upstream, segment->mapped, need)
-                                  : devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record a mapping");
+    devbuf_status status =
+        pushed ? self->upstream->ops->map(self->upstream, &segment->upstream, segment->mapped, need)
+               : devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record a mapping");
     if (status != DEVBUF_OK) {
       if (pushed) segment->chunk_count--;
       atomic_fetch_sub(&self->reserved, need);
       pthread_mutex_unlock(&s->lock);
       // The system may refuse while other growable segments hold free ends: those first.
-      if (status == DEVBUF_OUT_OF_MEMORY && pushed && devbuf__growable_shrink(self, false)) continue;
+      if (status == DEVBUF_OUT_OF_MEMORY && pushed && devbuf__growable_shrink(self, false))
+        continue;
       return status;
     }
     *out_grew = true;
@@ -107,11 +112,14 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
 static size_t shrink_segment(caching_allocator *self, csegment *segment) {
   const cblock *last = segment->first;
   while (last->after) last = last->after;
-  size_t keep = atomic_load_explicit(&last->state, memory_order_relaxed) == BLOCK_FREE ? last->offset : segment->size;
+  size_t keep = atomic_load_explicit(&last->state, memory_order_relaxed) == BLOCK_FREE
+                    ? last->offset
+                    : segment->size;
   for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) // work may still use those
     if (r->offset + r->size > keep) keep = r->offset + r->size;
   size_t freed = 0;
-  while (segment->chunk_count && segment->mapped - segment->chunks[segment->chunk_count - 1] >= keep) {
+  while (segment->chunk_count &&
+         segment->mapped - segment->chunks[segment->chunk_count - 1] >= keep) {
     size_t size = segment->chunks[--segment->chunk_count];
     segment->mapped -= size;
     self->upstream->ops->unmap(self->upstream, &segment->upstream, segment->mapped, size);
@@ -137,7 +145,9 @@ bool devbuf__growable_shrink(caching_allocator *self, bool all) {
 
 size_t devbuf__growable_mapped_part(const cblock *block) {
   size_t mapped = block->segment->mapped;
-  return block->offset >= mapped ? 0 : block->offset + block->size > mapped ? mapped - block->offset : block->size;
+  return block->offset >= mapped                ? 0
+         : block->offset + block->size > mapped ? mapped - block->offset
+                                                : block->size;
 }
 
 void devbuf__growable_release(caching_allocator *self, csegment *segment) {

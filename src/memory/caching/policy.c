@@ -29,12 +29,15 @@ int devbuf__policy_pool(const segment_policy *policy, size_t size) {
   return size <= policy->small_max ? POOL_SMALL : POOL_LARGE;
 }
 
-size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size, uint64_t pool_reserved,
-                                   bool burst, size_t largest_request, uint64_t room) {
+size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_t size,
+                                   uint64_t pool_reserved, bool burst, size_t largest_request,
+                                   uint64_t room) {
   size_t least = caching_round_up(size, policy->page);
   if (!least || least > room) return 0;
   bool medium = pool == POOL_LARGE && size <= policy->medium_max;
-  size_t chosen = pool == POOL_SMALL ? policy->small_segment : medium ? policy->medium_segment : least;
+  size_t chosen = pool == POOL_SMALL ? policy->small_segment
+                  : medium           ? policy->medium_segment
+                                     : least;
   if (medium && burst && policy->burst_shift) {
     size_t grown = caching_round_up((size_t)(pool_reserved >> policy->burst_shift), policy->page);
     size_t cap = largest_request > SIZE_MAX / policy->burst_blocks

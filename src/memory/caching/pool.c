@@ -16,7 +16,9 @@ static bool key_less(size_t size, uint64_t serial, size_t offset, const cblock *
   return offset < b->offset;
 }
 
-static bool block_less(const cblock *a, const cblock *b) { return key_less(a->size, a->segment->serial, a->offset, b); }
+static bool block_less(const cblock *a, const cblock *b) {
+  return key_less(a->size, a->segment->serial, a->offset, b);
+}
 
 // Whether block `b` is ordered before the key (size, serial, offset).
 static bool block_before_key(const cblock *b, size_t size, uint64_t serial, size_t offset) {
@@ -113,14 +115,16 @@ static void free_insert(caching_allocator *self, shard *s, cblock *block) {
   atomic_store_explicit(&block->state, BLOCK_FREE, memory_order_relaxed);
   pool->free_root = tree_insert(pool->free_root, block);
   atomic_fetch_add_explicit(&s->free_blocks, 1, memory_order_relaxed);
-  if (!block->segment->growable) atomic_fetch_add_explicit(&self->free_bytes, block->size, memory_order_relaxed);
+  if (!block->segment->growable)
+    atomic_fetch_add_explicit(&self->free_bytes, block->size, memory_order_relaxed);
 }
 
 static void free_remove(caching_allocator *self, shard *s, cblock *block) {
   cpool *pool = &s->pools[block->segment->pool];
   pool->free_root = tree_erase(pool->free_root, block);
   atomic_fetch_sub_explicit(&s->free_blocks, 1, memory_order_relaxed);
-  if (!block->segment->growable) atomic_fetch_sub_explicit(&self->free_bytes, block->size, memory_order_relaxed);
+  if (!block->segment->growable)
+    atomic_fetch_sub_explicit(&self->free_bytes, block->size, memory_order_relaxed);
 }
 
 // ---- block records --------------------------------------------------------------------------
@@ -162,8 +166,8 @@ void devbuf__segment_check_idle(caching_allocator *self, csegment *segment) {
   if (!s->idle_oldest) s->idle_oldest = segment;
 }
 
-csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool, const devbuf_memory_t *upstream,
-                                 size_t size, bool growable) {
+csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool,
+                                 const devbuf_memory_t *upstream, size_t size, bool growable) {
   csegment *segment = devbuf__calloc(1, sizeof *segment);
   cblock *block = segment ? record_new(segment, 0, size) : NULL;
   if (!block) {
@@ -202,7 +206,8 @@ csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s) {
 
 void devbuf__segment_give_back(caching_allocator *self, csegment *segment) {
   atomic_fetch_sub_explicit(&self->reserved, segment->size, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&self->pool_reserved[segment->pool], segment->size, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&self->pool_reserved[segment->pool], segment->size,
+                            memory_order_relaxed);
   atomic_fetch_sub_explicit(&self->segments, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&self->system_frees, 1, memory_order_relaxed);
   devbuf_allocator_free(self->upstream, &segment->upstream);
@@ -272,7 +277,8 @@ static cblock *carve(caching_allocator *self, shard *s, cblock *block, size_t st
 // Calls `visit` for each in-flight range that [offset, offset + size) of the segment
 // overlaps, in that range's own offsets; false as soon as one answers false.
 static bool visit_in_flight(const csegment *segment, size_t offset, size_t size,
-                            bool (*visit)(void *context, void *fence, size_t offset, size_t size), void *context) {
+                            bool (*visit)(void *context, void *fence, size_t offset, size_t size),
+                            void *context) {
   for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) {
     size_t low = r->offset > offset ? r->offset : offset;
     size_t high = r->offset + r->size < offset + size ? r->offset + r->size : offset + size;
@@ -282,15 +288,16 @@ static bool visit_in_flight(const csegment *segment, size_t offset, size_t size,
 }
 
 cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t size, bool ordered,
-                          bool (*visit)(void *context, void *fence, size_t offset, size_t size), void *context,
-                          bool *out_refused) {
+                          bool (*visit)(void *context, void *fence, size_t offset, size_t size),
+                          void *context, bool *out_refused) {
   *out_refused = false;
   cpool *p = &s->pools[pool];
   size_t start = 0;
   cblock *block = tree_lower_bound(p->free_root, size, 0, 0);
   if (!ordered)
     while (block && !find_clear_start(block, size, &start))
-      block = tree_lower_bound(p->free_root, block->size, block->segment->serial, block->offset + 1);
+      block =
+          tree_lower_bound(p->free_root, block->size, block->segment->serial, block->offset + 1);
   if (!block) return NULL;
   if (ordered) start = block->offset;
   free_remove(self, s, block);
@@ -308,7 +315,8 @@ cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t si
   block->host = memory->host ? (char *)memory->host + block->offset : NULL;
   block->device = self->handles ? memory->device : memory->device + block->offset;
   block->device_offset = self->handles ? memory->offset + block->offset : 0;
-  if (ordered && segment->in_flight && !visit_in_flight(segment, block->offset, block->size, visit, context)) {
+  if (ordered && segment->in_flight &&
+      !visit_in_flight(segment, block->offset, block->size, visit, context)) {
     devbuf__pool_put(self, s, block);
     *out_refused = true;
     return NULL;

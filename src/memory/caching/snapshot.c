@@ -4,7 +4,6 @@
 
 #include <stdlib.h>
 
-
 typedef struct picture {
   devbuf_allocator_snapshot_t public;
   devbuf_snapshot_segment_t *segments;
@@ -59,7 +58,8 @@ static bool add_free(picture *p, const csegment *segment, const cblock *block) {
       }
       if (next > end) next = end;
     }
-    if (!add_block(p, at, next - at, in_flight ? DEVBUF_BLOCK_IN_FLIGHT : DEVBUF_BLOCK_FREE)) return false;
+    if (!add_block(p, at, next - at, in_flight ? DEVBUF_BLOCK_IN_FLIGHT : DEVBUF_BLOCK_FREE))
+      return false;
     at = next;
   }
   return true;
@@ -74,14 +74,16 @@ static bool add_segment(picture *p, const csegment *segment) {
     p->segment_capacity = capacity;
   }
   size_t first = p->block_count;
-  size_t size = segment->growable ? segment->mapped : segment->size; // a growable one: what is mapped
+  size_t size =
+      segment->growable ? segment->mapped : segment->size; // a growable one: what is mapped
   for (const cblock *block = segment->first; block && block->offset < size; block = block->after) {
     block_state state = atomic_load_explicit(&block->state, memory_order_relaxed);
     cblock mapped_part = *block;
     if (segment->growable) mapped_part.size = devbuf__growable_mapped_part(block);
     bool ok = state == BLOCK_FREE ? add_free(p, segment, &mapped_part)
                                   : add_block(p, block->offset, block->size,
-                                              state == BLOCK_BINNED ? DEVBUF_BLOCK_THREAD_CACHED : DEVBUF_BLOCK_ACTIVE);
+                                              state == BLOCK_BINNED ? DEVBUF_BLOCK_THREAD_CACHED
+                                                                    : DEVBUF_BLOCK_ACTIVE);
     if (!ok) return false;
   }
   // Block pointers are set once every block is in place (the array may still move).
@@ -97,11 +99,13 @@ static bool add_segment(picture *p, const csegment *segment) {
 }
 
 static int by_serial(const void *a, const void *b) {
-  uint64_t x = ((const devbuf_snapshot_segment_t *)a)->serial, y = ((const devbuf_snapshot_segment_t *)b)->serial;
+  uint64_t x = ((const devbuf_snapshot_segment_t *)a)->serial,
+           y = ((const devbuf_snapshot_segment_t *)b)->serial;
   return (x > y) - (x < y);
 }
 
-devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator, devbuf_allocator_snapshot_t **out) {
+devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator,
+                                       devbuf_allocator_snapshot_t **out) {
   devbuf__caching_validate((caching_allocator *)allocator);
   caching_allocator *self = (caching_allocator *)allocator;
   picture *p = devbuf__calloc(1, sizeof *p);
@@ -109,7 +113,8 @@ devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator, devbuf_all
   for (int i = 0; i < SHARD_COUNT && ok; i++) {
     shard *s = &self->shards[i];
     pthread_mutex_lock(&s->lock);
-    for (const csegment *segment = s->segments; segment && ok; segment = segment->next) ok = add_segment(p, segment);
+    for (const csegment *segment = s->segments; segment && ok; segment = segment->next)
+      ok = add_segment(p, segment);
     pthread_mutex_unlock(&s->lock);
   }
   if (!ok) {
@@ -122,7 +127,8 @@ devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator, devbuf_all
   }
   for (size_t i = 0; i < p->public.segment_count; i++)
     p->segments[i].blocks = p->blocks + (uintptr_t)p->segments[i].blocks;
-  if (p->public.segment_count) qsort(p->segments, p->public.segment_count, sizeof *p->segments, by_serial);
+  if (p->public.segment_count)
+    qsort(p->segments, p->public.segment_count, sizeof *p->segments, by_serial);
   p->public.segments = p->segments;
   *out = &p->public;
   return DEVBUF_OK;

@@ -26,7 +26,8 @@ void devbuf__tcache_init_bins(caching_allocator *self) {
   size_t page = self->policy.page;
   for (size_t c = 1; c <= self->small_classes; c++) self->bin_size[count++] = c * GRANULE;
   if (self->small_limit == page)
-    for (size_t pages = 2; pages <= TCACHE_MAX_PAGES; pages++) self->bin_size[count++] = pages * page;
+    for (size_t pages = 2; pages <= TCACHE_MAX_PAGES; pages++)
+      self->bin_size[count++] = pages * page;
   for (size_t i = 0; i < count; i++) {
     size_t capacity = TCACHE_CLASS_BYTES / self->bin_size[i];
     self->bin_capacity[i] = capacity < TCACHE_MIN_BLOCKS ? TCACHE_MIN_BLOCKS : (uint32_t)capacity;
@@ -37,7 +38,8 @@ void devbuf__tcache_init_bins(caching_allocator *self) {
 uint32_t devbuf__tcache_bin_of(const caching_allocator *self, size_t size) {
   if (size <= self->small_limit) return (uint32_t)(size / GRANULE - 1);
   size_t index = self->small_classes + (size >> self->page_shift) - 2;
-  return index < self->bin_count && self->bin_size[index] == size ? (uint32_t)index : (uint32_t)self->bin_count;
+  return index < self->bin_count && self->bin_size[index] == size ? (uint32_t)index
+                                                                  : (uint32_t)self->bin_count;
 }
 
 static int by_release(const void *a, const void *b) {
@@ -47,7 +49,8 @@ static int by_release(const void *a, const void *b) {
 
 bool devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back) {
   size_t total = 0;
-  for (size_t c = 0; c < self->bin_count; c++) total += atomic_load_explicit(&cache->bin_count[c], memory_order_relaxed);
+  for (size_t c = 0; c < self->bin_count; c++)
+    total += atomic_load_explicit(&cache->bin_count[c], memory_order_relaxed);
   if (!total) return false;
   // Into the shared pools in release order: segments then become idle in the true order.
   cblock **blocks = devbuf__malloc(total * sizeof *blocks);
@@ -56,7 +59,8 @@ bool devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_
     while (cache->bins[c]) {
       cblock *block = cache->bins[c];
       cache->bins[c] = block->bin_next;
-      atomic_store_explicit(&cache->bin_count[c], atomic_load_explicit(&cache->bin_count[c], memory_order_relaxed) - 1,
+      atomic_store_explicit(&cache->bin_count[c],
+                            atomic_load_explicit(&cache->bin_count[c], memory_order_relaxed) - 1,
                             memory_order_relaxed);
       if (blocks)
         blocks[n++] = block;
@@ -99,7 +103,8 @@ static void create_exit_key(void) { pthread_key_create(&exit_key, on_thread_exit
 // Adopts a cache left by an exited thread, or makes one. Caller holds global_lock.
 static tcache *adopt_or_create(caching_allocator *self) {
   tcache *cache = NULL;
-  for (tcache *c = atomic_load_explicit(&self->threads, memory_order_relaxed); c && !cache; c = c->next)
+  for (tcache *c = atomic_load_explicit(&self->threads, memory_order_relaxed); c && !cache;
+       c = c->next)
     if (!c->adopted) cache = c;
   if (!cache) {
     cache = devbuf__calloc(1, sizeof *cache);
@@ -111,7 +116,8 @@ static tcache *adopt_or_create(caching_allocator *self) {
   cache->adopted = true;
   cache->seen_epoch = atomic_load_explicit(&self->flush_epoch, memory_order_acquire);
   cache->bins_on = atomic_load(&self->bins_allowed);
-  atomic_store_explicit(&cache->local_peak, atomic_load_explicit(&cache->active, memory_order_relaxed),
+  atomic_store_explicit(&cache->local_peak,
+                        atomic_load_explicit(&cache->active, memory_order_relaxed),
                         memory_order_relaxed);
   return cache;
 }
@@ -157,7 +163,8 @@ static void obey_flush_requests(caching_allocator *self, tcache *cache) {
 }
 
 tcache *devbuf__tcache_get(caching_allocator *self) {
-  tcache *cache = DEVBUF_LIKELY(slots[0].allocator_id == self->id) ? slots[0].cache : find_slow(self);
+  tcache *cache =
+      DEVBUF_LIKELY(slots[0].allocator_id == self->id) ? slots[0].cache : find_slow(self);
   if (cache) obey_flush_requests(self, cache);
   return cache;
 }
@@ -167,22 +174,25 @@ static inline tcache *hot_cache(caching_allocator *self) {
   if (DEVBUF_UNLIKELY(slots[0].allocator_id != self->id)) return NULL;
   tcache *cache = slots[0].cache;
   if (DEVBUF_UNLIKELY(!cache->bins_on ||
-                      atomic_load_explicit(&self->flush_epoch, memory_order_relaxed) != cache->seen_epoch))
+                      atomic_load_explicit(&self->flush_epoch, memory_order_relaxed) !=
+                          cache->seen_epoch))
     return NULL;
   return cache;
 }
 
 static inline void bin_count_add(tcache *cache, size_t bin, uint32_t delta) {
-  atomic_store_explicit(&cache->bin_count[bin], atomic_load_explicit(&cache->bin_count[bin], memory_order_relaxed) + delta,
+  atomic_store_explicit(&cache->bin_count[bin],
+                        atomic_load_explicit(&cache->bin_count[bin], memory_order_relaxed) + delta,
                         memory_order_relaxed);
 }
 
 bool devbuf__tcache_alloc(caching_allocator *self, size_t requested, devbuf_memory_t *out) {
   tcache *cache = hot_cache(self);
   if (!cache || requested > self->bin_size[self->bin_count - 1]) return false;
-  size_t bin = requested <= self->small_limit
-                   ? (requested + GRANULE - 1) / GRANULE - 1
-                   : self->small_classes + ((requested + self->policy.page - 1) >> self->page_shift) - 2;
+  size_t bin =
+      requested <= self->small_limit
+          ? (requested + GRANULE - 1) / GRANULE - 1
+          : self->small_classes + ((requested + self->policy.page - 1) >> self->page_shift) - 2;
   cblock *block = cache->bins[bin];
   if (!block) return false;
   cache->bins[bin] = block->bin_next;

@@ -37,13 +37,15 @@ typedef struct tree_walk {
 static void walk(tree_walk *w, const cblock *node, uint32_t parent_priority, int depth) {
   if (!node) return;
   if (depth > 4096) broken("free tree deeper than 4096: a cycle?");
-  if (node->priority > parent_priority) broken("free tree: heap order broken at offset %zu", node->offset);
+  if (node->priority > parent_priority)
+    broken("free tree: heap order broken at offset %zu", node->offset);
   walk(w, node->left, node->priority, depth + 1);
   if (atomic_load_explicit(&node->state, memory_order_relaxed) != BLOCK_FREE)
     broken("a block in the free tree is not free (offset %zu, size %zu)", node->offset, node->size);
   if (node->segment->shard != w->shard || node->segment->pool != w->pool)
     broken("a free block sits in another shard's or pool's tree (offset %zu)", node->offset);
-  if (w->previous && !key_before(w->previous, node)) broken("free tree out of (size, segment, offset) order");
+  if (w->previous && !key_before(w->previous, node))
+    broken("free tree out of (size, segment, offset) order");
   w->previous = node;
   w->count++;
   walk(w, node->right, node->priority, depth + 1);
@@ -61,36 +63,42 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
     broken("shard counts %zu free blocks, its trees hold %zu",
            (size_t)atomic_load_explicit(&s->free_blocks, memory_order_relaxed), tree_blocks);
   for (const csegment *segment = s->segments; segment; segment = segment->next) {
-    if (segment->shard != s) broken("segment %llu listed in another shard", (unsigned long long)segment->serial);
+    if (segment->shard != s)
+      broken("segment %llu listed in another shard", (unsigned long long)segment->serial);
     size_t offset = 0, used = 0;
     const cblock *before = NULL;
     for (const cblock *block = segment->first; block; before = block, block = block->after) {
-      if (block->segment != segment || block->before != before || block->offset != offset || !block->size)
-        broken("segment %llu: blocks do not tile it at offset %zu", (unsigned long long)segment->serial, offset);
+      if (block->segment != segment || block->before != before || block->offset != offset ||
+          !block->size)
+        broken("segment %llu: blocks do not tile it at offset %zu",
+               (unsigned long long)segment->serial, offset);
       uint8_t state = atomic_load_explicit(&block->state, memory_order_relaxed);
       if (state == BLOCK_FREE) {
         listed_free++;
         if (before && atomic_load_explicit(&before->state, memory_order_relaxed) == BLOCK_FREE)
-          broken("segment %llu: free neighbours at offset %zu were not merged", (unsigned long long)segment->serial,
-                 offset);
+          broken("segment %llu: free neighbours at offset %zu were not merged",
+                 (unsigned long long)segment->serial, offset);
       } else {
         used++;
       }
       offset += block->size;
     }
     if (segment->first && offset != segment->size)
-      broken("segment %llu: blocks cover %zu of its %zu bytes", (unsigned long long)segment->serial, offset,
-             segment->size);
+      broken("segment %llu: blocks cover %zu of its %zu bytes", (unsigned long long)segment->serial,
+             offset, segment->size);
     if (used != segment->used_blocks)
       broken("segment %llu counts %zu used blocks, holds %zu", (unsigned long long)segment->serial,
              segment->used_blocks, used);
     if (segment->idle && (used || segment->in_flight))
-      broken("segment %llu is idle with blocks in use or in flight", (unsigned long long)segment->serial);
+      broken("segment %llu is idle with blocks in use or in flight",
+             (unsigned long long)segment->serial);
     for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
       if (r->segment != segment || r->offset > segment->size || r->size > segment->size - r->offset)
-        broken("segment %llu: an in-flight range lies outside it", (unsigned long long)segment->serial);
+        broken("segment %llu: an in-flight range lies outside it",
+               (unsigned long long)segment->serial);
   }
-  if (listed_free != tree_blocks) broken("segments hold %zu free blocks, the trees %zu", listed_free, tree_blocks);
+  if (listed_free != tree_blocks)
+    broken("segments hold %zu free blocks, the trees %zu", listed_free, tree_blocks);
 }
 
 void devbuf__caching_debug_step(caching_allocator *self, shard *s) {
@@ -107,10 +115,12 @@ void devbuf__caching_validate(caching_allocator *self) {
       if (segment->idle) idle_bytes += segment->size;
       if (segment->growable) continue;
       for (const cblock *block = segment->first; block; block = block->after)
-        if (atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_FREE) free_bytes += block->size;
+        if (atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_FREE)
+          free_bytes += block->size;
     }
   }
-  uint64_t counted_free = atomic_load(&self->free_bytes), counted_idle = atomic_load(&self->idle_bytes);
+  uint64_t counted_free = atomic_load(&self->free_bytes),
+           counted_idle = atomic_load(&self->idle_bytes);
   for (int i = SHARD_COUNT - 1; i >= 0; i--) pthread_mutex_unlock(&self->shards[i].lock);
   if (free_bytes != counted_free)
     broken("free trees hold %llu bytes, the figure says %llu", (unsigned long long)free_bytes,
