@@ -108,22 +108,7 @@ devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer) {
 void devbuf_buffer_release(devbuf_buffer_t *buffer) {
   if (!buffer || !devbuf__ref_drop(&buffer->refs)) return;
   devbuf__storage *storage = buffer->storage;
-  if (atomic_load_explicit(
-          &storage->open_accesses,
-          memory_order_acquire)) { // close what this handle left open, so no record names it
-    pthread_mutex_lock(&storage->lock);
-    for (devbuf__host_access **link = &storage->accesses; *link;) {
-      devbuf__host_access *access = *link;
-      if (access->handle == buffer) {
-        *link = access->next;
-        atomic_fetch_sub(&storage->open_accesses, 1);
-        devbuf__free(access);
-      } else {
-        link = &access->next;
-      }
-    }
-    pthread_mutex_unlock(&storage->lock);
-  }
+  devbuf__host_access_close_handle(storage, buffer); // so that no record names it
   devbuf__storage_release(storage);
   devbuf__free(buffer);
 }

@@ -4,26 +4,6 @@
 
 #include <string.h>
 
-#define HOST_OPERATION_RANGES 2 // a copy within one storage: its source and its destination
-
-// An empty range overlaps nothing, not even a range around its offset.
-static bool ranges_overlap(size_t a_offset, size_t a_size, size_t b_offset, size_t b_size) {
-  return a_size && b_size && a_offset < b_offset + b_size && b_offset < a_offset + a_size;
-}
-
-devbuf_status devbuf__check_host_conflicts(devbuf__storage *storage, size_t offset, size_t size,
-                                           bool write, const char *what) {
-  for (const devbuf__host_access *access = storage->accesses; access; access = access->next) {
-    if ((write || access->write) && ranges_overlap(offset, size, access->offset, access->size))
-      return devbuf__error(
-          DEVBUF_HOST_ACCESS_OPEN,
-          "%s of bytes [%zu, %zu) of storage %llu: a host %s access to bytes [%zu, %zu) is open",
-          what, offset, offset + size, (unsigned long long)storage->id,
-          access->write ? "write" : "read", access->offset, access->offset + access->size);
-  }
-  return DEVBUF_OK;
-}
-
 // Checks what every host access needs and returns the view's address.
 static devbuf_status prepare_host(devbuf_buffer_t *buffer, bool write, const char *what,
                                   char **out_data) {
@@ -43,50 +23,6 @@ static devbuf_status prepare_host(devbuf_buffer_t *buffer, bool write, const cha
   return DEVBUF_OK;
 }
 
-// Records `count` host accesses at once when no submitted work conflicts, treating
-// the storage's own work as `own` says. With `exclusive`, other open host accesses that
-// conflict refuse them (HOST_ACCESS_OPEN): copies need that; host pointers from several
-// threads may overlap, as the CPU orders its own threads. The new accesses never conflict
-// with each other (a copy within one storage reads one range and writes the other).
-// Recorded accesses make racing submissions refuse.
-static devbuf_status record_accesses(devbuf__storage *storage, const devbuf__host_access *wanted,
-                                     size_t count, devbuf__own_work own, bool exclusive,
-                                     const char *what, devbuf__host_access **out_accesses) {
-  devbuf__host_access *records[HOST_OPERATION_RANGES] = {NULL, NULL};
-  devbuf__byte_range ranges[HOST_OPERATION_RANGES] = {{0, 0, false}, {0, 0, false}};
-  if (count > HOST_OPERATION_RANGES)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: %zu ranges at once (at most %d)", what,
-                         count, HOST_OPERATION_RANGES);
-  for (size_t i = 0; i < count; i++) {
-    records[i] = devbuf__malloc(sizeof *records[i]);
-    if (!records[i]) {
-      devbuf__free(records[0]);
-      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory for an access record", what);
-    }
-    *records[i] = wanted[i];
-    ranges[i] = (devbuf__byte_range){wanted[i].offset, wanted[i].size, wanted[i].write};
-  }
-  struct devbuf__hazard *hazard = NULL;
-  devbuf_status status = devbuf__storage_lock_idle(storage, ranges, count, own, what, &hazard);
-  if (status == DEVBUF_OK) { // holding the storage's and the tracker's locks
-    for (size_t i = 0; i < count && exclusive && status == DEVBUF_OK; i++)
-      status = devbuf__check_host_conflicts(storage, ranges[i].offset, ranges[i].size,
-                                            ranges[i].write, what);
-    for (size_t i = 0; i < count && status == DEVBUF_OK; i++) {
-      records[i]->next = storage->accesses;
-      storage->accesses = records[i];
-      atomic_fetch_add(&storage->open_accesses, 1);
-    }
-    devbuf__storage_unlock(storage, hazard);
-  }
-  if (status != DEVBUF_OK) {
-    for (size_t i = 0; i < count; i++) devbuf__free(records[i]);
-    return status;
-  }
-  for (size_t i = 0; i < count && out_accesses; i++) out_accesses[i] = records[i];
-  return DEVBUF_OK;
-}
-
 static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, devbuf__own_work own,
                                  const char *what, char **out_data) {
   char *data = NULL;
@@ -97,7 +33,7 @@ static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, devbuf__ow
                                 .offset = buffer->offset,
                                 .size = buffer->size,
                                 .write = write};
-  status = record_accesses(buffer->storage, &wanted, 1, own, false, what, NULL);
+  status = devbuf__host_access_open(buffer->storage, &wanted, 1, own, false, what, NULL);
   if (status == DEVBUF_OK) *out_data = data;
   return status;
 }
@@ -105,24 +41,16 @@ static devbuf_status open_access(devbuf_buffer_t *buffer, bool write, devbuf__ow
 devbuf_status devbuf__host_operation_begin(devbuf__storage *storage,
                                            const devbuf__byte_range *ranges, size_t count,
                                            const char *what, devbuf__host_access **out_accesses) {
-  devbuf__host_access wanted[HOST_OPERATION_RANGES] = {{.write = false}, {.write = false}};
-  for (size_t i = 0; i < count && i < HOST_OPERATION_RANGES; i++)
+  devbuf__host_access wanted[DEVBUF__HOST_ACCESS_RANGES] = {{.write = false}, {.write = false}};
+  for (size_t i = 0; i < count && i < DEVBUF__HOST_ACCESS_RANGES; i++)
     wanted[i] = (devbuf__host_access){
         .offset = ranges[i].offset, .size = ranges[i].size, .write = ranges[i].write};
-  return record_accesses(storage, wanted, count, DEVBUF__OWN_WAIT, true, what, out_accesses);
+  return devbuf__host_access_open(storage, wanted, count, DEVBUF__OWN_WAIT, true, what,
+                                  out_accesses);
 }
 
 void devbuf__host_operation_end(devbuf__storage *storage, devbuf__host_access *access) {
-  pthread_mutex_lock(&storage->lock);
-  for (devbuf__host_access **link = &storage->accesses; *link; link = &(*link)->next) {
-    if (*link == access) {
-      *link = access->next;
-      atomic_fetch_sub(&storage->open_accesses, 1);
-      break;
-    }
-  }
-  pthread_mutex_unlock(&storage->lock);
-  devbuf__free(access);
+  devbuf__host_access_close(storage, access);
 }
 
 static devbuf_status contents(devbuf_buffer_t *buffer, bool write, devbuf__own_work own,
@@ -158,36 +86,15 @@ devbuf_status devbuf_buffer_contents_mut_wait(devbuf_buffer_t *buffer, void **ou
 
 devbuf_status devbuf_buffer_end_access(devbuf_buffer_t *buffer, const void *data) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "end_access: buffer is NULL");
-  devbuf__storage *storage = buffer->storage;
-  devbuf__host_access *found = NULL;
-  pthread_mutex_lock(&storage->lock);
-  for (devbuf__host_access **link = &storage->accesses; *link; link = &(*link)->next) {
-    if ((*link)->handle == buffer && (*link)->data == data) {
-      found = *link;
-      *link = found->next;
-      atomic_fetch_sub(&storage->open_accesses, 1);
-      break;
-    }
-  }
-  pthread_mutex_unlock(&storage->lock);
-  if (!found)
+  if (!devbuf__host_access_close_at(buffer->storage, buffer, data))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "end_access: buffer %llu has no open access at %p",
                          (unsigned long long)buffer->handle_id, data);
-  devbuf__free(found);
   return DEVBUF_OK;
 }
 
 size_t devbuf_buffer_open_accesses(const devbuf_buffer_t *buffer) {
-  if (!buffer) return 0;
-  devbuf__storage *storage = buffer->storage;
-  size_t count = 0;
-  pthread_mutex_lock(&storage->lock);
-  for (const devbuf__host_access *access = storage->accesses; access; access = access->next)
-    count += ranges_overlap(buffer->offset, buffer->size, access->offset, access->size) ||
-             (buffer->size == 0 && access->handle == buffer);
-  pthread_mutex_unlock(&storage->lock);
-  return count;
+  return buffer ? devbuf__host_access_count(buffer->storage, buffer) : 0;
 }
 
 static devbuf_status check_dtype(const devbuf_buffer_t *buffer, devbuf_dtype dtype,

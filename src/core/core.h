@@ -5,6 +5,10 @@
 
 #include "../memory/memory.h"
 
+struct devbuf__hazard; // hazard.h: a storage's tracker of in-flight uses, its records and deps
+struct devbuf__record;
+struct devbuf__dep;
+
 typedef enum devbuf__storage_state {
   DEVBUF__UNALLOCATED = 0,
   DEVBUF__ALLOCATED = 1,
@@ -70,6 +74,13 @@ devbuf_status devbuf__storage_ensure_allocated_for_work(devbuf__storage *storage
 // The storage's hazard tracker, made if needed; NULL when out of memory. Caller holds
 // storage->lock.
 struct devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage);
+// Records a use of the storage's bytes by submitted work, `record` (its work's fence names
+// the queue), in the storage's tracker (made if needed; *out_hazard): the conflicting
+// work of other queues and the unfinished work of the bytes' earlier owners join the
+// dependency list. HOST_ACCESS_OPEN if an open host access races with it.
+devbuf_status devbuf__storage_track_use(devbuf__storage *storage, struct devbuf__record *record,
+                                        struct devbuf__dep **deps, size_t *dep_count,
+                                        size_t *dep_capacity, struct devbuf__hazard **out_hazard);
 // What a host operation does about submitted work on its bytes that was submitted through
 // this storage. (Work of a previous owner of reused memory is always waited for.)
 typedef enum devbuf__own_work {
@@ -115,10 +126,31 @@ devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_
 devbuf_status devbuf__shape_bytes(devbuf_dtype dtype, const size_t *shape, size_t ndim,
                                   size_t *out_bytes, size_t *out_count);
 
+// ---- host-access records (host_access.c, their one owner) ----
+
 // HOST_ACCESS_OPEN if a host access conflicts with an operation on storage bytes
 // [offset, offset + size) (a write conflicts with any access, a read with write access).
 // Caller holds storage->lock.
 devbuf_status devbuf__check_host_conflicts(devbuf__storage *storage, size_t offset, size_t size,
                                            bool write, const char *what);
+#define DEVBUF__HOST_ACCESS_RANGES 2 // a copy within one storage: its source and its destination
+// Opens `count` host accesses like `wanted` at once, when no submitted work conflicts
+// (treating the storage's own work as `own` says). With `exclusive`, other open accesses
+// that conflict refuse them (HOST_ACCESS_OPEN): copies need that; host pointers from
+// several threads may overlap, as the CPU orders its own threads. The new accesses never
+// conflict with each other. Open accesses make racing submissions refuse. *out_accesses
+// (optional): the records, to close.
+devbuf_status devbuf__host_access_open(devbuf__storage *storage, const devbuf__host_access *wanted,
+                                       size_t count, devbuf__own_work own, bool exclusive,
+                                       const char *what, devbuf__host_access **out_accesses);
+// Closes one record; the access a handle opened at `data` (false: none is open); every
+// access a handle left open (when it goes); every access of a storage that goes.
+void devbuf__host_access_close(devbuf__storage *storage, devbuf__host_access *access);
+bool devbuf__host_access_close_at(devbuf__storage *storage, const devbuf_buffer_t *handle,
+                                  const void *data);
+void devbuf__host_access_close_handle(devbuf__storage *storage, const devbuf_buffer_t *handle);
+void devbuf__host_access_close_all(devbuf__storage *storage);
+// Open accesses that overlap the view's bytes (or that an empty view opened).
+size_t devbuf__host_access_count(devbuf__storage *storage, const devbuf_buffer_t *buffer);
 
 #endif // DEVBUF_CORE_H

@@ -18,6 +18,7 @@ struct devbuf__fence {
   devbuf__refcount refs;
   atomic_bool done; // set once, when the work has completed (or failed, or was cancelled)
   const devbuf__fence_ops *ops;
+  devbuf_queue_t *queue; // whose order it keeps: later work of that queue needs no wait for it
 };
 
 static inline devbuf__fence *devbuf__fence_retain(devbuf__fence *fence) {

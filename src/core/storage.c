@@ -60,11 +60,7 @@ static bool reusable_for_work(const devbuf__storage *storage) {
 
 void devbuf__storage_release(devbuf__storage *storage) {
   if (!storage || !devbuf__ref_drop(&storage->refs)) return;
-  while (storage->accesses) { // left open by handles that were released: close them
-    devbuf__host_access *access = storage->accesses;
-    storage->accesses = access->next;
-    devbuf__free(access);
-  }
+  devbuf__host_access_close_all(storage); // left open by handles that were released
   devbuf__hazard *hazard = atomic_load(&storage->hazard);
   if (!hazard) {
     storage_finalize(storage);
@@ -168,6 +164,59 @@ devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage) {
     atomic_store_explicit(&storage->hazard, hazard, memory_order_release);
   }
   return hazard;
+}
+
+// ---- submitted work's uses --------------------------------------------------------------------
+
+// The record joins the tracker (whose lock the caller holds) with the work it conflicts with,
+// and the unfinished work of the bytes' earlier owners (but its own queue's) joins `deps`.
+static devbuf_status add_record(devbuf__storage *storage, devbuf__hazard *hazard,
+                                devbuf__record *record, devbuf__dep **deps, size_t *dep_count,
+                                size_t *dep_capacity) {
+  devbuf_queue_t *queue = record->work->queue;
+  if (!devbuf__hazard_add(hazard, record, queue, deps, dep_count, dep_capacity))
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
+  for (size_t i = 0; i < storage->inherited_count; i++) {
+    devbuf__fence *earlier = storage->inherited[i];
+    if (earlier->queue == queue || devbuf__fence_done(earlier)) continue; // its queue orders it
+    if (!devbuf__deps_push(deps, dep_count, dep_capacity, earlier, true))
+      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
+  }
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf__storage_track_use(devbuf__storage *storage, devbuf__record *record,
+                                        devbuf__dep **deps, size_t *dep_count, size_t *dep_capacity,
+                                        devbuf__hazard **out_hazard) {
+  // Fast path: no host access is open (they are opened holding the tracker's lock, so
+  // under it the count cannot change).
+  devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
+  if (hazard) {
+    devbuf__spin_lock(&hazard->lock);
+    if (!atomic_load(&storage->open_accesses)) {
+      devbuf_status status = add_record(storage, hazard, record, deps, dep_count, dep_capacity);
+      devbuf__spin_unlock(&hazard->lock);
+      if (status == DEVBUF_OK) *out_hazard = hazard;
+      return status;
+    }
+    devbuf__spin_unlock(&hazard->lock);
+  }
+  pthread_mutex_lock(&storage->lock);
+  devbuf_status status = devbuf__check_host_conflicts(storage, record->offset, record->size,
+                                                      record->write, "submitting work");
+  if (status == DEVBUF_OK) {
+    hazard = devbuf__storage_hazard_locked(storage);
+    if (!hazard)
+      status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a hazard tracker");
+  }
+  if (status == DEVBUF_OK) {
+    devbuf__spin_lock(&hazard->lock);
+    status = add_record(storage, hazard, record, deps, dep_count, dep_capacity);
+    devbuf__spin_unlock(&hazard->lock);
+    if (status == DEVBUF_OK) *out_hazard = hazard;
+  }
+  pthread_mutex_unlock(&storage->lock);
+  return status;
 }
 
 // The first of the ranges that submitted work conflicts with host access to, or NULL.

@@ -32,30 +32,10 @@ static devbuf_status check_use(devbuf_queue_t *queue, const devbuf_use_t *use, s
   return devbuf__storage_ensure_allocated_for_work(storage);
 }
 
-// Records a use in the storage's tracker (whose lock the caller holds), depending on the
-// conflicting work of other queues and on the unfinished work of the bytes' earlier owners.
-static devbuf_status add_record(devbuf__work *work, devbuf__work_use *slot,
-                                devbuf__storage *storage, devbuf__hazard *hazard) {
-  if (!devbuf__hazard_add(hazard, &slot->record, work->queue, &work->deps, &work->dep_count,
-                          &work->dep_capacity))
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
-  slot->hazard = hazard;
-  for (size_t i = 0; i < storage->inherited_count; i++) {
-    devbuf__work *earlier = devbuf__work_of(storage->inherited[i]);
-    if (earlier->queue == work->queue || devbuf__fence_done(&earlier->fence))
-      continue; // its own queue orders it
-    if (!devbuf__deps_push(&work->deps, &work->dep_count, &work->dep_capacity, &earlier->fence,
-                           true))
-      return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
-  }
-  return DEVBUF_OK;
-}
-
 // Records use `index` of `work`; HOST_ACCESS_OPEN if an open host access races with it.
 static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_use_t *use) {
   devbuf_buffer_t *buffer = use->buffer;
   devbuf__storage *storage = buffer->storage;
-  bool write = (use->access & DEVBUF_ACCESS_WRITE) != 0;
   devbuf__work_use *slot = &work->uses[index];
   slot->hazard = NULL;
   devbuf__work_data(work)[index] =
@@ -63,34 +43,12 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   devbuf__work_sizes(work)[index] = buffer->size;
   work->operands[index] = (devbuf__operand){storage->memory, buffer->offset, buffer->size};
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
-  slot->record = (devbuf__record){
-      .work = &work->fence, .offset = buffer->offset, .size = buffer->size, .write = write};
-  // Fast path: no host access is open (they are opened holding the tracker's lock).
-  devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
-  if (hazard) {
-    devbuf__spin_lock(&hazard->lock);
-    if (!atomic_load(&storage->open_accesses)) {
-      devbuf_status status = add_record(work, slot, storage, hazard);
-      devbuf__spin_unlock(&hazard->lock);
-      return status;
-    }
-    devbuf__spin_unlock(&hazard->lock);
-  }
-  pthread_mutex_lock(&storage->lock);
-  devbuf_status status =
-      devbuf__check_host_conflicts(storage, buffer->offset, buffer->size, write, "submitting work");
-  if (status == DEVBUF_OK) {
-    hazard = devbuf__storage_hazard_locked(storage);
-    if (!hazard)
-      status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a hazard tracker");
-  }
-  if (status == DEVBUF_OK) {
-    devbuf__spin_lock(&hazard->lock);
-    status = add_record(work, slot, storage, hazard);
-    devbuf__spin_unlock(&hazard->lock);
-  }
-  pthread_mutex_unlock(&storage->lock);
-  return status;
+  slot->record = (devbuf__record){.work = &work->fence,
+                                  .offset = buffer->offset,
+                                  .size = buffer->size,
+                                  .write = (use->access & DEVBUF_ACCESS_WRITE) != 0};
+  return devbuf__storage_track_use(storage, &slot->record, &work->deps, &work->dep_count,
+                                   &work->dep_capacity, &slot->hazard);
 }
 
 // Validates and records every use, then queues the item (or refuses it whole).

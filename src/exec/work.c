@@ -164,6 +164,7 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
   }
   devbuf__ref_init(&work->fence.refs, 1);
   work->fence.ops = &work_fence;
+  work->fence.queue = queue;
   atomic_init(&work->cancel, false);
   atomic_init(&work->fence.done, false);
   atomic_init(&work->waiters, 0);
