@@ -1,7 +1,7 @@
 // The caching allocator's hot path in instructions (deterministic, unlike timings on a shared
 // machine): run under callgrind by scripts/hot_path_instructions.sh, twice with different
 // counts, whose difference divided by the extra iterations is the cost of one cycle.
-// usage: hot_path_instructions allocator|buffer SIZE ITERATIONS
+// usage: hot_path_instructions allocator|buffer|queue SIZE ITERATIONS
 #include "devbuf.h"
 
 #include <stdbool.h>
@@ -15,6 +15,23 @@ int main(int argc, char **argv) {
   devbuf_device_t *cpu = NULL;
   if (devbuf_device_open("cpu", &cpu) != DEVBUF_OK) return 1;
   devbuf_allocator_t *allocator = devbuf_device_allocator(cpu);
+  if (strcmp(argv[1], "queue") == 0) { // a fill submitted, run and retired, 64 at a time
+    devbuf_queue_t *queue = NULL;
+    devbuf_buffer_t *buffer = NULL;
+    if (devbuf_queue_create(cpu, &queue) != DEVBUF_OK ||
+        devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK)
+      return 1;
+    unsigned char pattern = 7;
+    for (long i = 0; i < iterations; i++) {
+      if (devbuf_queue_fill(queue, buffer, &pattern, 1) != DEVBUF_OK) return 1;
+      if (i % 64 == 63 && devbuf_queue_finish(queue) != DEVBUF_OK) return 1;
+    }
+    devbuf_queue_finish(queue);
+    devbuf_buffer_release(buffer);
+    devbuf_queue_release(queue);
+    devbuf_device_release(cpu);
+    return 0;
+  }
   bool buffers = strcmp(argv[1], "buffer") == 0;
   for (long i = 0; i < iterations; i++) {
     if (buffers) { // devbuf_buffer_allocate + release: handle, storage and block

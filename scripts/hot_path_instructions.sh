@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Instructions per alloc + free of the device's caching allocator (256 B, 4 KiB, 64 KiB) and
-# per buffer allocate + release (4 KiB), counted by callgrind: deterministic figures for the
-# hot path, to compare two commits side by side (give each one's build folder).
+# Instructions per alloc + free of the device's caching allocator (256 B, 4 KiB, 64 KiB), per
+# buffer allocate + release (4 KiB) and per queued fill of 256 B (submitted, run, retired),
+# counted by callgrind: deterministic figures for the hot path, to compare two commits side
+# by side (give each one's build folder). The queue's figure includes its worker thread,
+# which callgrind runs interleaved with the submitter: it moves by a few instructions.
 # usage: scripts/hot_path_instructions.sh [BUILD_DIR]   (default build/release, after scripts/run.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +14,7 @@ program=$(mktemp)
 trap 'rm -f "$program"' EXIT
 cc -O2 -std=c11 -Iinclude bench/hot_path_instructions.c "$build/libdevbuf.a" -lpthread -ldl -lm -o "$program"
 instructions() { valgrind --tool=callgrind --callgrind-out-file=/dev/null "$program" "$@" 2>&1 | awk '/Collected/ {print $4}'; }
-for case in "allocator 256" "allocator 4096" "allocator 65536" "buffer 4096"; do
+for case in "allocator 256" "allocator 4096" "allocator 65536" "buffer 4096" "queue 256"; do
   set -- $case
   base=$(instructions "$1" "$2" 50000)
   more=$(instructions "$1" "$2" 100000)

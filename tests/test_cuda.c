@@ -572,8 +572,8 @@ static void test_native_handles(void) {
   CHECK_OK(devbuf_buffer_device_ptr(buffer, &address));
   uint32_t pattern = 0x5eed5eedu, *back = calloc(size, sizeof *back);
   CHECK_OK(devbuf_queue_fill(queue, buffer, &pattern, sizeof pattern));
-  CHECK_OK(
-      devbuf_queue_finish(queue)); // the worker enqueues on its own time: order through the host
+  // The worker enqueues on its own time: the order goes through the host.
+  CHECK_OK(devbuf_queue_finish(queue));
   CHECK(copy_async((unsigned long long)(uintptr_t)back, address, size * 4, stream) == 0);
   CHECK(synchronize(stream) == 0);
   size_t matching = 0;

@@ -283,8 +283,8 @@ static void test_native_handles(void) {
   size_t offset = 0;
   CHECK_OK(devbuf_buffer_device_handle(buffer, &mem, &offset));
   CHECK_OK(devbuf_queue_fill(queue, buffer, &pattern, sizeof pattern));
-  CHECK_OK(
-      devbuf_queue_finish(queue)); // the worker enqueues on its own time: order through the host
+  // The worker enqueues on its own time: the order goes through the host.
+  CHECK_OK(devbuf_queue_finish(queue));
   CHECK(read_buffer(command_queue, (void *)(uintptr_t)mem, 1 /* blocking */, offset, size * 4, back,
                     0, NULL, NULL) == 0);
   size_t matching = 0;

@@ -21,6 +21,7 @@ typedef struct devbuf__operand {
   size_t offset, size;
 } devbuf__operand;
 
+// Only the fields its kind reads are set.
 typedef struct devbuf__op {
   devbuf__op_kind kind;
   const devbuf__operand *operands;

@@ -188,34 +188,29 @@ static devbuf_status add_record(devbuf__storage *storage, devbuf__hazard *hazard
 devbuf_status devbuf__storage_track_use(devbuf__storage *storage, devbuf__record *record,
                                         devbuf__dep **deps, size_t *dep_count, size_t *dep_capacity,
                                         devbuf__hazard **out_hazard) {
-  // Fast path: no host access is open (they are opened holding the tracker's lock, so
-  // under it the count cannot change).
+  // Fast path: a tracker and no open host access (accesses are opened holding the tracker's
+  // lock, so under it the count cannot change). Otherwise under the storage's lock too.
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
-  if (hazard) {
-    devbuf__spin_lock(&hazard->lock);
-    if (!atomic_load(&storage->open_accesses)) {
-      devbuf_status status = add_record(storage, hazard, record, deps, dep_count, dep_capacity);
-      devbuf__spin_unlock(&hazard->lock);
-      if (status == DEVBUF_OK) *out_hazard = hazard;
+  bool storage_locked = false;
+  if (hazard) devbuf__spin_lock(&hazard->lock);
+  if (!hazard || atomic_load(&storage->open_accesses)) {
+    if (hazard) devbuf__spin_unlock(&hazard->lock);
+    pthread_mutex_lock(&storage->lock);
+    storage_locked = true;
+    devbuf_status status = devbuf__check_host_conflicts(storage, record->offset, record->size,
+                                                        record->write, "submitting work");
+    if (status == DEVBUF_OK && !(hazard = devbuf__storage_hazard_locked(storage)))
+      status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a hazard tracker");
+    if (status != DEVBUF_OK) {
+      pthread_mutex_unlock(&storage->lock);
       return status;
     }
-    devbuf__spin_unlock(&hazard->lock);
-  }
-  pthread_mutex_lock(&storage->lock);
-  devbuf_status status = devbuf__check_host_conflicts(storage, record->offset, record->size,
-                                                      record->write, "submitting work");
-  if (status == DEVBUF_OK) {
-    hazard = devbuf__storage_hazard_locked(storage);
-    if (!hazard)
-      status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a hazard tracker");
-  }
-  if (status == DEVBUF_OK) {
     devbuf__spin_lock(&hazard->lock);
-    status = add_record(storage, hazard, record, deps, dep_count, dep_capacity);
-    devbuf__spin_unlock(&hazard->lock);
-    if (status == DEVBUF_OK) *out_hazard = hazard;
   }
-  pthread_mutex_unlock(&storage->lock);
+  devbuf_status status = add_record(storage, hazard, record, deps, dep_count, dep_capacity);
+  devbuf__spin_unlock(&hazard->lock);
+  if (storage_locked) pthread_mutex_unlock(&storage->lock);
+  if (status == DEVBUF_OK) *out_hazard = hazard;
   return status;
 }
 

@@ -89,7 +89,36 @@ static void remove_use_group(retiring_use *uses, size_t count) {
   }
 }
 
+// Usually every use of a batch is of one buffer: its tracker's lock is taken once, in order.
+static bool remove_records_of_one_tracker(devbuf__work **items, size_t count) {
+  devbuf__hazard *hazard = NULL;
+  for (size_t i = 0; i < count; i++) {
+    for (size_t u = 0; u < items[i]->use_count; u++) {
+      devbuf__hazard *of_use = items[i]->uses[u].hazard;
+      if (of_use && hazard && of_use != hazard) return false;
+      if (of_use) hazard = of_use;
+    }
+  }
+  if (!hazard) return true;
+  void (*on_idle)(void *) = NULL;
+  void *idle_ctx = NULL;
+  devbuf__spin_lock(&hazard->lock);
+  for (size_t i = 0; i < count; i++) {
+    for (size_t u = 0; u < items[i]->use_count; u++) {
+      devbuf__work_use *use = &items[i]->uses[u];
+      if (!use->hazard) continue;
+      devbuf__hazard_remove_locked(hazard, &use->record, &on_idle, &idle_ctx);
+      use->hazard = NULL;
+    }
+  }
+  devbuf__hazard_wake_locked(hazard);
+  devbuf__spin_unlock(&hazard->lock);
+  if (on_idle) on_idle(idle_ctx); // may destroy the hazard: no use points to it any more
+  return true;
+}
+
 static void remove_records(devbuf__work **items, size_t count) {
+  if (remove_records_of_one_tracker(items, count)) return;
   retiring_use uses[4 * BATCH];
   size_t taken = 0, order = 0;
   for (size_t i = 0; i < count; i++) {
@@ -106,25 +135,22 @@ static void remove_records(devbuf__work **items, size_t count) {
   remove_use_group(uses, taken);
 }
 
-// The events of signals that will not run learn why: the queue's failure, or cancel.
-static void fail_signals(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
-  for (size_t i = 0; i < count; i++) {
-    devbuf__work *work = items[i];
-    if (work->status == DEVBUF_OK || work->kind != DEVBUF__WORK_SIGNAL) continue;
-    char message[512] = "CANCELLED: the queue was cancelled before this work ran";
-    pthread_mutex_lock(&queue->lock);
-    if (work->status != DEVBUF_CANCELLED)
-      snprintf(message, sizeof message, "%s", queue->failure_message);
-    pthread_mutex_unlock(&queue->lock);
-    devbuf__event_fail(work->event, work->status, message);
-  }
+// The event of a signal that will not run learns why: the queue's failure, or cancel.
+static void fail_signal(devbuf_queue_t *queue, devbuf__work *work) {
+  char message[512] = "CANCELLED: the queue was cancelled before this work ran";
+  pthread_mutex_lock(&queue->lock);
+  if (work->status != DEVBUF_CANCELLED)
+    snprintf(message, sizeof message, "%s", queue->failure_message);
+  pthread_mutex_unlock(&queue->lock);
+  devbuf__event_fail(work->event, work->status, message);
 }
 
 // Marks the items done, wakes whoever waits for one, and lets go of the queue's references.
-static void mark_done(devbuf__work **items, size_t count) {
+static void mark_done(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
   devbuf__work *recycled = NULL;
   for (size_t i = 0; i < count; i++) {
     devbuf__work *work = items[i];
+    if (work->status != DEVBUF_OK && work->kind == DEVBUF__WORK_SIGNAL) fail_signal(queue, work);
     atomic_store(&work->fence.done, true); // seq_cst: ordered before the load of waiters below
     if (atomic_load(&work->waiters)) {
       pthread_mutex_lock(&work->lock);
@@ -162,8 +188,7 @@ static void retire(devbuf_queue_t *queue, devbuf__work **items, size_t count) {
   complete_on_device(queue, items, count, &pending);
   remove_records(items, count);
   devbuf__queue_validate_retiring(queue, items, count);
-  fail_signals(queue, items, count);
-  mark_done(items, count);
+  mark_done(queue, items, count);
   count_retired(queue, count);
   if (pending)
     retire_unrun(queue, pending,
@@ -256,10 +281,11 @@ static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void
 static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait_count,
                              void **out_event) {
   devbuf_queue_t *queue = work->queue;
-  devbuf__op op = {.operands = work->operands,
-                   .operand_count = work->use_count,
-                   .waits = waits,
-                   .wait_count = wait_count};
+  devbuf__op op; // only what its kind reads is set (a whole initialiser costs every item)
+  op.operands = work->operands;
+  op.operand_count = work->use_count;
+  op.waits = waits;
+  op.wait_count = wait_count;
   devbuf_kernel_args_t args;
   switch (work->kind) {
   case DEVBUF__WORK_KERNEL:

@@ -115,7 +115,10 @@ devbuf__work *devbuf__work_retain(devbuf__work *work);
 void devbuf__work_release(devbuf__work *work);
 // Drops a reference; an item whose last reference goes is cleaned and, if it is a pooled
 // one, appended to *recycled, for one devbuf__work_pool_return of a whole group.
-void devbuf__work_unref(devbuf__work *work, devbuf__work **recycled);
+void devbuf__work_cleanup(devbuf__work *work, devbuf__work **recycled); // the last reference went
+static inline void devbuf__work_unref(devbuf__work *work, devbuf__work **recycled) {
+  if (devbuf__ref_drop(&work->fence.refs)) devbuf__work_cleanup(work, recycled);
+}
 void devbuf__work_pool_return(devbuf__work *recycled);
 // Waits on the host until `work` has retired; its status.
 devbuf_status devbuf__work_wait_done(devbuf__work *work);

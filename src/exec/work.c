@@ -34,14 +34,9 @@ static void work_destroy(devbuf__work *work) {
   devbuf__free(work);
 }
 
-static void work_cleanup(devbuf__work *work, devbuf__work **recycled);
 static const devbuf__fence_ops work_fence; // below, with the waits
 
-void devbuf__work_unref(devbuf__work *work, devbuf__work **recycled) {
-  if (devbuf__ref_drop(&work->fence.refs)) work_cleanup(work, recycled);
-}
-
-static void work_cleanup(devbuf__work *work, devbuf__work **recycled) {
+void devbuf__work_cleanup(devbuf__work *work, devbuf__work **recycled) {
   for (size_t i = 0; i < work->dep_count; i++)
     devbuf__work_unref(devbuf__work_of(work->deps[i].work), recycled);
   work->dep_count = 0;
@@ -210,7 +205,7 @@ static void fence_wait(devbuf__fence *fence) {
 
 static void fence_last_release(devbuf__fence *fence) {
   devbuf__work *recycled = NULL;
-  work_cleanup(devbuf__work_of(fence), &recycled);
+  devbuf__work_cleanup(devbuf__work_of(fence), &recycled);
   devbuf__work_pool_return(recycled);
 }
 
