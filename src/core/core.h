@@ -148,7 +148,12 @@ devbuf_status devbuf__host_access_open(devbuf__storage *storage, const devbuf__h
 void devbuf__host_access_close(devbuf__storage *storage, devbuf__host_access *access);
 bool devbuf__host_access_close_at(devbuf__storage *storage, const devbuf_buffer_t *handle,
                                   const void *data);
-void devbuf__host_access_close_handle(devbuf__storage *storage, const devbuf_buffer_t *handle);
+void devbuf__host_access_close_all_of(devbuf__storage *storage, const devbuf_buffer_t *handle);
+static inline void devbuf__host_access_close_handle(devbuf__storage *storage,
+                                                    const devbuf_buffer_t *handle) {
+  if (atomic_load_explicit(&storage->open_accesses, memory_order_acquire)) // rarely
+    devbuf__host_access_close_all_of(storage, handle);
+}
 void devbuf__host_access_close_all(devbuf__storage *storage);
 // Open accesses that overlap the view's bytes (or that an empty view opened).
 size_t devbuf__host_access_count(devbuf__storage *storage, const devbuf_buffer_t *buffer);

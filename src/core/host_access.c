@@ -103,9 +103,8 @@ bool devbuf__host_access_close_at(devbuf__storage *storage, const devbuf_buffer_
   return close_records(storage, &(closing){.handle = handle, .data = data}) == 1;
 }
 
-void devbuf__host_access_close_handle(devbuf__storage *storage, const devbuf_buffer_t *handle) {
-  if (atomic_load_explicit(&storage->open_accesses, memory_order_acquire))
-    close_records(storage, &(closing){.handle = handle, .all_of_handle = true});
+void devbuf__host_access_close_all_of(devbuf__storage *storage, const devbuf_buffer_t *handle) {
+  close_records(storage, &(closing){.handle = handle, .all_of_handle = true});
 }
 
 void devbuf__host_access_close_all(devbuf__storage *storage) {

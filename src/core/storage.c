@@ -60,7 +60,7 @@ static bool reusable_for_work(const devbuf__storage *storage) {
 
 void devbuf__storage_release(devbuf__storage *storage) {
   if (!storage || !devbuf__ref_drop(&storage->refs)) return;
-  devbuf__host_access_close_all(storage); // left open by handles that were released
+  if (storage->accesses) devbuf__host_access_close_all(storage); // left open by released handles
   devbuf__hazard *hazard = atomic_load(&storage->hazard);
   if (!hazard) {
     storage_finalize(storage);

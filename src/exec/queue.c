@@ -380,15 +380,20 @@ static void retire_stopped(devbuf_queue_t *queue, devbuf__work **batch, size_t r
 
 // Runs one item, where cancel can find it if it is a wait.
 static devbuf_status run_cancellable(devbuf_queue_t *queue, devbuf__work *work) {
-  if (work->kind != DEVBUF__WORK_WAIT) return run(work);
-  pthread_mutex_lock(&queue->lock);
-  queue->waiting = work;
-  if (atomic_load(&queue->cancel_requested)) atomic_store(&work->cancel, true); // cancel came first
-  pthread_mutex_unlock(&queue->lock);
+  bool wait = work->kind == DEVBUF__WORK_WAIT;
+  if (wait) {
+    pthread_mutex_lock(&queue->lock);
+    queue->waiting = work;
+    if (atomic_load(&queue->cancel_requested))
+      atomic_store(&work->cancel, true); // cancel came first
+    pthread_mutex_unlock(&queue->lock);
+  }
   devbuf_status status = run(work);
-  pthread_mutex_lock(&queue->lock);
-  queue->waiting = NULL;
-  pthread_mutex_unlock(&queue->lock);
+  if (wait) {
+    pthread_mutex_lock(&queue->lock);
+    queue->waiting = NULL;
+    pthread_mutex_unlock(&queue->lock);
+  }
   return status;
 }
 
