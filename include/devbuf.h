@@ -674,6 +674,18 @@ DEVBUF_API devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue);
 DEVBUF_API devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel,
                                              const devbuf_use_t *uses, size_t use_count,
                                              const void *scalars, size_t scalars_size);
+// Host work in the queue, on any device: `task` runs on the queue's worker thread, on the
+// CPU, in queue order: after the queue's earlier work has completed on the device, before
+// its later work starts; its uses are tracked and refused like a kernel's, so work of
+// other queues that conflicts with them is ordered around it. It gets each use's host
+// address where the CPU can address the memory, NULL where it cannot (device memory: take
+// its address with devbuf_buffer_device_ptr for a library that reads it, such as a
+// CUDA-aware MPI). What it returns fails the queue as a kernel's would. This is how a
+// communication call (MPI_Allreduce) sits between the kernel that writes its input and
+// the one that reads its output without a synchronize. On the CPU it is devbuf_queue_submit.
+DEVBUF_API devbuf_status devbuf_queue_host_task(devbuf_queue_t *queue, devbuf_cpu_kernel_fn task,
+                                                const devbuf_use_t *uses, size_t use_count,
+                                                const void *scalars, size_t scalars_size);
 // Device programs. On opencl:N, `source` is OpenCL C, built once per device, source and
 // options, and cached (building the same source again hands out the same build); a build
 // that fails answers DEVICE_FAILURE with the compiler's log in the message. On cuda:N,

@@ -231,6 +231,91 @@ static void test_queue_fill_copy(void) {
   devbuf_queue_release(queue);
 }
 
+// What a host task saw: its uses' addresses and sizes, and the bytes of the first.
+typedef struct host_view {
+  bool addressed[2];
+  size_t sizes[2];
+  unsigned char first, last;
+} host_view;
+
+// Reads its first use (where the CPU can address it) and writes its second: 5s.
+static devbuf_status look_and_write(const devbuf_kernel_args_t *args) {
+  host_view *view;
+  memcpy(&view, args->scalars, sizeof view);
+  for (size_t i = 0; i < 2; i++) {
+    view->addressed[i] = args->data[i] != NULL;
+    view->sizes[i] = args->sizes[i];
+  }
+  if (args->data[0]) {
+    view->first = ((unsigned char *)args->data[0])[0];
+    view->last = ((unsigned char *)args->data[0])[args->sizes[0] - 1];
+  }
+  if (args->data[1]) memset(args->data[1], 5, args->sizes[1]);
+  return DEVBUF_OK;
+}
+
+static devbuf_status fail_host_task(const devbuf_kernel_args_t *args) {
+  (void)args;
+  return devbuf_set_error(DEVBUF_IO_ERROR, "the host task's own failure");
+}
+
+// Host work in the queue: after the device work before it on its queue and the
+// conflicting work of another queue, before the work after it; device memory comes
+// without a host address; its failure fails the queue.
+static void test_host_task(void) {
+  devbuf_queue_t *producer, *queue;
+  CHECK_OK(devbuf_queue_create(device, &producer));
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_allocator_t *visible = devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE);
+  size_t size = 1 << 20;
+  devbuf_buffer_t *input = new_bytes(visible, size, 0), *output = new_bytes(visible, size, 0);
+  devbuf_buffer_t *on_device = new_bytes(allocator, 4096, 0), *copy = new_bytes(allocator, size, 0);
+  unsigned char three = 3, seven = 7;
+  host_view view = {{false, false}, {0, 0}, 0, 0}, *view_address = &view;
+  CHECK_OK(devbuf_queue_fill(producer, input, &three, 1)); // another queue writes the input
+  devbuf_use_t uses[2] = {{input, DEVBUF_ACCESS_READ}, {output, DEVBUF_ACCESS_WRITE}};
+  CHECK_OK(devbuf_queue_fill(queue, output, &seven, 1)); // device work on its own queue
+  CHECK_OK(
+      devbuf_queue_host_task(queue, look_and_write, uses, 2, &view_address, sizeof view_address));
+  CHECK_OK(devbuf_queue_copy(queue, copy, output)); // device work after it sees its writes
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK(view.addressed[0] && view.addressed[1] && view.sizes[0] == size && view.sizes[1] == size);
+  CHECK(view.first == 3 && view.last == 3);
+  unsigned char *back = read_back(copy);
+  size_t fives = 0;
+  for (size_t i = 0; i < size; i++) fives += back[i] == 5;
+  CHECK_EQ_U(fives, size);
+  free(back);
+
+  devbuf_use_t device_uses[2] = {{on_device, DEVBUF_ACCESS_READ}, {on_device, DEVBUF_ACCESS_READ}};
+  view = (host_view){{true, true}, {0, 0}, 0, 0};
+  CHECK_OK(devbuf_queue_host_task(queue, look_and_write, device_uses, 2, &view_address,
+                                  sizeof view_address));
+  CHECK_OK(devbuf_queue_finish(queue));
+  const void *mapped = NULL;
+  bool cpu_addressable = devbuf_buffer_contents(on_device, &mapped, NULL) == DEVBUF_OK;
+  if (cpu_addressable) CHECK_OK(devbuf_buffer_end_access(on_device, mapped));
+  CHECK(view.addressed[0] == cpu_addressable && view.sizes[0] == 4096);
+
+  const void *open = NULL;
+  CHECK_OK(devbuf_buffer_contents(input, &open, NULL)); // a racing host access refuses it
+  devbuf_use_t write_input = {input, DEVBUF_ACCESS_WRITE};
+  CHECK_STATUS(devbuf_queue_host_task(queue, fail_host_task, &write_input, 1, NULL, 0),
+               DEVBUF_HOST_ACCESS_OPEN);
+  CHECK_OK(devbuf_buffer_end_access(input, open));
+  CHECK_OK(devbuf_queue_host_task(queue, fail_host_task, NULL, 0, NULL, 0));
+  CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("the host task's own failure");
+  CHECK_STATUS(devbuf_queue_host_task(NULL, fail_host_task, NULL, 0, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
+  devbuf_buffer_release(input);
+  devbuf_buffer_release(output);
+  devbuf_buffer_release(on_device);
+  devbuf_buffer_release(copy);
+  devbuf_queue_release(queue);
+  devbuf_queue_release(producer);
+}
+
 // Work behind an event does not run until the host signals it; two queues order their
 // conflicting work (RAW and WAR) and not their disjoint work.
 static void test_events_and_hazards(void) {
@@ -551,6 +636,7 @@ int main(int argc, char **argv) {
   RUN(test_zero_and_lazy);
   RUN(test_host_access);
   RUN(test_queue_fill_copy);
+  RUN(test_host_task);
   RUN(test_events_and_hazards);
   RUN(test_release_in_flight);
   RUN(test_cancel);

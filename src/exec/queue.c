@@ -287,7 +287,11 @@ static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait
   op.waits = waits;
   op.wait_count = wait_count;
   devbuf_kernel_args_t args;
+  const devbuf__backend *backend = queue->device->backend;
   switch (work->kind) {
+  case DEVBUF__WORK_HOST: // host work runs on the CPU, whatever the queue's device
+    backend = &devbuf__backend_cpu;
+    // fall through
   case DEVBUF__WORK_KERNEL:
     args = (devbuf_kernel_args_t){devbuf__work_data(work), devbuf__work_sizes(work),
                                   work->use_count, work->scalars, work->scalars_size};
@@ -316,7 +320,8 @@ static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "work item of kind %d is no device operation",
                          (int)work->kind);
   }
-  return queue->device->backend->enqueue(queue->device, queue->device_queue, &op, out_event);
+  return backend->enqueue(
+      queue->device, backend == &devbuf__backend_cpu ? NULL : queue->device_queue, &op, out_event);
 }
 
 // Runs an item once what it depends on allows: on the worker (signals, host waits, the
@@ -331,7 +336,9 @@ static devbuf_status run(devbuf__work *work) {
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu dependencies",
                          work->dep_count);
   size_t wait_count = 0;
-  devbuf_status status = wait_deps(work, queue->device_queue ? device : NULL, waits, &wait_count);
+  // Host work waits for what it depends on on the host; device work on the device where it can.
+  bool on_device = queue->device_queue && work->kind != DEVBUF__WORK_HOST;
+  devbuf_status status = wait_deps(work, on_device ? device : NULL, waits, &wait_count);
   void *event = NULL;
   if (status == DEVBUF_OK) {
     if (work->kind == DEVBUF__WORK_SIGNAL)
@@ -407,8 +414,11 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
       retire_stopped(queue, batch, retired, i, count, failed ? queue->failure : DEVBUF_CANCELLED);
       return;
     }
-    bool visible =
-        work->kind == DEVBUF__WORK_SIGNAL || work->kind == DEVBUF__WORK_WAIT || !deps_done(work);
+    // Host work on a device whose work runs on after it is enqueued sees the memory only once
+    // what came before has completed there: retiring it waits for that.
+    bool host_after_device = work->kind == DEVBUF__WORK_HOST && queue->device->backend->complete;
+    bool visible = work->kind == DEVBUF__WORK_SIGNAL || work->kind == DEVBUF__WORK_WAIT ||
+                   host_after_device || !deps_done(work);
     if (visible) {
       retire(queue, batch + retired, i - retired);
       retired = i;

@@ -22,6 +22,7 @@ typedef enum devbuf__work_kind {
   DEVBUF__WORK_SIGNAL,
   DEVBUF__WORK_WAIT,
   DEVBUF__WORK_LAUNCH, // a device program's kernel
+  DEVBUF__WORK_HOST,   // host work on any queue: a C function on the worker, in queue order
 } devbuf__work_kind;
 
 // One use of a work item: its record in the memory's tracker. Its bytes are the item's

@@ -22,7 +22,7 @@ void devbuf__queue_validate_taken(const devbuf_queue_t *queue, devbuf__work *con
     if (atomic_load(&work->fence.done)) broken("an item taken to run is done already", work, 0);
     if (atomic_load(&work->fence.refs.count) == 0)
       broken("an item taken to run has no reference", work, 0);
-    if ((unsigned)work->kind > DEVBUF__WORK_LAUNCH) broken("an item of no known kind", work, 0);
+    if ((unsigned)work->kind > DEVBUF__WORK_HOST) broken("an item of no known kind", work, 0);
     if (work->status != DEVBUF_OK) broken("an item taken to run has a status already", work, 0);
     if (work->operands != (const devbuf__operand *)(work->uses + work->use_count))
       broken("an item's operands are not where its layout puts them", work, 0);

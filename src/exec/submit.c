@@ -121,6 +121,22 @@ devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn ke
   return submit(queue, work, uses);
 }
 
+devbuf_status devbuf_queue_host_task(devbuf_queue_t *queue, devbuf_cpu_kernel_fn task,
+                                     const devbuf_use_t *uses, size_t use_count,
+                                     const void *scalars, size_t scalars_size) {
+  if (!queue || !task || (use_count && !uses) || (scalars_size && !scalars))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "host_task: queue and task are required; uses and scalars must "
+                         "be given when their counts are not zero");
+  devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_HOST, use_count, scalars_size);
+  if (!work)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a host task with %zu uses",
+                         use_count);
+  work->kernel = task;
+  if (scalars_size) memcpy(work->scalars, scalars, scalars_size);
+  return submit(queue, work, uses);
+}
+
 devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer, const void *pattern,
                                 size_t pattern_size) {
   if (!queue || !buffer || !pattern || pattern_size == 0)
