@@ -48,6 +48,8 @@ if command -v gcc >/dev/null; then
     fi
   done
 fi
+# Open MPI for the MPI example and its tests (the library does not depend on it).
+command -v mpicc >/dev/null || need+=(openmpi-bin libopenmpi-dev)
 # clang-format 14 checks the layout of the C files (test_format).
 command -v clang-format-14 >/dev/null || need+=(clang-format-14)
 # OpenCL on the CPU (PoCL) and the ICD loader, for the OpenCL backend's tests.
