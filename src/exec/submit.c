@@ -101,40 +101,44 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   return DEVBUF_OK;
 }
 
+// A C function over `uses` with its scalars copied: a CPU kernel, or host work (which any
+// queue runs).
+static inline devbuf_status submit_function(devbuf_queue_t *queue, devbuf__work_kind kind,
+                                            devbuf_cpu_kernel_fn function, const devbuf_use_t *uses,
+                                            size_t use_count, const void *scalars,
+                                            size_t scalars_size) {
+  bool host = kind == DEVBUF__WORK_HOST;
+  const char *what = host ? "host_task" : "submit", *role = host ? "task" : "kernel";
+  if (!queue || !function || (use_count && !uses) || (scalars_size && !scalars))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: queue and %s are required; uses and scalars must "
+                         "be given when their counts are not zero",
+                         what, role);
+  if (!host && !queue->device->backend->runs_c_kernels)
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "submit: C kernels run on the CPU; %s runs programs (devbuf_queue_launch, "
+                         "or devbuf_queue_host_task for host work)",
+                         queue->device->spec);
+  devbuf__work *work = devbuf__work_new(queue, kind, use_count, scalars_size);
+  if (!work)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a %s with %zu uses", role,
+                         use_count);
+  work->kernel = function;
+  if (scalars_size) memcpy(work->scalars, scalars, scalars_size);
+  return submit(queue, work, uses);
+}
+
 devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel,
                                   const devbuf_use_t *uses, size_t use_count, const void *scalars,
                                   size_t scalars_size) {
-  if (!queue || !kernel || (use_count && !uses) || (scalars_size && !scalars))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "submit: queue and kernel are required; uses and scalars must "
-                         "be given when their counts are not zero");
-  if (!queue->device->backend->runs_c_kernels)
-    return devbuf__error(DEVBUF_UNSUPPORTED,
-                         "submit: C kernels run on the CPU; %s runs programs (devbuf_queue_launch)",
-                         queue->device->spec);
-  devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_KERNEL, use_count, scalars_size);
-  if (!work)
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a work item with %zu uses",
-                         use_count);
-  work->kernel = kernel;
-  if (scalars_size) memcpy(work->scalars, scalars, scalars_size);
-  return submit(queue, work, uses);
+  return submit_function(queue, DEVBUF__WORK_KERNEL, kernel, uses, use_count, scalars,
+                         scalars_size);
 }
 
 devbuf_status devbuf_queue_host_task(devbuf_queue_t *queue, devbuf_cpu_kernel_fn task,
                                      const devbuf_use_t *uses, size_t use_count,
                                      const void *scalars, size_t scalars_size) {
-  if (!queue || !task || (use_count && !uses) || (scalars_size && !scalars))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "host_task: queue and task are required; uses and scalars must "
-                         "be given when their counts are not zero");
-  devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_HOST, use_count, scalars_size);
-  if (!work)
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a host task with %zu uses",
-                         use_count);
-  work->kernel = task;
-  if (scalars_size) memcpy(work->scalars, scalars, scalars_size);
-  return submit(queue, work, uses);
+  return submit_function(queue, DEVBUF__WORK_HOST, task, uses, use_count, scalars, scalars_size);
 }
 
 devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer, const void *pattern,
