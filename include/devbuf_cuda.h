@@ -30,7 +30,9 @@ DEVBUF_API devbuf_status devbuf_cuda_device_handles(devbuf_device_t *device,
 // all work submitted after it returns.
 DEVBUF_API devbuf_status devbuf_cuda_queue_stream(devbuf_queue_t *queue, void **out_stream);
 // The driver entry point `name` as the driver exports it ("cuMemAlloc_v2") from the CUDA
-// driver devbuf loaded at run time, or NULL when the driver is missing or lacks it.
+// driver devbuf loaded at run time, or NULL when it lacks that name, and for every name
+// when devbuf has no usable driver (missing, the toolkit's stub, or without an entry point
+// devbuf itself needs).
 DEVBUF_API void *devbuf_cuda_entry_point(const char *name);
 
 #ifdef __cplusplus

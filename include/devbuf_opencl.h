@@ -32,7 +32,8 @@ DEVBUF_API devbuf_status devbuf_opencl_device_handles(devbuf_device_t *device,
 DEVBUF_API devbuf_status devbuf_opencl_queue_handle(devbuf_queue_t *queue,
                                                     void **out_command_queue);
 // The entry point `name` ("clCreateBuffer") of the OpenCL library devbuf uses (the ICD
-// loader it found at run time), or NULL when that library is missing or lacks it.
+// loader it found at run time), or NULL when it lacks that name, and for every name when
+// devbuf could not load the library (or it lacks an entry point devbuf itself needs).
 DEVBUF_API void *devbuf_opencl_entry_point(const char *name);
 
 #ifdef __cplusplus

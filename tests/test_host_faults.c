@@ -154,6 +154,15 @@ static devbuf_status caching_workload(void) {
   return status;
 }
 
+// Signals an event a little later, from a thread of its own: the submissions before then
+// may block until it comes (an allocation for work that finds no host memory to reuse
+// in-flight bytes waits for their work instead).
+static void *signal_later(void *event) {
+  usleep(2000);
+  devbuf_event_signal(event, 1);
+  return NULL;
+}
+
 static devbuf_status queue_workload(void) {
   devbuf_status status = DEVBUF_OK;
   devbuf_device_t *cpu = NULL;
@@ -172,8 +181,26 @@ static devbuf_status queue_workload(void) {
   TRY(devbuf_queue_signal(queue, event, 1));
   TRY(devbuf_queue_wait(other, event, 1));
   TRY(devbuf_queue_copy(other, b, a)); // also ordered by the tracker
+  // Memory released while its work waits is reused by work of another queue, which then
+  // depends on the earlier owner's work.
+  devbuf_event_t *hold = NULL;
+  devbuf_buffer_t *released = NULL, *reused = NULL;
+  size_t big[] = {64 << 10};
+  TRY(devbuf_event_create(0, &hold));
+  TRY(devbuf_buffer_new(devbuf_device_allocator(cpu), DEVBUF_INT32, big, 1, 0, &released));
+  TRY(devbuf_queue_wait(queue, hold, 1));
+  TRY(devbuf_queue_fill(queue, released, &pattern, sizeof pattern));
+  devbuf_buffer_release(released); // in flight
+  pthread_t signaller;
+  bool signalling = hold && pthread_create(&signaller, NULL, signal_later, hold) == 0;
+  if (hold && !signalling) CHECK_OK(devbuf_event_signal(hold, 1));
+  TRY(devbuf_buffer_new(devbuf_device_allocator(cpu), DEVBUF_INT32, big, 1, 0, &reused));
+  TRY(devbuf_queue_fill(other, reused, &pattern, sizeof pattern));
+  if (signalling) pthread_join(signaller, NULL);
   TRY(devbuf_queue_finish(other));
   TRY(devbuf_queue_finish(queue));
+  devbuf_buffer_release(reused);
+  devbuf_event_release(hold);
   if (status == DEVBUF_OK) {
     int32_t back[4096];
     status = devbuf_buffer_copyout(b, back, sizeof back);

@@ -1,14 +1,16 @@
-// One data-parallel step on devbuf queues under MPI: each rank computes a gradient with a
-// kernel on its compute queue, the all-reduce runs as host work on a communication queue,
-// and a second kernel on the compute queue consumes the sum. No synchronize between the
-// steps: the hazard tracker orders the all-reduce after the kernel that writes the gradient
-// and the consumer after the all-reduce, across the two queues. Every rank checks its
-// result against the serial computation; the exit status says whether all of them agree.
+// One data-parallel step on devbuf queues under MPI: each rank computes a gradient on its
+// compute queue, the all-reduce runs as host work on a communication queue, and a second
+// step on the compute queue consumes the sum. (On the CPU the compute steps are C functions
+// too; on a GPU they would be launches.) No synchronize between the steps: the hazard
+// tracker orders the all-reduce after the step that writes the gradient and the consumer
+// after the all-reduce, across the two queues. Every rank checks its result against the
+// serial computation; the exit status says whether all of them agree.
 //
 // usage: mpirun -np N allreduce [DEVICE] [FLOATS]     (DEVICE: cpu by default)
 #include <devbuf.h>
 #include <mpi.h>
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,44 +46,49 @@ static devbuf_status consume(const devbuf_kernel_args_t *args) {
   return DEVBUF_OK;
 }
 
-// Runs the step; the number of elements that differ from the serial result, or -1.
-static long step(devbuf_device_t *device, int rank, int ranks, size_t count) {
-  devbuf_queue_t *compute = NULL, *communicate = NULL;
-  devbuf_buffer_t *gradient = NULL, *out = NULL;
+typedef struct rank_state {
+  devbuf_queue_t *compute, *communicate;
+  devbuf_buffer_t *gradient, *out;
+} rank_state;
+
+// Everything that can fail on one rank alone, before any collective: false (message set).
+static bool prepare(devbuf_device_t *device, size_t count, rank_state *state) {
   devbuf_allocator_t *memory = devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE);
-  long wrong = -1;
-  if (devbuf_queue_create(device, &compute) != DEVBUF_OK ||
-      devbuf_queue_create(device, &communicate) != DEVBUF_OK ||
-      devbuf_buffer_allocate(memory, DEVBUF_FLOAT32, &count, 1, 0, &gradient) != DEVBUF_OK ||
-      devbuf_buffer_allocate(memory, DEVBUF_FLOAT32, &count, 1, 0, &out) != DEVBUF_OK)
-    goto done;
-  devbuf_use_t write_gradient = {gradient, DEVBUF_ACCESS_WRITE};
-  devbuf_use_t reduce_gradient = {gradient, DEVBUF_ACCESS_READ_WRITE};
-  devbuf_use_t read_sum[2] = {{gradient, DEVBUF_ACCESS_READ}, {out, DEVBUF_ACCESS_WRITE}};
-  if (devbuf_queue_host_task(compute, compute_gradient, &write_gradient, 1, &rank, sizeof rank) !=
-          DEVBUF_OK ||
-      devbuf_queue_host_task(communicate, all_reduce, &reduce_gradient, 1, NULL, 0) != DEVBUF_OK ||
-      devbuf_queue_host_task(compute, consume, read_sum, 2, NULL, 0) != DEVBUF_OK ||
-      devbuf_queue_finish(compute) != DEVBUF_OK || devbuf_queue_finish(communicate) != DEVBUF_OK)
-    goto done;
-  float *result = malloc(count * sizeof *result);
-  if (!result || devbuf_buffer_copyout(out, result, count * sizeof *result) != DEVBUF_OK) {
+  return devbuf_queue_create(device, &state->compute) == DEVBUF_OK &&
+         devbuf_queue_create(device, &state->communicate) == DEVBUF_OK &&
+         devbuf_buffer_allocate(memory, DEVBUF_FLOAT32, &count, 1, 0, &state->gradient) ==
+             DEVBUF_OK &&
+         devbuf_buffer_allocate(memory, DEVBUF_FLOAT32, &count, 1, 0, &state->out) == DEVBUF_OK;
+}
+
+// Runs the step; the number of elements that differ from the serial result, or -1. Both
+// queues have finished when it returns, so no MPI call of theirs is still running.
+static long step(rank_state *state, int rank, int ranks, size_t count) {
+  devbuf_use_t write_gradient = {state->gradient, DEVBUF_ACCESS_WRITE};
+  devbuf_use_t reduce_gradient = {state->gradient, DEVBUF_ACCESS_READ_WRITE};
+  devbuf_use_t read_sum[2] = {{state->gradient, DEVBUF_ACCESS_READ},
+                              {state->out, DEVBUF_ACCESS_WRITE}};
+  bool submitted =
+      devbuf_queue_host_task(state->compute, compute_gradient, &write_gradient, 1, &rank,
+                             sizeof rank) == DEVBUF_OK &&
+      devbuf_queue_host_task(state->communicate, all_reduce, &reduce_gradient, 1, NULL, 0) ==
+          DEVBUF_OK &&
+      devbuf_queue_host_task(state->compute, consume, read_sum, 2, NULL, 0) == DEVBUF_OK;
+  bool finished = devbuf_queue_finish(state->compute) == DEVBUF_OK;
+  finished = devbuf_queue_finish(state->communicate) == DEVBUF_OK && finished;
+  float *result = submitted && finished ? malloc(count * sizeof *result) : NULL;
+  if (!result || devbuf_buffer_copyout(state->out, result, count * sizeof *result) != DEVBUF_OK) {
+    fprintf(stderr, "rank %d: %s\n", rank, devbuf_last_error());
     free(result);
-    goto done;
+    return -1;
   }
-  wrong = 0;
+  long wrong = 0;
   for (size_t i = 0; i < count; i++) {
     float serial = 0;
     for (int r = 0; r < ranks; r++) serial += gradient_of(r, i);
     wrong += result[i] != serial * 0.5f;
   }
   free(result);
-done:
-  if (wrong < 0) fprintf(stderr, "rank %d: %s\n", rank, devbuf_last_error());
-  devbuf_buffer_release(gradient);
-  devbuf_buffer_release(out);
-  devbuf_queue_release(compute);
-  devbuf_queue_release(communicate);
   return wrong;
 }
 
@@ -95,13 +102,24 @@ int main(int argc, char **argv) {
   size_t count = argc > 2 ? strtoull(argv[2], NULL, 0) : (size_t)1 << 18;
   long wrong = -1;
   devbuf_device_t *device = NULL;
+  rank_state state = {NULL, NULL, NULL, NULL};
+  bool ready = false;
   if (provided < MPI_THREAD_SERIALIZED)
     fprintf(stderr, "rank %d: this MPI gives thread level %d; host work needs SERIALIZED\n", rank,
             provided);
-  else if (devbuf_device_open(spec, &device) != DEVBUF_OK)
+  else if (devbuf_device_open(spec, &device) != DEVBUF_OK || !prepare(device, count, &state))
     fprintf(stderr, "rank %d: %s\n", rank, devbuf_last_error());
   else
-    wrong = step(device, rank, ranks, count);
+    ready = true;
+  // Every rank joins the step's all-reduce only if every rank can: one that could not
+  // would leave the others waiting in it.
+  int unready = !ready, any_unready = 0;
+  MPI_Allreduce(&unready, &any_unready, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!any_unready) wrong = step(&state, rank, ranks, count);
+  devbuf_buffer_release(state.gradient);
+  devbuf_buffer_release(state.out);
+  devbuf_queue_release(state.compute);
+  devbuf_queue_release(state.communicate);
   devbuf_device_release(device);
   int failed = wrong != 0, any_failed = 0;
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -158,7 +158,7 @@ struct devbuf_device {
   atomic_size_t sync_waiters;            // threads in devbuf_device_synchronize
   pthread_mutex_t work_lock;             // with work_idle: synchronize's wait
   pthread_cond_t work_idle;
-  devbuf__spinlock submit_lock; // one submission at a time records its uses (queue.c)
+  devbuf__spinlock submit_lock; // one submission at a time records its uses (submit.c)
 };
 
 // A reference to a device for the layers below it (see `release` above).

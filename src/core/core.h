@@ -77,7 +77,8 @@ struct devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage);
 // Records a use of the storage's bytes by submitted work, `record` (its work's fence names
 // the queue), in the storage's tracker (made if needed; *out_hazard): the conflicting
 // work of other queues and the unfinished work of the bytes' earlier owners join the
-// dependency list. HOST_ACCESS_OPEN if an open host access races with it.
+// dependency list. HOST_ACCESS_OPEN if an open host access races with it. On failure
+// *out_hazard is set if the record went in nonetheless (the caller removes it).
 devbuf_status devbuf__storage_track_use(devbuf__storage *storage, struct devbuf__record *record,
                                         struct devbuf__dep **deps, size_t *dep_count,
                                         size_t *dep_capacity, struct devbuf__hazard **out_hazard);

@@ -1,6 +1,6 @@
 // What the core layer knows of submitted work: a fence. The hazard tracker and storages hold
 // fences (to order later work after them, and to wait for them) without knowing the work
-// items that carry them: exec/queue.c puts one at the start of every work item and supplies
+// items that carry them: exec/work.c puts one at the start of every work item and supplies
 // how to wait for it and what its last release does.
 #ifndef DEVBUF_FENCE_H
 #define DEVBUF_FENCE_H

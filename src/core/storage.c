@@ -58,11 +58,22 @@ static bool reusable_for_work(const devbuf__storage *storage) {
          atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED;
 }
 
+// Waits for inherited work and lets go of it: when no tracker could be made to order it, and
+// when memory that no work of its storage used goes back while its earlier owner's work may
+// still use the bytes (an allocation for work whose submission then failed).
+static void wait_inherited_now(devbuf__storage *storage) {
+  for (size_t i = 0; i < storage->inherited_count; i++) {
+    devbuf__fence_wait(storage->inherited[i]);
+    devbuf__fence_release(storage->inherited[i]);
+  }
+  storage->inherited_count = 0;
+}
+
 void devbuf__storage_release(devbuf__storage *storage) {
   if (!storage || !devbuf__ref_drop(&storage->refs)) return;
   if (storage->accesses) devbuf__host_access_close_all(storage); // left open by released handles
   devbuf__hazard *hazard = atomic_load(&storage->hazard);
-  if (!hazard) {
+  if (!hazard) { // and so nothing inherited (a storage that inherits work has a tracker)
     storage_finalize(storage);
     return;
   }
@@ -83,7 +94,10 @@ void devbuf__storage_release(devbuf__storage *storage) {
     hazard->idle_ctx = storage;
   }
   devbuf__spin_unlock(&hazard->lock);
-  if (!busy) storage_finalize(storage);
+  if (!busy) { // its own work, which waited for what it inherited, is done, or never was
+    wait_inherited_now(storage);
+    storage_finalize(storage);
+  }
 }
 
 // ---- allocation --------------------------------------------------------------------------
@@ -98,15 +112,6 @@ static bool inherit_work(void *context, void *fence, size_t offset, size_t size)
                                    &storage->inherited_count, &storage->inherited_capacity);
   devbuf__spin_unlock(&hazard->lock);
   return ok;
-}
-
-// Waits for inherited work and lets go of it (when no tracker could be made to order it).
-static void wait_inherited_now(devbuf__storage *storage) {
-  for (size_t i = 0; i < storage->inherited_count; i++) {
-    devbuf__fence_wait(storage->inherited[i]);
-    devbuf__fence_release(storage->inherited[i]);
-  }
-  storage->inherited_count = 0;
 }
 
 static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
@@ -170,12 +175,15 @@ devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage) {
 
 // The record joins the tracker (whose lock the caller holds) with the work it conflicts with,
 // and the unfinished work of the bytes' earlier owners (but its own queue's) joins `deps`.
+// *out_hazard is set once the record is in the tracker, also when a later step fails: the
+// caller then takes it out again.
 static devbuf_status add_record(devbuf__storage *storage, devbuf__hazard *hazard,
                                 devbuf__record *record, devbuf__dep **deps, size_t *dep_count,
-                                size_t *dep_capacity) {
+                                size_t *dep_capacity, devbuf__hazard **out_hazard) {
   devbuf_queue_t *queue = record->work->queue;
   if (!devbuf__hazard_add(hazard, record, queue, deps, dep_count, dep_capacity))
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
+  *out_hazard = hazard;
   for (size_t i = 0; i < storage->inherited_count; i++) {
     devbuf__fence *earlier = storage->inherited[i];
     if (earlier->queue == queue || devbuf__fence_done(earlier)) continue; // its queue orders it
@@ -207,10 +215,10 @@ devbuf_status devbuf__storage_track_use(devbuf__storage *storage, devbuf__record
     }
     devbuf__spin_lock(&hazard->lock);
   }
-  devbuf_status status = add_record(storage, hazard, record, deps, dep_count, dep_capacity);
+  devbuf_status status =
+      add_record(storage, hazard, record, deps, dep_count, dep_capacity, out_hazard);
   devbuf__spin_unlock(&hazard->lock);
   if (storage_locked) pthread_mutex_unlock(&storage->lock);
-  if (status == DEVBUF_OK) *out_hazard = hazard;
   return status;
 }
 

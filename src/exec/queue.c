@@ -414,11 +414,11 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
       retire_stopped(queue, batch, retired, i, count, failed ? queue->failure : DEVBUF_CANCELLED);
       return;
     }
-    // Host work on a device whose work runs on after it is enqueued sees the memory only once
-    // what came before has completed there: retiring it waits for that.
-    bool host_after_device = work->kind == DEVBUF__WORK_HOST && queue->device->backend->complete;
+    // Host work may block (an MPI call) and, on a device whose work runs on after it is
+    // enqueued, sees the memory only once what came before has completed there: what ran
+    // before it retires first, which waits for the device.
     bool visible = work->kind == DEVBUF__WORK_SIGNAL || work->kind == DEVBUF__WORK_WAIT ||
-                   host_after_device || !deps_done(work);
+                   work->kind == DEVBUF__WORK_HOST || !deps_done(work);
     if (visible) {
       retire(queue, batch + retired, i - retired);
       retired = i;

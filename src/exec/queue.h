@@ -195,7 +195,7 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
 // (`device_queue` given), as a barrier on the device queue that the event value, its
 // failure or cancel opens. Returns once the wait is over: OK when the value was reached,
 // CANCELLED when cancel ended it, else the event's failure. *out_event: the driver event
-// behind the barrier (NULL when none), for items that depend on the wait.
+// behind the barrier (NULL when none); the item keeps it, and retiring waits for it.
 devbuf_status devbuf__wait_item_run(devbuf__work *work, devbuf_device_t *device, void *device_queue,
                                     void **out_event);
 // Ends a running WAIT item's wait early (devbuf_queue_cancel, which has set work->cancel).
