@@ -18,7 +18,12 @@ echo "exports: $(echo "$exported" | wc -l) devbuf_ symbols, nothing else"
 # The installed tool finds the installed library by itself and holds no path of the build.
 tool="$scratch/prefix/bin/devbuf"
 env -u LD_LIBRARY_PATH "$tool" info >/dev/null || { echo "the installed devbuf does not run"; exit 1; }
-if grep -qF "$(cd "$build_dir" && pwd)" "$tool"; then echo "the installed devbuf names the build folder"; exit 1; fi
+# (Debug information may name where it was compiled; what the program reads may not.)
+objcopy --strip-debug "$tool" "$scratch/tool-without-debug-info"
+if grep -qF "$(cd "$build_dir" && pwd)" "$scratch/tool-without-debug-info"; then
+  echo "the installed devbuf names the build folder"
+  exit 1
+fi
 echo "installed tool: runs from its prefix, no build-tree path in it"
 
 cmake -S "$source_dir" -B "$scratch/consumer" -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
