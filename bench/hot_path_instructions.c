@@ -1,7 +1,7 @@
 // The caching allocator's hot path in instructions (deterministic, unlike timings on a shared
 // machine): run under callgrind by scripts/hot_path_instructions.sh, twice with different
 // counts, whose difference divided by the extra iterations is the cost of one cycle.
-// usage: hot_path_instructions allocator|buffer|queue SIZE ITERATIONS
+// usage: hot_path_instructions allocator|buffer|queue SIZE ITERATIONS [DEVICE]  (default cpu)
 #include "devbuf.h"
 
 #include <stdbool.h>
@@ -9,11 +9,11 @@
 #include <string.h>
 
 int main(int argc, char **argv) {
-  if (argc != 4) return 2;
+  if (argc != 4 && argc != 5) return 2;
   size_t size = strtoull(argv[2], NULL, 0);
   long iterations = atol(argv[3]);
   devbuf_device_t *cpu = NULL;
-  if (devbuf_device_open("cpu", &cpu) != DEVBUF_OK) return 1;
+  if (devbuf_device_open(argc == 5 ? argv[4] : "cpu", &cpu) != DEVBUF_OK) return 1;
   devbuf_allocator_t *allocator = devbuf_device_allocator(cpu);
   if (strcmp(argv[1], "queue") == 0) { // a fill submitted, run and retired, 64 at a time
     devbuf_queue_t *queue = NULL;
@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     } else { // the device allocator's alloc + free, touching the block
       devbuf_memory_t memory;
       if (devbuf_allocator_alloc(allocator, size, &memory) != DEVBUF_OK) return 1;
-      ((volatile char *)memory.host)[0] = 1;
+      if (memory.host) ((volatile char *)memory.host)[0] = 1; // device memory: no host address
       devbuf_allocator_free(allocator, &memory);
     }
   }

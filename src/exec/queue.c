@@ -25,6 +25,14 @@ static void complete_on_device(devbuf_queue_t *queue, devbuf__work **items, size
   const devbuf__backend *backend = queue->device->backend;
   *out_pending = NULL;
   if (!backend->complete) return;
+  // What left no event before the first that did ran on the host (host work, signals) and
+  // is over: a fault the device reports later is not its failure.
+  size_t skipped = 0;
+  while (skipped < count &&
+         !atomic_load_explicit(&items[skipped]->device_event, memory_order_acquire))
+    skipped++;
+  items += skipped;
+  count -= skipped;
   devbuf_status failed = DEVBUF_OK;
   char message[512];
   devbuf__device_done done[BATCH]; // retire takes at most a batch, but need not
@@ -67,6 +75,21 @@ static int by_hazard_then_order(const void *a, const void *b) {
 
 // Removes the records of `count` uses from their trackers, taking each tracker's lock once
 // (uses grouped by tracker, in their order within it), and wakes the trackers' waiters.
+// One record out of its tracker, whose lock the caller holds.
+static void remove_use_locked(devbuf__hazard *hazard, devbuf__work_use *use,
+                              void (**on_idle)(void *), void **idle_ctx) {
+  devbuf__hazard_remove_locked(hazard, &use->record, on_idle, idle_ctx);
+  use->hazard = NULL;
+}
+
+// After a tracker's records of a group are out: its waiters wake, its lock goes, and a
+// tracker left idle is told (which may destroy it: no use points to it any more).
+static void end_removal(devbuf__hazard *hazard, void (*on_idle)(void *), void *idle_ctx) {
+  devbuf__hazard_wake_locked(hazard);
+  devbuf__spin_unlock(&hazard->lock);
+  if (on_idle) on_idle(idle_ctx);
+}
+
 static void remove_use_group(retiring_use *uses, size_t count) {
   bool sorted = true; // usually: a batch of items on one buffer
   for (size_t i = 1; i < count && sorted; i++)
@@ -78,13 +101,9 @@ static void remove_use_group(retiring_use *uses, size_t count) {
     void *idle_ctx = NULL;
     size_t end = first;
     devbuf__spin_lock(&hazard->lock);
-    for (; end < count && uses[end].hazard == hazard; end++) {
-      devbuf__hazard_remove_locked(hazard, &uses[end].use->record, &on_idle, &idle_ctx);
-      uses[end].use->hazard = NULL;
-    }
-    devbuf__hazard_wake_locked(hazard);
-    devbuf__spin_unlock(&hazard->lock);
-    if (on_idle) on_idle(idle_ctx); // may destroy the hazard: no use points to it any more
+    for (; end < count && uses[end].hazard == hazard; end++)
+      remove_use_locked(hazard, uses[end].use, &on_idle, &idle_ctx);
+    end_removal(hazard, on_idle, idle_ctx);
     first = end;
   }
 }
@@ -103,17 +122,11 @@ static bool remove_records_of_one_tracker(devbuf__work **items, size_t count) {
   void (*on_idle)(void *) = NULL;
   void *idle_ctx = NULL;
   devbuf__spin_lock(&hazard->lock);
-  for (size_t i = 0; i < count; i++) {
-    for (size_t u = 0; u < items[i]->use_count; u++) {
-      devbuf__work_use *use = &items[i]->uses[u];
-      if (!use->hazard) continue;
-      devbuf__hazard_remove_locked(hazard, &use->record, &on_idle, &idle_ctx);
-      use->hazard = NULL;
-    }
-  }
-  devbuf__hazard_wake_locked(hazard);
-  devbuf__spin_unlock(&hazard->lock);
-  if (on_idle) on_idle(idle_ctx); // may destroy the hazard: no use points to it any more
+  for (size_t i = 0; i < count; i++)
+    for (size_t u = 0; u < items[i]->use_count; u++)
+      if (items[i]->uses[u].hazard)
+        remove_use_locked(hazard, &items[i]->uses[u], &on_idle, &idle_ctx);
+  end_removal(hazard, on_idle, idle_ctx);
   return true;
 }
 

@@ -309,12 +309,9 @@ devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue,
   CUresult code = cu->cuCtxSetCurrent(devbuf__cuda_of(device)->context);
   if (code == CUDA_SUCCESS) code = cu->cuEventSynchronize(last);
   if (code == CUDA_SUCCESS) return DEVBUF_OK;
-  // A fault poisons the context: which of these ran before it cannot be told, so none did;
-  // except what left no event before the first that did (host work, done on the host).
-  size_t first = 0;
-  while (!items[first].event) first++;
+  // A fault poisons the context: which of these ran before it cannot be told, so none did.
   devbuf_status failed = DEVBUF_OK;
-  for (size_t i = first; i < count; i++) {
+  for (size_t i = 0; i < count; i++) {
     if (items[i].status != DEVBUF_OK) continue;
     items[i].status =
         devbuf__cuda_error(cu, code, "%s: %s failed on the device", device->spec, items[i].what);
