@@ -159,6 +159,9 @@ typedef enum devbuf_memory_kind {
                                   // the usual rules); on CUDA, pinned host memory the device maps
   DEVBUF_MEMORY_MANAGED =
       2, // CUDA managed (unified) memory, migrating on demand (host access rules apply)
+  // Memory other processes can map (devbuf_buffer_export): on the CPU memory files (memfd),
+  // on CUDA device memory with a POSIX descriptor handle. Not on OpenCL.
+  DEVBUF_MEMORY_SHAREABLE = 3,
 } devbuf_memory_kind;
 
 // What a device is, as its driver reports it.
@@ -190,8 +193,9 @@ DEVBUF_API size_t devbuf_device_page_size(const devbuf_device_t *device);
 // keep it longer.
 DEVBUF_API devbuf_allocator_t *devbuf_device_allocator(devbuf_device_t *device);
 // The caching allocator of one kind of memory, borrowed like devbuf_device_allocator; NULL
-// for a kind the device does not have (managed memory outside CUDA). On devices whose own
-// memory the CPU addresses (the CPU), every kind is the same allocator.
+// for a kind the device does not have (managed memory outside CUDA, shareable memory on
+// OpenCL). On devices whose own memory the CPU addresses (the CPU), every kind but
+// DEVBUF_MEMORY_SHAREABLE is the same allocator.
 DEVBUF_API devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device,
                                                            devbuf_memory_kind kind);
 DEVBUF_API devbuf_status devbuf_device_info(const devbuf_device_t *device,
@@ -497,7 +501,9 @@ DEVBUF_API size_t devbuf_buffer_count(const devbuf_buffer_t *buffer); // element
 // The allocator (borrowed; NULL for mapped files).
 DEVBUF_API devbuf_allocator_t *devbuf_buffer_allocator(const devbuf_buffer_t *buffer);
 DEVBUF_API devbuf_device_t *devbuf_buffer_device(const devbuf_buffer_t *buffer);
-// Shared by a buffer, its retains and its views (the first seed's id()).
+// Shared by a buffer, its retains and its views (the first seed's id()), and by the
+// buffers other processes import from it: ids carry the process id, so they are unique on
+// the machine among the processes alive.
 DEVBUF_API uint64_t devbuf_buffer_storage_id(const devbuf_buffer_t *buffer);
 // Unique per handle: every view has its own.
 DEVBUF_API uint64_t devbuf_buffer_handle_id(const devbuf_buffer_t *buffer);
@@ -619,6 +625,68 @@ DEVBUF_API uint64_t devbuf_event_value(const devbuf_event_t *event);
 // OK, or the status of the failure that reached the event (its message goes to
 // devbuf_last_error).
 DEVBUF_API devbuf_status devbuf_event_status(const devbuf_event_t *event);
+
+// ---------------------------------------------------------------------------------------
+// Other processes on this machine: buffers and events shared between processes. An export
+// describes one buffer or event together with the descriptors that carry it; it travels
+// over a Unix socket (devbuf_export_send, devbuf_export_receive) or is imported in the
+// process that made it. docs/processes.md tells the whole story.
+//
+// Buffers: the memory must come from a device's DEVBUF_MEMORY_SHAREABLE allocator (the CPU:
+// memory files; CUDA: device memory with POSIX descriptor handles); elsewhere export answers
+// UNSUPPORTED with the reason. The importer maps the whole segment that holds the buffer
+// (up to 20 MiB for buffers below 10 MiB): memory that must stay private belongs to another
+// allocator. The imported buffer has the same bytes, dtype, shape and storage id, its own
+// handle, and no ordering with the exporter's work: order it with an exported event.
+//
+// Lifetime: each export is one lease on the memory, held by the export object until it is
+// sent or freed, then by the importer's storage. The exporter's memory does not go back to
+// its allocator while any lease on it is held, even after every exporter handle is released;
+// a lease ends when the importer's last handle goes, or when the importer dies (the kernel
+// closes its descriptors). Memory kept for importers returns at the next reclaim: on each
+// export, each release of an exported storage, each allocation from a shareable
+// allocator (at most once a millisecond), and devbuf_export_reclaim.
+//
+// Events: the exporter signals (from the host or its queues), importers wait, from the host
+// or on their queues, with the usual rules. An importer's event fails when the exporter's
+// does, when the exporter releases it, and when the exporter's process dies (waits for
+// values already reached still succeed). Signalling an imported event is refused.
+// ---------------------------------------------------------------------------------------
+
+typedef struct devbuf_export devbuf_export_t;
+
+typedef enum devbuf_export_kind {
+  DEVBUF_EXPORT_BUFFER = 1,
+  DEVBUF_EXPORT_EVENT = 2,
+} devbuf_export_kind;
+
+// Exports `buffer` (allocating it if it is not yet). Caller frees the export.
+DEVBUF_API devbuf_status devbuf_buffer_export(devbuf_buffer_t *buffer,
+                                              devbuf_export_t **out_export);
+// Exports `event`: its value, failure and end reach importers. Caller frees the export.
+DEVBUF_API devbuf_status devbuf_event_export(devbuf_event_t *event, devbuf_export_t **out_export);
+// Sends the export as one message with its descriptors on a connected Unix socket
+// (SCM_RIGHTS); they are closed here once sent, so the importer holds the lease. IO_ERROR
+// with the reason when sending fails (the export keeps its descriptors then).
+DEVBUF_API devbuf_status devbuf_export_send(devbuf_export_t *shared, int socket);
+// Receives one export from a Unix socket, blocking (set SO_RCVTIMEO for a limit). Every
+// field is checked: FORMAT_ERROR names what is wrong with a message that is not a devbuf
+// export (its descriptors are closed); IO_ERROR when the socket ends or fails.
+DEVBUF_API devbuf_status devbuf_export_receive(int socket, devbuf_export_t **out_export);
+DEVBUF_API devbuf_export_kind devbuf_export_kind_of(const devbuf_export_t *shared);
+// The process that made the export.
+DEVBUF_API int devbuf_export_pid(const devbuf_export_t *shared);
+// Maps the exported buffer on `device` (of the exporter's kind) as a new buffer. The
+// export's descriptors move into it: each export is imported once (INVALID_ARGUMENT after).
+DEVBUF_API devbuf_status devbuf_buffer_import(devbuf_device_t *device, devbuf_export_t *shared,
+                                              devbuf_buffer_t **out_buffer);
+// An event that follows the exported one (a watcher thread mirrors it). Once per export.
+DEVBUF_API devbuf_status devbuf_event_import(devbuf_export_t *shared, devbuf_event_t **out_event);
+// Frees the export, closing the descriptors it still holds (its lease ends with them).
+DEVBUF_API void devbuf_export_free(devbuf_export_t *shared);
+// Gives memory that importers no longer hold back to its allocators. *out_bytes_held
+// (optional): the bytes exported storages this process released still keep for importers.
+DEVBUF_API devbuf_status devbuf_export_reclaim(uint64_t *out_bytes_held);
 
 // ---------------------------------------------------------------------------------------
 // Queues: in-order queues of device work. On the CPU each queue has a worker

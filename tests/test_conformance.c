@@ -7,7 +7,10 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static devbuf_device_t *device;
 static devbuf_allocator_t *allocator; // the device's own memory
@@ -623,13 +626,144 @@ static void test_cancel(void) {
   devbuf_queue_release(queue);
 }
 
+// ---- buffers shared with another process ----
+
+static const char *self_path; // this program, run again as the importing process
+
+// The importer (a process of its own, started afresh as any user's would be): receives the
+// export on `socket`, checks bytes, dtype, shape and storage id, writes its own bytes, lets
+// go of the buffer and says so.
+static int import_child(int socket, uint64_t storage_id) {
+  devbuf_export_t *shared = NULL;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_export_receive(socket, &shared));
+  CHECK_OK(devbuf_buffer_import(device, shared, &buffer));
+  devbuf_export_free(shared);
+  if (!buffer) return 1;
+  CHECK_EQ_U(devbuf_buffer_storage_id(buffer), storage_id);
+  CHECK(devbuf_buffer_dtype(buffer) == DEVBUF_UINT16 && devbuf_buffer_ndim(buffer) == 2);
+  CHECK(devbuf_buffer_shape(buffer)[0] == 64 && devbuf_buffer_shape(buffer)[1] == 2048);
+  size_t size = devbuf_buffer_size(buffer);
+  unsigned char *expected = malloc(size), *back = read_back(buffer);
+  pattern(expected, size, 5);
+  CHECK(memcmp(back, expected, size) == 0);
+  pattern(expected, size, 9);
+  CHECK_OK(devbuf_buffer_copyin(buffer, expected, size));
+  devbuf_buffer_release(buffer);
+  free(expected);
+  free(back);
+  char done = check_failures ? 'F' : 'k';
+  CHECK(write(socket, &done, 1) == 1);
+  return CHECK_EXIT();
+}
+
+static pid_t start_import_child(int socket, uint64_t storage_id) {
+  char fd_text[16], id_text[32];
+  snprintf(fd_text, sizeof fd_text, "%d", socket);
+  snprintf(id_text, sizeof id_text, "%llu", (unsigned long long)storage_id);
+  pid_t child = fork();
+  if (child == 0) {
+    execl(self_path, self_path, devbuf_device_spec(device), "--import-child", fd_text, id_text,
+          (char *)NULL);
+    _exit(127);
+  }
+  return child;
+}
+
+// Export and import: in this process (a second mapping, the same storage id), then in
+// another one whose writes this process sees; the memory returns once both let go.
+static void test_export_round_trip(void) {
+  devbuf_allocator_t *shareable = devbuf_device_allocator_for(device, DEVBUF_MEMORY_SHAREABLE);
+  devbuf_export_t *shared = NULL;
+  if (!shareable) { // a device that cannot share says why
+    devbuf_buffer_t *plain = new_bytes(allocator, 4096, 0);
+    CHECK_STATUS(devbuf_buffer_export(plain, &shared), DEVBUF_UNSUPPORTED);
+    CHECK_MESSAGE("cannot share memory with other processes");
+    CHECK(shared == NULL);
+    devbuf_buffer_release(plain);
+    printf("     %s shares no memory: %s\n", devbuf_device_spec(device), devbuf_last_error());
+    return;
+  }
+  devbuf_buffer_t *plain = new_bytes(allocator, 4096, 0);
+  CHECK_STATUS(devbuf_buffer_export(plain, &shared), DEVBUF_UNSUPPORTED);
+  CHECK_MESSAGE("DEVBUF_MEMORY_SHAREABLE");
+  devbuf_buffer_release(plain);
+
+  size_t shape[2] = {64, 2048}, size = 64 * 2048 * 2;
+  devbuf_buffer_t *buffer = NULL, *local = NULL, *again = NULL;
+  CHECK_OK(devbuf_buffer_allocate(shareable, DEVBUF_UINT16, shape, 2, 0, &buffer));
+  unsigned char *bytes = malloc(size), *back;
+  pattern(bytes, size, 5);
+  CHECK_OK(devbuf_buffer_copyin(buffer, bytes, size));
+
+  CHECK_OK(devbuf_buffer_export(buffer, &shared));
+  CHECK(devbuf_export_kind_of(shared) == DEVBUF_EXPORT_BUFFER);
+  CHECK_OK(devbuf_buffer_import(device, shared, &local));
+  CHECK_STATUS(devbuf_buffer_import(device, shared, &again), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("imported once");
+  devbuf_export_free(shared);
+  CHECK_EQ_U(devbuf_buffer_storage_id(local), devbuf_buffer_storage_id(buffer));
+  CHECK(devbuf_buffer_handle_id(local) != devbuf_buffer_handle_id(buffer));
+  back = read_back(local);
+  CHECK(memcmp(back, bytes, size) == 0);
+  free(back);
+  CHECK_STATUS(devbuf_buffer_export(local, &shared), DEVBUF_UNSUPPORTED); // not the owner
+  CHECK_MESSAGE("imported from process");
+  unsigned char seven = 7;
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_fill(queue, local, &seven, 1)); // device work on the second mapping
+  CHECK_OK(devbuf_queue_finish(queue));
+  devbuf_queue_release(queue);
+  back = read_back(buffer);
+  size_t sevens = 0;
+  for (size_t i = 0; i < size; i++) sevens += back[i] == 7;
+  CHECK_EQ_U(sevens, size);
+  free(back);
+  devbuf_buffer_release(local);
+
+  CHECK_OK(devbuf_buffer_copyin(buffer, bytes, size));
+  int sockets[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) == 0);
+  pid_t child = start_import_child(sockets[1], devbuf_buffer_storage_id(buffer));
+  close(sockets[1]);
+  CHECK_OK(devbuf_buffer_export(buffer, &shared));
+  CHECK_OK(devbuf_export_send(shared, sockets[0]));
+  CHECK_STATUS(devbuf_export_send(shared, sockets[0]), DEVBUF_INVALID_ARGUMENT); // sent once
+  devbuf_export_free(shared);
+  char done = 0;
+  CHECK(read(sockets[0], &done, 1) == 1 && done == 'k');
+  int child_status = -1;
+  CHECK(waitpid(child, &child_status, 0) == child);
+  CHECK(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0);
+  close(sockets[0]);
+  back = read_back(buffer);
+  pattern(bytes, size, 9);
+  CHECK(memcmp(back, bytes, size) == 0); // the other process's writes
+  free(back);
+  devbuf_allocator_stats_t stats;
+  devbuf_buffer_release(buffer);
+  uint64_t held = 1;
+  CHECK_OK(devbuf_export_reclaim(&held));
+  CHECK_EQ_U(held, 0); // both importers let go: nothing is kept for them
+  CHECK_OK(devbuf_allocator_stats(shareable, &stats));
+  CHECK_EQ_U(stats.active, 0);
+  free(bytes);
+}
+
 int main(int argc, char **argv) {
   const char *spec = argc > 1 ? argv[1] : "cpu";
+  self_path = argv[0];
   if (devbuf_device_open(spec, &device) != DEVBUF_OK) {
     printf("SKIP: %s: %s\n", spec, devbuf_last_error());
     return SKIP_EXIT_CODE;
   }
   allocator = devbuf_device_allocator(device);
+  if (argc == 5 && strcmp(argv[2], "--import-child") == 0) {
+    int status = import_child(atoi(argv[3]), strtoull(argv[4], NULL, 10));
+    devbuf_device_release(device);
+    return status;
+  }
   printf("conformance on %s (%s)\n", devbuf_device_spec(device), devbuf_device_name(device));
   RUN(test_caching_reuse);
   RUN(test_copies);
@@ -644,6 +778,7 @@ int main(int argc, char **argv) {
   RUN(test_reuse_after_coalescing);
   RUN(test_empty_access);
   RUN(test_copy_within_storage);
+  RUN(test_export_round_trip);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }

@@ -72,6 +72,13 @@ typedef struct devbuf__backend {
   void (*raw_unmap)(devbuf_device_t *device, const devbuf_memory_t *reservation, size_t offset,
                     size_t size);
   void (*raw_unreserve)(devbuf_device_t *device, const devbuf_memory_t *reservation);
+  // (optional, all three or none) Memory another process maps: raw_alloc of
+  // DEVBUF_MEMORY_SHAREABLE makes it; raw_export hands out a new descriptor for such an
+  // allocation (the caller's to close); raw_import maps `size` bytes of memory another
+  // process exported (the descriptor stays the caller's), raw_unimport unmaps it.
+  devbuf_status (*raw_export)(devbuf_device_t *device, const devbuf_memory_t *memory, int *out_fd);
+  devbuf_status (*raw_import)(devbuf_device_t *device, int fd, size_t size, devbuf_memory_t *out);
+  void (*raw_unimport)(devbuf_device_t *device, const devbuf_memory_t *memory);
   // Copies between host memory and device memory, and within the device. `offset` is
   // in bytes from the start of the memory. Ranges of one memory may overlap (memmove).
   devbuf_status (*write)(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
@@ -141,22 +148,23 @@ struct devbuf_device {
   bool host_accessible; // device memory has a CPU address
   char version[96];     // the driver's version text ("OpenCL 3.0 PoCL ...")
   uint64_t global_memory, max_allocation;
-  size_t alignment;                      // of allocations and of views passed to kernels
-  bool unified_memory;                   // device and host share physical memory
-  bool managed_memory;                   // the device has CUDA managed memory
-  uint64_t svm_capabilities;             // OpenCL SVM bits; 0 where there is no SVM
-  devbuf_allocator_t *allocator;         // the device's caching allocator (embedded)
-  devbuf_allocator_t *host_allocator;    // host-visible memory (the same as `allocator` when
-                                         // device memory is host-accessible)
-  devbuf_allocator_t *managed_allocator; // managed memory; NULL without it
-  bool memory_handles;                   // memory.device is a handle and memory.offset applies
-                                         // (OpenCL cl_mem); elsewhere an address
-  atomic_uint_least64_t mapped_bytes;    // bytes of live file mappings on this device
-  void *backend_state;                   // owned by the backend
-  struct devbuf_device *next_open;       // registry list
-  atomic_uint_least64_t pending_work;    // submitted work items not completed, all queues
-  atomic_size_t sync_waiters;            // threads in devbuf_device_synchronize
-  pthread_mutex_t work_lock;             // with work_idle: synchronize's wait
+  size_t alignment;                        // of allocations and of views passed to kernels
+  bool unified_memory;                     // device and host share physical memory
+  bool managed_memory;                     // the device has CUDA managed memory
+  uint64_t svm_capabilities;               // OpenCL SVM bits; 0 where there is no SVM
+  devbuf_allocator_t *allocator;           // the device's caching allocator (embedded)
+  devbuf_allocator_t *host_allocator;      // host-visible memory (the same as `allocator` when
+                                           // device memory is host-accessible)
+  devbuf_allocator_t *managed_allocator;   // managed memory; NULL without it
+  devbuf_allocator_t *shareable_allocator; // memory other processes map; NULL without it
+  bool memory_handles;                     // memory.device is a handle and memory.offset applies
+                                           // (OpenCL cl_mem); elsewhere an address
+  atomic_uint_least64_t mapped_bytes;      // bytes of live file mappings on this device
+  void *backend_state;                     // owned by the backend
+  struct devbuf_device *next_open;         // registry list
+  atomic_uint_least64_t pending_work;      // submitted work items not completed, all queues
+  atomic_size_t sync_waiters;              // threads in devbuf_device_synchronize
+  pthread_mutex_t work_lock;               // with work_idle: synchronize's wait
   pthread_cond_t work_idle;
   devbuf__spinlock submit_lock; // one submission at a time records its uses (submit.c)
 };

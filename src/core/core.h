@@ -45,6 +45,10 @@ typedef struct devbuf__storage {
   // written under the tracker's lock, which exists whenever this is non-empty.
   struct devbuf__fence **inherited;
   size_t inherited_count, inherited_capacity;
+  // Exports to other processes (buffer_share.c): each lease's watch descriptor, under the
+  // storage's lock. Memory with leases never goes back in flight; it waits for the leases.
+  int *lease_watches;
+  size_t lease_count, lease_capacity;
   devbuf__host_access *accesses; // open host accesses
   atomic_size_t open_accesses;   // length of `accesses` (read without the lock)
 } devbuf__storage;
@@ -158,5 +162,43 @@ static inline void devbuf__host_access_close_handle(devbuf__storage *storage,
 void devbuf__host_access_close_all(devbuf__storage *storage);
 // Open accesses that overlap the view's bytes (or that an empty view opened).
 size_t devbuf__host_access_count(devbuf__storage *storage, const devbuf_buffer_t *buffer);
+
+// ---- other processes (export.c, buffer_share.c) ----
+
+#define DEVBUF__EXPORT_MAGIC "devbufX1" // eight bytes: the wire format's name and version
+
+// What an export says, as it travels (host byte order: the processes share a machine).
+typedef struct devbuf__export_header {
+  char magic[8];
+  uint32_t kind;        // devbuf_export_kind
+  uint32_t device_kind; // buffers: the memory's devbuf_device_kind
+  int32_t pid;          // the exporting process
+  uint32_t dtype, ndim, read_only;
+  uint64_t storage_id;
+  uint64_t segment_size;                 // bytes behind the memory descriptor
+  uint64_t storage_offset, storage_size; // the storage within them
+  uint64_t view_offset, view_size;       // the exported handle within the storage
+  uint64_t shape[DEVBUF_MAX_NDIM];
+} devbuf__export_header;
+
+enum { DEVBUF__EXPORT_MEMORY, DEVBUF__EXPORT_LEASE, DEVBUF__EXPORT_FDS };
+
+struct devbuf_export {
+  devbuf__export_header header;
+  int fds[DEVBUF__EXPORT_FDS]; // the memory (an event's shared page), the lease; -1: none, or gone
+};
+
+// A new export of `header` holding `memory_fd` and `lease_fd` (-1: none), which it closes
+// when freed; on failure they are closed here.
+devbuf_status devbuf__export_new(const devbuf__export_header *header, int memory_fd, int lease_fd,
+                                 devbuf_export_t **out);
+// Takes descriptor `which` out of the export (-1 once taken: an export is imported once).
+int devbuf__export_take_fd(devbuf_export_t *shared, int which);
+// The memory of a storage released with leases still held waits for them (buffer_share.c);
+// the storage's leases, memory and allocator go with it.
+void devbuf__storage_park(devbuf__storage *storage);
+// An allocation from a shareable allocator is coming: memory importers let go of returns first
+// (checked at most once a millisecond, and only while some is parked).
+void devbuf__shareable_allocating(void);
 
 #endif // DEVBUF_CORE_H

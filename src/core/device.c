@@ -91,7 +91,11 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
   device->managed_allocator = device->host_accessible ? device->allocator : NULL;
   if (status == DEVBUF_OK && device->managed_memory)
     status = embedded_allocator(device, DEVBUF_MEMORY_MANAGED, &device->managed_allocator);
+  if (status == DEVBUF_OK && entry->backend->raw_export)
+    status = embedded_allocator(device, DEVBUF_MEMORY_SHAREABLE, &device->shareable_allocator);
   if (status != DEVBUF_OK) {
+    if (device->managed_allocator && device->managed_allocator != device->allocator)
+      devbuf__allocator_destroy(device->managed_allocator);
     if (device->host_allocator && device->host_allocator != device->allocator)
       devbuf__allocator_destroy(device->host_allocator);
     if (device->allocator) devbuf__allocator_destroy(device->allocator);
@@ -155,6 +159,7 @@ void devbuf_device_release(devbuf_device_t *device) {
     }
   }
   pthread_mutex_unlock(&registry_lock);
+  if (device->shareable_allocator) devbuf__allocator_destroy(device->shareable_allocator);
   if (device->managed_allocator && device->managed_allocator != device->allocator)
     devbuf__allocator_destroy(device->managed_allocator);
   if (device->host_allocator != device->allocator)
@@ -191,6 +196,8 @@ devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device, devbuf_
     return device->host_allocator;
   case DEVBUF_MEMORY_MANAGED:
     return device->managed_allocator;
+  case DEVBUF_MEMORY_SHAREABLE:
+    return device->shareable_allocator;
   }
   return NULL;
 }

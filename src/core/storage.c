@@ -30,6 +30,7 @@ static void storage_free_record(devbuf__storage *storage) {
   for (size_t i = 0; i < storage->inherited_count; i++)
     devbuf__fence_release(storage->inherited[i]);
   devbuf__free(storage->inherited);
+  devbuf__free(storage->lease_watches); // parked, or empty: every lease ended
   if (storage->allocator)
     devbuf_allocator_release(storage->allocator);
   else
@@ -43,6 +44,8 @@ static void storage_finalize(void *context) {
   devbuf__storage *storage = context;
   if (storage->in_flight)
     devbuf__caching_fence_done(storage->allocator, storage->in_flight);
+  else if (storage->lease_count)
+    devbuf__storage_park(storage);
   else if (storage->release_external)
     storage->release_external(storage);
   else if (storage->allocator && storage->size &&
@@ -53,7 +56,7 @@ static void storage_finalize(void *context) {
 }
 
 static bool reusable_for_work(const devbuf__storage *storage) {
-  return storage->allocator && storage->size && !storage->mapped &&
+  return storage->allocator && storage->size && !storage->mapped && !storage->lease_count &&
          devbuf__is_caching(storage->allocator) &&
          atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED;
 }
@@ -116,6 +119,7 @@ static bool inherit_work(void *context, void *fence, size_t offset, size_t size)
 
 static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
   if (storage->size == 0) return DEVBUF_OK; // zero-length storage owns no memory
+  if (storage->allocator->memory_kind == DEVBUF_MEMORY_SHAREABLE) devbuf__shareable_allocating();
   // Reused memory is only clean once its old work is done: zeroed buffers do not reuse.
   bool ordered =
       for_work && !(storage->flags & DEVBUF_BUFFER_ZERO) && devbuf__is_caching(storage->allocator);

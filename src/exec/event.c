@@ -61,6 +61,7 @@ devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
 
 void devbuf_event_release(devbuf_event_t *event) {
   if (!event || !devbuf__ref_drop(&event->refs)) return;
+  if (event->share) devbuf__event_share_end(event);
   notify(event->watches, DEVBUF_CANCELLED);
   pthread_cond_destroy(&event->reached);
   pthread_mutex_destroy(&event->lock);
@@ -72,6 +73,7 @@ void devbuf__event_raise(devbuf_event_t *event, uint64_t value) {
   pthread_mutex_lock(&event->lock);
   if (value > atomic_load_explicit(&event->value, memory_order_relaxed))
     atomic_store_explicit(&event->value, value, memory_order_release);
+  if (event->share) devbuf__event_share_publish(event);
   if (event->waiters) pthread_cond_broadcast(&event->reached);
   for (devbuf__event_watch **link = &event->watches; *link;) {
     devbuf__event_watch *watch = *link;
@@ -92,6 +94,7 @@ void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char 
   if (event->failure == DEVBUF_OK) {
     event->failure = status;
     snprintf(event->message, sizeof event->message, "%s", message);
+    if (event->share) devbuf__event_share_publish(event);
   }
   pthread_cond_broadcast(&event->reached);
   devbuf__event_watch *all = event->watches;
@@ -108,6 +111,9 @@ void devbuf__event_interrupt(devbuf_event_t *event) {
 
 devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
+  if (devbuf__event_is_imported(event))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "the event is imported: only its exporting process signals it");
   uint64_t current = atomic_load(&event->value);
   if (value < current)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,

@@ -174,7 +174,18 @@ struct devbuf_event {
   devbuf_status failure; // under lock; OK while healthy
   char message[256];
   devbuf__event_watch *watches; // under lock
+  // Shared with other processes (event_share.c): the exporter publishes to it, an
+  // importer's watcher mirrors it. Set once, under lock; NULL for most events.
+  struct devbuf__event_share *share;
 };
+
+// ---- events shared with other processes (event_share.c) ----
+// An exported event's change (value or failure) reaches its importers; caller holds the lock.
+void devbuf__event_share_publish(devbuf_event_t *event);
+// The event goes: importers learn the exporter's end, or this importer's watcher stops.
+void devbuf__event_share_end(devbuf_event_t *event);
+// Whether the event follows another process's, and so may not be signalled here.
+bool devbuf__event_is_imported(const devbuf_event_t *event);
 
 // Calls `reached` once the event reaches `value` (at once if it has), or fails.
 devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,

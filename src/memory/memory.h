@@ -61,7 +61,9 @@ devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memor
                                            bool borrow_device, devbuf_allocator_t **out);
 // Whether the CPU can address the memory of `allocator`.
 static inline bool devbuf__allocator_host_accessible(const devbuf_allocator_t *allocator) {
-  return allocator->device->host_accessible || allocator->memory_kind != DEVBUF_MEMORY_DEVICE;
+  return allocator->device->host_accessible ||
+         allocator->memory_kind == DEVBUF_MEMORY_HOST_VISIBLE ||
+         allocator->memory_kind == DEVBUF_MEMORY_MANAGED;
 }
 // A caching allocator that takes over the caller's reference to `upstream`.
 devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
@@ -85,6 +87,10 @@ void devbuf__caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight
 // take bytes released in flight. For each in-flight range it overlaps, `visit` is called
 // (under the allocator's lock, so the fence is alive) with the fence and the overlap in the
 // fence's own byte offsets; a false answer makes it allocate bytes no work uses instead.
+// The upstream allocation (segment) that holds memory from a caching allocator, and the
+// memory's offset in it: what another process maps to share it.
+void devbuf__caching_segment_of(const devbuf_memory_t *memory, devbuf_memory_t *out_segment,
+                                size_t *out_offset);
 devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator,
                                        devbuf_allocator_snapshot_t **out);
 void devbuf__caching_snapshot_free(devbuf_allocator_snapshot_t *snapshot);

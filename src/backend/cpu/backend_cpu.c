@@ -1,6 +1,8 @@
 // The CPU backend: aligned host memory; copies at full bandwidth (copy_bytes.c).
 #include "cpu.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +51,67 @@ static devbuf_status cpu_open(devbuf_device_t *device, int index) {
   return DEVBUF_OK;
 }
 
+// Shareable memory is a memory file mapped shared; its descriptor rides in the token (+1, so
+// that plain memory's NULL token means none).
+static int memory_file_of(const devbuf_memory_t *memory) {
+  return (int)((intptr_t)memory->token - 1);
+}
+
+static devbuf_status map_memory_file(int fd, size_t size, devbuf_memory_t *out) {
+  void *pointer = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (pointer == MAP_FAILED)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping a %zu-byte memory file failed: %s", size,
+                         strerror(errno));
+  *out = (devbuf_memory_t){.host = pointer, .device = (uint64_t)(uintptr_t)pointer, .size = size};
+  return DEVBUF_OK;
+}
+
+static devbuf_status cpu_alloc_shareable(devbuf_device_t *device, size_t size,
+                                         devbuf_memory_t *out) {
+  size_t rounded = (size + device->page_size - 1) & ~(device->page_size - 1);
+  if (rounded < size) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "cannot allocate %zu bytes", size);
+  int fd = -1;
+  devbuf_status status = devbuf__memory_file_create("devbuf-shared", rounded, &fd);
+  if (status == DEVBUF_OK) status = map_memory_file(fd, rounded, out);
+  if (status != DEVBUF_OK) {
+    if (fd >= 0) close(fd);
+    return status;
+  }
+  out->token = (void *)(intptr_t)(fd + 1);
+  return DEVBUF_OK;
+}
+
+static devbuf_status cpu_raw_export(devbuf_device_t *device, const devbuf_memory_t *memory,
+                                    int *out_fd) {
+  if (!memory->token)
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "%s: this memory is not shareable (allocate it from the device's "
+                         "DEVBUF_MEMORY_SHAREABLE allocator)",
+                         device->spec);
+  int fd = fcntl(memory_file_of(memory), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0)
+    return devbuf__error(DEVBUF_IO_ERROR, "%s: no descriptor for an export: %s", device->spec,
+                         strerror(errno));
+  *out_fd = fd;
+  return DEVBUF_OK;
+}
+
+static devbuf_status cpu_raw_import(devbuf_device_t *device, int fd, size_t size,
+                                    devbuf_memory_t *out) {
+  (void)device;
+  devbuf_status status = devbuf__memory_file_check(fd, size, "an imported buffer's memory");
+  return status == DEVBUF_OK ? map_memory_file(fd, size, out) : status;
+}
+
+static void cpu_raw_unimport(devbuf_device_t *device, const devbuf_memory_t *memory) {
+  (void)device;
+  munmap(memory->host, memory->size);
+}
+
 static devbuf_status cpu_raw_alloc(devbuf_device_t *device, devbuf_memory_kind kind, size_t size,
                                    devbuf_memory_t *out) {
-  (void)kind; // host memory is visible to the host
-  void *pointer = NULL;
+  if (kind == DEVBUF_MEMORY_SHAREABLE) return cpu_alloc_shareable(device, size, out);
+  void *pointer = NULL; // every other kind: host memory is visible to the host
   if (size >= CPU_MMAP_THRESHOLD) {
     size_t rounded = (size + device->page_size - 1) & ~(device->page_size - 1);
     if (rounded < size)
@@ -77,7 +136,10 @@ static devbuf_status cpu_raw_alloc(devbuf_device_t *device, devbuf_memory_kind k
 
 static void cpu_raw_free(devbuf_device_t *device, const devbuf_memory_t *memory) {
   (void)device;
-  if (memory->size >= CPU_MMAP_THRESHOLD)
+  if (memory->token) {
+    munmap(memory->host, memory->size);
+    close(memory_file_of(memory));
+  } else if (memory->size >= CPU_MMAP_THRESHOLD)
     munmap(memory->host, memory->size);
   else
     free(memory->host);
@@ -157,6 +219,9 @@ const devbuf__backend devbuf__backend_cpu = {
     .raw_map = cpu_raw_map,
     .raw_unmap = cpu_raw_unmap,
     .raw_unreserve = cpu_raw_unreserve,
+    .raw_export = cpu_raw_export,
+    .raw_import = cpu_raw_import,
+    .raw_unimport = cpu_raw_unimport,
     .write = cpu_write,
     .read = cpu_read,
     .copy = cpu_copy,

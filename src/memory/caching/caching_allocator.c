@@ -370,6 +370,13 @@ bool devbuf__is_caching(const devbuf_allocator_t *allocator) {
   return allocator && allocator->ops == &caching_ops;
 }
 
+void devbuf__caching_segment_of(const devbuf_memory_t *memory, devbuf_memory_t *out_segment,
+                                size_t *out_offset) {
+  const cblock *block = memory->token;
+  *out_segment = block->segment->upstream;
+  *out_offset = block->offset;
+}
+
 devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator,
                                              const devbuf_memory_t *memory, void *fence,
                                              devbuf__in_flight **out_range) {

@@ -1,0 +1,131 @@
+// The export object: what a buffer or an event export says, the descriptors that carry it,
+// and the wire between processes. A received message is checked field by field before
+// anything maps it: it may come from any process that can reach the socket.
+#include "core.h"
+
+#include <string.h>
+#include <unistd.h>
+
+devbuf_status devbuf__export_new(const devbuf__export_header *header, int memory_fd, int lease_fd,
+                                 devbuf_export_t **out) {
+  devbuf_export_t *shared = devbuf__malloc(sizeof *shared);
+  if (!shared) {
+    if (memory_fd >= 0) close(memory_fd);
+    if (lease_fd >= 0) close(lease_fd);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an export");
+  }
+  shared->header = *header;
+  shared->fds[DEVBUF__EXPORT_MEMORY] = memory_fd;
+  shared->fds[DEVBUF__EXPORT_LEASE] = lease_fd;
+  *out = shared;
+  return DEVBUF_OK;
+}
+
+int devbuf__export_take_fd(devbuf_export_t *shared, int which) {
+  int fd = shared->fds[which];
+  shared->fds[which] = -1;
+  return fd;
+}
+
+void devbuf_export_free(devbuf_export_t *shared) {
+  if (!shared) return;
+  for (int i = 0; i < DEVBUF__EXPORT_FDS; i++)
+    if (shared->fds[i] >= 0) close(shared->fds[i]);
+  devbuf__free(shared);
+}
+
+devbuf_export_kind devbuf_export_kind_of(const devbuf_export_t *shared) {
+  return shared ? (devbuf_export_kind)shared->header.kind : (devbuf_export_kind)0;
+}
+
+int devbuf_export_pid(const devbuf_export_t *shared) { return shared ? shared->header.pid : 0; }
+
+static size_t fds_of_kind(uint32_t kind) { return kind == DEVBUF_EXPORT_BUFFER ? 2 : 1; }
+
+devbuf_status devbuf_export_send(devbuf_export_t *shared, int socket) {
+  if (!shared) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "export is NULL");
+  size_t count = fds_of_kind(shared->header.kind);
+  for (size_t i = 0; i < count; i++)
+    if (shared->fds[i] < 0)
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "this export was sent or imported already: export again");
+  devbuf_status status =
+      devbuf__send_with_fds(socket, &shared->header, sizeof shared->header, shared->fds, count);
+  if (status != DEVBUF_OK) return status;
+  for (size_t i = 0; i < count; i++) close(devbuf__export_take_fd(shared, (int)i));
+  return DEVBUF_OK;
+}
+
+// The checks of a buffer's fields; the sizes are the sender's word, to be held against the
+// descriptor's own size when it is mapped.
+static devbuf_status check_buffer_header(const devbuf__export_header *h) {
+  if (h->device_kind != DEVBUF_DEVICE_CPU && h->device_kind != DEVBUF_DEVICE_CUDA)
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "export: device kind %u cannot share memory",
+                         h->device_kind);
+  if (h->dtype >= DEVBUF_DTYPE_COUNT || h->ndim > DEVBUF_MAX_NDIM || h->read_only > 1)
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "export: dtype %u, ndim %u, read_only %u", h->dtype,
+                         h->ndim, h->read_only);
+  size_t shape[DEVBUF_MAX_NDIM], bytes = 0;
+  for (uint32_t i = 0; i < h->ndim; i++) {
+    if (h->shape[i] > SIZE_MAX)
+      return devbuf__error(DEVBUF_FORMAT_ERROR, "export: dimension %u is %llu", i,
+                           (unsigned long long)h->shape[i]);
+    shape[i] = (size_t)h->shape[i];
+  }
+  devbuf_status status = devbuf__shape_bytes((devbuf_dtype)h->dtype, shape, h->ndim, &bytes, NULL);
+  if (status != DEVBUF_OK)
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "export: its shape is invalid: %s",
+                         devbuf_last_error());
+  if (bytes != h->view_size)
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "export: the shape holds %zu bytes, the view says %llu", bytes,
+                         (unsigned long long)h->view_size);
+  if (h->view_offset > h->storage_size || h->view_size > h->storage_size - h->view_offset ||
+      h->storage_offset > h->segment_size ||
+      h->storage_size > h->segment_size - h->storage_offset || h->segment_size == 0 ||
+      h->segment_size > SIZE_MAX)
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "export: a view of %llu bytes at %llu in a storage of %llu bytes at %llu "
+                         "in %llu bytes of memory does not fit",
+                         (unsigned long long)h->view_size, (unsigned long long)h->view_offset,
+                         (unsigned long long)h->storage_size, (unsigned long long)h->storage_offset,
+                         (unsigned long long)h->segment_size);
+  return DEVBUF_OK;
+}
+
+static devbuf_status check_header(const devbuf__export_header *h) {
+  if (memcmp(h->magic, DEVBUF__EXPORT_MAGIC, sizeof h->magic) != 0)
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "export: the message does not start with '%s' (not a devbuf export of "
+                         "this version)",
+                         DEVBUF__EXPORT_MAGIC);
+  if (h->pid <= 0) return devbuf__error(DEVBUF_FORMAT_ERROR, "export: process id %d", (int)h->pid);
+  if (h->kind == DEVBUF_EXPORT_BUFFER) return check_buffer_header(h);
+  if (h->kind != DEVBUF_EXPORT_EVENT)
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "export: kind %u is neither a buffer (1) nor an "
+                         "event (2)",
+                         h->kind);
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf_export_receive(int socket, devbuf_export_t **out_export) {
+  if (!out_export) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_export is NULL");
+  *out_export = NULL;
+  devbuf__export_header header;
+  int fds[DEVBUF__EXPORT_FDS] = {-1, -1};
+  size_t count = 0;
+  devbuf_status status =
+      devbuf__receive_with_fds(socket, &header, sizeof header, fds, DEVBUF__EXPORT_FDS, &count);
+  if (status != DEVBUF_OK) return status;
+  status = check_header(&header);
+  if (status == DEVBUF_OK && count != fds_of_kind(header.kind))
+    status = devbuf__error(DEVBUF_FORMAT_ERROR, "export: %zu descriptors came, %zu belong to a %s",
+                           count, fds_of_kind(header.kind),
+                           header.kind == DEVBUF_EXPORT_BUFFER ? "buffer" : "event");
+  if (status != DEVBUF_OK) {
+    for (size_t i = 0; i < count; i++) close(fds[i]);
+    return status;
+  }
+  return devbuf__export_new(&header, fds[0], count > 1 ? fds[1] : -1, out_export);
+}
