@@ -1,0 +1,505 @@
+// Sharing with other processes on the CPU: the lifetime of exported memory (an importer
+// killed with SIGKILL mid-use gives it back), events that order one process's queue after
+// another's writes, waits whose signaller dies or fails, and hostile messages. Every other
+// process is this program run again with a role, as a user's would be started.
+#include "../src/core/core.h"
+#include "check.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *self_path;
+static devbuf_device_t *device;
+static devbuf_allocator_t *shareable;
+
+static pid_t start_role(const char *role, int socket) {
+  char fd_text[16];
+  snprintf(fd_text, sizeof fd_text, "%d", socket);
+  pid_t child = fork();
+  if (child == 0) {
+    execl(self_path, self_path, role, fd_text, (char *)NULL);
+    _exit(127);
+  }
+  return child;
+}
+
+// A socket pair, the child started with one end; the other end is the caller's.
+static pid_t start_with_socket(const char *role, int *out_socket) {
+  int sockets[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) == 0);
+  pid_t child = start_role(role, sockets[1]);
+  close(sockets[1]);
+  *out_socket = sockets[0];
+  return child;
+}
+
+static char read_byte(int socket) {
+  char byte = 0;
+  return read(socket, &byte, 1) == 1 ? byte : 0;
+}
+
+static void write_byte(int socket, char byte) { CHECK(write(socket, &byte, 1) == 1); }
+
+static int reap(pid_t child) {
+  int status = -1;
+  CHECK(waitpid(child, &status, 0) == child);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+static size_t open_descriptors(void) {
+  size_t count = 0;
+  DIR *folder = opendir("/proc/self/fd");
+  if (!folder) return 0;
+  while (readdir(folder)) count++;
+  closedir(folder);
+  return count;
+}
+
+static uint64_t place_of(devbuf_buffer_t *buffer) {
+  uint64_t handle = 0;
+  size_t offset = 0;
+  CHECK_OK(devbuf_buffer_device_handle(buffer, &handle, &offset));
+  return handle + offset;
+}
+
+static devbuf_buffer_t *shared_bytes(size_t size) {
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_allocate(shareable, DEVBUF_UINT8, &size, 1, DEVBUF_BUFFER_ZERO, &buffer));
+  return buffer;
+}
+
+static devbuf_allocator_stats_t stats_now(void) {
+  devbuf_allocator_stats_t stats = {0};
+  CHECK_OK(devbuf_allocator_stats(shareable, &stats));
+  return stats;
+}
+
+// ---- roles of the other processes ----
+
+// Imports a buffer, says so, then writes it until it is killed.
+static int role_hold_and_write(int socket) {
+  devbuf_export_t *shared = NULL;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_export_receive(socket, &shared));
+  CHECK_OK(devbuf_buffer_import(device, shared, &buffer));
+  devbuf_export_free(shared);
+  void *data = NULL;
+  size_t size = 0;
+  CHECK_OK(devbuf_buffer_contents_mut(buffer, &data, &size));
+  write_byte(socket, check_failures ? 'F' : 'k');
+  for (unsigned round = 0; data; round++) memset(data, (int)(round & 0xff), size);
+  return 1;
+}
+
+static devbuf_status copy_kernel(const devbuf_kernel_args_t *args) {
+  memcpy(args->data[1], args->data[0], args->sizes[0]);
+  return DEVBUF_OK;
+}
+
+// Receives an event and a buffer; its queue waits for the event before it copies the
+// buffer, submitted before the exporter has written it. Reports what the copy saw.
+static int role_wait_then_read(int socket) {
+  devbuf_export_t *event_export = NULL, *buffer_export = NULL;
+  devbuf_event_t *written = NULL;
+  devbuf_buffer_t *input = NULL;
+  CHECK_OK(devbuf_export_receive(socket, &event_export));
+  CHECK_OK(devbuf_export_receive(socket, &buffer_export));
+  CHECK_STATUS(devbuf_buffer_import(device, event_export, &input), DEVBUF_INVALID_ARGUMENT);
+  CHECK_OK(devbuf_event_import(event_export, &written));
+  CHECK_OK(devbuf_buffer_import(device, buffer_export, &input));
+  devbuf_export_free(event_export);
+  devbuf_export_free(buffer_export);
+  if (!written || !input) return 1;
+  CHECK_STATUS(devbuf_event_signal(written, 5), DEVBUF_INVALID_ARGUMENT); // only its exporter
+  CHECK_MESSAGE("only its exporting process signals it");
+  devbuf_export_t *again = NULL;
+  CHECK_STATUS(devbuf_event_export(written, &again), DEVBUF_UNSUPPORTED);
+  CHECK_STATUS(devbuf_event_wait(written, 1, 1000000), DEVBUF_TIMEOUT); // not yet signalled
+  size_t size = devbuf_buffer_size(input);
+  devbuf_buffer_t *copy = shared_bytes(size);
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_STATUS(devbuf_queue_signal(queue, written, 9), DEVBUF_INVALID_ARGUMENT);
+  CHECK_OK(devbuf_queue_wait(queue, written, 1));
+  devbuf_use_t uses[2] = {{input, DEVBUF_ACCESS_READ}, {copy, DEVBUF_ACCESS_WRITE}};
+  CHECK_OK(devbuf_queue_submit(queue, copy_kernel, uses, 2, NULL, 0));
+  write_byte(socket, 'r'); // submitted: now the exporter writes and signals
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_EQ_U(devbuf_event_value(written), 1);
+  const unsigned char *seen = NULL;
+  CHECK_OK(devbuf_buffer_contents(copy, (const void **)&seen, NULL));
+  size_t matching = 0;
+  for (size_t i = 0; i < size; i++) matching += seen[i] == 0x42;
+  CHECK_EQ_U(matching, size);
+  CHECK_OK(devbuf_buffer_end_access(copy, seen));
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(copy);
+  devbuf_buffer_release(input);
+  devbuf_event_release(written);
+  write_byte(socket, check_failures ? 'F' : 'k');
+  return CHECK_EXIT();
+}
+
+static devbuf_status failing_kernel(const devbuf_kernel_args_t *args) {
+  (void)args;
+  return devbuf_set_error(DEVBUF_IO_ERROR, "the exporter's kernel failed on purpose");
+}
+
+// Exports an event, signals 1, then: waits to be killed ("die"), releases it ("release"),
+// or fails it through its queue ("fail"), and waits for the other side to finish.
+static int role_signal(int socket, const char *then) {
+  devbuf_event_t *event = NULL;
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_event_create(0, &event));
+  CHECK_OK(devbuf_event_export(event, &shared));
+  CHECK_OK(devbuf_export_send(shared, socket));
+  devbuf_export_free(shared);
+  CHECK_OK(devbuf_event_signal(event, 1));
+  if (strcmp(then, "die") == 0) {
+    write_byte(socket, 'k');
+    for (;;) pause();
+  }
+  if (strcmp(then, "release") == 0) {
+    devbuf_event_release(event);
+  } else {
+    devbuf_queue_t *queue = NULL;
+    CHECK_OK(devbuf_queue_create(device, &queue));
+    CHECK_OK(devbuf_queue_submit(queue, failing_kernel, NULL, 0, NULL, 0));
+    CHECK_OK(devbuf_queue_signal(queue, event, 2));
+    CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_IO_ERROR);
+    devbuf_queue_release(queue);
+  }
+  write_byte(socket, 'k');
+  read_byte(socket); // until the other side has seen it
+  if (strcmp(then, "release") != 0) devbuf_event_release(event);
+  return CHECK_EXIT();
+}
+
+// ---- tests ----
+
+// The importer is killed while it writes the buffer: until then the exporter's memory is
+// not reused although the exporter released it; then it comes back and serves again.
+static void test_killed_importer_gives_memory_back(void) {
+  size_t size = 4u << 20;
+  devbuf_buffer_t *exported = shared_bytes(size);
+  uint64_t exported_at = place_of(exported);
+  int socket = -1;
+  pid_t child = start_with_socket("hold-and-write", &socket);
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_buffer_export(exported, &shared));
+  CHECK_OK(devbuf_export_send(shared, socket));
+  devbuf_export_free(shared);
+  CHECK(read_byte(socket) == 'k');
+  devbuf_buffer_release(exported);
+  uint64_t held = 0;
+  CHECK_OK(devbuf_export_reclaim(&held));
+  CHECK_EQ_U(held, size);
+  devbuf_allocator_stats_t before = stats_now();
+  CHECK_EQ_U(before.active, size); // still counted: nobody else may have it
+
+  devbuf_buffer_t *other = shared_bytes(size); // another buffer of the same size ...
+  CHECK(place_of(other) != exported_at);       // ... does not get the importer's bytes
+  uint64_t other_at = place_of(other);
+  devbuf_buffer_release(other);
+  other = shared_bytes(size);
+  CHECK(place_of(other) == other_at); // while memory nobody imported is reused as ever
+
+  CHECK(kill(child, SIGKILL) == 0);
+  CHECK_EQ_U(reap(child), 128 + SIGKILL);
+  close(socket);
+  CHECK_OK(devbuf_export_reclaim(&held));
+  CHECK_EQ_U(held, 0);
+  devbuf_allocator_stats_t after = stats_now();
+  CHECK_EQ_U(after.active, size); // only `other`
+  devbuf_buffer_t *again = shared_bytes(size);
+  CHECK(place_of(again) == exported_at); // the importer's bytes serve again, from the cache
+  CHECK_EQ_U(stats_now().system_allocs, after.system_allocs);
+  devbuf_buffer_release(again);
+  devbuf_buffer_release(other);
+}
+
+// Memory kept for an importer comes back without an explicit reclaim once the importer is
+// gone: the next allocations from the shareable allocator look.
+static void test_allocations_reclaim(void) {
+  size_t size = 1u << 20;
+  devbuf_buffer_t *exported = shared_bytes(size);
+  int socket = -1;
+  pid_t child = start_with_socket("hold-and-write", &socket);
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_buffer_export(exported, &shared));
+  CHECK_OK(devbuf_export_send(shared, socket));
+  devbuf_export_free(shared);
+  CHECK(read_byte(socket) == 'k');
+  devbuf_buffer_release(exported);
+  CHECK(kill(child, SIGKILL) == 0);
+  reap(child);
+  close(socket);
+  uint64_t active = stats_now().active;
+  CHECK_EQ_U(active, size);
+  for (int i = 0; i < 100 && active; i++) { // reclaim runs at most once a millisecond
+    struct timespec pause_for = {0, 2000000};
+    nanosleep(&pause_for, NULL);
+    devbuf_buffer_release(shared_bytes(4096));
+    active = stats_now().active;
+  }
+  CHECK_EQ_U(active, 0);
+}
+
+// Process B's queue waits for process A's event before it reads A's buffer; A writes and
+// signals only once B has submitted, later.
+static void test_event_orders_another_process(void) {
+  size_t size = 1u << 20;
+  devbuf_buffer_t *data = shared_bytes(size);
+  devbuf_event_t *written = NULL;
+  CHECK_OK(devbuf_event_create(0, &written));
+  int socket = -1;
+  pid_t child = start_with_socket("wait-then-read", &socket);
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_event_export(written, &shared));
+  CHECK_OK(devbuf_export_send(shared, socket));
+  devbuf_export_free(shared);
+  CHECK_OK(devbuf_buffer_export(data, &shared));
+  CHECK_OK(devbuf_export_send(shared, socket));
+  devbuf_export_free(shared);
+  CHECK(read_byte(socket) == 'r');
+  struct timespec later = {0, 50000000}; // the reader would have read zeros by now
+  nanosleep(&later, NULL);
+  devbuf_queue_t *queue = NULL;
+  unsigned char byte = 0x42;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_fill(queue, data, &byte, 1));
+  CHECK_OK(devbuf_queue_signal(queue, written, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK(read_byte(socket) == 'k');
+  CHECK_EQ_U(reap(child), 0);
+  close(socket);
+  devbuf_queue_release(queue);
+  devbuf_event_release(written);
+  devbuf_buffer_release(data);
+}
+
+static devbuf_event_t *receive_event(int socket) {
+  devbuf_export_t *shared = NULL;
+  devbuf_event_t *event = NULL;
+  CHECK_OK(devbuf_export_receive(socket, &shared));
+  CHECK(devbuf_export_kind_of(shared) == DEVBUF_EXPORT_EVENT);
+  CHECK_OK(devbuf_event_import(shared, &event));
+  devbuf_export_free(shared);
+  return event;
+}
+
+// The signalling process dies: a wait for a value it never signalled ends in an error, on
+// the host and in a queue, long before its timeout; what it did signal still counts.
+static void test_dead_signaller(void) {
+  int socket = -1;
+  pid_t child = start_with_socket("signal-die", &socket);
+  devbuf_event_t *event = receive_event(socket);
+  if (!event) return;
+  CHECK_OK(devbuf_event_wait(event, 1, 10000000000u));
+  CHECK(read_byte(socket) == 'k');
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_wait(queue, event, 2));
+  CHECK(kill(child, SIGKILL) == 0); // not reaped yet: the waiter must not mistake the zombie
+  CHECK_STATUS(devbuf_event_wait(event, 2, 60000000000u), DEVBUF_UNAVAILABLE);
+  CHECK_MESSAGE("ended at value 1");
+  CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_UNAVAILABLE);
+  CHECK_OK(devbuf_event_wait(event, 1, 0));
+  reap(child);
+  close(socket);
+  devbuf_queue_release(queue);
+  devbuf_event_release(event);
+}
+
+// The exporter releases its event, or its work fails: importers' waits beyond it fail with
+// the reason, those already reached succeed.
+static void test_released_and_failed_signallers(void) {
+  int socket = -1;
+  pid_t child = start_with_socket("signal-release", &socket);
+  devbuf_event_t *event = receive_event(socket);
+  CHECK(read_byte(socket) == 'k');
+  CHECK_STATUS(devbuf_event_wait(event, 2, 60000000000u), DEVBUF_CANCELLED);
+  CHECK_MESSAGE("released the event at 1");
+  CHECK_OK(devbuf_event_wait(event, 1, 0));
+  write_byte(socket, 'k');
+  CHECK_EQ_U(reap(child), 0);
+  close(socket);
+  devbuf_event_release(event);
+
+  child = start_with_socket("signal-fail", &socket);
+  event = receive_event(socket);
+  CHECK(read_byte(socket) == 'k');
+  CHECK_STATUS(devbuf_event_wait(event, 2, 60000000000u), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("the exporter's kernel failed on purpose");
+  write_byte(socket, 'k');
+  CHECK_EQ_U(reap(child), 0);
+  close(socket);
+  devbuf_event_release(event);
+}
+
+// ---- hostile messages ----
+
+// Sends `header` with `fds` and receives it on the other end of a fresh pair.
+static devbuf_status deliver(const void *bytes, size_t size, const int *fds, size_t fd_count,
+                             devbuf_export_t **out) {
+  int sockets[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) == 0);
+  CHECK_OK(devbuf__send_with_fds(sockets[0], bytes, size, fds, fd_count));
+  close(sockets[0]); // a cut message then ends instead of blocking
+  devbuf_status status = devbuf_export_receive(sockets[1], out);
+  close(sockets[1]);
+  return status;
+}
+
+static devbuf__export_header valid_header(size_t segment) {
+  devbuf__export_header h = {.kind = DEVBUF_EXPORT_BUFFER,
+                             .device_kind = DEVBUF_DEVICE_CPU,
+                             .pid = (int32_t)getpid(),
+                             .dtype = DEVBUF_FLOAT32,
+                             .ndim = 2,
+                             .storage_id = 7,
+                             .segment_size = segment,
+                             .storage_offset = 0,
+                             .storage_size = segment,
+                             .view_offset = 0,
+                             .view_size = segment};
+  memcpy(h.magic, DEVBUF__EXPORT_MAGIC, sizeof h.magic);
+  h.shape[0] = segment / 64;
+  h.shape[1] = 16;
+  return h;
+}
+
+#define EXPECT_REFUSED(header_expr, fds, count, status, needle)                        \
+  do {                                                                                 \
+    devbuf__export_header h_ = (header_expr);                                          \
+    devbuf_export_t *got_ = NULL;                                                      \
+    CHECK_STATUS(deliver(&h_, sizeof h_, (fds), (count), &got_), (status));            \
+    CHECK_MESSAGE(needle);                                                             \
+    CHECK(got_ == NULL);                                                               \
+  } while (0)
+
+static devbuf__export_header with_magic(devbuf__export_header h, const char *magic) {
+  memcpy(h.magic, magic, sizeof h.magic);
+  return h;
+}
+
+static void test_hostile_messages(void) {
+  size_t descriptors = open_descriptors();
+  size_t segment = 1u << 16;
+  int memory = -1, hold = -1, watch = -1, pipe_ends[2];
+  CHECK_OK(devbuf__memory_file_create("test", segment, &memory));
+  CHECK_OK(devbuf__lease_create(&hold, &watch));
+  CHECK(pipe(pipe_ends) == 0);
+  int both[2] = {memory, hold}, three[3] = {memory, hold, pipe_ends[0]};
+  devbuf__export_header h = valid_header(segment);
+
+  EXPECT_REFUSED(with_magic(h, "devbufX9"), both, 2, DEVBUF_FORMAT_ERROR, "does not start with");
+  devbuf__export_header bad = h;
+  bad.kind = 9;
+  EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "kind 9");
+  bad = h, bad.pid = -4;
+  EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "process id -4");
+  bad = h, bad.ndim = 40;
+  EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "ndim 40");
+  bad = h, bad.dtype = 1000;
+  EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "dtype 1000");
+  bad = h, bad.shape[0] = (uint64_t)1 << 62, bad.shape[1] = (uint64_t)1 << 62;
+  EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "shape is invalid");
+  bad = h, bad.shape[1] = 17;
+  EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "the view says");
+  bad = h, bad.storage_offset = 64;
+  EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "does not fit");
+  bad = h, bad.view_offset = UINT64_MAX - 8;
+  EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "does not fit");
+  bad = h, bad.device_kind = DEVBUF_DEVICE_OPENCL;
+  EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "cannot share memory");
+  EXPECT_REFUSED(h, both, 1, DEVBUF_FORMAT_ERROR, "1 descriptors came, 2 belong");
+  EXPECT_REFUSED(h, NULL, 0, DEVBUF_FORMAT_ERROR, "0 descriptors came");
+  EXPECT_REFUSED(h, three, 3, DEVBUF_FORMAT_ERROR, "too many descriptors");
+  EXPECT_REFUSED(h, both, 0, DEVBUF_FORMAT_ERROR, "0 descriptors"); // fds never sent
+  devbuf_export_t *got = NULL;
+  CHECK_STATUS(deliver(&h, sizeof h / 2, both, 2, &got), DEVBUF_IO_ERROR); // cut short
+  CHECK_MESSAGE("the peer closed it");
+
+  // Well-formed messages whose descriptors lie: refused when imported.
+  bad = h, bad.segment_size = bad.storage_size = bad.view_size = segment * 1024;
+  bad.shape[0] = segment * 1024 / 64;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(deliver(&bad, sizeof bad, both, 2, &got));
+  CHECK_STATUS(devbuf_buffer_import(device, got, &buffer), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("fewer than");
+  devbuf_export_free(got);
+  int piped[2] = {pipe_ends[1], hold};
+  CHECK_OK(deliver(&h, sizeof h, piped, 2, &got));
+  CHECK_STATUS(devbuf_buffer_import(device, got, &buffer), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("not a memory file");
+  devbuf_export_free(got);
+  devbuf__export_header event = h;
+  event.kind = DEVBUF_EXPORT_EVENT;
+  devbuf_event_t *imported = NULL;
+  CHECK_OK(deliver(&event, sizeof event, &memory, 1, &got)); // a page of zeros
+  CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("not a devbuf timeline");
+  devbuf_export_free(got);
+  CHECK(buffer == NULL && imported == NULL);
+
+  CHECK_OK(deliver(&h, sizeof h, both, 2, &got)); // the honest one imports
+  CHECK_OK(devbuf_buffer_import(device, got, &buffer));
+  CHECK_EQ_U(devbuf_buffer_storage_id(buffer), 7);
+  CHECK_EQ_U(devbuf_buffer_size(buffer), segment);
+  devbuf_buffer_release(buffer);
+  devbuf_export_free(got);
+  CHECK_STATUS(devbuf_export_receive(-1, &got), DEVBUF_IO_ERROR);
+  close(memory), close(hold), close(watch), close(pipe_ends[0]), close(pipe_ends[1]);
+  CHECK_EQ_U(open_descriptors(), descriptors); // nothing received stays open
+}
+
+// Exporting what cannot be: memory of another allocator, a zero-length buffer, NULLs.
+static void test_refusals(void) {
+  devbuf_buffer_t *plain = NULL, *empty = NULL;
+  size_t size = 256, none = 0;
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0,
+                                  &plain));
+  CHECK_STATUS(devbuf_buffer_export(plain, &shared), DEVBUF_UNSUPPORTED);
+  CHECK_OK(devbuf_buffer_allocate(shareable, DEVBUF_UINT8, &none, 1, 0, &empty));
+  CHECK_STATUS(devbuf_buffer_export(empty, &shared), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_buffer_export(NULL, &shared), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_event_export(NULL, &shared), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_buffer_import(device, NULL, &plain), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_export_send(NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK(shared == NULL);
+  devbuf_export_free(NULL);
+  devbuf_buffer_release(plain);
+  devbuf_buffer_release(empty);
+}
+
+int main(int argc, char **argv) {
+  self_path = argv[0];
+  signal(SIGPIPE, SIG_IGN);
+  if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 1;
+  shareable = devbuf_device_allocator_for(device, DEVBUF_MEMORY_SHAREABLE);
+  if (!shareable) return 1;
+  if (argc == 3) { // a role in another process
+    int socket = atoi(argv[2]), status = 1;
+    if (strcmp(argv[1], "hold-and-write") == 0) status = role_hold_and_write(socket);
+    if (strcmp(argv[1], "wait-then-read") == 0) status = role_wait_then_read(socket);
+    if (strncmp(argv[1], "signal-", 7) == 0) status = role_signal(socket, argv[1] + 7);
+    devbuf_device_release(device);
+    return status;
+  }
+  RUN(test_killed_importer_gives_memory_back);
+  RUN(test_allocations_reclaim);
+  RUN(test_event_orders_another_process);
+  RUN(test_dead_signaller);
+  RUN(test_released_and_failed_signallers);
+  RUN(test_hostile_messages);
+  RUN(test_refusals);
+  devbuf_device_release(device);
+  return CHECK_EXIT();
+}
