@@ -12,7 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 typedef int CUresult;
@@ -461,11 +464,17 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr address, void *s) {
 
 #define GRANULARITY ((size_t)2 << 20)
 
+// Physical allocations asked for with a POSIX descriptor handle (or imported from one) are
+// memory files, mapped shared: another process that imports the descriptor sees the bytes.
 typedef struct physical {
   size_t size;
   uintptr_t mapped_at; // 0 while unmapped
+  int fd;              // -1: anonymous memory of the reservation itself
+  bool imported;       // counts against no capacity: its exporter's memory
   struct physical *next;
 } physical;
+#define POSIX_FD_HANDLE 1 // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+#define NOT_SUPPORTED   801
 static physical *physicals; // under lock: every physical allocation, for cuMemUnmap to find
 
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *out, const void *prop, int option) {
@@ -492,10 +501,20 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr base, size_t size) {
   return OK;
 }
 
+static void add_physical(physical *p, unsigned long long *out) {
+  pthread_mutex_lock(&lock);
+  p->next = physicals;
+  physicals = p;
+  pthread_mutex_unlock(&lock);
+  *out = (unsigned long long)(uintptr_t)p;
+}
+
 EXPORT CUresult cuMemCreate(unsigned long long *out, size_t size, const void *prop,
                             unsigned long long flags) {
-  (void)prop, (void)flags;
-  if (!size || size % GRANULARITY) return INVALID_VALUE;
+  (void)flags;
+  if (!size || size % GRANULARITY || !prop) return INVALID_VALUE;
+  int handle_types = ((const int *)prop)[1]; // requestedHandleTypes
+  if (handle_types & ~POSIX_FD_HANDLE) return NOT_SUPPORTED;
   if (failed()) return failed();
   pthread_mutex_lock(&lock);
   bool fits = size <= capacity - allocated;
@@ -511,11 +530,51 @@ EXPORT CUresult cuMemCreate(unsigned long long *out, size_t size, const void *pr
     return OUT_OF_MEMORY;
   }
   p->size = size;
-  pthread_mutex_lock(&lock);
-  p->next = physicals;
-  physicals = p;
-  pthread_mutex_unlock(&lock);
-  *out = (unsigned long long)(uintptr_t)p;
+  p->fd = -1;
+  if (handle_types == POSIX_FD_HANDLE) {
+    p->fd = memfd_create("fake-cuda-shareable", MFD_CLOEXEC);
+    if (p->fd < 0 || ftruncate(p->fd, (off_t)size) != 0) {
+      if (p->fd >= 0) close(p->fd);
+      pthread_mutex_lock(&lock);
+      allocated -= size;
+      pthread_mutex_unlock(&lock);
+      free(p);
+      return OUT_OF_MEMORY;
+    }
+  }
+  add_physical(p, out);
+  return OK;
+}
+
+EXPORT CUresult cuMemExportToShareableHandle(void *out, unsigned long long handle, int type,
+                                             unsigned long long flags) {
+  physical *p = (physical *)(uintptr_t)handle;
+  if (!out || !p || flags) return INVALID_VALUE;
+  if (type != POSIX_FD_HANDLE || p->fd < 0) return NOT_SUPPORTED; // created without the type
+  if (failed()) return failed();
+  int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return OUT_OF_MEMORY;
+  *(int *)out = fd;
+  return OK;
+}
+
+EXPORT CUresult cuMemImportFromShareableHandle(unsigned long long *out, void *os_handle, int type) {
+  int fd = (int)(intptr_t)os_handle;
+  struct stat info;
+  if (!out || type != POSIX_FD_HANDLE || fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) ||
+      info.st_size <= 0 || (size_t)info.st_size % GRANULARITY)
+    return INVALID_VALUE;
+  if (failed()) return failed();
+  physical *p = calloc(1, sizeof *p);
+  if (!p) return OUT_OF_MEMORY;
+  p->size = (size_t)info.st_size;
+  p->imported = true;
+  p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0); // the caller may close its descriptor at once
+  if (p->fd < 0) {
+    free(p);
+    return OUT_OF_MEMORY;
+  }
+  add_physical(p, out);
   return OK;
 }
 
@@ -528,10 +587,11 @@ EXPORT CUresult cuMemRelease(unsigned long long handle) {
       *link && !p->mapped_at; // the driver would keep it until unmapped; devbuf never asks that
   if (ok) {
     *link = p->next;
-    allocated -= p->size;
+    if (!p->imported) allocated -= p->size;
   }
   pthread_mutex_unlock(&lock);
   if (!ok) return INVALID_VALUE;
+  if (p->fd >= 0) close(p->fd);
   free(p);
   return OK;
 }
@@ -541,8 +601,14 @@ EXPORT CUresult cuMemMap(CUdeviceptr at, size_t size, size_t offset, unsigned lo
   (void)flags;
   physical *p = (physical *)(uintptr_t)handle;
   if (!p || p->mapped_at || offset || size != p->size || at % GRANULARITY) return INVALID_VALUE;
-  if (mprotect((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE) != 0) return INVALID_VALUE;
-  memset((void *)(uintptr_t)at, 0xa5, size); // not zero, like cuMemAlloc here
+  if (p->fd >= 0) { // the memory file's pages, where the reservation's were
+    if (mmap((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, p->fd,
+             0) == MAP_FAILED)
+      return INVALID_VALUE;
+  } else {
+    if (mprotect((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE) != 0) return INVALID_VALUE;
+    memset((void *)(uintptr_t)at, 0xa5, size); // not zero, like cuMemAlloc here
+  }
   pthread_mutex_lock(&lock);
   p->mapped_at = at;
   pthread_mutex_unlock(&lock);
@@ -557,14 +623,21 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr at, size_t size, const void *desc, si
 // Unmaps whole mappings only (what devbuf does; the driver allows more).
 EXPORT CUresult cuMemUnmap(CUdeviceptr at, size_t size) {
   size_t unmapped = 0;
+  bool files = false;
   pthread_mutex_lock(&lock);
   for (physical *p = physicals; p; p = p->next)
     if (p->mapped_at >= at && p->mapped_at + p->size <= at + size) {
       unmapped += p->size;
       p->mapped_at = 0;
+      files = files || p->fd >= 0;
     }
   pthread_mutex_unlock(&lock);
   if (unmapped != size) return INVALID_VALUE;
+  if (files) // the reservation's own pages come back in place of the file's
+    return mmap((void *)(uintptr_t)at, size, PROT_NONE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED
+               ? INVALID_VALUE
+               : OK;
   if (madvise((void *)(uintptr_t)at, size, MADV_DONTNEED) != 0 ||
       mprotect((void *)(uintptr_t)at, size, PROT_NONE) != 0)
     return INVALID_VALUE;

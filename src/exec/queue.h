@@ -176,7 +176,7 @@ struct devbuf_event {
   devbuf__event_watch *watches; // under lock
   // Shared with other processes (event_share.c): the exporter publishes to it, an
   // importer's watcher mirrors it. Set once, under lock; NULL for most events.
-  struct devbuf__event_share *share;
+  struct devbuf__event_share *_Atomic share;
 };
 
 // ---- events shared with other processes (event_share.c) ----

@@ -161,6 +161,7 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
 
 static devbuf_status cuda_raw_alloc(devbuf_device_t *device, devbuf_memory_kind kind, size_t size,
                                     devbuf_memory_t *out) {
+  if (kind == DEVBUF_MEMORY_SHAREABLE) return devbuf__cuda_alloc_shareable(device, size, out);
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   const devbuf__cuda_api *cu = state->cu;
   devbuf_status status = devbuf__cuda_enter(device);
@@ -189,6 +190,10 @@ static devbuf_status cuda_raw_alloc(devbuf_device_t *device, devbuf_memory_kind 
 }
 
 static void cuda_raw_free(devbuf_device_t *device, const devbuf_memory_t *memory) {
+  if (devbuf__cuda_is_shareable(memory)) {
+    devbuf__cuda_free_shareable(device, memory);
+    return;
+  }
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   if (devbuf__cuda_enter(device) != DEVBUF_OK) return;
   if ((uintptr_t)memory->token == DEVBUF_MEMORY_HOST_VISIBLE)
@@ -374,6 +379,9 @@ const devbuf__backend devbuf__backend_cuda = {
     .raw_map = devbuf__cuda_map,
     .raw_unmap = devbuf__cuda_unmap,
     .raw_unreserve = devbuf__cuda_unreserve,
+    .raw_export = devbuf__cuda_export,
+    .raw_import = devbuf__cuda_import,
+    .raw_unimport = devbuf__cuda_unimport,
     .write = cuda_write,
     .read = cuda_read,
     .copy = cuda_copy,

@@ -67,6 +67,7 @@ enum {
   CU_MEM_LOCATION_TYPE_DEVICE = 1,
   CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
   CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1,
 };
 
 enum {
@@ -148,6 +149,10 @@ typedef struct devbuf__cuda_api {
   CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
   CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
   CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
+  // Sharing physical memory with other processes (CUDA 10.2 and later, with the above).
+  CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, int,
+                                           unsigned long long);
+  CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int);
 } devbuf__cuda_api;
 
 #endif

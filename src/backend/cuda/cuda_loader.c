@@ -45,6 +45,8 @@ static void load(void) {
   *(void **)&api.cuMemUnmap = dlsym(loaded, "cuMemUnmap");
   *(void **)&api.cuMemSetAccess = dlsym(loaded, "cuMemSetAccess");
   *(void **)&api.cuMemGetAllocationGranularity = dlsym(loaded, "cuMemGetAllocationGranularity");
+  *(void **)&api.cuMemExportToShareableHandle = dlsym(loaded, "cuMemExportToShareableHandle");
+  *(void **)&api.cuMemImportFromShareableHandle = dlsym(loaded, "cuMemImportFromShareableHandle");
   if (!api.cuMemAddressReserve || !api.cuMemAddressFree || !api.cuMemCreate || !api.cuMemRelease ||
       !api.cuMemMap || !api.cuMemUnmap || !api.cuMemSetAccess || !api.cuMemGetAllocationGranularity)
     api.cuMemAddressReserve = NULL; // the marker the backend tests
