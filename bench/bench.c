@@ -151,7 +151,8 @@ void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]) {
 }
 
 static bool known_section(const char *name) {
-  static const char *const sections[] = {"alloc", "copy", "threads", "queue", "load", "traces"};
+  static const char *const sections[] = {"alloc", "copy",   "threads", "queue",
+                                         "load",  "traces", "share"};
   for (size_t i = 0; i < sizeof sections / sizeof *sections; i++)
     if (strcmp(name, sections[i]) == 0) return true;
   return false;
@@ -182,7 +183,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
     } else if (strcmp(argv[i], "--only") == 0) {
       if (i + 1 == argc || !known_section(argv[i + 1]))
         return devbuf_tool_misuse(
-            "bench", "--only takes alloc, copy, threads, queue, load or traces, not '%s'",
+            "bench", "--only takes alloc, copy, threads, queue, load, traces or share, not '%s'",
             devbuf_tool_printable(i + 1 < argc ? argv[i + 1] : "", safe, sizeof safe));
       only = argv[++i];
     } else if (strcmp(argv[i], "--traces") == 0) {
@@ -224,6 +225,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
     if (!only || strcmp(only, "queue") == 0) bench_queue(&config);
     if (!only || strcmp(only, "load") == 0) bench_load(&config);
     if (!only || strcmp(only, "traces") == 0) bench_traces(&config);
+    if (!only || strcmp(only, "share") == 0) bench_share(&config);
   }
   if (json_out) {
     fflush(stdout);

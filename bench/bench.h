@@ -53,6 +53,8 @@ void bench_queue(const bench_config *config);
 void bench_load(const bench_config *config);
 // Real allocation traces replayed against PyTorch's figures (memory figures, no timing).
 void bench_traces(const bench_config *config);
+// Sharing with another process: event round trips and buffer handovers (bench_share.c).
+void bench_share(const bench_config *config);
 // OpenCL devices: allocation and copies against the driver's own calls.
 void bench_opencl(const bench_config *config);
 // CUDA devices: allocation against cuMemAlloc, the stream-ordered pool and PyTorch; copies.

@@ -30,7 +30,7 @@ static const usage_entry entries[] = {
                "  writes a sample model of about N MiB (default 64)\n"},
     {"bench",
      "devbuf bench [--quick] [--runs N] [--device SPEC] [--only "
-     "alloc|copy|threads|queue|load|traces]\n"
+     "alloc|copy|threads|queue|load|traces|share]\n"
      "             [--load] [--traces DIR] [--json]\n"
      "  benchmarks, side by side with malloc, memcpy, read() and Python; every figure is the\n"
      "  median of N runs (default 5, 1 to 101); --json: one object of every figure instead;\n"

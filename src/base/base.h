@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <time.h>
 
 #define DEVBUF_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define DEVBUF_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -116,6 +117,13 @@ static inline void devbuf__spin_lock(devbuf__spinlock *lock) {
 
 static inline void devbuf__spin_unlock(devbuf__spinlock *lock) {
   atomic_store_explicit(&lock->held, false, memory_order_release);
+}
+
+// Nanoseconds of the monotonic clock.
+static inline uint64_t devbuf__now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 }
 
 // ---- checked arithmetic -----------------------------------------------------------------

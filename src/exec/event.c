@@ -193,5 +193,6 @@ devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t 
     return devbuf__error(DEVBUF_TIMEOUT, "event is at %llu, below %llu",
                          (unsigned long long)atomic_load(&event->value), (unsigned long long)value);
   }
+  if (devbuf__event_is_imported(event)) return devbuf__event_share_wait(event, value, timeout_ns);
   return devbuf__event_wait(event, value, timeout_ns, NULL);
 }

@@ -75,6 +75,36 @@ void devbuf__event_share_end(devbuf_event_t *event) {
   devbuf__free(share);
 }
 
+// A host wait on an imported event watches the page itself: one wake from the signaller,
+// not two (the watcher's, then its mirror's). The watcher still mirrors every change and
+// fails the local event when the exporter ends; the wait sees that within a slice.
+devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns) {
+  shared_timeline *page = event->share->page;
+  for (int spin = 0; spin < 2000; spin++) {
+    if (atomic_load_explicit(&page->value, memory_order_acquire) >= value) return DEVBUF_OK;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  uint64_t start = devbuf__now_ns();
+  for (;;) {
+    uint32_t seen = atomic_load(&page->changes);
+    if (atomic_load_explicit(&page->value, memory_order_acquire) >= value) return DEVBUF_OK;
+    devbuf_status failed = devbuf_event_wait(event, value, 0); // the watcher's verdicts
+    if (failed != DEVBUF_TIMEOUT) return failed;
+    uint64_t waited = devbuf__now_ns() - start;
+    if (waited >= timeout_ns)
+      return devbuf__error(DEVBUF_TIMEOUT, "event stayed at %llu, below %llu, for %llu ns",
+                           (unsigned long long)atomic_load(&page->value), (unsigned long long)value,
+                           (unsigned long long)timeout_ns);
+    uint64_t slice =
+        timeout_ns - waited < LIVENESS_CHECK_NS ? timeout_ns - waited : LIVENESS_CHECK_NS;
+    atomic_fetch_add(&page->sleepers, 1);
+    devbuf__shared_wait(&page->changes, seen, slice);
+    atomic_fetch_sub(&page->sleepers, 1);
+  }
+}
+
 // ---- export -------------------------------------------------------------------------------
 
 static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share **out) {

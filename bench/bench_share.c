@@ -1,0 +1,265 @@
+// Sharing with another process on the CPU, side by side with the system's own pieces doing
+// the same work in the same run:
+// - an event ping-pong between two processes (each signals one exported event and waits for
+//   the other's), against two counters on a shared page with futex waits;
+// - handing a buffer over (export, send, receive, import, first read, release), against a
+//   memory file sent over the same socket and mapped.
+// The other process is a fork of this one that uses only what it imported.
+#include "bench.h"
+
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_RUNS 101
+#define SPINS    2000 // pauses, as devbuf's waits spin before they sleep
+
+// ---- the reference: two counters on a shared page --------------------------------------
+
+typedef struct raw_pair {
+  _Atomic uint32_t ping, pong;
+} raw_pair;
+
+static void raw_signal(_Atomic uint32_t *word, uint32_t value) {
+  atomic_store(word, value);
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+static void raw_wait(_Atomic uint32_t *word, uint32_t value) {
+  for (int spin = 0; spin < SPINS; spin++) {
+    if (atomic_load(word) >= value) return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  for (uint32_t seen; (seen = atomic_load(word)) < value;)
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, seen, NULL, NULL, 0);
+}
+
+static double raw_ping_pong(int rounds) {
+  raw_pair *pair = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (pair == MAP_FAILED) return 0;
+  pid_t child = fork();
+  if (child == 0) {
+    for (int k = 1; k <= rounds; k++) {
+      raw_wait(&pair->ping, (uint32_t)k);
+      raw_signal(&pair->pong, (uint32_t)k);
+    }
+    _exit(0);
+  }
+  uint64_t start = bench_now_ns();
+  for (int k = 1; k <= rounds; k++) {
+    raw_signal(&pair->ping, (uint32_t)k);
+    raw_wait(&pair->pong, (uint32_t)k);
+  }
+  uint64_t elapsed = bench_now_ns() - start;
+  waitpid(child, NULL, 0);
+  munmap(pair, 4096);
+  return (double)elapsed / rounds;
+}
+
+// ---- devbuf: two exported events ---------------------------------------------------------
+
+static devbuf_event_t *receive_event(int socket) {
+  devbuf_export_t *shared = NULL;
+  devbuf_event_t *event = NULL;
+  if (devbuf_export_receive(socket, &shared) == DEVBUF_OK) devbuf_event_import(shared, &event);
+  devbuf_export_free(shared);
+  return event;
+}
+
+static bool send_event(devbuf_event_t *event, int socket) {
+  devbuf_export_t *shared = NULL;
+  bool sent = devbuf_event_export(event, &shared) == DEVBUF_OK &&
+              devbuf_export_send(shared, socket) == DEVBUF_OK;
+  devbuf_export_free(shared);
+  return sent;
+}
+
+static double devbuf_ping_pong(int rounds) {
+  int sockets[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) != 0) return 0;
+  pid_t child = fork();
+  if (child == 0) {
+    close(sockets[0]);
+    devbuf_event_t *ping = receive_event(sockets[1]), *pong = NULL;
+    devbuf_event_create(0, &pong);
+    if (!ping || !send_event(pong, sockets[1])) _exit(1);
+    for (int k = 1; k <= rounds; k++) {
+      devbuf_event_wait(ping, (uint64_t)k, UINT64_MAX);
+      devbuf_event_signal(pong, (uint64_t)k);
+    }
+    char done;
+    if (read(sockets[1], &done, 1) != 1) _exit(1); // pong lives until the parent has seen it all
+    _exit(0);
+  }
+  close(sockets[1]);
+  devbuf_event_t *ping = NULL, *pong = NULL;
+  devbuf_event_create(0, &ping);
+  double per_round = 0;
+  if (send_event(ping, sockets[0]) && (pong = receive_event(sockets[0]))) {
+    uint64_t start = bench_now_ns();
+    for (int k = 1; k <= rounds; k++) {
+      devbuf_event_signal(ping, (uint64_t)k);
+      if (devbuf_event_wait(pong, (uint64_t)k, UINT64_MAX) != DEVBUF_OK) break;
+    }
+    per_round = (double)(bench_now_ns() - start) / rounds;
+  }
+  if (write(sockets[0], "k", 1) != 1) per_round = 0;
+  waitpid(child, NULL, 0);
+  close(sockets[0]);
+  devbuf_event_release(pong);
+  devbuf_event_release(ping);
+  return per_round;
+}
+
+// ---- handing a buffer over -----------------------------------------------------------------
+
+// The child's part of one handover: receive, map, read the first byte, say what it saw.
+static void raw_receive_one(int socket, size_t size) {
+  char byte = 0;
+  struct msghdr message = {0};
+  union {
+    struct cmsghdr header;
+    char space[CMSG_SPACE(sizeof(int))];
+  } control;
+  struct iovec piece = {&byte, 1};
+  message.msg_iov = &piece;
+  message.msg_iovlen = 1;
+  message.msg_control = control.space;
+  message.msg_controllen = sizeof control.space;
+  if (recvmsg(socket, &message, 0) != 1) _exit(1);
+  int fd;
+  memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&message)), sizeof fd);
+  unsigned char *data = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  byte = data == MAP_FAILED ? 0 : (char)data[0];
+  if (data != MAP_FAILED) munmap(data, size);
+  if (write(socket, &byte, 1) != 1) _exit(1);
+}
+
+static void devbuf_receive_one(int socket, devbuf_device_t *device) {
+  devbuf_export_t *shared = NULL;
+  devbuf_buffer_t *buffer = NULL;
+  char byte = 0;
+  if (devbuf_export_receive(socket, &shared) == DEVBUF_OK &&
+      devbuf_buffer_import(device, shared, &buffer) == DEVBUF_OK) {
+    const unsigned char *data = NULL;
+    if (devbuf_buffer_contents(buffer, (const void **)&data, NULL) == DEVBUF_OK) {
+      byte = (char)data[0];
+      devbuf_buffer_end_access(buffer, data);
+    }
+  }
+  devbuf_buffer_release(buffer);
+  devbuf_export_free(shared);
+  if (write(socket, &byte, 1) != 1) _exit(1);
+}
+
+// Median nanoseconds of one handover of `size` bytes, the reference's and devbuf's
+// alternating in one run.
+static void handovers(const bench_config *config, size_t size, int count, double *raw,
+                      double *ours) {
+  int sockets[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) != 0) return;
+  pid_t child = fork();
+  if (child == 0) {
+    close(sockets[0]);
+    for (int i = 0; i < count; i++) {
+      raw_receive_one(sockets[1], size);
+      devbuf_receive_one(sockets[1], config->device);
+    }
+    _exit(0);
+  }
+  close(sockets[1]);
+  devbuf_allocator_t *shareable =
+      devbuf_device_allocator_for(config->device, DEVBUF_MEMORY_SHAREABLE);
+  double raw_ns[MAX_RUNS], our_ns[MAX_RUNS];
+  for (int i = 0; i < count; i++) {
+    char seen = 0;
+    uint64_t start = bench_now_ns();
+    int fd = memfd_create("bench-raw", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) break;
+    unsigned char *data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    data[0] = 0x42;
+    char byte = 0;
+    union {
+      struct cmsghdr header;
+      char space[CMSG_SPACE(sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct iovec piece = {&byte, 1};
+    struct msghdr message = {.msg_iov = &piece, .msg_iovlen = 1};
+    message.msg_control = control.space;
+    message.msg_controllen = sizeof control.space;
+    CMSG_FIRSTHDR(&message)->cmsg_level = SOL_SOCKET;
+    CMSG_FIRSTHDR(&message)->cmsg_type = SCM_RIGHTS;
+    CMSG_FIRSTHDR(&message)->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(CMSG_FIRSTHDR(&message)), &fd, sizeof fd);
+    if (sendmsg(sockets[0], &message, 0) != 1 || read(sockets[0], &seen, 1) != 1) break;
+    munmap(data, size);
+    close(fd);
+    raw_ns[i] = (double)(bench_now_ns() - start);
+
+    start = bench_now_ns();
+    devbuf_buffer_t *buffer = NULL;
+    devbuf_export_t *shared = NULL;
+    void *bytes = NULL;
+    if (devbuf_buffer_allocate(shareable, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK ||
+        devbuf_buffer_contents_mut(buffer, &bytes, NULL) != DEVBUF_OK)
+      break;
+    *(unsigned char *)bytes = 0x42;
+    devbuf_buffer_end_access(buffer, bytes);
+    if (devbuf_buffer_export(buffer, &shared) != DEVBUF_OK ||
+        devbuf_export_send(shared, sockets[0]) != DEVBUF_OK || read(sockets[0], &seen, 1) != 1)
+      break;
+    devbuf_export_free(shared);
+    devbuf_buffer_release(buffer);
+    our_ns[i] = (double)(bench_now_ns() - start);
+    if (seen != 0x42) our_ns[i] = 0; // the importer must have seen the exporter's byte
+  }
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  close(sockets[0]);
+  *raw = bench_median(raw_ns, count);
+  *ours = bench_median(our_ns, count);
+}
+
+void bench_share(const bench_config *config) {
+  printf("== other processes: events and buffers shared with a forked process ==\n");
+  int rounds = config->quick ? 2000 : 20000,
+      runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
+  double raw[MAX_RUNS], ours[MAX_RUNS];
+  for (int run = 0; run < runs; run++) {
+    raw[run] = raw_ping_pong(rounds);
+    ours[run] = devbuf_ping_pong(rounds);
+  }
+  double raw_ns = bench_median(raw, runs), our_ns = bench_median(ours, runs);
+  printf("event ping-pong, %d rounds: futex pair %.0f ns per round, devbuf events %.0f ns "
+         "(%.2fx the futex pair's time)\n",
+         rounds, raw_ns, our_ns, raw_ns > 0 ? our_ns / raw_ns : 0);
+  bench_figure("share", "event round trip (futex pair)", raw_ns, "ns", -1);
+  bench_figure("share", "event round trip (devbuf)", our_ns, "ns", -1);
+  size_t sizes[] = {1u << 20, 64u << 20};
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+    double raw_handover = 0, our_handover = 0;
+    handovers(config, sizes[s], config->quick ? 21 : 101, &raw_handover, &our_handover);
+    printf("hand over %3zu MiB (make, send, map, read a byte, let go): memory file %.1f us, "
+           "devbuf %.1f us (%.2fx)\n",
+           sizes[s] >> 20, raw_handover / 1e3, our_handover / 1e3,
+           raw_handover > 0 ? our_handover / raw_handover : 0);
+    char name[64];
+    snprintf(name, sizeof name, "handover %zu MiB (memory file)", sizes[s] >> 20);
+    bench_figure("share", name, raw_handover / 1e3, "us", -1);
+    snprintf(name, sizeof name, "handover %zu MiB (devbuf)", sizes[s] >> 20);
+    bench_figure("share", name, our_handover / 1e3, "us", -1);
+  }
+  printf("\n");
+}
