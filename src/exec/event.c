@@ -55,6 +55,7 @@ devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
     watch = NULL;
   }
   pthread_mutex_unlock(&event->lock);
+  if (!watch && devbuf__event_is_imported(event)) devbuf__event_share_follow(event);
   if (watch) notify(watch, ready ? DEVBUF_OK : now);
   return DEVBUF_OK;
 }
@@ -124,12 +125,15 @@ devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {
 }
 
 uint64_t devbuf_event_value(const devbuf_event_t *event) {
-  return event ? atomic_load_explicit(&event->value, memory_order_acquire) : 0;
+  if (!event) return 0;
+  if (devbuf__event_is_imported(event)) devbuf__event_share_sync((devbuf_event_t *)event);
+  return atomic_load_explicit(&event->value, memory_order_acquire);
 }
 
 devbuf_status devbuf_event_status(const devbuf_event_t *event) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
   devbuf_event_t *mutable_event = (devbuf_event_t *)event; // the lock is not part of the value
+  if (devbuf__event_is_imported(event)) devbuf__event_share_sync(mutable_event);
   pthread_mutex_lock(&mutable_event->lock);
   devbuf_status status = event->failure;
   if (status != DEVBUF_OK) devbuf__error(status, "%s", event->message);
@@ -169,7 +173,8 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
                              (unsigned long long)value);
       break;
     }
-    event->waiters++;
+    if (event->waiters++ == 0 && devbuf__event_is_imported(event))
+      devbuf__event_share_follow(event);
     int result = forever ? pthread_cond_wait(&event->reached, &event->lock)
                          : pthread_cond_timedwait(&event->reached, &event->lock, &deadline);
     event->waiters--;
@@ -186,6 +191,7 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
 
 devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
+  if (devbuf__event_is_imported(event)) return devbuf__event_share_wait(event, value, timeout_ns);
   if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) return DEVBUF_OK;
   if (timeout_ns == 0) {
     devbuf_status failed = devbuf_event_status(event);
@@ -193,6 +199,5 @@ devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t 
     return devbuf__error(DEVBUF_TIMEOUT, "event is at %llu, below %llu",
                          (unsigned long long)atomic_load(&event->value), (unsigned long long)value);
   }
-  if (devbuf__event_is_imported(event)) return devbuf__event_share_wait(event, value, timeout_ns);
   return devbuf__event_wait(event, value, timeout_ns, NULL);
 }

@@ -33,6 +33,9 @@ typedef struct devbuf__event_share {
   int fd;           // exporter: the page's memory file, duplicated for each export
   int process;      // importer: a pidfd of the exporter (-1: ask by pid)
   atomic_bool stop; // importer: the watcher ends
+  // Importer: bumped when something in this process starts to wait on the local event, so
+  // that the watcher, which sleeps while nothing does, follows every change again.
+  _Atomic uint32_t pokes;
   pthread_t watcher;
 } devbuf__event_share;
 
@@ -63,6 +66,7 @@ void devbuf__event_share_end(devbuf_event_t *event) {
   if (share->imported) {
     atomic_store(&share->stop, true);
     devbuf__shared_wake(&share->page->changes);
+    devbuf__event_share_follow(event);
     pthread_join(share->watcher, NULL);
     if (share->process >= 0) close(share->process);
   } else {
@@ -75,23 +79,42 @@ void devbuf__event_share_end(devbuf_event_t *event) {
   devbuf__free(share);
 }
 
+static bool mirror(devbuf_event_t *event, const shared_timeline *page);
+
+void devbuf__event_share_follow(devbuf_event_t *event) {
+  devbuf__event_share *share = event->share;
+  atomic_fetch_add(&share->pokes, 1);
+  devbuf__shared_wake(&share->pokes);
+}
+
+void devbuf__event_share_sync(devbuf_event_t *event) { mirror(event, event->share->page); }
+
+// The local event's failure, if it has one (the watcher's or a mirror's verdict).
+static bool local_failure(devbuf_event_t *event, devbuf_status *out) {
+  pthread_mutex_lock(&event->lock);
+  devbuf_status failure = event->failure;
+  if (failure != DEVBUF_OK) *out = devbuf__error(failure, "%s", event->message);
+  pthread_mutex_unlock(&event->lock);
+  return failure != DEVBUF_OK;
+}
+
 // A host wait on an imported event watches the page itself: one wake from the signaller,
-// not two (the watcher's, then its mirror's). The watcher still mirrors every change and
-// fails the local event when the exporter ends; the wait sees that within a slice.
+// not two (the watcher's, then its mirror's). The watcher fails the local event when the
+// exporter dies; the wait sees that within a slice.
 devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns) {
   shared_timeline *page = event->share->page;
-  for (int spin = 0; spin < 2000; spin++) {
+  for (int spin = 0; spin < 2000 && timeout_ns; spin++) {
     if (atomic_load_explicit(&page->value, memory_order_acquire) >= value) return DEVBUF_OK;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
   }
   uint64_t start = devbuf__now_ns();
-  for (;;) {
+  for (devbuf_status failed;;) {
     uint32_t seen = atomic_load(&page->changes);
     if (atomic_load_explicit(&page->value, memory_order_acquire) >= value) return DEVBUF_OK;
-    devbuf_status failed = devbuf_event_wait(event, value, 0); // the watcher's verdicts
-    if (failed != DEVBUF_TIMEOUT) return failed;
+    if (atomic_load(&page->state) != TIMELINE_LIVE) mirror(event, page);
+    if (local_failure(event, &failed)) return failed;
     uint64_t waited = devbuf__now_ns() - start;
     if (waited >= timeout_ns)
       return devbuf__error(DEVBUF_TIMEOUT, "event stayed at %llu, below %llu, for %llu ns",
@@ -189,12 +212,21 @@ static bool mirror(devbuf_event_t *event, const shared_timeline *page) {
   return true;
 }
 
+// Whether something in this process waits on the local event (a queue's watch, a blocked
+// wait): only then does the watcher wake for every change.
+static bool followed(devbuf_event_t *event) {
+  pthread_mutex_lock(&event->lock);
+  bool waited_on = event->watches || event->waiters;
+  pthread_mutex_unlock(&event->lock);
+  return waited_on;
+}
+
 static void *watch_timeline(void *context) {
   devbuf_event_t *event = context;
   devbuf__event_share *share = event->share;
   shared_timeline *page = share->page;
   while (!atomic_load(&share->stop)) {
-    uint32_t seen = atomic_load(&page->changes);
+    uint32_t seen = atomic_load(&page->changes), poked = atomic_load(&share->pokes);
     if (mirror(event, page)) break;
     if (!devbuf__process_alive(share->process, page->pid)) {
       if (mirror(event, page)) break; // its last words
@@ -203,6 +235,10 @@ static void *watch_timeline(void *context) {
                (int)page->pid, (unsigned long long)atomic_load(&page->value));
       devbuf__event_fail(event, DEVBUF_UNAVAILABLE, message);
       break;
+    }
+    if (!followed(event)) { // until a wait begins, or to ask after the exporter again
+      devbuf__shared_wait(&share->pokes, poked, LIVENESS_CHECK_NS);
+      continue;
     }
     atomic_fetch_add(&page->sleepers, 1);
     devbuf__shared_wait(&page->changes, seen, LIVENESS_CHECK_NS);

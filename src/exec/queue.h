@@ -186,8 +186,12 @@ void devbuf__event_share_publish(devbuf_event_t *event);
 void devbuf__event_share_end(devbuf_event_t *event);
 // Whether the event follows another process's, and so may not be signalled here.
 bool devbuf__event_is_imported(const devbuf_event_t *event);
-// devbuf_event_wait on an imported event, with a timeout (not 0).
+// devbuf_event_wait on an imported event.
 devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns);
+// Something begins to wait on an imported event here: its watcher follows it closely again.
+void devbuf__event_share_follow(devbuf_event_t *event);
+// Brings an imported event up to its exporter's now.
+void devbuf__event_share_sync(devbuf_event_t *event);
 
 // Calls `reached` once the event reaches `value` (at once if it has), or fails.
 devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
