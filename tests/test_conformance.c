@@ -709,6 +709,18 @@ static void test_export_round_trip(void) {
   free(back);
   CHECK_STATUS(devbuf_buffer_export(local, &shared), DEVBUF_UNSUPPORTED); // not the owner
   CHECK_MESSAGE("imported from process");
+  devbuf_buffer_t *view = NULL, *view_import = NULL; // a view travels as a view
+  CHECK_OK(devbuf_buffer_view(buffer, 8192, 4096, &view));
+  CHECK_OK(devbuf_buffer_export(view, &shared));
+  CHECK_OK(devbuf_buffer_import(device, shared, &view_import));
+  devbuf_export_free(shared);
+  CHECK_EQ_U(devbuf_buffer_size(view_import), 4096);
+  CHECK_EQ_U(devbuf_buffer_count(view_import), 2048);
+  back = read_back(view_import);
+  CHECK(memcmp(back, bytes + 8192, 4096) == 0);
+  free(back);
+  devbuf_buffer_release(view_import);
+  devbuf_buffer_release(view);
   unsigned char seven = 7;
   devbuf_queue_t *queue = NULL;
   CHECK_OK(devbuf_queue_create(device, &queue));

@@ -174,6 +174,13 @@ devbuf_status devbuf_buffer_export(devbuf_buffer_t *buffer, devbuf_export_t **ou
   devbuf_status status = exportable(storage);
   if (status == DEVBUF_OK) status = devbuf__storage_ensure_allocated(storage);
   if (status != DEVBUF_OK) return status;
+  // Another process cannot be ordered after the work of the bytes' earlier owner (reused
+  // memory): that is over before they go. Its own work is the exporter's to order (events).
+  devbuf__byte_range whole = {0, storage->size, true};
+  struct devbuf__hazard *hazard = NULL;
+  status = devbuf__storage_lock_idle(storage, &whole, 1, DEVBUF__OWN_IGNORE, "export", &hazard);
+  if (status != DEVBUF_OK) return status;
+  devbuf__storage_unlock(storage, hazard);
   devbuf_export_reclaim(NULL);
   devbuf_device_t *device = storage->device;
   devbuf_memory_t segment;
