@@ -8,15 +8,15 @@ seconds=${1:-60}
 build=build/fuzz
 CC=clang cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEVBUF_FUZZ=ON \
   -DDEVBUF_SANITIZE=address,undefined -DDEVBUF_BUILD_TESTS=OFF >"$build.configure.log" 2>&1 &&
-  cmake --build "$build" --target fuzz_safetensors fuzz_dlpack >"$build.build.log" 2>&1 ||
+  cmake --build "$build" --target fuzz_safetensors fuzz_dlpack fuzz_export >"$build.build.log" 2>&1 ||
   { cat "$build.configure.log" "$build.build.log" 2>/dev/null | tail -30; echo "fuzz: BUILD FAILED"; exit 1; }
 
-mkdir -p "$build/corpus/safetensors" "$build/corpus/dlpack" "$build/artifacts"
+mkdir -p "$build/corpus/safetensors" "$build/corpus/dlpack" "$build/corpus/export" "$build/artifacts"
 cp tests/corpus/safetensors/*.safetensors "$build/corpus/safetensors/"
 cp tests/data/safetensors/*/*.safetensors "$build/corpus/safetensors/" 2>/dev/null || true
 
 status=0
-for target in safetensors dlpack; do
+for target in safetensors dlpack export; do
   echo "== fuzz_$target: ${seconds}s"
   if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
      "$build/fuzz_$target" "$build/corpus/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
