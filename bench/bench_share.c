@@ -182,7 +182,8 @@ static void handovers(const bench_config *config, size_t size, int count, double
   devbuf_allocator_t *shareable =
       devbuf_device_allocator_for(config->device, DEVBUF_MEMORY_SHAREABLE);
   double raw_ns[MAX_RUNS], our_ns[MAX_RUNS];
-  for (int i = 0; i < count; i++) {
+  int done = 0;
+  for (int i = 0; i < count; i++, done++) {
     char seen = 0;
     uint64_t start = bench_now_ns();
     int fd = memfd_create("bench-raw", MFD_CLOEXEC);
@@ -213,27 +214,34 @@ static void handovers(const bench_config *config, size_t size, int count, double
     devbuf_export_t *shared = NULL;
     void *bytes = NULL;
     if (devbuf_buffer_allocate(shareable, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK ||
-        devbuf_buffer_contents_mut(buffer, &bytes, NULL) != DEVBUF_OK)
+        devbuf_buffer_contents_mut(buffer, &bytes, NULL) != DEVBUF_OK) {
+      devbuf_buffer_release(buffer);
       break;
+    }
     *(unsigned char *)bytes = 0x42;
     devbuf_buffer_end_access(buffer, bytes);
-    if (devbuf_buffer_export(buffer, &shared) != DEVBUF_OK ||
-        devbuf_export_send(shared, sockets[0]) != DEVBUF_OK || read(sockets[0], &seen, 1) != 1)
-      break;
+    bool handed = devbuf_buffer_export(buffer, &shared) == DEVBUF_OK &&
+                  devbuf_export_send(shared, sockets[0]) == DEVBUF_OK &&
+                  read(sockets[0], &seen, 1) == 1;
     devbuf_export_free(shared);
     devbuf_buffer_release(buffer);
+    if (!handed) break;
     our_ns[i] = (double)(bench_now_ns() - start);
     if (seen != 0x42) our_ns[i] = 0; // the importer must have seen the exporter's byte
   }
   kill(child, SIGKILL);
   waitpid(child, NULL, 0);
   close(sockets[0]);
-  *raw = bench_median(raw_ns, count);
-  *ours = bench_median(our_ns, count);
+  *raw = done ? bench_median(raw_ns, done) : 0;
+  *ours = done ? bench_median(our_ns, done) : 0;
 }
 
 void bench_share(const bench_config *config) {
   printf("== other processes: events and buffers shared with a forked process ==\n");
+  if (!devbuf_device_allocator_for(config->device, DEVBUF_MEMORY_SHAREABLE)) {
+    printf("%s shares no memory with other processes\n\n", devbuf_device_spec(config->device));
+    return;
+  }
   int rounds = config->quick ? 2000 : 20000,
       runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
   double raw[MAX_RUNS], ours[MAX_RUNS];

@@ -1,8 +1,8 @@
 // libFuzzer target: exports received from a hostile process. The input is a message (a
 // header whose every field comes from the input) sent with 0 to 3 descriptors (a real memory
-// file, a lease, a pipe) over a Unix socket. Receiving either refuses with every descriptor
-// closed, or yields an export whose import refuses or maps a buffer whose every byte can be
-// read, and whose release unmaps it.
+// file, a lease or a pidfd, a pipe) over a Unix socket. Receiving either refuses with every
+// descriptor closed, or yields an export whose import refuses or maps a buffer whose every byte can
+// be read, and whose release unmaps it.
 #include "../src/core/core.h"
 
 #include <stdint.h>
@@ -16,13 +16,13 @@
 #define MEMORY_BYTES (1u << 16)
 
 static devbuf_device_t *cpu;
-static int memory = -1, pipe_ends[2] = {-1, -1};
+static int memory = -1, process = -1, pipe_ends[2] = {-1, -1};
 
 static void set_up(void) {
   if (cpu) return;
   if (devbuf_device_open("cpu", &cpu) != DEVBUF_OK ||
       devbuf__memory_file_create("fuzz", MEMORY_BYTES, &memory) != DEVBUF_OK ||
-      pipe(pipe_ends) != 0)
+      (process = devbuf__process_watch(getpid())) < 0 || pipe(pipe_ends) != 0)
     abort();
 }
 
@@ -36,21 +36,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memcpy(&header, data, size < sizeof header ? size : sizeof header);
   if (choice & 0x10) memcpy(header.magic, DEVBUF__EXPORT_MAGIC, sizeof header.magic);
   if (choice & 0x20) header.pid = (int32_t)getpid();
-  if (choice & 0x40) { // a page that passes for an event's: the watcher runs
+  bool as_event = choice & 0x40; // a page that passes for an event's, and a pidfd: the watcher runs
+  if (as_event) {
     void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, memory, 0);
     if (page == MAP_FAILED) abort();
-    memcpy(page, "devbufE1", 8);
-    memcpy((char *)page + 32, &header.pid, sizeof header.pid); // its pid field
+    memcpy(page, "devbufE2", 8);
+    memcpy((char *)page + 28, &header.pid, sizeof header.pid); // its pid field
     munmap(page, 4096);
   }
   int hold = -1, watch = -1;
   if (devbuf__lease_create(&hold, &watch) != DEVBUF_OK) abort();
-  int fds[3] = {choice & 0x80 ? pipe_ends[0] : memory, hold, pipe_ends[1]};
+  int fds[3] = {choice & 0x80 ? pipe_ends[0] : memory, as_event ? process : hold, pipe_ends[1]};
   size_t fd_count = choice & 3;
   size_t sent = size < sizeof header ? size : sizeof header;
   int sockets[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) != 0) abort();
-  if (sent && devbuf__send_with_fds(sockets[0], &header, sent, fds, fd_count) != DEVBUF_OK) abort();
+  if (sent && devbuf__send_with_fds(sockets[0], &header, sent, fds, fd_count, NULL) != DEVBUF_OK)
+    abort();
   close(sockets[0]);
   close(hold);
   devbuf_export_t *shared = NULL;

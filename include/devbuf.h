@@ -502,8 +502,8 @@ DEVBUF_API size_t devbuf_buffer_count(const devbuf_buffer_t *buffer); // element
 DEVBUF_API devbuf_allocator_t *devbuf_buffer_allocator(const devbuf_buffer_t *buffer);
 DEVBUF_API devbuf_device_t *devbuf_buffer_device(const devbuf_buffer_t *buffer);
 // Shared by a buffer, its retains and its views (the first seed's id()), and by the
-// buffers other processes import from it: ids carry the process id, so they are unique on
-// the machine among the processes alive.
+// buffers imported from it (devbuf_buffer_import): ids carry the process id, so two storages
+// alive on the machine share an id only when one is an import of the other.
 DEVBUF_API uint64_t devbuf_buffer_storage_id(const devbuf_buffer_t *buffer);
 // Unique per handle: every view has its own.
 DEVBUF_API uint64_t devbuf_buffer_handle_id(const devbuf_buffer_t *buffer);

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,7 +32,8 @@ static pid_t start_role(const char *role, int socket) {
 // A socket pair, the child started with one end; the other end is the caller's.
 static pid_t start_with_socket(const char *role, int *out_socket) {
   int sockets[2];
-  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) == 0);
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) == 0);
+  CHECK(fcntl(sockets[1], F_SETFD, 0) == 0); // the child's end crosses exec
   pid_t child = start_role(role, sockets[1]);
   close(sockets[1]);
   *out_socket = sockets[0];
@@ -353,7 +355,7 @@ static devbuf_status deliver(const void *bytes, size_t size, const int *fds, siz
                              devbuf_export_t **out) {
   int sockets[2];
   CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) == 0);
-  CHECK_OK(devbuf__send_with_fds(sockets[0], bytes, size, fds, fd_count));
+  CHECK_OK(devbuf__send_with_fds(sockets[0], bytes, size, fds, fd_count, NULL));
   close(sockets[0]); // a cut message then ends instead of blocking
   devbuf_status status = devbuf_export_receive(sockets[1], out);
   close(sockets[1]);
@@ -423,6 +425,17 @@ static void test_hostile_messages(void) {
   bad = h, bad.device_kind = DEVBUF_DEVICE_OPENCL;
   EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "cannot share memory");
   EXPECT_REFUSED(h, both, 1, DEVBUF_FORMAT_ERROR, "1 descriptors came, 2 belong");
+  CHECK_STATUS(devbuf__send_with_fds(-1, &h, 0, both, 2, NULL), DEVBUF_INVALID_ARGUMENT);
+  int packets[2]; // on a message socket, a short message is cut, not joined to the next
+  devbuf_export_t *got_packet = NULL;
+  CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, packets) == 0);
+  CHECK_OK(devbuf__send_with_fds(packets[0], &h, sizeof h / 2, both, 2, NULL));
+  CHECK_OK(devbuf__send_with_fds(packets[0], &h, sizeof h, both, 2, NULL));
+  CHECK_STATUS(devbuf_export_receive(packets[1], &got_packet), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("cut short");
+  CHECK_OK(devbuf_export_receive(packets[1], &got_packet)); // the next message is whole
+  devbuf_export_free(got_packet);
+  close(packets[0]), close(packets[1]);
   EXPECT_REFUSED(h, NULL, 0, DEVBUF_FORMAT_ERROR, "0 descriptors came");
   EXPECT_REFUSED(h, three, 3, DEVBUF_FORMAT_ERROR, "too many descriptors");
   EXPECT_REFUSED(h, both, 0, DEVBUF_FORMAT_ERROR, "0 descriptors"); // fds never sent
@@ -443,12 +456,34 @@ static void test_hostile_messages(void) {
   CHECK_STATUS(devbuf_buffer_import(device, got, &buffer), DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("not a memory file");
   devbuf_export_free(got);
+  bad = h, bad.device_uuid[3] = 7; // memory of a device this process does not have
+  CHECK_OK(deliver(&bad, sizeof bad, both, 2, &got));
+  CHECK_STATUS(devbuf_buffer_import(device, got, &buffer), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("its UUID differs");
+  devbuf_export_free(got);
+  int unsealed = memfd_create("unsealed", MFD_CLOEXEC), lying[2] = {unsealed, hold};
+  CHECK(unsealed >= 0 && ftruncate(unsealed, (off_t)segment) == 0);
+  CHECK_OK(deliver(&h, sizeof h, lying, 2, &got)); // its sender could cut it under the mapping
+  CHECK_STATUS(devbuf_buffer_import(device, got, &buffer), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("not sealed against shrinking");
+  devbuf_export_free(got);
   devbuf__export_header event = h;
   event.kind = DEVBUF_EXPORT_EVENT;
   devbuf_event_t *imported = NULL;
-  CHECK_OK(deliver(&event, sizeof event, &memory, 1, &got)); // a page of zeros
+  CHECK_OK(deliver(&event, sizeof event, both, 2, &got)); // a lease where the pidfd belongs
+  CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("does not watch the exporting process");
+  devbuf_export_free(got);
+  int self = devbuf__process_watch(getpid()), with_self[2] = {memory, self};
+  CHECK(self >= 0);
+  CHECK_OK(deliver(&event, sizeof event, with_self, 2, &got)); // a page of zeros
   CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("not a devbuf timeline");
+  devbuf_export_free(got);
+  event.pid = 1; // a pidfd of this process, claimed to be another's
+  CHECK_OK(deliver(&event, sizeof event, with_self, 2, &got));
+  CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("does not watch the exporting process 1");
   devbuf_export_free(got);
   CHECK(buffer == NULL && imported == NULL);
 
@@ -460,6 +495,7 @@ static void test_hostile_messages(void) {
   devbuf_export_free(got);
   CHECK_STATUS(devbuf_export_receive(-1, &got), DEVBUF_IO_ERROR);
   close(memory), close(hold), close(watch), close(pipe_ends[0]), close(pipe_ends[1]);
+  close(unsealed), close(self);
   CHECK_EQ_U(open_descriptors(), descriptors); // nothing received stays open
 }
 

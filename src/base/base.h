@@ -52,34 +52,45 @@ void devbuf__copy_bytes(void *dst, const void *src, size_t size);
 devbuf_status devbuf__guarded_copy(void *dst, const void *src, size_t size, const char *what);
 
 // ---- other processes (process_share.c) ---------------------------------------------------
-// A memory file of `size` bytes (memfd, close-on-exec): memory another process maps from its
-// descriptor. OUT_OF_MEMORY or IO_ERROR with the system's reason.
+// A memory file of `size` bytes (memfd, close-on-exec), sealed against shrinking and growing:
+// memory another process maps from its descriptor. OUT_OF_MEMORY or IO_ERROR with the reason.
 devbuf_status devbuf__memory_file_create(const char *name, size_t size, int *out_fd);
-// A memory file another process handed over: a regular file of at least `size` bytes, or
-// FORMAT_ERROR naming what it is.
+// Seals it for good; with `read_only_elsewhere` no new writable mapping can be made of it
+// (the caller's own, made before, stays writable).
+devbuf_status devbuf__memory_file_seal(int fd, bool read_only_elsewhere);
+// A memory file another process handed over: a regular file sealed against shrinking, of at
+// least `size` bytes, or FORMAT_ERROR naming what it is.
 devbuf_status devbuf__memory_file_check(int fd, size_t size, const char *what);
+void devbuf__close_fds(const int *fds, size_t count); // skipping negative ones
 // A lease: a lock on a small file that lives as long as the holder's descriptor of it (or a
 // child's copy) does, and so ends when the holder closes it or dies, which the kernel sees to.
 // *out_hold holds the lock: give it to the process that uses something; keep *out_watch, a
 // descriptor of your own, to ask whether anyone still holds it.
 devbuf_status devbuf__lease_create(int *out_hold, int *out_watch);
 bool devbuf__lease_held(int watch);
-// One message of `size` bytes with `fd_count` descriptors on a Unix socket (SCM_RIGHTS).
+// One message of `size` bytes (at least one when descriptors go) with `fd_count` descriptors
+// on a Unix socket (SCM_RIGHTS). *out_fds_sent (optional): whether the descriptors went,
+// also when a later part of the bytes failed.
 devbuf_status devbuf__send_with_fds(int socket, const void *bytes, size_t size, const int *fds,
-                                    size_t fd_count);
+                                    size_t fd_count, bool *out_fds_sent);
 // Exactly `size` bytes and the descriptors that came with them (close-on-exec, at most
 // `max_fds`; more, or a cut message, is FORMAT_ERROR with every descriptor closed). IO_ERROR
 // when the peer closed the socket or the call failed (a timeout the socket has set included).
 devbuf_status devbuf__receive_with_fds(int socket, void *bytes, size_t size, int *fds,
                                        size_t max_fds, size_t *out_fd_count);
-// Futex waits on a word in memory shared between processes. The wait returns when the word
-// is no longer `expected`, on a wake, or after `timeout_ns` (spuriously too).
+// Futex waits on words in memory shared between processes. A wait returns when a word is no
+// longer as expected, on a wake, or after `timeout_ns` (spuriously too).
 void devbuf__shared_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t timeout_ns);
+void devbuf__shared_wait_either(_Atomic uint32_t *first, uint32_t first_expected,
+                                _Atomic uint32_t *second, uint32_t second_expected,
+                                uint64_t timeout_ns);
 void devbuf__shared_wake(_Atomic uint32_t *word);
-// A descriptor to watch process `pid` by (a pidfd; -1 where the kernel has none, and then
-// the pid is asked), and whether it still runs (a zombie does not).
+// A descriptor that watches process `pid` end (a pidfd, close-on-exec; -1 with errno where
+// the kernel has none), whether the process still runs (a zombie does not), and the process
+// such a descriptor watches (-1 if it is not one).
 int devbuf__process_watch(int pid);
-bool devbuf__process_alive(int watch, int pid);
+bool devbuf__process_alive(int watch);
+int devbuf__process_of_watch(int watch);
 
 // ---- locks ------------------------------------------------------------------------------
 // Every lock of the library is held for a few instructions: an adaptive mutex spins a little

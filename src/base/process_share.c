@@ -9,8 +9,8 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -19,17 +19,36 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 // Linux 5.1
+#endif
+
+// Memory files are sealed against shrinking and growing at once: a process that shares one
+// cannot cut it under another's mapping (which would fault there, SIGBUS, on the next touch).
 devbuf_status devbuf__memory_file_create(const char *name, size_t size, int *out_fd) {
-  int fd = memfd_create(name, MFD_CLOEXEC);
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
     return devbuf__error(DEVBUF_IO_ERROR, "memfd_create('%s') failed: %s", name, strerror(errno));
-  if (size > (size_t)INT64_MAX || ftruncate(fd, (off_t)size) != 0) {
-    int error = errno;
+  int error = size > (size_t)INT64_MAX ? EFBIG : 0;
+  if (!error && ftruncate(fd, (off_t)size) != 0) error = errno;
+  if (error) {
     close(fd);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "a %zu-byte memory file was refused: %s", size,
                          strerror(error));
   }
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    error = errno;
+    close(fd);
+    return devbuf__error(DEVBUF_IO_ERROR, "sealing a memory file failed: %s", strerror(error));
+  }
   *out_fd = fd;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf__memory_file_seal(int fd, bool read_only_elsewhere) {
+  int seals = F_SEAL_SEAL | (read_only_elsewhere ? F_SEAL_FUTURE_WRITE : 0);
+  if (fcntl(fd, F_ADD_SEALS, seals) != 0)
+    return devbuf__error(DEVBUF_IO_ERROR, "sealing a memory file failed: %s", strerror(errno));
   return DEVBUF_OK;
 }
 
@@ -41,11 +60,22 @@ devbuf_status devbuf__memory_file_check(int fd, size_t size, const char *what) {
   if (!S_ISREG(info.st_mode))
     return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: descriptor %d is not a memory file (mode %o)",
                          what, fd, (unsigned)info.st_mode);
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK))
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "%s: the memory file is not sealed against shrinking (its owner could "
+                         "cut it under the mapping)",
+                         what);
   if ((uint64_t)info.st_size < size)
     return devbuf__error(DEVBUF_FORMAT_ERROR,
                          "%s: the memory file has %lld bytes, fewer than the %zu it should have",
                          what, (long long)info.st_size, size);
   return DEVBUF_OK;
+}
+
+void devbuf__close_fds(const int *fds, size_t count) {
+  for (size_t i = 0; i < count; i++)
+    if (fds[i] >= 0) close(fds[i]);
 }
 
 // ---- leases -----------------------------------------------------------------------------
@@ -91,10 +121,12 @@ bool devbuf__lease_held(int watch) {
 #define MAX_PASSED_FDS 4
 
 devbuf_status devbuf__send_with_fds(int socket, const void *bytes, size_t size, const int *fds,
-                                    size_t fd_count) {
-  if (fd_count > MAX_PASSED_FDS)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%zu descriptors, more than %d", fd_count,
-                         MAX_PASSED_FDS);
+                                    size_t fd_count, bool *out_fds_sent) {
+  if (out_fds_sent) *out_fds_sent = false;
+  if (fd_count > MAX_PASSED_FDS || (fd_count && !size))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%zu descriptors with %zu bytes: at most %d, and with at least a byte",
+                         fd_count, size, MAX_PASSED_FDS);
   union {
     struct cmsghdr header;
     char space[CMSG_SPACE(sizeof(int) * MAX_PASSED_FDS)];
@@ -119,16 +151,13 @@ devbuf_status devbuf__send_with_fds(int socket, const void *bytes, size_t size, 
       return devbuf__error(DEVBUF_IO_ERROR, "sending %zu bytes on socket %d failed after %zu: %s",
                            size, socket, sent, done < 0 ? strerror(errno) : "nothing was sent");
     sent += (size_t)done;
+    if (out_fds_sent && fd_count) *out_fds_sent = true; // with the first byte
     piece.iov_base = (char *)bytes + sent;
     piece.iov_len = size - sent;
     message.msg_control = NULL;
     message.msg_controllen = 0;
   }
   return DEVBUF_OK;
-}
-
-static void close_all(int *fds, size_t count) {
-  for (size_t i = 0; i < count; i++) close(fds[i]);
 }
 
 // Takes the descriptors out of a received message's control data (closing those over `max`).
@@ -160,6 +189,9 @@ devbuf_status devbuf__receive_with_fds(int socket, void *bytes, size_t size, int
   } control;
   size_t received = 0, count = 0;
   bool fits = true, cut = false;
+  int type = SOCK_STREAM;
+  socklen_t type_size = sizeof type;
+  getsockopt(socket, SOL_SOCKET, SO_TYPE, &type, &type_size);
   while (received < size) {
     struct iovec piece = {.iov_base = (char *)bytes + received, .iov_len = size - received};
     struct msghdr message = {.msg_iov = &piece, .msg_iovlen = 1};
@@ -173,15 +205,16 @@ devbuf_status devbuf__receive_with_fds(int socket, void *bytes, size_t size, int
     }
     if (done <= 0) {
       int error = errno;
-      close_all(fds, count);
+      devbuf__close_fds(fds, count);
       return devbuf__error(DEVBUF_IO_ERROR, "receiving %zu bytes on socket %d: %s after %zu", size,
                            socket, done < 0 ? strerror(error) : "the peer closed it", received);
     }
     received += (size_t)done;
+    if (type != SOCK_STREAM && received < size) cut = true; // a message comes whole or not at all
     if (cut) break;
   }
   if (!fits || cut) {
-    close_all(fds, count);
+    devbuf__close_fds(fds, count);
     return devbuf__error(
         DEVBUF_FORMAT_ERROR, "a message of %zu bytes came %s: at most %zu descriptors belong to it",
         size, cut ? "cut short (truncated data or descriptors)" : "with too many descriptors",
@@ -199,23 +232,55 @@ void devbuf__shared_wait(_Atomic uint32_t *word, uint32_t expected, uint64_t tim
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &timeout, NULL, 0);
 }
 
+void devbuf__shared_wait_either(_Atomic uint32_t *first, uint32_t first_expected,
+                                _Atomic uint32_t *second, uint32_t second_expected,
+                                uint64_t timeout_ns) {
+#ifdef SYS_futex_waitv
+  struct futex_waitv waiters[2] = {
+      {.val = first_expected, .uaddr = (uint64_t)(uintptr_t)first, .flags = FUTEX_32},
+      {.val = second_expected, .uaddr = (uint64_t)(uintptr_t)second, .flags = FUTEX_32}};
+  uint64_t deadline = devbuf__now_ns() + timeout_ns;
+  struct timespec until = {.tv_sec = (time_t)(deadline / 1000000000u),
+                           .tv_nsec = (long)(deadline % 1000000000u)};
+  if (syscall(SYS_futex_waitv, waiters, 2, 0, &until, CLOCK_MONOTONIC) >= 0 || errno != ENOSYS)
+    return;
+#endif
+  // Before Linux 5.16: the first word only; the second is seen when the wait times out.
+  (void)second, (void)second_expected;
+  devbuf__shared_wait(first, first_expected, timeout_ns);
+}
+
 void devbuf__shared_wake(_Atomic uint32_t *word) {
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 int devbuf__process_watch(int pid) {
 #ifdef SYS_pidfd_open
-  return (int)syscall(SYS_pidfd_open, pid, 0);
+  int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (fd >= 0) fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return fd;
 #else
   (void)pid;
+  errno = ENOSYS;
   return -1;
 #endif
 }
 
-bool devbuf__process_alive(int watch, int pid) {
-  if (watch >= 0) { // readable once the process has ended, reaped or not
-    struct pollfd ended = {.fd = watch, .events = POLLIN};
-    return poll(&ended, 1, 0) == 0;
-  }
-  return kill(pid, 0) == 0 || errno == EPERM;
+bool devbuf__process_alive(int watch) {
+  struct pollfd ended = {.fd = watch, .events = POLLIN};
+  int ready;
+  do ready = poll(&ended, 1, 0);
+  while (ready < 0 && errno == EINTR);
+  return !(ready > 0 && (ended.revents & (POLLIN | POLLHUP | POLLNVAL)));
+}
+
+int devbuf__process_of_watch(int watch) {
+  char path[64], line[128];
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", watch);
+  FILE *info = fopen(path, "re");
+  int pid = -1;
+  while (info && fgets(line, sizeof line, info))
+    if (strncmp(line, "Pid:", 4) == 0) pid = atoi(line + 4);
+  if (info) fclose(info);
+  return pid;
 }

@@ -27,10 +27,6 @@ static bool any_held(const int *watches, size_t count) {
   return false;
 }
 
-static void close_fds(int *fds, size_t count) {
-  for (size_t i = 0; i < count; i++) close(fds[i]);
-}
-
 // Closes the watches of leases nobody holds any more (importers that are done), keeping the rest.
 static void prune_leases_locked(devbuf__storage *storage) {
   size_t kept = 0;
@@ -64,7 +60,7 @@ devbuf_status devbuf_export_reclaim(uint64_t *out_bytes_held) {
     parked *next = done->next;
     devbuf_allocator_free(done->allocator, &done->memory);
     devbuf_allocator_release(done->allocator);
-    close_fds(done->watches, done->watch_count);
+    devbuf__close_fds(done->watches, done->watch_count);
     devbuf__free(done->watches);
     devbuf__free(done);
     done = next;
@@ -88,6 +84,7 @@ void devbuf__shareable_allocating(void) {
 }
 
 void devbuf__storage_park(devbuf__storage *storage) {
+  devbuf_export_reclaim(NULL);  // what other storages' importers let go of meanwhile
   prune_leases_locked(storage); // the storage is going: no other thread holds it
   if (storage->lease_count) {
     parked *entry = devbuf__malloc(sizeof *entry);
@@ -105,7 +102,7 @@ void devbuf__storage_park(devbuf__storage *storage) {
     }
     // Without host memory for the record the memory is kept for good: never handed to
     // another buffer while an importer may write it.
-    close_fds(storage->lease_watches, storage->lease_count);
+    devbuf__close_fds(storage->lease_watches, storage->lease_count);
     devbuf__free(storage->lease_watches);
     storage->lease_watches = NULL;
     storage->lease_count = 0;
@@ -133,18 +130,18 @@ static void import_release(devbuf__storage *storage) {
 
 static devbuf_status exportable(const devbuf__storage *storage) {
   const devbuf_device_t *device = storage->device;
-  if (!device->backend->raw_export)
-    return devbuf__error(DEVBUF_UNSUPPORTED,
-                         "%s cannot share memory with other processes (the %s backend has no "
-                         "way to hand its memory to another process)",
-                         device->spec, device->backend->name);
+  if (!device->shares_memory)
+    return devbuf__error(DEVBUF_UNSUPPORTED, "%s cannot share memory with other processes (%s)",
+                         device->spec,
+                         device->backend->raw_export
+                             ? "its driver cannot export memory as POSIX descriptors"
+                             : "the backend has no way to hand its memory to another process");
   if (storage->release_external == import_release)
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "storage %llu was imported from process %d: export it there, where its "
                          "memory's lifetime is kept",
                          (unsigned long long)storage->id, (int)(storage->id >> 40));
-  if (!storage->allocator || storage->allocator->memory_kind != DEVBUF_MEMORY_SHAREABLE ||
-      !devbuf__is_caching(storage->allocator))
+  if (!storage->allocator || storage->allocator != device->shareable_allocator)
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "storage %llu is not shareable memory: allocate it from "
                          "devbuf_device_allocator_for(device, DEVBUF_MEMORY_SHAREABLE)",
@@ -199,7 +196,7 @@ devbuf_status devbuf_buffer_export(devbuf_buffer_t *buffer, devbuf_export_t **ou
   bool pushed = push_watch(storage, watch);
   pthread_mutex_unlock(&storage->lock);
   if (!pushed) {
-    close_fds((int[]){memory_fd, hold, watch}, 3);
+    devbuf__close_fds((int[]){memory_fd, hold, watch}, 3);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record an export");
   }
   devbuf__export_header header = {.kind = DEVBUF_EXPORT_BUFFER,
@@ -215,6 +212,7 @@ devbuf_status devbuf_buffer_export(devbuf_buffer_t *buffer, devbuf_export_t **ou
                                   .view_offset = buffer->offset,
                                   .view_size = buffer->size};
   memcpy(header.magic, DEVBUF__EXPORT_MAGIC, sizeof header.magic);
+  memcpy(header.device_uuid, device->uuid, sizeof header.device_uuid);
   for (size_t i = 0; i < buffer->ndim; i++) header.shape[i] = buffer->shape[i];
   // The lease is the export's until it is sent: should this fail, its watch stays with the
   // storage and sees it end.
@@ -235,8 +233,14 @@ devbuf_status devbuf_buffer_import(devbuf_device_t *device, devbuf_export_t *sha
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "the export holds memory of another kind of device (%u) than %s",
                          h->device_kind, device->spec);
-  if (!device->backend->raw_import)
+  if (!device->shares_memory)
     return devbuf__error(DEVBUF_UNSUPPORTED, "%s cannot map memory of other processes",
+                         device->spec);
+  static const unsigned char anywhere[16];
+  if (memcmp(h->device_uuid, anywhere, 16) != 0 && memcmp(h->device_uuid, device->uuid, 16) != 0)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "the export holds memory of another device than %s (its UUID differs): "
+                         "import it on the device that made it",
                          device->spec);
   if (shared->fds[DEVBUF__EXPORT_MEMORY] < 0 || shared->fds[DEVBUF__EXPORT_LEASE] < 0)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,

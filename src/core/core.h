@@ -179,17 +179,21 @@ typedef struct devbuf__export_header {
   uint64_t storage_offset, storage_size; // the storage within them
   uint64_t view_offset, view_size;       // the exported handle within the storage
   uint64_t shape[DEVBUF_MAX_NDIM];
+  unsigned char device_uuid[16]; // buffers: the device that holds the memory (0s: any of its kind)
 } devbuf__export_header;
 
+// The descriptors of an export: a buffer's memory and its lease; an event's shared page
+// and a pidfd of the exporting process.
 enum { DEVBUF__EXPORT_MEMORY, DEVBUF__EXPORT_LEASE, DEVBUF__EXPORT_FDS };
+#define DEVBUF__EXPORT_PROCESS DEVBUF__EXPORT_LEASE
 
 struct devbuf_export {
   devbuf__export_header header;
-  int fds[DEVBUF__EXPORT_FDS]; // the memory (an event's shared page), the lease; -1: none, or gone
+  int fds[DEVBUF__EXPORT_FDS]; // -1 once gone (sent or imported)
 };
 
-// A new export of `header` holding `memory_fd` and `lease_fd` (-1: none), which it closes
-// when freed; on failure they are closed here.
+// A new export of `header` holding `memory_fd` and `lease_fd`, which it closes when freed;
+// on failure they are closed here.
 devbuf_status devbuf__export_new(const devbuf__export_header *header, int memory_fd, int lease_fd,
                                  devbuf_export_t **out);
 // Takes descriptor `which` out of the export (-1 once taken: an export is imported once).

@@ -91,7 +91,7 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
   device->managed_allocator = device->host_accessible ? device->allocator : NULL;
   if (status == DEVBUF_OK && device->managed_memory)
     status = embedded_allocator(device, DEVBUF_MEMORY_MANAGED, &device->managed_allocator);
-  if (status == DEVBUF_OK && entry->backend->raw_export)
+  if (status == DEVBUF_OK && device->shares_memory)
     status = embedded_allocator(device, DEVBUF_MEMORY_SHAREABLE, &device->shareable_allocator);
   if (status != DEVBUF_OK) {
     if (device->managed_allocator && device->managed_allocator != device->allocator)

@@ -10,8 +10,7 @@ devbuf_status devbuf__export_new(const devbuf__export_header *header, int memory
                                  devbuf_export_t **out) {
   devbuf_export_t *shared = devbuf__malloc(sizeof *shared);
   if (!shared) {
-    if (memory_fd >= 0) close(memory_fd);
-    if (lease_fd >= 0) close(lease_fd);
+    devbuf__close_fds((int[]){memory_fd, lease_fd}, 2);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an export");
   }
   shared->header = *header;
@@ -29,8 +28,7 @@ int devbuf__export_take_fd(devbuf_export_t *shared, int which) {
 
 void devbuf_export_free(devbuf_export_t *shared) {
   if (!shared) return;
-  for (int i = 0; i < DEVBUF__EXPORT_FDS; i++)
-    if (shared->fds[i] >= 0) close(shared->fds[i]);
+  devbuf__close_fds(shared->fds, DEVBUF__EXPORT_FDS);
   devbuf__free(shared);
 }
 
@@ -40,20 +38,20 @@ devbuf_export_kind devbuf_export_kind_of(const devbuf_export_t *shared) {
 
 int devbuf_export_pid(const devbuf_export_t *shared) { return shared ? shared->header.pid : 0; }
 
-static size_t fds_of_kind(uint32_t kind) { return kind == DEVBUF_EXPORT_BUFFER ? 2 : 1; }
-
 devbuf_status devbuf_export_send(devbuf_export_t *shared, int socket) {
   if (!shared) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "export is NULL");
-  size_t count = fds_of_kind(shared->header.kind);
-  for (size_t i = 0; i < count; i++)
+  for (size_t i = 0; i < DEVBUF__EXPORT_FDS; i++)
     if (shared->fds[i] < 0)
       return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                            "this export was sent or imported already: export again");
-  devbuf_status status =
-      devbuf__send_with_fds(socket, &shared->header, sizeof shared->header, shared->fds, count);
-  if (status != DEVBUF_OK) return status;
-  for (size_t i = 0; i < count; i++) close(devbuf__export_take_fd(shared, (int)i));
-  return DEVBUF_OK;
+  bool fds_sent = false;
+  devbuf_status status = devbuf__send_with_fds(socket, &shared->header, sizeof shared->header,
+                                               shared->fds, DEVBUF__EXPORT_FDS, &fds_sent);
+  // Once the descriptors went they are the peer's, even when the rest of the message failed:
+  // sending them again would hand out a second lease.
+  if (status == DEVBUF_OK || fds_sent)
+    for (size_t i = 0; i < DEVBUF__EXPORT_FDS; i++) close(devbuf__export_take_fd(shared, (int)i));
+  return status;
 }
 
 // The checks of a buffer's fields; the sizes are the sender's word, to be held against the
@@ -119,13 +117,12 @@ devbuf_status devbuf_export_receive(int socket, devbuf_export_t **out_export) {
       devbuf__receive_with_fds(socket, &header, sizeof header, fds, DEVBUF__EXPORT_FDS, &count);
   if (status != DEVBUF_OK) return status;
   status = check_header(&header);
-  if (status == DEVBUF_OK && count != fds_of_kind(header.kind))
-    status = devbuf__error(DEVBUF_FORMAT_ERROR, "export: %zu descriptors came, %zu belong to a %s",
-                           count, fds_of_kind(header.kind),
-                           header.kind == DEVBUF_EXPORT_BUFFER ? "buffer" : "event");
+  if (status == DEVBUF_OK && count != DEVBUF__EXPORT_FDS)
+    status = devbuf__error(DEVBUF_FORMAT_ERROR, "export: %zu descriptors came, %d belong to it",
+                           count, DEVBUF__EXPORT_FDS);
   if (status != DEVBUF_OK) {
-    for (size_t i = 0; i < count; i++) close(fds[i]);
+    devbuf__close_fds(fds, count);
     return status;
   }
-  return devbuf__export_new(&header, fds[0], count > 1 ? fds[1] : -1, out_export);
+  return devbuf__export_new(&header, fds[0], fds[1], out_export);
 }

@@ -3,6 +3,8 @@
 // allocator if no submitted work uses it, otherwise (to a caching allocator) in flight: its
 // bytes are then handed only to memory allocated for work, which inherits the old work on
 // them and is ordered after it; the record and its tracker stay until that work is done.
+// Memory exported to other processes never goes in flight: once its work is done it waits
+// for the importers' leases (buffer_share.c).
 #include "hazard.h"
 
 devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_device_t *device,

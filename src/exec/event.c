@@ -112,9 +112,8 @@ void devbuf__event_interrupt(devbuf_event_t *event) {
 
 devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
-  if (devbuf__event_is_imported(event))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "the event is imported: only its exporting process signals it");
+  devbuf_status signallable = devbuf__event_signallable(event);
+  if (signallable != DEVBUF_OK) return signallable;
   uint64_t current = atomic_load(&event->value);
   if (value < current)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,

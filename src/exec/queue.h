@@ -175,7 +175,8 @@ struct devbuf_event {
   char message[256];
   devbuf__event_watch *watches; // under lock
   // Shared with other processes (event_share.c): the exporter publishes to it, an
-  // importer's watcher mirrors it. Set once, under lock; NULL for most events.
+  // importer's watcher mirrors it. Set once: by an export under the lock, by an import before
+  // the event is handed out. NULL for most events.
   struct devbuf__event_share *_Atomic share;
 };
 
@@ -186,6 +187,8 @@ void devbuf__event_share_publish(devbuf_event_t *event);
 void devbuf__event_share_end(devbuf_event_t *event);
 // Whether the event follows another process's, and so may not be signalled here.
 bool devbuf__event_is_imported(const devbuf_event_t *event);
+// INVALID_ARGUMENT for an imported event (its exporter signals it), OK otherwise.
+devbuf_status devbuf__event_signallable(const devbuf_event_t *event);
 // devbuf_event_wait on an imported event.
 devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns);
 // Something begins to wait on an imported event here: its watcher follows it closely again.

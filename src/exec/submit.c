@@ -236,9 +236,8 @@ static devbuf_status submit_event_op(devbuf_queue_t *queue, devbuf__work_kind ki
 }
 
 devbuf_status devbuf_queue_signal(devbuf_queue_t *queue, devbuf_event_t *event, uint64_t value) {
-  if (event && devbuf__event_is_imported(event))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "the event is imported: only its exporting process signals it");
+  devbuf_status signallable = event ? devbuf__event_signallable(event) : DEVBUF_OK;
+  if (signallable != DEVBUF_OK) return signallable;
   return submit_event_op(queue, DEVBUF__WORK_SIGNAL, event, value);
 }
 

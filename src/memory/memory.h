@@ -83,10 +83,6 @@ devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator,
                                              devbuf__in_flight **out_range);
 // The fence's work completed: its bytes are free for everyone.
 void devbuf__caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight *range);
-// An allocation for work that will be ordered after the work using what it reuses: it may
-// take bytes released in flight. For each in-flight range it overlaps, `visit` is called
-// (under the allocator's lock, so the fence is alive) with the fence and the overlap in the
-// fence's own byte offsets; a false answer makes it allocate bytes no work uses instead.
 // The upstream allocation (segment) that holds memory from a caching allocator, and the
 // memory's offset in it: what another process maps to share it.
 void devbuf__caching_segment_of(const devbuf_memory_t *memory, devbuf_memory_t *out_segment,
@@ -94,6 +90,10 @@ void devbuf__caching_segment_of(const devbuf_memory_t *memory, devbuf_memory_t *
 devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator,
                                        devbuf_allocator_snapshot_t **out);
 void devbuf__caching_snapshot_free(devbuf_allocator_snapshot_t *snapshot);
+// An allocation for work that will be ordered after the work using what it reuses: it may
+// take bytes released in flight. For each in-flight range it overlaps, `visit` is called
+// (under the allocator's lock, so the fence is alive) with the fence and the overlap in the
+// fence's own byte offsets; a false answer makes it allocate bytes no work uses instead.
 devbuf_status devbuf__caching_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
                                             bool (*visit)(void *context, void *fence, size_t offset,
                                                           size_t size),

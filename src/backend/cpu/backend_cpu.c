@@ -48,6 +48,7 @@ static devbuf_status cpu_open(devbuf_device_t *device, int index) {
   device->max_allocation = device->global_memory;
   device->alignment = CPU_MIN_ALIGNMENT;
   device->unified_memory = true;
+  device->shares_memory = true;
   return DEVBUF_OK;
 }
 
@@ -72,6 +73,7 @@ static devbuf_status cpu_alloc_shareable(devbuf_device_t *device, size_t size,
   if (rounded < size) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "cannot allocate %zu bytes", size);
   int fd = -1;
   devbuf_status status = devbuf__memory_file_create("devbuf-shared", rounded, &fd);
+  if (status == DEVBUF_OK) status = devbuf__memory_file_seal(fd, false);
   if (status == DEVBUF_OK) status = map_memory_file(fd, rounded, out);
   if (status != DEVBUF_OK) {
     if (fd >= 0) close(fd);

@@ -154,6 +154,11 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
   device->managed_memory = attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) != 0;
   device->page_size = CUDA_PAGE;
   device->host_accessible = false;
+  device->shares_memory =
+      cu->cuMemAddressReserve && cu->cuMemExportToShareableHandle &&
+      cu->cuMemImportFromShareableHandle &&
+      attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED);
+  if (cu->cuDeviceGetUuid) cu->cuDeviceGetUuid(device->uuid, state->id);
   return DEVBUF_OK;
 }
 

@@ -77,6 +77,7 @@ enum {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
   CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
+  CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 103,
 };
 
 // X(return, field, symbol, parameters)
@@ -153,6 +154,7 @@ typedef struct devbuf__cuda_api {
   CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, int,
                                            unsigned long long);
   CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int);
+  CUresult (*cuDeviceGetUuid)(unsigned char *, CUdevice); // a CUuuid: 16 bytes
 } devbuf__cuda_api;
 
 #endif

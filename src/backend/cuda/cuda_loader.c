@@ -47,6 +47,7 @@ static void load(void) {
   *(void **)&api.cuMemGetAllocationGranularity = dlsym(loaded, "cuMemGetAllocationGranularity");
   *(void **)&api.cuMemExportToShareableHandle = dlsym(loaded, "cuMemExportToShareableHandle");
   *(void **)&api.cuMemImportFromShareableHandle = dlsym(loaded, "cuMemImportFromShareableHandle");
+  *(void **)&api.cuDeviceGetUuid = dlsym(loaded, "cuDeviceGetUuid_v2");
   if (!api.cuMemAddressReserve || !api.cuMemAddressFree || !api.cuMemCreate || !api.cuMemRelease ||
       !api.cuMemMap || !api.cuMemUnmap || !api.cuMemSetAccess || !api.cuMemGetAllocationGranularity)
     api.cuMemAddressReserve = NULL; // the marker the backend tests

@@ -5,6 +5,8 @@
 // released it: the driver counts the handles.
 #include "cuda_backend.h"
 
+#include <fcntl.h>
+
 typedef struct devbuf__cuda_shareable {
   CUmemGenericAllocationHandle handle;
 } devbuf__cuda_shareable;
@@ -121,6 +123,7 @@ devbuf_status devbuf__cuda_export(devbuf_device_t *device, const devbuf_memory_t
                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (code != CUDA_SUCCESS)
     return devbuf__cuda_error(cu, code, "%s: cuMemExportToShareableHandle", device->spec);
+  fcntl(fd, F_SETFD, FD_CLOEXEC); // a program the process starts meanwhile does not inherit it
   *out_fd = fd;
   return DEVBUF_OK;
 }
