@@ -27,8 +27,9 @@ static bool any_held(const int *watches, size_t count) {
   return false;
 }
 
-// Closes the watches of leases nobody holds any more (importers that are done), keeping the rest.
-static void prune_leases_locked(devbuf__storage *storage) {
+// Closes the watches of leases nobody holds any more (importers that are done), keeping the
+// rest. Caller holds the storage's lock, or the storage's last reference.
+void devbuf__storage_prune_leases(devbuf__storage *storage) {
   size_t kept = 0;
   for (size_t i = 0; i < storage->lease_count; i++) {
     if (devbuf__lease_held(storage->lease_watches[i]))
@@ -84,8 +85,8 @@ void devbuf__shareable_allocating(void) {
 }
 
 void devbuf__storage_park(devbuf__storage *storage) {
-  devbuf_export_reclaim(NULL);  // what other storages' importers let go of meanwhile
-  prune_leases_locked(storage); // the storage is going: no other thread holds it
+  devbuf_export_reclaim(NULL);           // what other storages' importers let go of meanwhile
+  devbuf__storage_prune_leases(storage); // the storage is going: no other thread holds it
   if (storage->lease_count) {
     parked *entry = devbuf__malloc(sizeof *entry);
     if (entry) {
@@ -192,7 +193,7 @@ devbuf_status devbuf_buffer_export(devbuf_buffer_t *buffer, devbuf_export_t **ou
     return status;
   }
   pthread_mutex_lock(&storage->lock);
-  prune_leases_locked(storage);
+  devbuf__storage_prune_leases(storage);
   bool pushed = push_watch(storage, watch);
   pthread_mutex_unlock(&storage->lock);
   if (!pushed) {

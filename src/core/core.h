@@ -201,6 +201,8 @@ int devbuf__export_take_fd(devbuf_export_t *shared, int which);
 // The memory of a storage released with leases still held waits for them (buffer_share.c);
 // the storage's leases, memory and allocator go with it.
 void devbuf__storage_park(devbuf__storage *storage);
+// Lets go of the leases of a storage that no importer holds any more (buffer_share.c).
+void devbuf__storage_prune_leases(devbuf__storage *storage);
 // An allocation from a shareable allocator is coming: memory importers let go of returns first
 // (checked at most once a millisecond, and only while some is parked).
 void devbuf__shareable_allocating(void);

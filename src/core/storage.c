@@ -76,7 +76,8 @@ static void wait_inherited_now(devbuf__storage *storage) {
 
 void devbuf__storage_release(devbuf__storage *storage) {
   if (!storage || !devbuf__ref_drop(&storage->refs)) return;
-  if (storage->accesses) devbuf__host_access_close_all(storage); // left open by released handles
+  if (storage->accesses) devbuf__host_access_close_all(storage);   // left open by released handles
+  if (storage->lease_count) devbuf__storage_prune_leases(storage); // importers that are done
   devbuf__hazard *hazard = atomic_load(&storage->hazard);
   if (!hazard) { // and so nothing inherited (a storage that inherits work has a tracker)
     storage_finalize(storage);
