@@ -170,6 +170,11 @@ static int role_signal(int socket, const char *then) {
     write_byte(socket, 'k');
     for (;;) pause();
   }
+  if (strcmp(then, "exec") == 0) { // the pid lives on, the exporting program does not
+    write_byte(socket, 'k');
+    execl("/bin/sleep", "sleep", "60", (char *)NULL);
+    return 1;
+  }
   if (strcmp(then, "release") == 0) {
     devbuf_event_release(event);
   } else {
@@ -319,6 +324,21 @@ static void test_dead_signaller(void) {
   reap(child);
   close(socket);
   devbuf_queue_release(queue);
+  devbuf_event_release(event);
+}
+
+// The exporter execs another program: its pid lives on, but nothing will signal; waits fail.
+static void test_exec_signaller(void) {
+  int socket = -1;
+  pid_t child = start_with_socket("signal-exec", &socket);
+  devbuf_event_t *event = receive_event(socket);
+  if (!event) return;
+  CHECK(read_byte(socket) == 'k');
+  CHECK_STATUS(devbuf_event_wait(event, 2, 60000000000u), DEVBUF_UNAVAILABLE);
+  CHECK_MESSAGE("ended at value 1");
+  CHECK(kill(child, SIGKILL) == 0);
+  reap(child);
+  close(socket);
   devbuf_event_release(event);
 }
 
@@ -537,6 +557,7 @@ int main(int argc, char **argv) {
   RUN(test_allocations_reclaim);
   RUN(test_event_orders_another_process);
   RUN(test_dead_signaller);
+  RUN(test_exec_signaller);
   RUN(test_released_and_failed_signallers);
   RUN(test_hostile_messages);
   RUN(test_refusals);

@@ -68,6 +68,10 @@ void devbuf__close_fds(const int *fds, size_t count); // skipping negative ones
 // descriptor of your own, to ask whether anyone still holds it.
 devbuf_status devbuf__lease_create(int *out_hold, int *out_watch);
 bool devbuf__lease_held(int watch);
+// The same lock on an open of its own (close-on-exec) of `file`: held while this process
+// keeps the descriptor, so that others holding `file` see it end with the process, or with
+// its exec. Any other open of the file asks with devbuf__lease_held.
+devbuf_status devbuf__lock_reopened(int file, int *out_locked);
 // One message of `size` bytes (at least one when descriptors go) with `fd_count` descriptors
 // on a Unix socket (SCM_RIGHTS). *out_fds_sent (optional): whether the descriptors went,
 // also when a later part of the bytes failed.
@@ -86,11 +90,11 @@ void devbuf__shared_wait_either(_Atomic uint32_t *first, uint32_t first_expected
                                 uint64_t timeout_ns);
 void devbuf__shared_wake(_Atomic uint32_t *word);
 // A descriptor that watches process `pid` end (a pidfd, close-on-exec; -1 with errno where
-// the kernel has none), whether the process still runs (a zombie does not), and the process
-// such a descriptor watches (-1 if it is not one).
+// the kernel has none), whether the process still runs (a zombie does not), and whether a
+// descriptor is such a watch (*out_pid: its process; -1 once reaped, 0 where not shown).
 int devbuf__process_watch(int pid);
 bool devbuf__process_alive(int watch);
-int devbuf__process_of_watch(int watch);
+bool devbuf__is_process_watch(int fd, int *out_pid);
 
 // ---- locks ------------------------------------------------------------------------------
 // Every lock of the library is held for a few instructions: an adaptive mutex spins a little

@@ -60,6 +60,11 @@ devbuf_status devbuf__memory_file_check(int fd, size_t size, const char *what) {
   if (!S_ISREG(info.st_mode))
     return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: descriptor %d is not a memory file (mode %o)",
                          what, fd, (unsigned)info.st_mode);
+  long page = sysconf(_SC_PAGESIZE);
+  if (page > 0 && info.st_blksize > page) // huge pages: mappings would not be what they seem
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "%s: the memory file has %ld-byte pages, not the system's %ld", what,
+                         (long)info.st_blksize, page);
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK))
     return devbuf__error(DEVBUF_FORMAT_ERROR,
@@ -107,6 +112,21 @@ devbuf_status devbuf__lease_create(int *out_hold, int *out_watch) {
   }
   *out_hold = hold;
   *out_watch = watch;
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf__lock_reopened(int file, int *out_locked) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", file);
+  int locked = open(path, O_RDONLY | O_CLOEXEC);
+  struct flock lock = lease_lock(F_RDLCK);
+  if (locked < 0 || fcntl(locked, F_OFD_SETLK, &lock) != 0) {
+    int error = errno;
+    if (locked >= 0) close(locked);
+    return devbuf__error(DEVBUF_IO_ERROR, "cannot lock a reopening of %s: %s", path,
+                         strerror(error));
+  }
+  *out_locked = locked;
   return DEVBUF_OK;
 }
 
@@ -236,14 +256,21 @@ void devbuf__shared_wait_either(_Atomic uint32_t *first, uint32_t first_expected
                                 _Atomic uint32_t *second, uint32_t second_expected,
                                 uint64_t timeout_ns) {
 #ifdef SYS_futex_waitv
+  // Off for good once the call is refused (an old kernel, a seccomp filter): the fallback
+  // then, not a loop of failing calls.
+  static atomic_bool refused;
+  if (atomic_load_explicit(&refused, memory_order_relaxed)) goto one_word;
   struct futex_waitv waiters[2] = {
       {.val = first_expected, .uaddr = (uint64_t)(uintptr_t)first, .flags = FUTEX_32},
       {.val = second_expected, .uaddr = (uint64_t)(uintptr_t)second, .flags = FUTEX_32}};
   uint64_t deadline = devbuf__now_ns() + timeout_ns;
   struct timespec until = {.tv_sec = (time_t)(deadline / 1000000000u),
                            .tv_nsec = (long)(deadline % 1000000000u)};
-  if (syscall(SYS_futex_waitv, waiters, 2, 0, &until, CLOCK_MONOTONIC) >= 0 || errno != ENOSYS)
+  if (syscall(SYS_futex_waitv, waiters, 2, 0, &until, CLOCK_MONOTONIC) >= 0 || errno == EAGAIN ||
+      errno == ETIMEDOUT || errno == EINTR)
     return;
+  atomic_store(&refused, true);
+one_word:
 #endif
   // Before Linux 5.16: the first word only; the second is seen when the wait times out.
   (void)second, (void)second_expected;
@@ -274,13 +301,16 @@ bool devbuf__process_alive(int watch) {
   return !(ready > 0 && (ended.revents & (POLLIN | POLLHUP | POLLNVAL)));
 }
 
-int devbuf__process_of_watch(int watch) {
-  char path[64], line[128];
-  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", watch);
+bool devbuf__is_process_watch(int fd, int *out_pid) {
+  char path[64], target[64] = "", line[128];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t length = readlink(path, target, sizeof target - 1);
+  if (length <= 0 || !strstr(target, "pidfd")) return false;
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
   FILE *info = fopen(path, "re");
-  int pid = -1;
+  *out_pid = 0; // not shown (before Linux 5.5, or another namespace's process)
   while (info && fgets(line, sizeof line, info))
-    if (strncmp(line, "Pid:", 4) == 0) pid = atoi(line + 4);
+    if (strncmp(line, "Pid:", 4) == 0) *out_pid = atoi(line + 4); // -1 once reaped
   if (info) fclose(info);
-  return pid;
+  return true;
 }

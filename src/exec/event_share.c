@@ -4,7 +4,9 @@
 // exporter's value or failure for the others. An importer's event is an ordinary local event
 // (so host waits, queue waits and failure work as ever) that a watcher thread keeps up with
 // the page. The watcher also watches the exporting process through a pidfd the exporter sent:
-// when the exporter dies, the event fails instead of leaving its waiters hanging.
+// when the exporter dies, the event fails instead of leaving its waiters hanging. A pid lives
+// on across exec, so the exporter also holds a lock on the page's file through a descriptor
+// exec closes; the watcher asks after both.
 #include "queue.h"
 
 #include <errno.h>
@@ -18,6 +20,9 @@
 #define TIMELINE_BYTES    4096
 #define LIVENESS_CHECK_NS 20000000u // how often a watcher asks whether the exporter lives
 #define SPIN_CHECKS       2000      // as local waits spin before they sleep
+
+// Importers read the page through a read-only mapping: a 64-bit atomic load must not write.
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared events need lock-free 64-bit atomics");
 
 enum { TIMELINE_LIVE = 0, TIMELINE_FAILED = 1, TIMELINE_ENDED = 2 };
 
@@ -36,9 +41,10 @@ typedef struct devbuf__event_share {
   shared_timeline *page;
   bool imported;
   pid_t owner;      // the process that made this record: a forked child leaves it alone
-  int fd;           // exporter: the page's memory file, duplicated for each export
+  int fd;           // the page's memory file (exporter: duplicated for each export)
+  int alive;        // exporter: the page file locked through an open exec closes
   int process;      // importer: a pidfd of the exporter
-  pid_t pid;        // importer: the exporter's pid, as its pidfd says
+  pid_t pid;        // importer: the exporter's pid
   atomic_bool stop; // importer: the watcher ends
   // Importer: bumped when something in this process starts to wait on the local event (so
   // that the watcher, which sleeps while nothing does, follows every change again), when
@@ -69,8 +75,9 @@ void devbuf__event_share_publish(devbuf_event_t *event) {
   devbuf__event_share *share = event->share;
   if (share->imported || share->owner != getpid()) return; // a mirror, or a forked child's copy
   shared_timeline *page = share->page;
+  if (atomic_load(&page->state) != TIMELINE_LIVE) return; // what importers saw last stays
   atomic_store(&page->value, atomic_load(&event->value));
-  if (event->failure != DEVBUF_OK && atomic_load(&page->state) == TIMELINE_LIVE) {
+  if (event->failure != DEVBUF_OK) {
     page->failure = (uint32_t)event->failure;
     memcpy(page->message, event->message, sizeof page->message);
     atomic_store(&page->state, TIMELINE_FAILED);
@@ -88,6 +95,8 @@ void devbuf__event_share_end(devbuf_event_t *event) {
   devbuf__event_share *share = event->share;
   bool own = share->owner == getpid(); // a forked child has no watcher, and no say on the page
   if (share->imported) {
+    // Watch callbacks run on the watcher and never drop the event's last reference, so this
+    // never runs there.
     if (own) {
       atomic_store(&share->stop, true);
       devbuf__event_share_follow(event);
@@ -100,8 +109,9 @@ void devbuf__event_share_end(devbuf_event_t *event) {
       atomic_compare_exchange_strong(&share->page->state, &live, TIMELINE_ENDED);
       page_changed(share->page);
     }
-    close(share->fd);
+    close(share->alive);
   }
+  close(share->fd);
   munmap(share->page, TIMELINE_BYTES);
   devbuf__free(share);
 }
@@ -134,6 +144,25 @@ static bool mirror(devbuf_event_t *event, const devbuf__event_share *share) {
 
 void devbuf__event_share_sync(devbuf_event_t *event) { mirror(event, event->share); }
 
+// Whether the exporting process still runs as the program that exported: its pidfd has not
+// fired and its lock on the page file (dropped at exec) is held.
+static bool exporter_alive(const devbuf__event_share *share) {
+  return devbuf__process_alive(share->process) && devbuf__lease_held(share->fd);
+}
+
+// The exporter is gone: the event fails (after what it said last), and the host waits that
+// sleep on the page hear of it. True when the event has ended.
+static bool check_exporter(devbuf_event_t *event, devbuf__event_share *share) {
+  if (exporter_alive(share)) return false;
+  if (mirror(event, share)) return true; // its last words
+  char message[160];
+  snprintf(message, sizeof message, "process %d, which signals the event, ended at value %llu",
+           (int)share->pid, (unsigned long long)atomic_load(&share->page->value));
+  devbuf__event_fail(event, DEVBUF_UNAVAILABLE, message);
+  devbuf__event_share_follow(event);
+  return true;
+}
+
 // The local event's failure, if it has one (the watcher's or a mirror's verdict).
 static bool local_failure(devbuf_event_t *event, devbuf_status *out) {
   pthread_mutex_lock(&event->lock);
@@ -156,10 +185,14 @@ devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, ui
 #endif
   }
   uint64_t start = devbuf__now_ns();
+  unsigned waited_slices = 0;
   for (devbuf_status failed;;) {
     uint32_t seen = atomic_load(&page->changes), poked = atomic_load(&share->pokes);
     if (atomic_load_explicit(&page->value, memory_order_acquire) >= value) return DEVBUF_OK;
-    if (atomic_load(&page->state) != TIMELINE_LIVE) mirror(event, share);
+    if (atomic_load(&page->state) != TIMELINE_LIVE)
+      mirror(event, share);
+    else if (waited_slices++)
+      check_exporter(event, share); // the watcher does too, if it runs
     if (local_failure(event, &failed)) return failed;
     uint64_t waited = devbuf__now_ns() - start;
     if (waited >= timeout_ns)
@@ -186,18 +219,10 @@ static void *watch_timeline(void *context) {
   devbuf_event_t *event = context;
   devbuf__event_share *share = event->share;
   _Atomic uint32_t *changes = (_Atomic uint32_t *)&share->page->changes;
-  while (!atomic_load(&share->stop)) {
+  for (;;) {
+    // The words first: a poke after this load ends the wait below at once.
     uint32_t seen = atomic_load(changes), poked = atomic_load(&share->pokes);
-    if (mirror(event, share)) break;
-    if (!devbuf__process_alive(share->process)) {
-      if (mirror(event, share)) break; // its last words
-      char message[160];
-      snprintf(message, sizeof message, "process %d, which signals the event, ended at value %llu",
-               (int)share->pid, (unsigned long long)atomic_load(&share->page->value));
-      devbuf__event_fail(event, DEVBUF_UNAVAILABLE, message);
-      devbuf__event_share_follow(event); // host waits sleep on the page: tell them
-      break;
-    }
+    if (atomic_load(&share->stop) || mirror(event, share) || check_exporter(event, share)) break;
     if (followed(event))
       devbuf__shared_wait_either(changes, seen, &share->pokes, poked, LIVENESS_CHECK_NS);
     else // until a wait begins, or to ask after the exporter again
@@ -212,12 +237,18 @@ static devbuf_status map_timeline(const devbuf_export_t *shared, shared_timeline
   int fd = shared->fds[DEVBUF__EXPORT_MEMORY], process = shared->fds[DEVBUF__EXPORT_PROCESS];
   devbuf_status status = devbuf__memory_file_check(fd, TIMELINE_BYTES, "an imported event");
   if (status != DEVBUF_OK) return status;
-  pid_t pid = devbuf__process_of_watch(process);
-  if (pid != shared->header.pid)
+  pid_t pid = shared->header.pid;
+  int watched = 0; // -1 once reaped: the watcher then fails the event at once
+  if (!devbuf__is_process_watch(process, &watched))
     return devbuf__error(DEVBUF_FORMAT_ERROR,
                          "an imported event: its second descriptor does not watch the exporting "
-                         "process %d (it names %d)",
-                         (int)shared->header.pid, (int)pid);
+                         "process %d (it is no process descriptor)",
+                         (int)pid);
+  if (watched > 0 && watched != pid)
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "an imported event: its second descriptor does not watch the exporting "
+                         "process %d (it watches %d)",
+                         (int)pid, watched);
   shared_timeline *page = mmap(NULL, TIMELINE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
   if (page == MAP_FAILED)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping an imported event's page failed: %s",
@@ -254,7 +285,8 @@ devbuf_status devbuf_event_import(devbuf_export_t *shared, devbuf_event_t **out_
     *share = (devbuf__event_share){.page = page,
                                    .imported = true,
                                    .owner = getpid(),
-                                   .fd = -1,
+                                   .fd = shared->fds[DEVBUF__EXPORT_MEMORY],
+                                   .alive = -1,
                                    .process = shared->fds[DEVBUF__EXPORT_PROCESS],
                                    .pid = pid};
     atomic_init(&share->stop, false);
@@ -272,8 +304,8 @@ devbuf_status devbuf_event_import(devbuf_export_t *shared, devbuf_event_t **out_
     devbuf__free(share);
     return status;
   }
-  close(devbuf__export_take_fd(shared, DEVBUF__EXPORT_MEMORY));
-  devbuf__export_take_fd(shared, DEVBUF__EXPORT_PROCESS); // the watcher's now
+  devbuf__export_take_fd(shared, DEVBUF__EXPORT_MEMORY); // both the watcher's now
+  devbuf__export_take_fd(shared, DEVBUF__EXPORT_PROCESS);
   *out_event = event;
   return DEVBUF_OK;
 }
@@ -286,7 +318,12 @@ static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share
   pthread_mutex_unlock(&event->lock);
   if (share) {
     *out = share;
-    return DEVBUF_OK;
+    return share->owner == getpid()
+               ? DEVBUF_OK
+               : devbuf__error(DEVBUF_UNSUPPORTED,
+                               "the event was exported by process %d, which this one forked "
+                               "from: only that process publishes it",
+                               (int)share->owner);
   }
   share = devbuf__calloc(1, sizeof *share);
   if (!share) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to share an event");
@@ -296,10 +333,12 @@ static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share
     devbuf__free(share);
     return status;
   }
+  share->alive = -1;
   share->page = mmap(NULL, TIMELINE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, share->fd, 0);
   status = share->page == MAP_FAILED
                ? devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping an event's shared page failed")
                : devbuf__memory_file_seal(share->fd, true); // importers map it to read only
+  if (status == DEVBUF_OK) status = devbuf__lock_reopened(share->fd, &share->alive);
   if (status != DEVBUF_OK) {
     if (share->page != MAP_FAILED) munmap(share->page, TIMELINE_BYTES);
     close(share->fd);
@@ -318,6 +357,7 @@ static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share
   if (raced) { // another thread exported it first
     munmap(share->page, TIMELINE_BYTES);
     close(share->fd);
+    close(share->alive);
     devbuf__free(share);
     share = raced;
   }
