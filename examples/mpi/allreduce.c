@@ -63,20 +63,35 @@ static bool prepare(devbuf_device_t *device, size_t count, rank_state *state) {
 
 // Runs the step; the number of elements that differ from the serial result, or -1. Both
 // queues have finished when it returns, so no MPI call of theirs is still running.
-static long step(rank_state *state, int rank, int ranks, size_t count) {
+// `fail_rank` (from ALLREDUCE_FAIL_RANK) is a rank whose submission fails, as one that ran
+// out of host memory would: the others must not wait for it in the all-reduce.
+static long step(rank_state *state, int rank, int ranks, size_t count, int fail_rank) {
   devbuf_use_t write_gradient = {state->gradient, DEVBUF_ACCESS_WRITE};
   devbuf_use_t reduce_gradient = {state->gradient, DEVBUF_ACCESS_READ_WRITE};
   devbuf_use_t read_sum[2] = {{state->gradient, DEVBUF_ACCESS_READ},
                               {state->out, DEVBUF_ACCESS_WRITE}};
+  devbuf_event_t *agreed = NULL; // the all-reduce waits for it: every rank submitted
   bool submitted =
+      rank != fail_rank && devbuf_event_create(0, &agreed) == DEVBUF_OK &&
       devbuf_queue_host_task(state->compute, compute_gradient, &write_gradient, 1, &rank,
                              sizeof rank) == DEVBUF_OK &&
+      devbuf_queue_wait(state->communicate, agreed, 1) == DEVBUF_OK &&
       devbuf_queue_host_task(state->communicate, all_reduce, &reduce_gradient, 1, NULL, 0) ==
           DEVBUF_OK &&
       devbuf_queue_host_task(state->compute, consume, read_sum, 2, NULL, 0) == DEVBUF_OK;
+  if (rank == fail_rank) devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "submission failed on purpose");
+  // The ranks agree while their all-reduces are held (so only this thread calls MPI now): all
+  // of them go, or none does and each drops its own.
+  int unsubmitted = !submitted, any_unsubmitted = 0;
+  MPI_Allreduce(&unsubmitted, &any_unsubmitted, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any_unsubmitted)
+    devbuf_queue_cancel(state->communicate);
+  else
+    devbuf_event_signal(agreed, 1);
+  devbuf_event_release(agreed);
   bool finished = devbuf_queue_finish(state->compute) == DEVBUF_OK;
   finished = devbuf_queue_finish(state->communicate) == DEVBUF_OK && finished;
-  float *result = submitted && finished ? malloc(count * sizeof *result) : NULL;
+  float *result = !any_unsubmitted && finished ? malloc(count * sizeof *result) : NULL;
   if (!result || devbuf_buffer_copyout(state->out, result, count * sizeof *result) != DEVBUF_OK) {
     fprintf(stderr, "rank %d: %s\n", rank, devbuf_last_error());
     free(result);
@@ -115,7 +130,8 @@ int main(int argc, char **argv) {
   // would leave the others waiting in it.
   int unready = !ready, any_unready = 0;
   MPI_Allreduce(&unready, &any_unready, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (!any_unready) wrong = step(&state, rank, ranks, count);
+  const char *fail_rank = getenv("ALLREDUCE_FAIL_RANK");
+  if (!any_unready) wrong = step(&state, rank, ranks, count, fail_rank ? atoi(fail_rank) : -1);
   devbuf_buffer_release(state.gradient);
   devbuf_buffer_release(state.out);
   devbuf_queue_release(state.compute);
