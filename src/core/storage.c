@@ -32,7 +32,8 @@ static void storage_free_record(devbuf__storage *storage) {
   for (size_t i = 0; i < storage->inherited_count; i++)
     devbuf__fence_release(storage->inherited[i]);
   devbuf__free(storage->inherited);
-  devbuf__free(storage->lease_watches); // parked, or empty: every lease ended
+  if (DEVBUF_UNLIKELY(storage->lease_watches)) // every lease ended: the array is empty
+    devbuf__free(storage->lease_watches);
   if (storage->allocator)
     devbuf_allocator_release(storage->allocator);
   else
