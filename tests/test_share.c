@@ -463,6 +463,12 @@ static void test_hostile_messages(void) {
   CHECK_STATUS(devbuf_buffer_import(device, got, &buffer), DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("not a memory file");
   devbuf_export_free(got);
+  bad = h, bad.storage_offset = 8, bad.storage_size = bad.view_size = segment - 64;
+  bad.shape[0] = (segment - 64) / 64;
+  CHECK_OK(deliver(&bad, sizeof bad, both, 2, &got));
+  CHECK_STATUS(devbuf_buffer_import(device, got, &buffer), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("not a multiple");
+  devbuf_export_free(got);
   bad = h, bad.device_uuid[3] = 7; // memory of a device this process does not have
   CHECK_OK(deliver(&bad, sizeof bad, both, 2, &got));
   CHECK_STATUS(devbuf_buffer_import(device, got, &buffer), DEVBUF_INVALID_ARGUMENT);

@@ -237,6 +237,11 @@ devbuf_status devbuf_buffer_import(devbuf_device_t *device, devbuf_export_t *sha
   if (!device->shares_memory)
     return devbuf__error(DEVBUF_UNSUPPORTED, "%s cannot map memory of other processes",
                          device->spec);
+  if (h->storage_offset % device->alignment)
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "the export puts its storage at byte %llu of its memory, not a multiple "
+                         "of %s's %zu-byte alignment (kernels would get misaligned data)",
+                         (unsigned long long)h->storage_offset, device->spec, device->alignment);
   static const unsigned char anywhere[16];
   if (memcmp(h->device_uuid, anywhere, 16) != 0 && memcmp(h->device_uuid, device->uuid, 16) != 0)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
