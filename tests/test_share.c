@@ -193,6 +193,19 @@ static int role_signal(int socket, const char *then) {
 
 // ---- tests ----
 
+// Starts an importer that writes `buffer` until it is killed, hands it the buffer, and
+// releases the exporter's handle once the importer holds it.
+static pid_t hand_to_writer(devbuf_buffer_t *buffer, int *out_socket) {
+  pid_t child = start_with_socket("hold-and-write", out_socket);
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_buffer_export(buffer, &shared));
+  CHECK_OK(devbuf_export_send(shared, *out_socket));
+  devbuf_export_free(shared);
+  CHECK(read_byte(*out_socket) == 'k');
+  devbuf_buffer_release(buffer);
+  return child;
+}
+
 // The importer is killed while it writes the buffer: until then the exporter's memory is
 // not reused although the exporter released it; then it comes back and serves again.
 static void test_killed_importer_gives_memory_back(void) {
@@ -200,13 +213,7 @@ static void test_killed_importer_gives_memory_back(void) {
   devbuf_buffer_t *exported = shared_bytes(size);
   uint64_t exported_at = place_of(exported);
   int socket = -1;
-  pid_t child = start_with_socket("hold-and-write", &socket);
-  devbuf_export_t *shared = NULL;
-  CHECK_OK(devbuf_buffer_export(exported, &shared));
-  CHECK_OK(devbuf_export_send(shared, socket));
-  devbuf_export_free(shared);
-  CHECK(read_byte(socket) == 'k');
-  devbuf_buffer_release(exported);
+  pid_t child = hand_to_writer(exported, &socket);
   uint64_t held = 0;
   CHECK_OK(devbuf_export_reclaim(&held));
   CHECK_EQ_U(held, size);
@@ -238,15 +245,8 @@ static void test_killed_importer_gives_memory_back(void) {
 // gone: the next allocations from the shareable allocator look.
 static void test_allocations_reclaim(void) {
   size_t size = 1u << 20;
-  devbuf_buffer_t *exported = shared_bytes(size);
   int socket = -1;
-  pid_t child = start_with_socket("hold-and-write", &socket);
-  devbuf_export_t *shared = NULL;
-  CHECK_OK(devbuf_buffer_export(exported, &shared));
-  CHECK_OK(devbuf_export_send(shared, socket));
-  devbuf_export_free(shared);
-  CHECK(read_byte(socket) == 'k');
-  devbuf_buffer_release(exported);
+  pid_t child = hand_to_writer(shared_bytes(size), &socket);
   CHECK(kill(child, SIGKILL) == 0);
   reap(child);
   close(socket);
