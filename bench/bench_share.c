@@ -4,7 +4,9 @@
 //   the other's), against two counters on a shared page with futex waits;
 // - handing a buffer over (export, send, receive, import, first read, release), against a
 //   memory file sent over the same socket and mapped.
-// The other process is a fork of this one that uses only what it imported.
+// The other process is a fork of this one. It touches none of the parent's buffers,
+// allocators, queues or events: it imports, makes events of its own, and uses the CPU
+// device (docs/processes.md says what a forked child may use).
 #include "bench.h"
 
 #include <linux/futex.h>

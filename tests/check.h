@@ -66,6 +66,14 @@ static const char *check_current = "";
 
 #define SKIP_EXIT_CODE 77
 
+// Where a buffer's bytes are: its memory's handle (an address, or a cl_mem) plus offset.
+static inline uint64_t place_of(devbuf_buffer_t *buffer) {
+  uint64_t handle = 0;
+  size_t offset = 0;
+  CHECK_OK(devbuf_buffer_device_handle(buffer, &handle, &offset));
+  return handle + offset;
+}
+
 // A caching allocator over a counting raw allocator, so tests see system calls exactly.
 typedef struct test_allocators {
   devbuf_device_t *device;

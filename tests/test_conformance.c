@@ -36,14 +36,6 @@ static unsigned char *read_back(devbuf_buffer_t *buffer) {
   return bytes;
 }
 
-// Where a buffer's bytes are: its memory's handle (an address, or a cl_mem) plus offset.
-static uint64_t place_of(devbuf_buffer_t *buffer) {
-  uint64_t handle = 0;
-  size_t offset = 0;
-  CHECK_OK(devbuf_buffer_device_handle(buffer, &handle, &offset));
-  return handle + offset;
-}
-
 // Whether two buffers' bytes are apart: where memory is a handle plus offset (OpenCL),
 // different handles are different segments.
 static bool apart(devbuf_buffer_t *x, devbuf_buffer_t *y) {

@@ -63,13 +63,6 @@ static size_t open_descriptors(void) {
   return count;
 }
 
-static uint64_t place_of(devbuf_buffer_t *buffer) {
-  uint64_t handle = 0;
-  size_t offset = 0;
-  CHECK_OK(devbuf_buffer_device_handle(buffer, &handle, &offset));
-  return handle + offset;
-}
-
 static devbuf_buffer_t *shared_bytes(size_t size) {
   devbuf_buffer_t *buffer = NULL;
   CHECK_OK(devbuf_buffer_allocate(shareable, DEVBUF_UINT8, &size, 1, DEVBUF_BUFFER_ZERO, &buffer));

@@ -28,8 +28,8 @@ static bool any_held(const int *watches, size_t count) {
 }
 
 // Closes the watches of leases nobody holds any more (importers that are done), keeping the
-// rest. Caller holds the storage's lock, or the storage's last reference.
-void devbuf__storage_prune_leases(devbuf__storage *storage) {
+// rest; how many are left. Caller holds the storage's lock, or the storage's last reference.
+size_t devbuf__storage_prune_leases(devbuf__storage *storage) {
   size_t kept = 0;
   for (size_t i = 0; i < storage->lease_count; i++) {
     if (devbuf__lease_held(storage->lease_watches[i]))
@@ -38,6 +38,7 @@ void devbuf__storage_prune_leases(devbuf__storage *storage) {
       close(storage->lease_watches[i]);
   }
   storage->lease_count = kept;
+  return kept;
 }
 
 devbuf_status devbuf_export_reclaim(uint64_t *out_bytes_held) {
@@ -85,33 +86,21 @@ void devbuf__shareable_allocating(void) {
 }
 
 void devbuf__storage_park(devbuf__storage *storage) {
-  devbuf_export_reclaim(NULL);           // what other storages' importers let go of meanwhile
-  devbuf__storage_prune_leases(storage); // the storage is going: no other thread holds it
-  if (storage->lease_count) {
-    parked *entry = devbuf__malloc(sizeof *entry);
-    if (entry) {
-      *entry = (parked){devbuf_allocator_retain(storage->allocator), storage->memory,
-                        storage->lease_watches, storage->lease_count, NULL};
-      pthread_mutex_lock(&parked_lock);
-      entry->next = parked_list;
-      parked_list = entry;
-      atomic_fetch_add(&parked_count, 1);
-      pthread_mutex_unlock(&parked_lock);
-      storage->lease_watches = NULL;
-      storage->lease_count = 0;
-      return;
-    }
-    // Without host memory for the record the memory is kept for good: never handed to
-    // another buffer while an importer may write it.
+  devbuf_export_reclaim(NULL); // what other storages' importers let go of meanwhile
+  parked *entry = devbuf__malloc(sizeof *entry);
+  if (entry) {
+    *entry = (parked){devbuf_allocator_retain(storage->allocator), storage->memory,
+                      storage->lease_watches, storage->lease_count, NULL};
+    pthread_mutex_lock(&parked_lock);
+    entry->next = parked_list;
+    parked_list = entry;
+    atomic_fetch_add(&parked_count, 1);
+    pthread_mutex_unlock(&parked_lock);
+    storage->lease_watches = NULL; // the entry's now
+  } else { // the memory is kept for good: never handed on while an importer may write it
     devbuf__close_fds(storage->lease_watches, storage->lease_count);
-    devbuf__free(storage->lease_watches);
-    storage->lease_watches = NULL;
-    storage->lease_count = 0;
-    return;
   }
-  devbuf__free(storage->lease_watches);
-  storage->lease_watches = NULL;
-  if (storage->size) devbuf_allocator_free(storage->allocator, &storage->memory);
+  storage->lease_count = 0;
 }
 
 // ---- export -------------------------------------------------------------------------------

@@ -199,10 +199,10 @@ devbuf_status devbuf__export_new(const devbuf__export_header *header, int memory
 // Takes descriptor `which` out of the export (-1 once taken: an export is imported once).
 int devbuf__export_take_fd(devbuf_export_t *shared, int which);
 // The memory of a storage released with leases still held waits for them (buffer_share.c);
-// the storage's leases, memory and allocator go with it.
+// the storage's leases and memory go with it (its record frees the rest).
 void devbuf__storage_park(devbuf__storage *storage);
 // Lets go of the leases of a storage that no importer holds any more (buffer_share.c).
-void devbuf__storage_prune_leases(devbuf__storage *storage);
+size_t devbuf__storage_prune_leases(devbuf__storage *storage);
 // An allocation from a shareable allocator is coming: memory importers let go of returns first
 // (checked at most once a millisecond, and only while some is parked).
 void devbuf__shareable_allocating(void);

@@ -32,7 +32,7 @@ static void storage_free_record(devbuf__storage *storage) {
   for (size_t i = 0; i < storage->inherited_count; i++)
     devbuf__fence_release(storage->inherited[i]);
   devbuf__free(storage->inherited);
-  if (DEVBUF_UNLIKELY(storage->lease_watches)) // every lease ended: the array is empty
+  if (DEVBUF_UNLIKELY(storage->lease_watches)) // exported; its leases ended or were parked
     devbuf__free(storage->lease_watches);
   if (storage->allocator)
     devbuf_allocator_release(storage->allocator);
@@ -47,7 +47,7 @@ static void storage_finalize(void *context) {
   devbuf__storage *storage = context;
   if (storage->in_flight)
     devbuf__caching_fence_done(storage->allocator, storage->in_flight);
-  else if (storage->lease_count)
+  else if (storage->lease_count && devbuf__storage_prune_leases(storage))
     devbuf__storage_park(storage);
   else if (storage->release_external)
     storage->release_external(storage);

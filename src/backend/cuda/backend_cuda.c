@@ -196,7 +196,7 @@ static devbuf_status cuda_raw_alloc(devbuf_device_t *device, devbuf_memory_kind 
 
 static void cuda_raw_free(devbuf_device_t *device, const devbuf_memory_t *memory) {
   if (devbuf__cuda_is_shareable(memory)) {
-    devbuf__cuda_free_shareable(device, memory);
+    devbuf__cuda_release_shareable(device, memory);
     return;
   }
   devbuf__cuda_device *state = devbuf__cuda_of(device);
@@ -386,7 +386,7 @@ const devbuf__backend devbuf__backend_cuda = {
     .raw_unreserve = devbuf__cuda_unreserve,
     .raw_export = devbuf__cuda_export,
     .raw_import = devbuf__cuda_import,
-    .raw_unimport = devbuf__cuda_unimport,
+    .raw_unimport = devbuf__cuda_release_shareable,
     .write = cuda_write,
     .read = cuda_read,
     .copy = cuda_copy,

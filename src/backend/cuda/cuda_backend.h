@@ -43,12 +43,13 @@ void devbuf__cuda_unmap(devbuf_device_t *device, const devbuf_memory_t *reservat
                         size_t size);
 void devbuf__cuda_unreserve(devbuf_device_t *device, const devbuf_memory_t *reservation);
 
-// Memory other processes map (cuda_share.c): raw_alloc of DEVBUF_MEMORY_SHAREABLE, its
-// raw_free, and the backend's raw_export, raw_import and raw_unimport. A raw allocation's
-// token names its kind (0 to 2); shareable memory's is a record of its handle instead.
+// Memory other processes map (cuda_share.c): raw_alloc of DEVBUF_MEMORY_SHAREABLE, and
+// the backend's raw_export and raw_import; release gives back memory made or imported so
+// (raw_free's part for it, and raw_unimport). A raw allocation's token names its kind (0 to
+// 2); shareable memory's is a record of its handle instead.
 devbuf_status devbuf__cuda_alloc_shareable(devbuf_device_t *device, size_t size,
                                            devbuf_memory_t *out);
-void devbuf__cuda_free_shareable(devbuf_device_t *device, const devbuf_memory_t *memory);
+void devbuf__cuda_release_shareable(devbuf_device_t *device, const devbuf_memory_t *memory);
 static inline bool devbuf__cuda_is_shareable(const devbuf_memory_t *memory) {
   return (uintptr_t)memory->token > DEVBUF_MEMORY_SHAREABLE;
 }
@@ -56,7 +57,6 @@ devbuf_status devbuf__cuda_export(devbuf_device_t *device, const devbuf_memory_t
                                   int *out_fd);
 devbuf_status devbuf__cuda_import(devbuf_device_t *device, int fd, size_t size,
                                   devbuf_memory_t *out);
-void devbuf__cuda_unimport(devbuf_device_t *device, const devbuf_memory_t *memory);
 
 // Makes the device's context current on the calling thread (every entry point calls it).
 devbuf_status devbuf__cuda_enter(devbuf_device_t *device);

@@ -2,7 +2,8 @@
 // descriptor handle (cuMemCreate), mapped into addresses of its own; exported as a descriptor
 // (cuMemExportToShareableHandle), imported from one (cuMemImportFromShareableHandle) and
 // mapped the same way. The physical memory lives until every process has unmapped and
-// released it: the driver counts the handles.
+// released it: the driver counts the handles. The device offers this only where the driver
+// can (shares_memory, set when it opens).
 #include "cuda_backend.h"
 
 #include <fcntl.h>
@@ -16,16 +17,6 @@ static CUmemAllocationProp shareable_memory(const devbuf__cuda_device *state) {
                               .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
   prop.location = (CUmemLocation){.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = state->id};
   return prop;
-}
-
-static devbuf_status sharing_supported(const devbuf_device_t *device, const devbuf__cuda_api *cu) {
-  if (!cu->cuMemAddressReserve || !cu->cuMemExportToShareableHandle ||
-      !cu->cuMemImportFromShareableHandle)
-    return devbuf__error(DEVBUF_UNSUPPORTED,
-                         "%s: the driver cannot share memory with other processes (no "
-                         "cuMemExportToShareableHandle, or no virtual memory management)",
-                         device->spec);
-  return DEVBUF_OK;
 }
 
 // Maps `handle` (of `size` bytes) at fresh addresses the device may read and write.
@@ -55,8 +46,7 @@ static devbuf_status map_handle(devbuf_device_t *device, CUmemGenericAllocationH
   return DEVBUF_OK;
 }
 
-// Gives back what map_handle and the handle's creation or import took.
-static void unmap_handle(devbuf_device_t *device, const devbuf_memory_t *memory) {
+void devbuf__cuda_release_shareable(devbuf_device_t *device, const devbuf_memory_t *memory) {
   devbuf__cuda_shareable *record = memory->token;
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   if (devbuf__cuda_enter(device) == DEVBUF_OK) {
@@ -89,8 +79,7 @@ devbuf_status devbuf__cuda_alloc_shareable(devbuf_device_t *device, size_t size,
                                            devbuf_memory_t *out) {
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   const devbuf__cuda_api *cu = state->cu;
-  devbuf_status status = sharing_supported(device, cu);
-  if (status == DEVBUF_OK) status = devbuf__cuda_enter(device);
+  devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
   size_t rounded = (size + device->page_size - 1) & ~(device->page_size - 1);
   if (rounded < size)
@@ -104,15 +93,10 @@ devbuf_status devbuf__cuda_alloc_shareable(devbuf_device_t *device, size_t size,
   return hand_out(device, handle, rounded, out);
 }
 
-void devbuf__cuda_free_shareable(devbuf_device_t *device, const devbuf_memory_t *memory) {
-  unmap_handle(device, memory);
-}
-
 devbuf_status devbuf__cuda_export(devbuf_device_t *device, const devbuf_memory_t *memory,
                                   int *out_fd) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
-  devbuf_status status = sharing_supported(device, cu);
-  if (status == DEVBUF_OK) status = devbuf__cuda_enter(device);
+  devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
   if (!devbuf__cuda_is_shareable(memory))
     return devbuf__error(DEVBUF_UNSUPPORTED, "%s: this memory was not made shareable",
@@ -131,8 +115,7 @@ devbuf_status devbuf__cuda_export(devbuf_device_t *device, const devbuf_memory_t
 devbuf_status devbuf__cuda_import(devbuf_device_t *device, int fd, size_t size,
                                   devbuf_memory_t *out) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
-  devbuf_status status = sharing_supported(device, cu);
-  if (status == DEVBUF_OK) status = devbuf__cuda_enter(device);
+  devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
   if (size % device->page_size)
     return devbuf__error(DEVBUF_FORMAT_ERROR,
@@ -145,8 +128,4 @@ devbuf_status devbuf__cuda_import(devbuf_device_t *device, int fd, size_t size,
     return devbuf__cuda_error(cu, code, "%s: cuMemImportFromShareableHandle of descriptor %d",
                               device->spec, fd);
   return hand_out(device, handle, size, out);
-}
-
-void devbuf__cuda_unimport(devbuf_device_t *device, const devbuf_memory_t *memory) {
-  unmap_handle(device, memory);
 }
