@@ -523,6 +523,13 @@ static void test_file_changed_under_load(void) {
   CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_FLOAT32, shape, 1, 0,
                                   &target));
   CHECK_STATUS(devbuf_buffer_copy_from(target, zero_copy), DEVBUF_IO_ERROR);
+  // A queue's copy reads the shrunk mapping on the worker: the work fails, not the process.
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_copy(queue, target, zero_copy));
+  CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("truncated while mapped");
+  devbuf_queue_release(queue);
   CHECK(buffers_equal(own, b)); // the copy kept the file's old bytes
   devbuf_buffer_release(target);
   devbuf_tensor_file_release(mapped);

@@ -253,85 +253,26 @@ def _address_of(function: Any) -> int:
 
 
 _END_ACCESS, _RELEASE = _address_of(lib.devbuf_buffer_end_access), _address_of(lib.devbuf_buffer_release)
+_RETAIN = _address_of(lib.devbuf_buffer_retain)
 
 
-class HostAccess:
+class HostAccess(_ext.Access):
     """An open host access while its `with` block runs (see Buffer.read/write). The access
-    ends when the block does; if a memoryview or array made from the view is still alive,
-    leaving the block raises devbuf.HostAccessOpenError and the access ends by itself when
-    the last of them goes (ending it earlier would let queued work race with them). The
-    access holds its own reference to the buffer meanwhile."""
+    ends when the block does, however it is left (an exception, a KeyboardInterrupt at any
+    moment): opening it and ending it run in C, where no Python code can be interrupted. If
+    a memoryview or array made from the view is still alive, leaving the block raises
+    devbuf.HostAccessOpenError and the access ends by itself when the last of them goes
+    (ending it earlier would let queued work race with them). The access holds its own
+    reference to the buffer meanwhile."""
 
     def __init__(self, buffer: Buffer, *, write: bool, wait: bool):
-        self._buffer = buffer
-        self._write = write
-        self._wait = wait
-        self._handle: int | None = None
-        self._pointer: int | None = None
-        self._memory: Any = None
-        self._view: memoryview | None = None
-
-    def __enter__(self) -> memoryview:
-        if self._handle is not None:
-            raise InvalidArgumentError("this access is already open")
-        handle = self._buffer._h
-        data, size = P(), ctypes.c_size_t()
-        if self._write:
-            opener = lib.devbuf_buffer_contents_mut_wait if self._wait else lib.devbuf_buffer_contents_mut
+        if write:
+            opener = lib.devbuf_buffer_contents_mut_wait if wait else lib.devbuf_buffer_contents_mut
         else:
-            opener = lib.devbuf_buffer_contents_wait if self._wait else lib.devbuf_buffer_contents
-        check(opener(handle, ctypes.byref(data), ctypes.byref(size)))
-        self._handle = lib.devbuf_buffer_retain(handle)
-        self._pointer = data.value or 0
-        try:
-            memory: Any = _ext.HostMemory(self._pointer, size.value, not self._write)
-            self._memory = memory
-            view = memoryview(memory)
-            fmt = _dtypes.FORMATS.get(self._buffer.dtype)
-            if fmt and size.value:
-                view = view.cast(fmt, list(self._buffer.shape))  # type: ignore[call-overload]
-        except BaseException:
-            self._memory = None
-            self._end()
-            raise
-        self._view = view
-        return view
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # views still alive: the access ends with the last of them
-            pass
-
-    def close(self) -> None:
-        """Ends the access (what leaving the `with` block does)."""
-        if self._handle is None:
-            return
-        if self._view is not None:
-            try:
-                self._view.release()
-            except BufferError:
-                pass  # an array holds this very view: HostMemory counts it
-            self._view = None
-        memory, self._memory = self._memory, None
-        try:
-            memory.close()
-        except BufferError as alive:
-            handle, self._handle, self._pointer = self._handle, None, None
-            memory.end_later(_END_ACCESS, _RELEASE, handle)  # hands over our reference
-            raise HostAccessOpenError(f"HOST_ACCESS_OPEN: {alive}: the access ends when the last of them is gone, "
-                                      "and queued work on the bytes is refused until then") from None
-        self._end()
-
-    def _end(self) -> None:
-        handle, pointer, self._handle, self._pointer = self._handle, self._pointer, None, None
-        try:
-            check(lib.devbuf_buffer_end_access(handle, pointer or None))
-        finally:
-            lib.devbuf_buffer_release(handle)
+            opener = lib.devbuf_buffer_contents_wait if wait else lib.devbuf_buffer_contents
+        fmt = _dtypes.FORMATS.get(buffer.dtype)
+        super().__init__(_address_of(opener), _END_ACCESS, _RELEASE, _RETAIN, buffer._h, not write,
+                         buffer, fmt, tuple(buffer.shape), check, HostAccessOpenError)
 
 
 # ---- bytes-like objects ----------------------------------------------------------------------

@@ -187,6 +187,14 @@ static PyObject *host_memory_end_later(PyObject *object, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+// A HostMemory that owns its access (end_later, or made by an Access) ends it when it goes:
+// however Python code around it is interrupted, the access cannot outlive it.
+static void host_memory_dealloc(PyObject *object) {
+  HostMemory *self = (HostMemory *)object;
+  if (self->end_access) end_now(self);
+  Py_TYPE(object)->tp_free(object);
+}
+
 static PyObject *host_memory_exports(PyObject *object, void *unused) {
   (void)unused;
   return PyLong_FromSsize_t(((HostMemory *)object)->exports);
@@ -215,9 +223,195 @@ static PyTypeObject host_memory_type = {
               "their views",
     .tp_new = PyType_GenericNew,
     .tp_init = host_memory_init,
+    .tp_dealloc = host_memory_dealloc,
     .tp_as_buffer = &host_memory_buffer,
     .tp_methods = host_memory_methods,
     .tp_getset = host_memory_getset,
+};
+
+// ---- Access ----------------------------------------------------------------------------
+// A host access as a context manager, all of it in C: between opening the access and
+// recording who owns it, and between leaving the block and ending it, no Python code runs,
+// so a KeyboardInterrupt (raised only between Python instructions) cannot leave an access
+// open. The access belongs to a HostMemory from the moment it opens: if anything fails or
+// is interrupted after that, dropping the HostMemory ends it.
+
+typedef int (*open_fn)(void *buffer, void **data, size_t *size); // devbuf_buffer_contents*
+typedef void *(*retain_fn)(void *buffer);                        // devbuf_buffer_retain
+
+typedef struct {
+  PyObject_HEAD open_fn open;
+  end_access_fn end_access;
+  release_fn release;
+  retain_fn retain;
+  void *buffer; // borrowed: the Python Buffer in `owner` holds it
+  int readonly;
+  PyObject *owner;      // the Python Buffer, kept alive while this lives
+  PyObject *format;     // a struct format for the memoryview, or None
+  PyObject *shape;      // a tuple
+  PyObject *check;      // check(status): raises the error of a status
+  PyObject *open_error; // raised when views outlive the block
+  HostMemory *memory;   // while open
+  PyObject *view;       // the memoryview handed out, while open
+} Access;
+
+static int access_init(PyObject *object, PyObject *args, PyObject *kwargs) {
+  Access *self = (Access *)object;
+  unsigned long long open, end, release, retain, buffer;
+  PyObject *owner, *format, *shape, *check, *open_error;
+  if (kwargs && PyDict_Size(kwargs)) {
+    PyErr_SetString(PyExc_TypeError, "Access takes no keywords");
+    return -1;
+  }
+  if (!PyArg_ParseTuple(args, "KKKKKpOOO!OO", &open, &end, &release, &retain, &buffer,
+                        &self->readonly, &owner, &format, &PyTuple_Type, &shape, &check,
+                        &open_error))
+    return -1;
+  if (!open || !end || !release || !retain || !buffer) {
+    PyErr_SetString(PyExc_ValueError, "Access needs four function addresses and a buffer");
+    return -1;
+  }
+  self->open = (open_fn)(uintptr_t)open;
+  self->end_access = (end_access_fn)(uintptr_t)end;
+  self->release = (release_fn)(uintptr_t)release;
+  self->retain = (retain_fn)(uintptr_t)retain;
+  self->buffer = (void *)(uintptr_t)buffer;
+  Py_XSETREF(self->owner, Py_NewRef(owner));
+  Py_XSETREF(self->format, Py_NewRef(format));
+  Py_XSETREF(self->shape, Py_NewRef(shape));
+  Py_XSETREF(self->check, Py_NewRef(check));
+  Py_XSETREF(self->open_error, Py_NewRef(open_error));
+  return 0;
+}
+
+static PyObject *raise_status(Access *self, int status) {
+  PyObject *result = PyObject_CallFunction(self->check, "i", status);
+  Py_XDECREF(result);
+  if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "devbuf status %d", status);
+  return NULL;
+}
+
+static PyObject *access_enter(PyObject *object, PyObject *unused) {
+  (void)unused;
+  Access *self = (Access *)object;
+  if (self->memory) return raise_status(self, 1); // INVALID_ARGUMENT: open already
+  void *data = NULL;
+  size_t size = 0;
+  int status;
+  Py_BEGIN_ALLOW_THREADS status = self->open(self->buffer, &data, &size); // may wait for work
+  Py_END_ALLOW_THREADS if (status != 0) return raise_status(self, status);
+  HostMemory *memory = PyObject_New(HostMemory, &host_memory_type);
+  if (!memory) { // nothing owns the access yet: end it here
+    self->end_access(self->buffer, data);
+    return NULL;
+  }
+  memory->address = data;
+  memory->size = (Py_ssize_t)size;
+  memory->readonly = self->readonly;
+  memory->closed = 0;
+  memory->exports = 0;
+  memory->end_access = self->end_access; // from here on, dropping `memory` ends the access
+  memory->release = self->release;
+  memory->buffer = self->retain(self->buffer);
+  PyObject *view = PyMemoryView_FromObject((PyObject *)memory);
+  if (view && self->format != Py_None && size) {
+    PyObject *cast = PyObject_CallMethod(view, "cast", "OO", self->format, self->shape);
+    Py_SETREF(view, cast);
+  }
+  if (!view) {
+    Py_DECREF(memory);
+    return NULL;
+  }
+  self->memory = memory;
+  self->view = Py_NewRef(view);
+  return view;
+}
+
+// Ends the access now, or (when views made from the block's view are alive) when the last
+// of them goes, raising the open-access error then.
+static PyObject *access_close(PyObject *object, PyObject *unused) {
+  (void)unused;
+  Access *self = (Access *)object;
+  HostMemory *memory = self->memory;
+  if (!memory) Py_RETURN_NONE;
+  PyObject *view = self->view;
+  self->view = NULL;
+  self->memory = NULL;
+  if (view) {
+    PyObject *released = PyObject_CallMethod(view, "release", NULL);
+    if (released)
+      Py_DECREF(released);
+    else
+      PyErr_Clear(); // an array holds this very view: the memory counts it
+    Py_DECREF(view);
+  }
+  Py_ssize_t alive = memory->exports;
+  if (alive == 0)
+    end_now(memory);
+  else
+    memory->closed = 1; // no new views; the last one ends the access
+  Py_DECREF(memory);
+  if (alive == 0) Py_RETURN_NONE;
+  PyErr_Format(self->open_error,
+               "HOST_ACCESS_OPEN: %zd view(s) of the host access's memory are still alive: the "
+               "access ends when the last of them is gone, and queued work on the bytes is "
+               "refused until then",
+               alive);
+  return NULL;
+}
+
+static PyObject *access_exit(PyObject *object, PyObject *args) {
+  (void)args;
+  return access_close(object, NULL);
+}
+
+static void access_dealloc(PyObject *object) {
+  Access *self = (Access *)object;
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject *closed = access_close(object, NULL);
+  if (closed)
+    Py_DECREF(closed);
+  else
+    PyErr_Clear(); // views still alive: the access ends with the last of them
+  PyErr_Restore(type, value, traceback);
+  Py_CLEAR(self->owner);
+  Py_CLEAR(self->format);
+  Py_CLEAR(self->shape);
+  Py_CLEAR(self->check);
+  Py_CLEAR(self->open_error);
+  Py_TYPE(object)->tp_free(object);
+}
+
+static PyObject *access_is_open(PyObject *object, void *unused) {
+  (void)unused;
+  return PyBool_FromLong(((Access *)object)->memory != NULL);
+}
+
+static PyMethodDef access_methods[] = {
+    {"__enter__", access_enter, METH_NOARGS, "opens the access: a memoryview of its bytes"},
+    {"__exit__", access_exit, METH_VARARGS, "ends the access (see close)"},
+    {"close", access_close, METH_NOARGS,
+     "ends the access; while views of it are alive, raises and ends it with the last one"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef access_getset[] = {
+    {"is_open", access_is_open, NULL, "whether the access is open", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject access_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf._ext.Access",
+    .tp_basicsize = sizeof(Access),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Access(open, end_access, release, retain, buffer, readonly, owner, format, shape, "
+              "check, open_error): a host access as a context manager",
+    .tp_new = PyType_GenericNew,
+    .tp_init = access_init,
+    .tp_dealloc = access_dealloc,
+    .tp_methods = access_methods,
+    .tp_getset = access_getset,
 };
 
 // ---- the module ------------------------------------------------------------------------
@@ -242,12 +436,18 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__ext(void) {
-  if (PyType_Ready(&host_memory_type) < 0) return NULL;
+  if (PyType_Ready(&host_memory_type) < 0 || PyType_Ready(&access_type) < 0) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
   Py_INCREF(&host_memory_type);
   if (PyModule_AddObject(m, "HostMemory", (PyObject *)&host_memory_type) < 0) {
     Py_DECREF(&host_memory_type);
+    Py_DECREF(m);
+    return NULL;
+  }
+  Py_INCREF(&access_type);
+  if (PyModule_AddObject(m, "Access", (PyObject *)&access_type) < 0) {
+    Py_DECREF(&access_type);
     Py_DECREF(m);
     return NULL;
   }

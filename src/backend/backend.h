@@ -19,6 +19,7 @@ typedef enum devbuf__op_kind {
 typedef struct devbuf__operand {
   devbuf_memory_t memory;
   size_t offset, size;
+  bool mapped; // a file mapping: its pages fault if the file shrank, so reads are guarded
 } devbuf__operand;
 
 // Only the fields its kind reads are set.

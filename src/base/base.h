@@ -37,6 +37,24 @@ void devbuf__free(void *pointer);
 // A new id, never 0 and never handed out before in this process (ids.c).
 uint64_t devbuf__next_id(void);
 
+// ---- fork (fork.c) ----------------------------------------------------------------------
+// A layer's part in a fork: `prepare` takes the locks a child could meet (hooks run by
+// ascending rank, so a lower rank's locks are the outer ones), `parent` gives them back,
+// `child` gives them back in the child and resets what only the parent's threads use.
+// Registered from constructors, before any thread of the library exists.
+typedef struct devbuf__fork_hook {
+  int rank;
+  void (*prepare)(void);
+  void (*parent)(void);
+  void (*child)(void);
+} devbuf__fork_hook;
+void devbuf__fork_hook_add(const devbuf__fork_hook *hook);
+// Bumped in every forked child: work stamped with an older epoch is an ancestor's.
+extern atomic_uint devbuf__process_epoch;
+static inline unsigned devbuf__epoch(void) {
+  return atomic_load_explicit(&devbuf__process_epoch, memory_order_relaxed);
+}
+
 // ---- files (file_open.c) ----------------------------------------------------------------
 // Opens a regular file for reading (IO_ERROR naming what it is otherwise, without blocking
 // on a FIFO); its size at opening.

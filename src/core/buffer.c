@@ -224,6 +224,5 @@ int devbuf_buffer_in_use(const devbuf_buffer_t *buffer) {
 
 devbuf_status devbuf_buffer_wait(devbuf_buffer_t *buffer) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer is NULL");
-  devbuf__storage_wait_unused(buffer->storage, buffer->offset, buffer->size);
-  return DEVBUF_OK;
+  return devbuf__storage_wait_unused(buffer->storage, buffer->offset, buffer->size);
 }

@@ -86,6 +86,16 @@ struct devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage);
 devbuf_status devbuf__storage_track_use(devbuf__storage *storage, struct devbuf__record *record,
                                         struct devbuf__dep **deps, size_t *dep_count,
                                         size_t *dep_capacity, struct devbuf__hazard **out_hazard);
+// The queue whose worker thread this is, and its device (the exec layer sets them as the
+// worker starts; NULL on other threads). Work running here is that queue's, so a wait on
+// this thread for that queue's work (its own, or what the queue runs after it) would never
+// end: such waits are refused instead.
+extern _Thread_local devbuf_queue_t *devbuf__worker_queue;
+extern _Thread_local devbuf_device_t *devbuf__worker_device;
+// INVALID_ARGUMENT naming `what`, for a wait that work running on this thread's queue
+// would have to end.
+devbuf_status devbuf__refuse_self_wait(const char *what);
+
 // What a host operation does about submitted work on its bytes that was submitted through
 // this storage. (Work of a previous owner of reused memory is always waited for.)
 typedef enum devbuf__own_work {
@@ -122,7 +132,7 @@ void devbuf__host_operation_end(devbuf__storage *storage, devbuf__host_access *a
 // Whether submitted work uses any of storage bytes [offset, offset + size).
 bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size);
 // Waits until no submitted work uses storage bytes [offset, offset + size).
-void devbuf__storage_wait_unused(devbuf__storage *storage, size_t offset, size_t size);
+devbuf_status devbuf__storage_wait_unused(devbuf__storage *storage, size_t offset, size_t size);
 // A new handle on `storage` (taking over one storage reference).
 devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_t size,
                                   devbuf_dtype dtype, const size_t *shape, size_t ndim,

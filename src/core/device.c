@@ -6,8 +6,74 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Thread_local devbuf_queue_t *devbuf__worker_queue;
+_Thread_local devbuf_device_t *devbuf__worker_device;
+
+devbuf_status devbuf__refuse_self_wait(const char *what) {
+  return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                       "%s called from a kernel or host task running on a queue of %s: it would "
+                       "wait for work of that queue, which cannot go on until this work returns",
+                       what, devbuf__worker_device ? devbuf__worker_device->spec : "?");
+}
+
 static pthread_mutex_t registry_lock = DEVBUF__MUTEX_INITIALIZER;
 static devbuf_device_t *open_devices;
+
+// ---- fork: the registry, then each open device's submission lock, then the allocators ----
+
+// The device's distinct allocators (some kinds share one); how many.
+static size_t device_allocators(devbuf_device_t *device, devbuf_allocator_t *list[4]) {
+  size_t count = 0;
+  devbuf_allocator_t *all[] = {device->allocator, device->host_allocator, device->managed_allocator,
+                               device->shareable_allocator};
+  for (size_t i = 0; i < 4; i++) {
+    bool seen = !all[i];
+    for (size_t j = 0; j < count && !seen; j++) seen = list[j] == all[i];
+    if (!seen) list[count++] = all[i];
+  }
+  return count;
+}
+
+static void devices_fork_prepare(void) {
+  pthread_mutex_lock(&registry_lock);
+  for (devbuf_device_t *device = open_devices; device; device = device->next_open)
+    devbuf__spin_lock(&device->submit_lock);
+  devbuf__caching_fork_lock_threads();
+  for (devbuf_device_t *device = open_devices; device; device = device->next_open) {
+    devbuf_allocator_t *list[4];
+    size_t count = device_allocators(device, list);
+    for (size_t i = 0; i < count; i++) devbuf__caching_fork_lock(list[i]);
+  }
+}
+
+static void devices_fork_release(bool child) {
+  for (devbuf_device_t *device = open_devices; device; device = device->next_open) {
+    devbuf_allocator_t *list[4];
+    size_t count = device_allocators(device, list);
+    for (size_t i = count; i-- > 0;) devbuf__caching_fork_unlock(list[i]);
+  }
+  devbuf__caching_fork_unlock_threads();
+  for (devbuf_device_t *device = open_devices; device; device = device->next_open) {
+    if (child) { // the parent's work never completes here, and none of its threads waits
+      atomic_store(&device->pending_work, 0);
+      atomic_store(&device->sync_waiters, 0);
+      devbuf__mutex_init(&device->work_lock);
+      pthread_cond_init(&device->work_idle, NULL);
+    }
+    devbuf__spin_unlock(&device->submit_lock);
+  }
+  pthread_mutex_unlock(&registry_lock);
+}
+
+static void devices_fork_parent(void) { devices_fork_release(false); }
+static void devices_fork_child(void) { devices_fork_release(true); }
+static const devbuf__fork_hook devices_fork_hook = {.rank = 10,
+                                                    .prepare = devices_fork_prepare,
+                                                    .parent = devices_fork_parent,
+                                                    .child = devices_fork_child};
+__attribute__((constructor)) static void devices_fork_init(void) {
+  devbuf__fork_hook_add(&devices_fork_hook);
+}
 
 typedef struct backend_entry {
   const char *prefix;
@@ -219,6 +285,8 @@ devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_in
 
 devbuf_status devbuf_device_synchronize(devbuf_device_t *device) {
   if (!device) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device is NULL");
+  if (DEVBUF_UNLIKELY(devbuf__worker_device == device))
+    return devbuf__refuse_self_wait("device_synchronize");
   if (atomic_load(&device->pending_work)) {
     pthread_mutex_lock(&device->work_lock);
     atomic_fetch_add(&device->sync_waiters, 1);

@@ -19,6 +19,7 @@ struct devbuf__fence {
   atomic_bool done; // set once, when the work has completed (or failed, or was cancelled)
   const devbuf__fence_ops *ops;
   devbuf_queue_t *queue; // whose order it keeps: later work of that queue needs no wait for it
+  unsigned epoch;        // the process's (devbuf__epoch) when submitted
 };
 
 static inline devbuf__fence *devbuf__fence_retain(devbuf__fence *fence) {
@@ -30,8 +31,11 @@ static inline void devbuf__fence_release(devbuf__fence *fence) {
   if (devbuf__ref_drop(&fence->refs)) fence->ops->last_release(fence);
 }
 
+// Work of an ancestor process (forked before it completed) counts as done: it never runs
+// in this process, and this process's copy of its bytes is no longer its to change.
 static inline bool devbuf__fence_done(const devbuf__fence *fence) {
-  return atomic_load_explicit(&fence->done, memory_order_acquire);
+  return atomic_load_explicit(&fence->done, memory_order_acquire) ||
+         DEVBUF_UNLIKELY(fence->epoch != devbuf__epoch());
 }
 
 static inline void devbuf__fence_wait(devbuf__fence *fence) {

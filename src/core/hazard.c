@@ -47,6 +47,15 @@ bool devbuf__hazard_conflicts(const devbuf__hazard *hazard, size_t offset, size_
   return false;
 }
 
+bool devbuf__hazard_queue_conflicts(const devbuf__hazard *hazard, const devbuf_queue_t *queue,
+                                    size_t offset, size_t size, bool write) {
+  for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
+    if (segment->queue == queue && (newest_overlap(&segment->writes, offset, size) ||
+                                    (write && newest_overlap(&segment->reads, offset, size))))
+      return true;
+  return false;
+}
+
 bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size) {
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
     if (newest_overlap(&segment->writes, offset, size) ||

@@ -62,6 +62,9 @@ void devbuf__hazard_destroy(devbuf__hazard *hazard);
 // Whether a record conflicts with an access to [offset, offset + size): a write access
 // conflicts with every overlapping record, a read access with overlapping writes.
 bool devbuf__hazard_conflicts(const devbuf__hazard *hazard, size_t offset, size_t size, bool write);
+// The same, among the records of `queue`'s work only.
+bool devbuf__hazard_queue_conflicts(const devbuf__hazard *hazard, const devbuf_queue_t *queue,
+                                    size_t offset, size_t size, bool write);
 // Whether any record overlaps the range.
 bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size);
 // Blocks until some record completes (the lock is released while waiting).

@@ -252,6 +252,22 @@ static devbuf__fence *first_unfinished_inherited(devbuf__storage *storage) {
   return NULL;
 }
 
+// Whether waiting for the work on `ranges` (with `own`: the storage's own work too) means
+// waiting for work of the queue whose worker this thread is. Caller holds the tracker's lock.
+static bool waits_for_this_worker(devbuf__storage *storage, const devbuf__hazard *hazard,
+                                  const devbuf__byte_range *ranges, size_t count, bool own) {
+  for (size_t i = 0; i < storage->inherited_count; i++)
+    if (storage->inherited[i]->queue == devbuf__worker_queue &&
+        !devbuf__fence_done(storage->inherited[i]))
+      return true;
+  for (size_t i = 0; i < count && own; i++)
+    if (ranges[i].size &&
+        devbuf__hazard_queue_conflicts(hazard, devbuf__worker_queue, ranges[i].offset,
+                                       ranges[i].size, ranges[i].write))
+      return true;
+  return false;
+}
+
 devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__byte_range *ranges,
                                         size_t count, devbuf__own_work own, const char *what,
                                         devbuf__hazard **out_hazard) {
@@ -270,6 +286,11 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
                            "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
                            range->offset, range->offset + range->size,
                            (unsigned long long)storage->id, range->write ? "uses" : "writes");
+    }
+    if (DEVBUF_UNLIKELY(devbuf__worker_queue) &&
+        waits_for_this_worker(storage, hazard, ranges, count, own == DEVBUF__OWN_WAIT)) {
+      devbuf__storage_unlock(storage, hazard);
+      return devbuf__refuse_self_wait(what);
     }
     devbuf__fence *earlier = first_unfinished_inherited(storage);
     if (earlier) { // an earlier owner's work on reused bytes: wait for it, then look again
@@ -300,10 +321,16 @@ bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size
   return used;
 }
 
-void devbuf__storage_wait_unused(devbuf__storage *storage, size_t offset, size_t size) {
+devbuf_status devbuf__storage_wait_unused(devbuf__storage *storage, size_t offset, size_t size) {
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
-  if (!hazard || size == 0) return;
+  if (!hazard || size == 0) return DEVBUF_OK;
   devbuf__spin_lock(&hazard->lock);
+  devbuf__byte_range range = {offset, size, true};
+  if (DEVBUF_UNLIKELY(devbuf__worker_queue) &&
+      waits_for_this_worker(storage, hazard, &range, 1, true)) {
+    devbuf__spin_unlock(&hazard->lock);
+    return devbuf__refuse_self_wait("buffer_wait");
+  }
   for (devbuf__fence *earlier; (earlier = first_unfinished_inherited(storage));) {
     devbuf__fence_retain(earlier);
     devbuf__spin_unlock(&hazard->lock);
@@ -313,4 +340,5 @@ void devbuf__storage_wait_unused(devbuf__storage *storage, size_t offset, size_t
   }
   while (devbuf__hazard_overlaps(hazard, offset, size)) devbuf__hazard_wait_progress(hazard);
   devbuf__spin_unlock(&hazard->lock);
+  return DEVBUF_OK;
 }

@@ -490,6 +490,8 @@ static bool has_items(const devbuf__work *list, size_t count) {
 
 static void *worker_main(void *arg) {
   devbuf_queue_t *queue = arg;
+  devbuf__worker_queue = queue;
+  devbuf__worker_device = queue->device;
   devbuf__work *batch[BATCH];
   for (;;) {
     if (!queue->taken && !take_more(queue)) {
@@ -541,6 +543,7 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   atomic_init(&queue->failed, false);
   queue->device = devbuf_device_retain(device);
   queue->device_queue = device_queue;
+  queue->epoch = devbuf__epoch();
   devbuf__mutex_init(&queue->lock);
   pthread_cond_init(&queue->work_available, NULL);
   pthread_cond_init(&queue->drained, NULL);
@@ -558,8 +561,17 @@ devbuf_queue_t *devbuf_queue_retain(devbuf_queue_t *queue) {
   return queue;
 }
 
+devbuf_status devbuf__queue_check_process(const devbuf_queue_t *queue, const char *what) {
+  if (DEVBUF_LIKELY(queue->epoch == devbuf__epoch())) return DEVBUF_OK;
+  return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                       "%s: the queue on %s was created before this process was forked from its "
+                       "creator, and has no worker here; create a queue in this process",
+                       what, queue->device->spec);
+}
+
 void devbuf_queue_release(devbuf_queue_t *queue) {
   if (!queue || !devbuf__ref_drop(&queue->refs)) return;
+  if (queue->epoch != devbuf__epoch()) return; // an ancestor's: no worker to stop or join here
   pthread_mutex_lock(&queue->lock);
   queue->released = true;
   bool drained = atomic_load(&queue->completed) == atomic_load(&queue->submitted);
@@ -604,6 +616,10 @@ static void wait_drained_locked(devbuf_queue_t *queue) {
 
 devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
   if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
+  devbuf_status usable = devbuf__queue_check_process(queue, "queue_finish");
+  if (usable != DEVBUF_OK) return usable;
+  if (DEVBUF_UNLIKELY(devbuf__worker_queue == queue))
+    return devbuf__refuse_self_wait("queue_finish");
   pthread_mutex_lock(&queue->lock);
   wait_drained_locked(queue);
   devbuf_status status = queue->failure == DEVBUF_OK ? DEVBUF_OK : failure_locked(queue);
@@ -613,6 +629,10 @@ devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
 
 devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
   if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
+  devbuf_status usable = devbuf__queue_check_process(queue, "queue_cancel");
+  if (usable != DEVBUF_OK) return usable;
+  if (DEVBUF_UNLIKELY(devbuf__worker_queue == queue))
+    return devbuf__refuse_self_wait("queue_cancel");
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->cancel_requested, true); // the worker drops what it took but has not started
   devbuf__work *pending = take_incoming(queue);

@@ -75,6 +75,7 @@ struct devbuf_queue {
   devbuf_device_t *device; // retained
   void *device_queue;      // the backend's queue, for devices with their own
   pthread_t worker;
+  unsigned epoch; // the process's at creation: a forked child has no worker for it
   // Read for every item; written when the queue fails or is cancelled, or someone waits.
   atomic_bool cancel_requested; // drop taken items that have not started
   atomic_bool failed;           // failure != OK, readable without the lock
@@ -149,6 +150,8 @@ static inline void devbuf__queue_validate_retiring(const devbuf_queue_t *queue,
 }
 #endif
 
+// INVALID_ARGUMENT naming `what` for a queue an ancestor process made (a forked child's copy).
+devbuf_status devbuf__queue_check_process(const devbuf_queue_t *queue, const char *what);
 // The backend's queue under a devbuf queue (NULL on the CPU).
 void *devbuf__queue_device_queue(const devbuf_queue_t *queue);
 // Frees the work items kept for reuse (and their dependency lists): for tests that count

@@ -41,7 +41,8 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   devbuf__work_data(work)[index] =
       buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
   devbuf__work_sizes(work)[index] = buffer->size;
-  work->operands[index] = (devbuf__operand){storage->memory, buffer->offset, buffer->size};
+  work->operands[index] =
+      (devbuf__operand){storage->memory, buffer->offset, buffer->size, storage->mapped};
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
   slot->record = (devbuf__record){.work = &work->fence,
                                   .offset = buffer->offset,
@@ -56,7 +57,7 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   // A failure is checked again under the lock before the item is queued.
   devbuf_status status = atomic_load_explicit(&queue->failed, memory_order_relaxed)
                              ? devbuf_queue_status(queue)
-                             : DEVBUF_OK;
+                             : devbuf__queue_check_process(queue, "submit");
   for (size_t i = 0; i < work->use_count && status == DEVBUF_OK; i++)
     status = check_use(queue, &uses[i], i);
   if (status != DEVBUF_OK) {

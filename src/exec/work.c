@@ -22,6 +22,18 @@ static devbuf__spinlock pool_lock = DEVBUF__SPINLOCK_INITIALIZER;
 static devbuf__work *pool;
 static size_t pool_count;
 
+// The pool's lock is the innermost of all (taken under the submission lock and under
+// allocator locks, which release fences): its hook runs last of the prepare steps.
+static void pool_fork_prepare(void) { devbuf__spin_lock(&pool_lock); }
+static void pool_fork_release(void) { devbuf__spin_unlock(&pool_lock); }
+static const devbuf__fork_hook pool_fork_hook = {.rank = 90,
+                                                 .prepare = pool_fork_prepare,
+                                                 .parent = pool_fork_release,
+                                                 .child = pool_fork_release};
+__attribute__((constructor)) static void pool_fork_init(void) {
+  devbuf__fork_hook_add(&pool_fork_hook);
+}
+
 devbuf__work *devbuf__work_retain(devbuf__work *work) {
   devbuf__ref_retain(&work->fence.refs);
   return work;
@@ -160,6 +172,7 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
   devbuf__ref_init(&work->fence.refs, 1);
   work->fence.ops = &work_fence;
   work->fence.queue = queue;
+  work->fence.epoch = devbuf__epoch();
   atomic_init(&work->cancel, false);
   atomic_init(&work->fence.done, false);
   atomic_init(&work->waiters, 0);
@@ -178,6 +191,7 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
 
 // Waits on the host until `work` has retired; its status.
 devbuf_status devbuf__work_wait_done(devbuf__work *work) {
+  if (DEVBUF_UNLIKELY(work->fence.epoch != devbuf__epoch())) return DEVBUF_OK; // an ancestor's
   // The other queue is usually about to finish it: spin a little, then give the core away
   // (on a busy machine the other worker may need it), and only then sleep.
   for (int spin = 0; spin < SPIN_CHECKS + YIELDS; spin++) {

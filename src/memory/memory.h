@@ -99,4 +99,12 @@ devbuf_status devbuf__caching_alloc_ordered(devbuf_allocator_t *allocator, size_
                                                           size_t size),
                                             void *context, devbuf_memory_t *out);
 
+// Fork (base/fork.c): the locks of the thread caches, then of one caching allocator's
+// shards (a no-op for other allocators), taken before a fork in that order and given back
+// after it, in both processes.
+void devbuf__caching_fork_lock_threads(void);
+void devbuf__caching_fork_unlock_threads(void);
+void devbuf__caching_fork_lock(devbuf_allocator_t *allocator);
+void devbuf__caching_fork_unlock(devbuf_allocator_t *allocator);
+
 #endif // DEVBUF_MEMORY_H

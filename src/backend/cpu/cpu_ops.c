@@ -38,8 +38,11 @@ devbuf_status devbuf__cpu_enqueue(devbuf_device_t *device, void *queue, const de
       fill(host_bytes(&operands[0]), operands[0].size, op->pattern, op->pattern_size);
     return DEVBUF_OK;
   case DEVBUF__OP_COPY:
-    if (operands[0].size)
-      devbuf__copy_bytes(host_bytes(&operands[0]), host_bytes(&operands[1]), operands[0].size);
+    if (!operands[0].size) return DEVBUF_OK;
+    if (operands[1].mapped) // a truncated file fails the copy, not the process
+      return devbuf__guarded_copy(host_bytes(&operands[0]), host_bytes(&operands[1]),
+                                  operands[0].size, "queue_copy");
+    devbuf__copy_bytes(host_bytes(&operands[0]), host_bytes(&operands[1]), operands[0].size);
     return DEVBUF_OK;
   case DEVBUF__OP_LAUNCH:
     break;

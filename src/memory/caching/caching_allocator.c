@@ -366,6 +366,18 @@ static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory
 
 static const devbuf__allocator_ops caching_ops;
 
+void devbuf__caching_fork_lock(devbuf_allocator_t *allocator) {
+  if (!allocator || !devbuf__is_caching(allocator)) return;
+  caching_allocator *self = (caching_allocator *)allocator;
+  for (int i = 0; i < SHARD_COUNT; i++) pthread_mutex_lock(&self->shards[i].lock);
+}
+
+void devbuf__caching_fork_unlock(devbuf_allocator_t *allocator) {
+  if (!allocator || !devbuf__is_caching(allocator)) return;
+  caching_allocator *self = (caching_allocator *)allocator;
+  for (int i = SHARD_COUNT - 1; i >= 0; i--) pthread_mutex_unlock(&self->shards[i].lock);
+}
+
 bool devbuf__is_caching(const devbuf_allocator_t *allocator) {
   return allocator && allocator->ops == &caching_ops;
 }

@@ -220,6 +220,9 @@ bool devbuf__tcache_free(caching_allocator *self, cblock *block) {
   return true;
 }
 
+void devbuf__caching_fork_lock_threads(void) { pthread_mutex_lock(&global_lock); }
+void devbuf__caching_fork_unlock_threads(void) { pthread_mutex_unlock(&global_lock); }
+
 void devbuf__tcache_detach_all(caching_allocator *self) {
   pthread_mutex_lock(&global_lock);
   tcache *cache = atomic_load_explicit(&self->threads, memory_order_acquire);

@@ -1,0 +1,140 @@
+// A child forked while the parent's threads submit work, allocate and release: whatever
+// lock those threads held at the fork, the child makes events of its own and uses the CPU
+// device (docs/processes.md), and never hangs. The parent's queues refuse the child.
+#include "check.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SUBMITTERS 2
+#define CHILDREN   60
+#define WORDS      1024
+
+static atomic_bool stop;
+static devbuf_device_t *cpu;
+static devbuf_queue_t *parent_queue;
+
+static devbuf_status add_one(const devbuf_kernel_args_t *args) {
+  uint32_t *words = args->data[0];
+  for (size_t i = 0; i < args->sizes[0] / sizeof *words; i++) words[i]++;
+  return DEVBUF_OK;
+}
+
+static devbuf_status set_value(const devbuf_kernel_args_t *args) {
+  uint32_t value;
+  memcpy(&value, args->scalars, sizeof value);
+  uint32_t *words = args->data[0];
+  for (size_t i = 0; i < args->sizes[0] / sizeof *words; i++) words[i] = value;
+  return DEVBUF_OK;
+}
+
+// Keeps the submission lock, the item pool and the allocator busy: fresh buffers each
+// round, released while their work may still run (so their bytes go back in flight).
+static void *submitter(void *unused) {
+  (void)unused;
+  devbuf_queue_t *queue = NULL;
+  if (devbuf_queue_create(cpu, &queue) != DEVBUF_OK) return NULL;
+  size_t shape[] = {WORDS};
+  while (!atomic_load(&stop)) {
+    devbuf_buffer_t *buffer = NULL;
+    if (devbuf_buffer_new(devbuf_device_allocator(cpu), DEVBUF_UINT32, shape, 1, 0, &buffer) !=
+        DEVBUF_OK)
+      continue;
+    devbuf_use_t use = {buffer, DEVBUF_ACCESS_READ_WRITE};
+    for (int i = 0; i < 8; i++) (void)devbuf_queue_submit(queue, add_one, &use, 1, NULL, 0);
+    devbuf_buffer_release(buffer);
+  }
+  devbuf_queue_finish(queue);
+  devbuf_queue_release(queue);
+  return NULL;
+}
+
+// What the child does: 0 when all of it worked, else the number of the step that failed.
+static int child_work(void) {
+  if (devbuf_queue_submit(parent_queue, add_one, NULL, 0, NULL, 0) != DEVBUF_INVALID_ARGUMENT ||
+      !strstr(devbuf_last_error(), "forked"))
+    return 1;
+  devbuf_device_t *device = NULL;
+  if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 2;
+  devbuf_queue_t *queue = NULL;
+  if (devbuf_queue_create(device, &queue) != DEVBUF_OK) return 3;
+  size_t shape[] = {WORDS};
+  devbuf_buffer_t *buffer = NULL;
+  if (devbuf_buffer_new(devbuf_device_allocator(device), DEVBUF_UINT32, shape, 1, 0, &buffer) !=
+      DEVBUF_OK)
+    return 4;
+  devbuf_use_t use = {buffer, DEVBUF_ACCESS_WRITE};
+  uint32_t value = 41;
+  if (devbuf_queue_submit(queue, set_value, &use, 1, &value, sizeof value) != DEVBUF_OK) return 5;
+  use.access = DEVBUF_ACCESS_READ_WRITE;
+  if (devbuf_queue_submit(queue, add_one, &use, 1, NULL, 0) != DEVBUF_OK) return 6;
+  devbuf_event_t *event = NULL;
+  if (devbuf_event_create(0, &event) != DEVBUF_OK) return 7;
+  if (devbuf_queue_signal(queue, event, 1) != DEVBUF_OK) return 8;
+  if (devbuf_event_wait(event, 1, 5000000000ull) != DEVBUF_OK) return 9;
+  if (devbuf_queue_finish(queue) != DEVBUF_OK) return 10;
+  if (devbuf_device_synchronize(device) != DEVBUF_OK) return 11;
+  uint32_t words[WORDS];
+  if (devbuf_buffer_copyout(buffer, words, sizeof words) != DEVBUF_OK) return 12;
+  for (size_t i = 0; i < WORDS; i++)
+    if (words[i] != 42) return 13;
+  devbuf_event_release(event);
+  devbuf_buffer_release(buffer);
+  devbuf_queue_release(queue);
+  devbuf_device_release(device);
+  return 0;
+}
+
+// Waits up to 5 s for the child; kills it after that. Its exit status, or -1 for a hang.
+static int wait_child(pid_t child) {
+  for (int tick = 0; tick < 500; tick++) {
+    int status = 0;
+    if (waitpid(child, &status, WNOHANG) == child)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  }
+  // Where it hangs, for the log (when gdb is there).
+  char command[128];
+  snprintf(command, sizeof command, "gdb -p %d -batch -ex 'thread apply all bt' </dev/null 1>&2",
+           (int)child);
+  if (system(command) != 0) fprintf(stderr, "(no backtrace: gdb is missing or failed)\n");
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  return -1;
+}
+
+static void test_fork_while_submitting(void) {
+  CHECK_OK(devbuf_device_open("cpu", &cpu));
+  CHECK_OK(devbuf_queue_create(cpu, &parent_queue));
+  pthread_t threads[SUBMITTERS];
+  for (int i = 0; i < SUBMITTERS; i++) pthread_create(&threads[i], NULL, submitter, NULL);
+  int hung = 0, failed = 0;
+  for (int i = 0; i < CHILDREN; i++) {
+    nanosleep(&(struct timespec){0, 1000000 + (i % 7) * 300000}, NULL);
+    pid_t child = fork();
+    if (child == 0) _exit(child_work());
+    CHECK(child > 0);
+    int code = wait_child(child);
+    if (code == -1) hung++;
+    if (code > 0) {
+      fprintf(stderr, "child %d failed at step %d\n", i, code);
+      failed++;
+    }
+  }
+  atomic_store(&stop, true);
+  for (int i = 0; i < SUBMITTERS; i++) pthread_join(threads[i], NULL);
+  CHECK_EQ_U(hung, 0);
+  CHECK_EQ_U(failed, 0);
+  devbuf_queue_release(parent_queue);
+  devbuf_device_release(cpu);
+}
+
+int main(void) {
+  RUN(test_fork_while_submitting);
+  return CHECK_EXIT();
+}

@@ -1,0 +1,138 @@
+// Work that waits for itself: a CPU kernel or a host task that calls queue_finish or
+// queue_cancel on its own queue, device_synchronize on its device, or waits for a buffer
+// that it (or later work of its queue) uses. Each is refused with INVALID_ARGUMENT and a
+// message that says why; none hangs (an alarm turns a hang into a failure).
+#include "check.h"
+
+#include <stdbool.h>
+#include <unistd.h>
+
+static devbuf_device_t *device;
+static devbuf_queue_t *queue, *other_queue;
+static devbuf_buffer_t *used, *unused;
+
+enum {
+  FINISH,
+  CANCEL,
+  SYNCHRONIZE,
+  WAIT_OWN_BUFFER,
+  COPYOUT_OWN_BUFFER,
+  WAIT_LATER_WORK,
+  FINISH_OTHER_QUEUE,
+  COPYOUT_UNUSED,
+  CALLS
+};
+static const char *const call_names[CALLS] = {"queue_finish", "queue_cancel", "device_synchronize",
+                                              "buffer_wait",  "copyout",      "buffer_wait",
+                                              "queue_finish", "copyout"};
+static devbuf_status seen[CALLS];
+static char seen_message[CALLS][512];
+
+// Makes one of the calls from inside running work; what it answered goes to seen[].
+static devbuf_status call_inside(const devbuf_kernel_args_t *args) {
+  int call;
+  memcpy(&call, args->scalars, sizeof call);
+  uint32_t words[16];
+  devbuf_status status = DEVBUF_OK;
+  switch (call) {
+  case FINISH:
+    status = devbuf_queue_finish(queue);
+    break;
+  case CANCEL:
+    status = devbuf_queue_cancel(queue);
+    break;
+  case SYNCHRONIZE:
+    status = devbuf_device_synchronize(device);
+    break;
+  case WAIT_OWN_BUFFER:
+  case WAIT_LATER_WORK:
+    status = devbuf_buffer_wait(used);
+    break;
+  case COPYOUT_OWN_BUFFER:
+    status = devbuf_buffer_copyout(used, words, sizeof words);
+    break;
+  case FINISH_OTHER_QUEUE:
+    status = devbuf_queue_finish(other_queue);
+    break;
+  case COPYOUT_UNUSED:
+    status = devbuf_buffer_copyout(unused, words, sizeof words);
+    break;
+  }
+  seen[call] = status;
+  snprintf(seen_message[call], sizeof seen_message[call], "%s", devbuf_last_error());
+  return DEVBUF_OK; // the work itself succeeds: the refusal is the call's, not the queue's
+}
+
+static devbuf_status nothing(const devbuf_kernel_args_t *args) {
+  (void)args;
+  return DEVBUF_OK;
+}
+
+typedef devbuf_status (*submit_fn)(devbuf_queue_t *, devbuf_cpu_kernel_fn, const devbuf_use_t *,
+                                   size_t, const void *, size_t);
+
+static void run_calls(submit_fn submit, const char *how) {
+  for (int call = 0; call < CALLS; call++) {
+    seen[call] = DEVBUF_UNSUPPORTED; // never an answer of these calls
+    devbuf_use_t use = {used, DEVBUF_ACCESS_READ_WRITE};
+    size_t use_count = call == WAIT_LATER_WORK ? 0 : 1;
+    CHECK_OK(submit(queue, call_inside, &use, use_count, &call, sizeof call));
+    if (call == WAIT_LATER_WORK) // work behind the caller in its own queue uses the buffer
+      CHECK_OK(devbuf_queue_submit(queue, nothing, &use, 1, NULL, 0));
+    CHECK_OK(devbuf_queue_finish(queue));
+    bool refused = call != FINISH_OTHER_QUEUE && call != COPYOUT_UNUSED;
+    if (refused) {
+      if (seen[call] != DEVBUF_INVALID_ARGUMENT || !strstr(seen_message[call], call_names[call]) ||
+          !strstr(seen_message[call], "would wait for work of that queue")) {
+        fprintf(stderr, "%s: call %s answered %s: %s\n", how, call_names[call],
+                devbuf_status_name(seen[call]), seen_message[call]);
+        check_failures++;
+      }
+    } else if (seen[call] != DEVBUF_OK) {
+      fprintf(stderr, "%s: %s of unrelated work answered %s: %s\n", how, call_names[call],
+              devbuf_status_name(seen[call]), seen_message[call]);
+      check_failures++;
+    }
+  }
+  CHECK_OK(devbuf_queue_status(queue));
+}
+
+static void setup(void) {
+  size_t shape[] = {16};
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_create(device, &other_queue));
+  CHECK_OK(devbuf_buffer_new(devbuf_device_allocator(device), DEVBUF_UINT32, shape, 1, 0, &used));
+  CHECK_OK(devbuf_buffer_new(devbuf_device_allocator(device), DEVBUF_UINT32, shape, 1, 0, &unused));
+  CHECK_OK(devbuf_buffer_ensure_allocated(unused));
+}
+
+static void teardown(void) {
+  devbuf_buffer_release(used);
+  devbuf_buffer_release(unused);
+  devbuf_queue_release(other_queue);
+  devbuf_queue_release(queue);
+  devbuf_device_release(device);
+}
+
+static void test_from_cpu_kernel(void) { run_calls(devbuf_queue_submit, "CPU kernel"); }
+static void test_from_host_task(void) { run_calls(devbuf_queue_host_task, "host task"); }
+
+// The same calls from the host, once the work is done, answer OK: the refusal is only
+// for the worker's own thread.
+static void test_from_host_thread(void) {
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_OK(devbuf_queue_cancel(queue));
+  CHECK_OK(devbuf_device_synchronize(device));
+  CHECK_OK(devbuf_buffer_wait(used));
+}
+
+int main(void) {
+  alarm(120); // a wait for itself would hang: fail instead
+  setup();
+  RUN(test_from_cpu_kernel);
+  RUN(test_from_host_task);
+  RUN(test_from_host_thread);
+  teardown();
+  return CHECK_EXIT();
+}
