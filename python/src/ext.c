@@ -3,7 +3,7 @@
 // - DLPack capsules. A capsule's destructor runs inside the interpreter's deallocation,
 //   possibly while an exception is being raised, so it is C: it calls the tensor's deleter
 //   only if no consumer took the tensor (a consumer renames the capsule "used_..."), as the
-//   DLPack Python specification asks.
+//   DLPack Python specification asks, and never again after a failing consumer called it.
 // - HostMemory: the bytes of an open host access as a buffer-protocol object that counts
 //   its exports (every view derived from a memoryview shares the one export it holds), so
 //   that the access ends only once no memoryview or array made from it is left: when the
@@ -12,6 +12,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+
 #include "../../src/interop/dlpack_abi.h"
 
 static const char versioned_name[] = "dltensor_versioned";
@@ -19,16 +23,64 @@ static const char legacy_name[] = "dltensor";
 static const char used_versioned_name[] = "used_dltensor_versioned";
 static const char used_legacy_name[] = "used_dltensor";
 
-static void versioned_destructor(PyObject *capsule) {
-  if (!PyCapsule_IsValid(capsule, versioned_name)) return; // taken by a consumer
-  DLManagedTensorVersioned *tensor = PyCapsule_GetPointer(capsule, versioned_name);
-  if (tensor && tensor->deleter) tensor->deleter(tensor);
+// What a capsule holds: a copy of the producer's tensor whose deleter is ours. Consumers
+// differ in what they do with a capsule: one that takes the tensor renames the capsule and
+// calls the deleter once, later; one that fails (torch.from_dlpack of a device it cannot
+// use) may call the deleter itself and leave the capsule's name alone. Either way the
+// producer's deleter runs exactly once, and the proxy is freed once both the capsule and
+// the consumer are done with it.
+enum { ORIGINAL_DELETED = 1, CONSUMER_DONE = 2, CAPSULE_GONE = 4 };
+
+typedef struct capsule_proxy {
+  union { // first: the capsule's pointer is the tensor the consumer sees
+    DLManagedTensorVersioned versioned;
+    DLManagedTensor legacy;
+  } tensor;
+  int is_versioned;
+  void *original; // the producer's DLManagedTensor(Versioned)
+  _Atomic int state;
+} capsule_proxy;
+
+static void delete_original(int versioned, void *original) {
+  if (versioned) {
+    DLManagedTensorVersioned *tensor = original;
+    if (tensor->deleter) tensor->deleter(tensor);
+  } else {
+    DLManagedTensor *tensor = original;
+    if (tensor->deleter) tensor->deleter(tensor);
+  }
 }
 
-static void legacy_destructor(PyObject *capsule) {
-  if (!PyCapsule_IsValid(capsule, legacy_name)) return;
-  DLManagedTensor *tensor = PyCapsule_GetPointer(capsule, legacy_name);
-  if (tensor && tensor->deleter) tensor->deleter(tensor);
+static void delete_original_once(capsule_proxy *proxy) {
+  if (!(atomic_fetch_or(&proxy->state, ORIGINAL_DELETED) & ORIGINAL_DELETED))
+    delete_original(proxy->is_versioned, proxy->original);
+}
+
+// The consumer's call (once, or once more after a failure): the producer's deleter runs
+// once; the proxy goes if the capsule is gone already.
+static void consumer_done(capsule_proxy *proxy) {
+  delete_original_once(proxy);
+  if (atomic_fetch_or(&proxy->state, CONSUMER_DONE) & CAPSULE_GONE) PyMem_RawFree(proxy);
+}
+static void proxy_versioned_deleter(DLManagedTensorVersioned *tensor) {
+  consumer_done(tensor->manager_ctx);
+}
+static void proxy_legacy_deleter(DLManagedTensor *tensor) { consumer_done(tensor->manager_ctx); }
+
+static void capsule_destructor(PyObject *capsule) {
+  const char *name = PyCapsule_GetName(capsule);
+  capsule_proxy *proxy = PyCapsule_GetPointer(capsule, name);
+  if (!proxy) {
+    PyErr_Clear();
+    return;
+  }
+  bool taken = name && strncmp(name, "used_", 5) == 0;
+  if (!taken) { // nobody took the tensor (a failing consumer may have deleted it already)
+    delete_original_once(proxy);
+    PyMem_RawFree(proxy);
+    return;
+  }
+  if (atomic_fetch_or(&proxy->state, CAPSULE_GONE) & CONSUMER_DONE) PyMem_RawFree(proxy);
 }
 
 // wrap(address, versioned) -> capsule owning the DLManagedTensor(Versioned) at `address`.
@@ -41,17 +93,29 @@ static PyObject *wrap(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "a DLPack capsule needs a tensor, not NULL");
     return NULL;
   }
+  void *original = (void *)(uintptr_t)address;
+  capsule_proxy *proxy = PyMem_RawCalloc(1, sizeof *proxy);
+  if (!proxy) {
+    delete_original(versioned, original); // nobody else will give the tensor back
+    return PyErr_NoMemory();
+  }
+  proxy->is_versioned = versioned;
+  proxy->original = original;
+  atomic_init(&proxy->state, 0);
+  if (versioned) {
+    proxy->tensor.versioned = *(DLManagedTensorVersioned *)original;
+    proxy->tensor.versioned.manager_ctx = proxy;
+    proxy->tensor.versioned.deleter = proxy_versioned_deleter;
+  } else {
+    proxy->tensor.legacy = *(DLManagedTensor *)original;
+    proxy->tensor.legacy.manager_ctx = proxy;
+    proxy->tensor.legacy.deleter = proxy_legacy_deleter;
+  }
   PyObject *capsule =
-      PyCapsule_New((void *)(uintptr_t)address, versioned ? versioned_name : legacy_name,
-                    versioned ? versioned_destructor : legacy_destructor);
-  if (!capsule) { // nobody else will give the tensor back
-    if (versioned) {
-      DLManagedTensorVersioned *tensor = (DLManagedTensorVersioned *)(uintptr_t)address;
-      if (tensor->deleter) tensor->deleter(tensor);
-    } else {
-      DLManagedTensor *tensor = (DLManagedTensor *)(uintptr_t)address;
-      if (tensor->deleter) tensor->deleter(tensor);
-    }
+      PyCapsule_New(proxy, versioned ? versioned_name : legacy_name, capsule_destructor);
+  if (!capsule) {
+    delete_original(versioned, original);
+    PyMem_RawFree(proxy);
   }
   return capsule;
 }

@@ -36,7 +36,10 @@ devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path,
   size_t size = (size_t)file_size;
   void *address = NULL;
   if (size) {
-    address = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    // Private and writable: devbuf refuses every write to it, but a consumer that ignores
+    // DLPack's read-only flag (torch) writes to copy-on-write pages of this process, never to
+    // the file, instead of faulting (what safetensors itself hands to torch).
+    address = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (address == MAP_FAILED) {
       int error = errno;
       close(fd);
