@@ -345,7 +345,9 @@ typedef struct devbuf_snapshot_segment {
   uint64_t size;
   const char *pool; // "small" or "large" (which requests it serves)
   size_t block_count;
-  const devbuf_snapshot_block_t *blocks; // in address order; their sizes add up to `size`
+  // In address order; their sizes add up to `size`, whatever other threads do meanwhile (of a
+  // growable segment, `size` is what is mapped, and a block being mapped shows that part).
+  const devbuf_snapshot_block_t *blocks;
 } devbuf_snapshot_segment_t;
 
 typedef struct devbuf_allocator_snapshot {

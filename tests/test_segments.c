@@ -3,6 +3,10 @@
 // statistics and the snapshot say so after every step.
 #include "check.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #define MiB ((size_t)1 << 20)
 
 static devbuf_caching_options_t cpu_page = {.page_size = 4096};
@@ -342,6 +346,62 @@ static devbuf_status half_reserve(void *ctx, size_t size, devbuf_memory_t *out) 
 // Growable segments over the CPU's reserved addresses: each pool one segment, mapped as its
 // highest block needs (2 MiB at least), its free end unmapped at clear_cache and under the
 // memory limit.
+// Snapshots taken while other threads allocate from a growable allocator (a block is handed
+// out before its memory is mapped): every segment's blocks still tile it exactly.
+static devbuf_allocator_t *racing_allocator;
+static atomic_bool racing_stop;
+static void *grow_and_shrink(void *seed) {
+  unsigned state = (unsigned)(uintptr_t)seed;
+  devbuf_memory_t held[16] = {{0}};
+  while (!atomic_load(&racing_stop)) {
+    state = state * 1103515245u + 12345u;
+    size_t slot = (state >> 8) % 16, size = ((state >> 12) % 4096 + 1) * 4096;
+    if (held[slot].size) devbuf_allocator_free(racing_allocator, &held[slot]);
+    held[slot].size = 0;
+    if ((state >> 20) % 8 == 0) devbuf_allocator_clear_cache(racing_allocator); // map again
+    if (devbuf_allocator_alloc(racing_allocator, size, &held[slot]) != DEVBUF_OK)
+      held[slot].size = 0;
+  }
+  for (int i = 0; i < 16; i++)
+    if (held[i].size) devbuf_allocator_free(racing_allocator, &held[i]);
+  return NULL;
+}
+
+static void test_growable_snapshot_while_allocating(void) {
+  devbuf_device_t *device = NULL;
+  devbuf_allocator_t *raw = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  devbuf_caching_options_t options = cpu_page;
+  options.growable = 1;
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &racing_allocator));
+  atomic_store(&racing_stop, false);
+  pthread_t threads[2];
+  for (uintptr_t i = 0; i < 2; i++)
+    pthread_create(&threads[i], NULL, grow_and_shrink, (void *)(i + 1));
+  size_t broken = 0;
+  for (int round = 0; round < 3000; round++) {
+    devbuf_allocator_snapshot_t *snapshot = NULL;
+    if (devbuf_allocator_snapshot(racing_allocator, &snapshot) != DEVBUF_OK) continue;
+    for (size_t i = 0; i < snapshot->segment_count; i++) {
+      const devbuf_snapshot_segment_t *segment = &snapshot->segments[i];
+      uint64_t next = 0;
+      for (size_t b = 0; b < segment->block_count; b++) {
+        if (segment->blocks[b].offset != next) broken++;
+        next = segment->blocks[b].offset + segment->blocks[b].size;
+      }
+      if (next != segment->size) broken++;
+    }
+    devbuf_allocator_snapshot_free(snapshot);
+  }
+  atomic_store(&racing_stop, true);
+  for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+  CHECK_EQ_U(broken, 0);
+  devbuf_allocator_release(racing_allocator);
+  devbuf_allocator_release(raw);
+  devbuf_device_release(device);
+}
+
 static void test_growable_segments(void) {
   devbuf_device_t *device = NULL;
   devbuf_allocator_t *raw = NULL, *caching = NULL;
@@ -415,5 +475,6 @@ int main(void) {
   RUN(test_thread_bins_before_new_memory);
   RUN(test_over_any_upstream);
   RUN(test_growable_segments);
+  RUN(test_growable_snapshot_while_allocating);
   return CHECK_EXIT();
 }

@@ -171,7 +171,7 @@ static int compare_expected(const char *path, const devbuf_tensor_file_t *file,
     char hex[65], name[1024];
     devbuf_sha256_hex(result->digests[i].sha256, hex);
     DEVBUF_PRINTABLE(info.name, name);
-    devbuf_digest_entry *entry = devbuf_digest_list_find(&list, name);
+    devbuf_digest_entry *entry = devbuf_digest_list_find(&list, info.name);
     if (!entry) {
       result->unexpected++;
       fprintf(stderr, "devbuf load: tensor '%s' is not in the expected list\n", name);
@@ -187,8 +187,9 @@ static int compare_expected(const char *path, const devbuf_tensor_file_t *file,
   for (size_t i = 0; i < list.count; i++) {
     if (list.entries[i].seen) continue;
     result->missing++;
+    char name[1024];
     fprintf(stderr, "devbuf load: tensor '%s' of the expected list is not in the file\n",
-            list.entries[i].name);
+            DEVBUF_PRINTABLE(list.entries[i].name, name));
   }
   devbuf_digest_list_free(&list);
   return result->differ || result->missing || result->unexpected ? 1 : 0;

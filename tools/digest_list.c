@@ -46,7 +46,7 @@ bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *wh
     devbuf_digest_entry *entry = &out->entries[out->count];
     memcpy(entry->hex, at, 64);
     entry->hex[64] = '\0';
-    entry->name = strdup(at + 66);
+    entry->name = devbuf_tool_unescape(at + 66); // matched as the raw bytes it stands for
     entry->seen = false;
     if (!entry->name) {
       ok = false;

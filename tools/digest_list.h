@@ -10,7 +10,7 @@
 
 typedef struct devbuf_digest_entry {
   char hex[65];
-  char *name; // escaped form
+  char *name; // the raw name (the list holds its escaped form)
   bool seen;  // matched by a tensor of the loaded file
 } devbuf_digest_entry;
 
@@ -22,7 +22,7 @@ typedef struct devbuf_digest_list {
 // Reads the list at `path`; false (with errno's reason in `why`) if it cannot be read.
 bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *why,
                              size_t why_capacity);
-// The entry named `name` (escaped form), or NULL.
+// The entry named `name` (raw bytes), or NULL.
 devbuf_digest_entry *devbuf_digest_list_find(devbuf_digest_list *list, const char *name);
 void devbuf_digest_list_free(devbuf_digest_list *list);
 

@@ -5,15 +5,38 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+static int hex_value(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+char *devbuf_tool_unescape(const char *escaped) {
+  char *out = malloc(strlen(escaped) + 1), *at = out;
+  if (!out) return NULL;
+  for (const char *from = escaped; *from;) {
+    int high = from[0] == '\\' && from[1] == 'x' ? hex_value(from[2]) : -1;
+    int low = high >= 0 ? hex_value(from[3]) : -1;
+    if (low >= 0 && (high | low)) {
+      *at++ = (char)(high * 16 + low);
+      from += 4;
+    } else {
+      *at++ = *from++;
+    }
+  }
+  *at = '\0';
+  return out;
+}
+
 // Length of the well-formed UTF-8 sequence at `text` that a terminal shows as text (no
 // C1 control, U+0080..U+009F, which terminals may take for escape sequences); 0 otherwise.
 size_t devbuf_tool_printable_length(const unsigned char *text) {
   unsigned char c = text[0];
+  if (c == '\\') return 0; // escaped too, so that the escaped form has one reading
   if (c >= 0x20 && c < 0x7f) return 1;
   size_t length = c >= 0xc2 && c <= 0xdf   ? 2
                   : c >= 0xe0 && c <= 0xef ? 3

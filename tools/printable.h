@@ -7,9 +7,13 @@
 #include <stdio.h>
 
 // Writes the escaped form of `text` into `out` (capacity > 0, always terminated, cut to
-// fit) and returns `out`: well-formed UTF-8 passes, control characters (C0, DEL, C1) and
-// bytes of no well-formed sequence become \xNN.
+// fit) and returns `out`: well-formed UTF-8 passes, control characters (C0, DEL, C1), the
+// backslash and bytes of no well-formed sequence become \xNN (so every escaped form reads
+// back as exactly one text: devbuf_tool_unescape).
 const char *devbuf_tool_printable(const char *text, char *out, size_t capacity);
+// The text whose escaped form is `escaped` (\xNN read back as the byte, except \x00),
+// allocated; NULL without memory.
+char *devbuf_tool_unescape(const char *escaped);
 // Bytes of the printable UTF-8 sequence at `text`, or 0 where printable would escape.
 size_t devbuf_tool_printable_length(const unsigned char *text);
 

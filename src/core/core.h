@@ -31,6 +31,7 @@ typedef struct devbuf__storage {
   size_t size;                   // bytes
   uint32_t flags;                // DEVBUF_BUFFER_* given at creation
   bool read_only, mapped;
+  unsigned epoch; // the process's at creation (a forked child inherits nothing from its work)
   // Memory that no allocator owns (mapped files, DLPack imports) is given back by this,
   // with `external`, when the storage goes.
   void (*release_external)(struct devbuf__storage *storage);

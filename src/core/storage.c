@@ -17,6 +17,7 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
   atomic_init(&storage->hazard, NULL);
   atomic_init(&storage->open_accesses, 0);
   storage->id = devbuf__next_id();
+  storage->epoch = devbuf__epoch();
   storage->allocator = allocator ? devbuf_allocator_retain(allocator) : NULL;
   storage->device = allocator ? allocator->device : devbuf_device_retain(device);
   storage->size = size;
@@ -113,6 +114,8 @@ void devbuf__storage_release(devbuf__storage *storage) {
 // newest work of each queue on those bytes of the earlier owner is inherited.
 static bool inherit_work(void *context, void *fence, size_t offset, size_t size) {
   devbuf__storage *storage = context, *earlier = fence;
+  // An ancestor process's work never runs here (and its lock may have been held at the fork).
+  if (DEVBUF_UNLIKELY(earlier->epoch != storage->epoch)) return true;
   devbuf__hazard *hazard = atomic_load_explicit(&earlier->hazard, memory_order_acquire);
   devbuf__spin_lock(&hazard->lock);
   bool ok = devbuf__hazard_collect(hazard, offset, size, &storage->inherited,

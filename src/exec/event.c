@@ -91,6 +91,12 @@ void devbuf__event_raise(devbuf_event_t *event, uint64_t value) {
 }
 
 void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char *message) {
+  // Messages come as devbuf_last_error() gives them, "NAME: ...": waits put the name of the
+  // status in front again, so it is kept once.
+  const char *name = devbuf_status_name(status);
+  size_t length = strlen(name);
+  if (strncmp(message, name, length) == 0 && message[length] == ':' && message[length + 1] == ' ')
+    message += length + 2;
   pthread_mutex_lock(&event->lock);
   if (event->failure == DEVBUF_OK) {
     event->failure = status;

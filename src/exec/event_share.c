@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define TIMELINE_MAGIC    "devbufE2"
@@ -157,7 +158,7 @@ static bool check_exporter(devbuf_event_t *event, devbuf__event_share *share) {
   if (mirror(event, share)) return true; // its last words
   char message[160];
   snprintf(message, sizeof message, "process %d, which signals the event, ended at value %llu",
-           (int)share->pid, (unsigned long long)atomic_load(&share->page->value));
+           (int)share->pid, (unsigned long long)atomic_load(&event->value));
   devbuf__event_fail(event, DEVBUF_UNAVAILABLE, message);
   devbuf__event_share_follow(event);
   return true;
@@ -175,11 +176,22 @@ static bool local_failure(devbuf_event_t *event, devbuf_status *out) {
 // A host wait on an imported event watches the page itself: one wake from the signaller,
 // not two (the watcher's, then its mirror's). It also wakes when the watcher pokes, so the
 // exporter's death reaches it as soon as the watcher sees it.
+// Whether the timeline has reached `value`, as this process saw it: the local event takes the
+// page's value only upwards, so a hostile exporter that lowers the page never makes a value
+// already reached look unreached.
+static bool reached(devbuf_event_t *event, const shared_timeline *page, uint64_t value) {
+  uint64_t local = atomic_load_explicit(&event->value, memory_order_acquire);
+  if (local >= value) return true;
+  uint64_t published = atomic_load_explicit(&page->value, memory_order_acquire);
+  if (published > local) devbuf__event_raise(event, published);
+  return published >= value;
+}
+
 devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns) {
   devbuf__event_share *share = event->share;
   const shared_timeline *page = share->page;
   for (int spin = 0; spin < SPIN_CHECKS && timeout_ns; spin++) {
-    if (atomic_load_explicit(&page->value, memory_order_acquire) >= value) return DEVBUF_OK;
+    if (reached(event, page, value)) return DEVBUF_OK;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
@@ -188,7 +200,7 @@ devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, ui
   unsigned waited_slices = 0;
   for (devbuf_status failed;;) {
     uint32_t seen = atomic_load(&page->changes), poked = atomic_load(&share->pokes);
-    if (atomic_load_explicit(&page->value, memory_order_acquire) >= value) return DEVBUF_OK;
+    if (reached(event, page, value)) return DEVBUF_OK;
     if (atomic_load(&page->state) != TIMELINE_LIVE)
       mirror(event, share);
     else if (waited_slices++)
@@ -197,8 +209,8 @@ devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, ui
     uint64_t waited = devbuf__now_ns() - start;
     if (waited >= timeout_ns)
       return devbuf__error(DEVBUF_TIMEOUT, "event stayed at %llu, below %llu, for %llu ns",
-                           (unsigned long long)atomic_load(&page->value), (unsigned long long)value,
-                           (unsigned long long)timeout_ns);
+                           (unsigned long long)atomic_load(&event->value),
+                           (unsigned long long)value, (unsigned long long)timeout_ns);
     uint64_t slice =
         timeout_ns - waited < LIVENESS_CHECK_NS ? timeout_ns - waited : LIVENESS_CHECK_NS;
     devbuf__shared_wait_either((_Atomic uint32_t *)&page->changes, seen, &share->pokes, poked,
@@ -373,11 +385,23 @@ devbuf_status devbuf_event_export(devbuf_event_t *event, devbuf_export_t **out_e
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "the event is imported: export it from the process that signals it");
   int process = devbuf__process_watch(getpid());
+  int why = errno;
+  if (process < 0 && (why == EMFILE || why == ENFILE)) {
+    struct rlimit limit = {0};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    return devbuf__error(
+        DEVBUF_UNAVAILABLE,
+        "no descriptor left for the event's pidfd: %s (this process may open %llu; "
+        "close some, or raise RLIMIT_NOFILE)",
+        why == EMFILE ? "the process has reached its limit of open descriptors"
+                      : "the system's table of open files is full",
+        (unsigned long long)limit.rlim_cur);
+  }
   if (process < 0)
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "no pidfd for this process (%s; Linux 5.3 and later have them): an "
                          "importer could not tell when it ends",
-                         strerror(errno));
+                         strerror(why));
   devbuf__event_share *share = NULL;
   devbuf_status status = share_for_export(event, &share);
   int fd = status == DEVBUF_OK ? fcntl(share->fd, F_DUPFD_CLOEXEC, 0) : -1;

@@ -154,6 +154,34 @@ with open(saved, "w") as f:
 result = run("load", model, "--expect", saved)
 expect(result.returncode == 1 and "no.such.tensor" in result.stderr, "--expect names a tensor missing from the file")
 
+# --expect matches the raw bytes of names: a tensor named "w" + byte 0x01 does not pass a
+# list that names the literal text "w\x01" (escapes are only for printing), and names
+# from the list are printed escaped, never raw to the terminal
+def write_one_tensor(path, name):
+    header = json.dumps({name: {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + struct.pack("<f", 1.0))
+odd = os.path.join(scratch, "odd_name.safetensors")
+write_one_tensor(odd, "w\x01")
+odd_digests = run("load", odd, "--verify").stdout
+expect("w\\x01" in odd_digests and "\x01" not in odd_digests, "a control byte in a name is printed escaped")
+with open(saved, "w") as f:
+    f.write(odd_digests)
+expect(run("load", odd, "--expect", saved).returncode == 0, "--expect passes on the name's own escaped form")
+renamed = os.path.join(scratch, "renamed.safetensors")
+write_one_tensor(renamed, "w\\x01")  # the literal text: backslash, x, 0, 1
+result = run("load", renamed, "--expect", saved)
+expect(result.returncode == 1 and "not in the expected list" in result.stderr,
+       "a tensor renamed to the escaped text of another name does not pass")
+expect("w\\x5cx01" in run("load", renamed, "--verify").stdout, "a literal backslash is printed escaped")
+with open(saved, "w") as f:
+    f.write("  " + "a" * 64 + "  evil\x1b]0;title\x07\n")
+    f.write("  " + "a" * 64 + "  raw\x1b[31mred\n")
+result = run("load", odd, "--expect", saved)
+expect(result.returncode == 1 and "\x1b" not in result.stderr and "\x07" not in result.stderr
+       and "evil\\x1b]0;title\\x07" in result.stderr, "names from the list are printed escaped")
+
 # load without FILE: the sample model in the cache folder, not in the build tree
 result = run("load", "--json")
 expect(result.returncode == 0 and json.loads(result.stdout)["file"].startswith(env["XDG_CACHE_HOME"]),

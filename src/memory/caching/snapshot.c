@@ -80,8 +80,10 @@ static bool add_segment(picture *p, const csegment *segment) {
     block_state state = atomic_load_explicit(&block->state, memory_order_relaxed);
     cblock mapped_part = *block;
     if (segment->growable) mapped_part.size = devbuf__growable_mapped_part(block);
+    // A block is handed out before the memory behind its end is mapped (another thread may
+    // be mapping it now): what a growable segment shows is what is mapped of it.
     bool ok = state == BLOCK_FREE ? add_free(p, segment, &mapped_part)
-                                  : add_block(p, block->offset, block->size,
+                                  : add_block(p, block->offset, mapped_part.size,
                                               state == BLOCK_BINNED ? DEVBUF_BLOCK_THREAD_CACHED
                                                                     : DEVBUF_BLOCK_ACTIVE);
     if (!ok) return false;
