@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -394,6 +395,52 @@ static devbuf__export_header with_magic(devbuf__export_header h, const char *mag
   return h;
 }
 
+// A hostile exporter lowers its page's value after raising it: the importer's timeline never
+// goes down (its value, and its waits for values it reached, stay as they were).
+typedef struct forged_timeline { // the page's layout (src/exec/event_share.c)
+  char magic[8];
+  _Atomic uint64_t value;
+  _Atomic uint32_t changes, state;
+  uint32_t failure;
+  int32_t pid;
+  char message[256];
+} forged_timeline;
+
+static void test_hostile_exporter_lowers_value(void) {
+  int page_fd = -1, locked = -1;
+  CHECK_OK(devbuf__memory_file_create("forged-timeline", 4096, &page_fd));
+  forged_timeline *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+  CHECK(page != MAP_FAILED);
+  if (page == MAP_FAILED) return;
+  memcpy(page->magic, "devbufE2", 8);
+  page->pid = (int32_t)getpid();
+  atomic_store(&page->value, 10);
+  CHECK_OK(devbuf__lock_reopened(page_fd, &locked)); // the exporter's "alive" lock
+  devbuf__export_header event = valid_header(4096);
+  event.kind = DEVBUF_EXPORT_EVENT;
+  int self = devbuf__process_watch(getpid()), fds[2] = {page_fd, self};
+  devbuf_export_t *got = NULL;
+  devbuf_event_t *imported = NULL;
+  CHECK_OK(deliver(&event, sizeof event, fds, 2, &got));
+  CHECK_OK(devbuf_event_import(got, &imported));
+  devbuf_export_free(got);
+  if (imported) {
+    CHECK_OK(devbuf_event_wait(imported, 10, 1000000000ull));
+    CHECK_EQ_U(devbuf_event_value(imported), 10);
+    atomic_store(&page->value, 3); // the hostile part
+    atomic_fetch_add(&page->changes, 1);
+    CHECK_OK(devbuf_event_wait(imported, 7, 0)); // reached before: still reached
+    CHECK_EQ_U(devbuf_event_value(imported), 10);
+    CHECK_STATUS(devbuf_event_wait(imported, 11, 1000000ull), DEVBUF_TIMEOUT);
+    CHECK_MESSAGE("stayed at 10");
+    devbuf_event_release(imported);
+  }
+  munmap(page, 4096);
+  close(locked);
+  close(page_fd);
+  close(self);
+}
+
 static void test_hostile_messages(void) {
   size_t descriptors = open_descriptors();
   size_t segment = 1u << 16;
@@ -545,6 +592,7 @@ int main(int argc, char **argv) {
   RUN(test_dead_signaller);
   RUN(test_exec_release_and_failure);
   RUN(test_hostile_messages);
+  RUN(test_hostile_exporter_lowers_value);
   RUN(test_refusals);
   devbuf_device_release(device);
   return CHECK_EXIT();
