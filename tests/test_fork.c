@@ -134,7 +134,21 @@ static void test_fork_while_submitting(void) {
   devbuf_device_release(cpu);
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED_ALLOCATOR 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED_ALLOCATOR 1
+#endif
+#endif
+
 int main(void) {
+#ifdef SANITIZED_ALLOCATOR
+  // Seen here: a child hung in ASan's malloc, whose lock another thread held at the fork.
+  printf("SKIP: the sanitizer's allocator has no fork handlers: a child forked while other "
+         "threads allocate can hang inside malloc, whatever devbuf does\n");
+  return SKIP_EXIT_CODE;
+#endif
   RUN(test_fork_while_submitting);
   return CHECK_EXIT();
 }
