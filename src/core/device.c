@@ -21,9 +21,12 @@ static devbuf_device_t *open_devices;
 
 // ---- fork: the registry, then each open device's submission lock, then the allocators ----
 
-// The device's distinct allocators (some kinds share one); how many.
+// The allocators a forked child may meet on the device, distinct (some kinds share one); how
+// many. Only the CPU's: a child uses no GPU device (docs/processes.md), and TSan follows at
+// most 64 locks held at once.
 static size_t device_allocators(devbuf_device_t *device, devbuf_allocator_t *list[4]) {
   size_t count = 0;
+  if (device->backend->kind != DEVBUF_DEVICE_CPU) return 0;
   devbuf_allocator_t *all[] = {device->allocator, device->host_allocator, device->managed_allocator,
                                device->shareable_allocator};
   for (size_t i = 0; i < 4; i++) {
