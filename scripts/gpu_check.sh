@@ -2,7 +2,10 @@
 # The GPU check, for a machine with one NVIDIA GPU (under 5 minutes): builds devbuf with
 # its CUDA kernels and the tests' (nvcc), runs the conformance suite and the CUDA tests on
 # cuda:0 with the real driver (and again on the stand-in driver, as every machine does),
-# runs the CUDA benchmarks, and prints a short table last. Logs go to $OUT when it is set
+# runs the CUDA benchmarks, and prints a short table last. The "cuda" label includes the
+# embedding example on cuda:0 (test_embed_cuda_0), which needs the model in the cache
+# (scripts/fetch_model.sh; the GPU machine reaches no registry, so it says it skipped
+# unless the cache was filled there) and a Python with numpy, safetensors and tokenizers. Logs go to $OUT when it is set
 # (the device tool), else to build/gpu/.
 #   bash scripts/gpu_check.sh
 set -uo pipefail

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # A Python environment for the cross-checks and the Python package's tests: pinned numpy,
-# safetensors and pytest from PyPI in build/pyenv. When it cannot be made (no Python, no
+# safetensors, pytest and tokenizers (the embedding example's token ids) from PyPI in build/pyenv. When it cannot be made (no Python, no
 # network), the Python tests skip and say why; nothing else depends on it.
 cd "$(dirname "$0")/.."
 NUMPY=numpy==2.2.6
 SAFETENSORS=safetensors==0.8.0
 PYTEST=pytest==8.4.2
+TOKENIZERS=tokenizers==0.22.1
 env=build/pyenv
 if [ -x "$env/bin/python3" ] && "$env/bin/python3" -c "
-import numpy, safetensors, pytest, sys
+import numpy, safetensors, pytest, tokenizers, sys
 sys.exit(not (numpy.__version__ == '${NUMPY#*==}' and safetensors.__version__ == '${SAFETENSORS#*==}'
-              and pytest.__version__ == '${PYTEST#*==}'))" 2>/dev/null; then
+              and pytest.__version__ == '${PYTEST#*==}'
+              and tokenizers.__version__ == '${TOKENIZERS#*==}'))" 2>/dev/null; then
   exit 0
 fi
 if ! command -v python3 >/dev/null; then
@@ -20,8 +22,8 @@ fi
 rm -rf "$env"
 mkdir -p build
 if ! python3 -m venv "$env" >build/pyenv.log 2>&1 ||
-   ! "$env/bin/pip" install -q "$NUMPY" "$SAFETENSORS" "$PYTEST" >>build/pyenv.log 2>&1; then
-  echo "python_env: cannot install $NUMPY $SAFETENSORS $PYTEST (see build/pyenv.log); the Python tests will skip"
+   ! "$env/bin/pip" install -q "$NUMPY" "$SAFETENSORS" "$PYTEST" "$TOKENIZERS" >>build/pyenv.log 2>&1; then
+  echo "python_env: cannot install $NUMPY $SAFETENSORS $PYTEST $TOKENIZERS (see build/pyenv.log); the Python tests will skip"
   rm -rf "$env"
 fi
 exit 0

@@ -52,6 +52,11 @@ fi
 command -v mpicc >/dev/null || need+=(openmpi-bin libopenmpi-dev)
 # clang-format 14 checks the layout of the C files (test_format).
 command -v clang-format-14 >/dev/null || need+=(clang-format-14)
+# The embedding example (examples/embed/): utf8proc for its tokenizer and OpenBLAS for its
+# CPU kernels' matrix products (the library depends on neither).
+[ -e /usr/include/utf8proc.h ] || need+=(libutf8proc-dev)
+compgen -G "/usr/include/*/openblas*/cblas.h" >/dev/null || compgen -G "/usr/include/openblas/cblas.h" >/dev/null ||
+  need+=(libopenblas-dev)
 # OpenCL on the CPU (PoCL) and the ICD loader, for the OpenCL backend's tests.
 if [ ! -e /etc/OpenCL/vendors/pocl.icd ] || ! ldconfig -p 2>/dev/null | grep -q 'libOpenCL.so.1 '; then
   need+=(pocl-opencl-icd ocl-icd-libopencl1)

@@ -1,0 +1,378 @@
+// all-MiniLM-L6-v2: the weights and the forward graph.
+#include "model.h"
+
+#include <devbuf_opencl.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+// ---- weights -------------------------------------------------------------------------------
+
+// A tensor the model uses: its name (%d: the layer), shape, and where its buffer goes.
+typedef struct tensor_spec {
+  const char *name;
+  size_t rows, cols; // cols 0: a vector of `rows`
+  size_t at;         // offsetof the buffer pointer in embed_model_t or embed_layer_t
+} tensor_spec;
+
+#define MODEL(field) offsetof(embed_model_t, field)
+#define LAYER(field) offsetof(embed_layer_t, field)
+
+static const tensor_spec model_tensors[] = {
+    {"embeddings.word_embeddings.weight", EMBED_VOCAB, EMBED_HIDDEN, MODEL(word)},
+    {"embeddings.position_embeddings.weight", EMBED_POSITIONS, EMBED_HIDDEN, MODEL(position)},
+    {"embeddings.token_type_embeddings.weight", 2, EMBED_HIDDEN, MODEL(type)},
+    {"embeddings.LayerNorm.weight", EMBED_HIDDEN, 0, MODEL(norm_g)},
+    {"embeddings.LayerNorm.bias", EMBED_HIDDEN, 0, MODEL(norm_b)},
+};
+
+static const tensor_spec layer_tensors[] = {
+    {"encoder.layer.%d.attention.self.query.weight", EMBED_HIDDEN, EMBED_HIDDEN, LAYER(query_w)},
+    {"encoder.layer.%d.attention.self.query.bias", EMBED_HIDDEN, 0, LAYER(query_b)},
+    {"encoder.layer.%d.attention.self.key.weight", EMBED_HIDDEN, EMBED_HIDDEN, LAYER(key_w)},
+    {"encoder.layer.%d.attention.self.key.bias", EMBED_HIDDEN, 0, LAYER(key_b)},
+    {"encoder.layer.%d.attention.self.value.weight", EMBED_HIDDEN, EMBED_HIDDEN, LAYER(value_w)},
+    {"encoder.layer.%d.attention.self.value.bias", EMBED_HIDDEN, 0, LAYER(value_b)},
+    {"encoder.layer.%d.attention.output.dense.weight", EMBED_HIDDEN, EMBED_HIDDEN, LAYER(out_w)},
+    {"encoder.layer.%d.attention.output.dense.bias", EMBED_HIDDEN, 0, LAYER(out_b)},
+    {"encoder.layer.%d.attention.output.LayerNorm.weight", EMBED_HIDDEN, 0, LAYER(norm1_g)},
+    {"encoder.layer.%d.attention.output.LayerNorm.bias", EMBED_HIDDEN, 0, LAYER(norm1_b)},
+    {"encoder.layer.%d.intermediate.dense.weight", EMBED_FFN, EMBED_HIDDEN, LAYER(up_w)},
+    {"encoder.layer.%d.intermediate.dense.bias", EMBED_FFN, 0, LAYER(up_b)},
+    {"encoder.layer.%d.output.dense.weight", EMBED_HIDDEN, EMBED_FFN, LAYER(down_w)},
+    {"encoder.layer.%d.output.dense.bias", EMBED_HIDDEN, 0, LAYER(down_b)},
+    {"encoder.layer.%d.output.LayerNorm.weight", EMBED_HIDDEN, 0, LAYER(norm2_g)},
+    {"encoder.layer.%d.output.LayerNorm.bias", EMBED_HIDDEN, 0, LAYER(norm2_b)},
+};
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static void describe_shape(char *out, size_t size, size_t ndim, const size_t *shape) {
+  size_t used = (size_t)snprintf(out, size, "[");
+  for (size_t d = 0; d < ndim && used < size; d++)
+    used += (size_t)snprintf(out + used, size - used, "%s%zu", d ? ", " : "", shape[d]);
+  if (used < size) snprintf(out + used, size - used, "]");
+}
+
+// Where a zero-copy tensor must be: the mapping's first byte, found from one tensor.
+typedef struct mapping_check {
+  const char *base; // the file's first byte in memory; NULL until the first tensor
+  uint64_t storage; // the mapping's storage id
+} mapping_check;
+
+// Finds `name`, checks its dtype and shape, checks where its memory is, retains it.
+static int take_tensor(devbuf_device_t *device, devbuf_allocator_t *weights,
+                       const devbuf_tensor_file_t *file, const char *path, const char *name,
+                       size_t rows, size_t cols, mapping_check *mapping, devbuf_buffer_t **out,
+                       char *err, size_t err_size) {
+  size_t index;
+  devbuf_tensor_info_t info;
+  if (devbuf_tensor_file_find(file, name, &index) != DEVBUF_OK ||
+      devbuf_tensor_file_info(file, index, &info) != DEVBUF_OK) {
+    snprintf(err, err_size, "%s: no tensor '%s'", path, name);
+    return -1;
+  }
+  bool vector = cols == 0;
+  if (info.dtype != DEVBUF_FLOAT32 || info.ndim != (vector ? 1u : 2u) || info.shape[0] != rows ||
+      (!vector && info.shape[1] != cols)) {
+    char have[128], want[64];
+    describe_shape(have, sizeof have, info.ndim, info.shape);
+    if (vector)
+      snprintf(want, sizeof want, "[%zu]", rows);
+    else
+      snprintf(want, sizeof want, "[%zu, %zu]", rows, cols);
+    snprintf(err, err_size, "%s: tensor '%s' is %s %s; expected F32 %s", path, name,
+             devbuf_dtype_safetensors_name(info.dtype), have, want);
+    return -1;
+  }
+  devbuf_buffer_t *buffer = devbuf_tensor_file_buffer(file, index);
+  if (!buffer) {
+    snprintf(err, err_size, "%s: tensor '%s' has no buffer", path, name);
+    return -1;
+  }
+  if (mapping) { // zero-copy: a view of the mapping at the tensor's place in the file
+    const void *data = NULL;
+    if (!devbuf_buffer_is_mapped(buffer) ||
+        devbuf_buffer_contents(buffer, &data, NULL) != DEVBUF_OK) {
+      snprintf(err, err_size, "%s: tensor '%s' is not a view of the mapped file", path, name);
+      return -1;
+    }
+    devbuf_buffer_end_access(buffer, data);
+    if (!mapping->base) {
+      mapping->base = (const char *)data - info.file_offset;
+      mapping->storage = devbuf_buffer_storage_id(buffer);
+    }
+    if ((const char *)data != mapping->base + info.file_offset ||
+        devbuf_buffer_storage_id(buffer) != mapping->storage) {
+      snprintf(err, err_size, "%s: tensor '%s' is not at its place in the one mapping", path, name);
+      return -1;
+    }
+  } else if (devbuf_buffer_allocator(buffer) != weights || devbuf_buffer_is_mapped(buffer) ||
+             devbuf_buffer_is_cpu_accessible(buffer)) {
+    snprintf(err, err_size, "%s: tensor '%s' is not in %s's memory", path, name,
+             devbuf_device_spec(device));
+    return -1;
+  }
+  *out = devbuf_buffer_retain(buffer);
+  return 0;
+}
+
+// ---- the weights' arena (devices) ----------------------------------------------------------
+// On a device the loader copies every tensor into memory of its own. Through the device's
+// caching allocator, 30 tensors below 1 MiB and 12 of 2.25 MiB would sit in 2 MiB and 20 MiB
+// segments with a tenth of them left over; instead the tensors are carved out of one
+// allocation of the device's allocator (a segment of its own, of the weights' size): an
+// allocator of ours (devbuf_allocator_create) hands out consecutive ranges of it.
+
+#define ARENA_ALIGN 4096 // of every tensor: a multiple of every device's kernel-view alignment
+
+typedef struct arena {
+  devbuf_buffer_t *block; // the one allocation, on the device
+  uint64_t handle;        // its backend handle (OpenCL: a cl_mem; CUDA: an address)
+  size_t base;            // its offset from `handle`
+  bool handle_is_address; // CUDA: `device` of a block is handle + base + offset
+  size_t size, used;      // bytes; bytes handed out (under lock)
+  pthread_mutex_t lock;
+} arena;
+
+static size_t arena_round(size_t bytes) {
+  return (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+}
+
+static devbuf_status arena_alloc(void *ctx, size_t size, devbuf_memory_t *out) {
+  arena *a = ctx;
+  pthread_mutex_lock(&a->lock);
+  size_t at = a->used, room = a->size - at;
+  if (arena_round(size) > room) {
+    pthread_mutex_unlock(&a->lock);
+    return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "the weights' arena has %zu bytes left, not %zu",
+                            room, size);
+  }
+  a->used = at + arena_round(size);
+  pthread_mutex_unlock(&a->lock);
+  *out = (devbuf_memory_t){.size = size};
+  if (a->handle_is_address)
+    out->device = a->handle + a->base + at;
+  else
+    out->device = a->handle, out->offset = a->base + at;
+  return DEVBUF_OK;
+}
+
+static void arena_free(void *ctx, const devbuf_memory_t *memory) { (void)ctx, (void)memory; }
+
+static void arena_destroy(void *ctx) {
+  arena *a = ctx;
+  devbuf_buffer_release(a->block);
+  pthread_mutex_destroy(&a->lock);
+  free(a);
+}
+
+static const devbuf_allocator_vtable_t arena_vtable = {
+    .alloc = arena_alloc, .free = arena_free, .destroy = arena_destroy};
+
+// An allocator for the tensors of the file at `path` on `device`, carving them out of one
+// allocation of the device's allocator. 0, or -1 with a message.
+static int arena_create(devbuf_device_t *device, const char *path, devbuf_allocator_t **out,
+                        char *err, size_t err_size) {
+  devbuf_tensor_file_t *header = NULL;
+  if (devbuf_safetensors_inspect(path, &header) != DEVBUF_OK) {
+    snprintf(err, err_size, "%s", devbuf_last_error());
+    return -1;
+  }
+  size_t size = 0;
+  for (size_t i = 0; i < devbuf_tensor_file_count(header); i++) {
+    devbuf_tensor_info_t info;
+    if (devbuf_tensor_file_info(header, i, &info) == DEVBUF_OK)
+      size += arena_round((size_t)(info.end - info.begin));
+  }
+  devbuf_tensor_file_release(header);
+  arena *a = calloc(1, sizeof *a);
+  if (!a) {
+    snprintf(err, err_size, "no memory for the weights' arena");
+    return -1;
+  }
+  pthread_mutex_init(&a->lock, NULL);
+  a->size = size ? size : ARENA_ALIGN;
+  a->handle_is_address = devbuf_device_kind_of(device) != DEVBUF_DEVICE_OPENCL;
+  devbuf_status status = devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8,
+                                                &a->size, 1, 0, &a->block);
+  if (status == DEVBUF_OK) status = devbuf_buffer_device_handle(a->block, &a->handle, &a->base);
+  if (status == DEVBUF_OK) status = devbuf_allocator_create(device, &arena_vtable, a, out);
+  if (status != DEVBUF_OK) {
+    snprintf(err, err_size, "%s%s", status == DEVBUF_OUT_OF_MEMORY ? "device out of memory: " : "",
+             devbuf_last_error());
+    arena_destroy(a);
+    return -1;
+  }
+  return 0;
+}
+
+int embed_model_folder(const char *dir, char *err, size_t err_size) {
+  struct stat st;
+  int missing = stat(dir, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  if (missing) snprintf(err, err_size, "model folder '%s': %s", dir, strerror(missing));
+  return missing ? -1 : 0;
+}
+
+int embed_model_load(devbuf_device_t *device, const char *dir, embed_model_t **out_model, char *err,
+                     size_t err_size) {
+  if (embed_model_folder(dir, err, err_size) != 0) return -1;
+  char path[4096];
+  if ((size_t)snprintf(path, sizeof path, "%s/model.safetensors", dir) >= sizeof path) {
+    snprintf(err, err_size, "model folder '%.200s...': path too long", dir);
+    return -1;
+  }
+  embed_model_t *model = calloc(1, sizeof *model);
+  if (!model) {
+    snprintf(err, err_size, "no memory for the model");
+    return -1;
+  }
+  // The CPU loads zero-copy: every tensor a view of the mapping; devices get copies, in one
+  // allocation of the device's memory.
+  bool cpu = devbuf_device_kind_of(device) == DEVBUF_DEVICE_CPU;
+  devbuf_load_options_t options = {0};
+  if (!cpu && arena_create(device, path, &options.allocator, err, err_size) != 0) {
+    free(model);
+    return -1;
+  }
+  devbuf_tensor_file_t *file = NULL;
+  devbuf_status loaded = devbuf_safetensors_load(device, path, &options, &file);
+  devbuf_allocator_t *weights = options.allocator;
+  devbuf_allocator_release(options.allocator); // the tensors hold it
+  if (loaded != DEVBUF_OK) {
+    snprintf(err, err_size, "%s%s", loaded == DEVBUF_OUT_OF_MEMORY ? "device out of memory: " : "",
+             devbuf_last_error());
+    free(model);
+    return -1;
+  }
+  mapping_check mapping = {NULL, 0}, *check = cpu ? &mapping : NULL;
+  int failed = 0;
+  for (size_t i = 0; i < COUNT(model_tensors) && !failed; i++) {
+    const tensor_spec *t = &model_tensors[i];
+    failed = take_tensor(device, weights, file, path, t->name, t->rows, t->cols, check,
+                         (devbuf_buffer_t **)((char *)model + t->at), err, err_size);
+  }
+  for (int l = 0; l < EMBED_LAYERS && !failed; l++) {
+    for (size_t i = 0; i < COUNT(layer_tensors) && !failed; i++) {
+      const tensor_spec *t = &layer_tensors[i];
+      char name[128];
+      snprintf(name, sizeof name, t->name, l);
+      failed = take_tensor(device, weights, file, path, name, t->rows, t->cols, check,
+                           (devbuf_buffer_t **)((char *)&model->layers[l] + t->at), err, err_size);
+    }
+  }
+  // The feed-forward layer's parts: views of the rows of its first matrix and bias.
+  size_t part_rows = EMBED_FFN / EMBED_FFN_PARTS, f32 = sizeof(float);
+  for (int l = 0; l < EMBED_LAYERS && !failed; l++) {
+    embed_layer_t *w = &model->layers[l];
+    for (size_t p = 0; p < EMBED_FFN_PARTS && !failed; p++) {
+      failed = devbuf_buffer_view(w->up_w, p * part_rows * EMBED_HIDDEN * f32,
+                                  part_rows * EMBED_HIDDEN * f32, &w->up_w_part[p]) != DEVBUF_OK ||
+               devbuf_buffer_view(w->up_b, p * part_rows * f32, part_rows * f32,
+                                  &w->up_b_part[p]) != DEVBUF_OK;
+      if (failed) snprintf(err, err_size, "%s", devbuf_last_error());
+    }
+  }
+  model->zero_copy = check != NULL && !failed;
+  // The tensors the model does not use (position ids, the pooler) go with the table.
+  devbuf_tensor_file_release(file);
+  if (failed) {
+    embed_model_free(model);
+    return -1;
+  }
+  for (size_t i = 0; i < COUNT(model_tensors); i++)
+    model->weight_bytes +=
+        devbuf_buffer_size(*(devbuf_buffer_t **)((char *)model + model_tensors[i].at));
+  for (int l = 0; l < EMBED_LAYERS; l++)
+    for (size_t i = 0; i < COUNT(layer_tensors); i++)
+      model->weight_bytes += devbuf_buffer_size(
+          *(devbuf_buffer_t **)((char *)&model->layers[l] + layer_tensors[i].at));
+  *out_model = model;
+  return 0;
+}
+
+void embed_model_free(embed_model_t *model) {
+  if (!model) return;
+  for (size_t i = 0; i < COUNT(model_tensors); i++)
+    devbuf_buffer_release(*(devbuf_buffer_t **)((char *)model + model_tensors[i].at));
+  for (int l = 0; l < EMBED_LAYERS; l++) {
+    for (size_t i = 0; i < COUNT(layer_tensors); i++)
+      devbuf_buffer_release(*(devbuf_buffer_t **)((char *)&model->layers[l] + layer_tensors[i].at));
+    for (size_t p = 0; p < EMBED_FFN_PARTS; p++) {
+      devbuf_buffer_release(model->layers[l].up_w_part[p]);
+      devbuf_buffer_release(model->layers[l].up_b_part[p]);
+    }
+  }
+  free(model);
+}
+
+// ---- the forward graph ---------------------------------------------------------------------
+
+// A lazy activation of `rows` x `cols` floats: its memory comes when the kernel that writes
+// it is submitted, so that it may reuse memory that earlier work still uses (ordered after
+// that work), as released activations are.
+static devbuf_status activation(embed_exec_t *x, size_t rows, size_t cols, devbuf_buffer_t **out) {
+  size_t shape[2] = {rows, cols};
+  return devbuf_buffer_new(devbuf_device_allocator(x->device), DEVBUF_FLOAT32, shape, 2, 0, out);
+}
+
+static void drop(devbuf_buffer_t **buffer) {
+  devbuf_buffer_release(*buffer);
+  *buffer = NULL;
+}
+
+#define TRY(call)                                  \
+  do {                                             \
+    if ((status = (call)) != DEVBUF_OK) goto done; \
+  } while (0)
+
+devbuf_status embed_model_forward(const embed_model_t *m, embed_exec_t *x, devbuf_buffer_t *ids,
+                                  devbuf_buffer_t *mask, devbuf_buffer_t *embeddings, size_t seqs,
+                                  size_t tokens, size_t capacity) {
+  const embed_kernels_t *k = x->k;
+  const embed_shape_t b = {mask, seqs, tokens}, *s = &b;
+  size_t hidden = EMBED_HIDDEN, part = EMBED_FFN / EMBED_FFN_PARTS;
+  devbuf_buffer_t *h = NULL, *q = NULL, *key = NULL, *v = NULL, *ctx = NULL, *a = NULL;
+  devbuf_buffer_t *h1 = NULL, *f[EMBED_FFN_PARTS] = {NULL}, *o = NULL;
+  devbuf_status status;
+  TRY(activation(x, capacity, hidden, &h));
+  TRY(k->embed(x, s, h, ids, m->word, m->position, m->type, m->norm_g, m->norm_b));
+  for (int l = 0; l < EMBED_LAYERS; l++) {
+    const embed_layer_t *w = &m->layers[l];
+    TRY(activation(x, capacity, hidden, &q));
+    TRY(activation(x, capacity, hidden, &key));
+    TRY(activation(x, capacity, hidden, &v));
+    devbuf_buffer_t *qkv[] = {q, key, v}, *qkv_w[] = {w->query_w, w->key_w, w->value_w};
+    devbuf_buffer_t *qkv_b[] = {w->query_b, w->key_b, w->value_b};
+    TRY(k->linear(x, s, qkv, h, qkv_w, qkv_b, 3, hidden, hidden, false));
+    TRY(activation(x, capacity, hidden, &ctx));
+    TRY(k->attention(x, s, ctx, q, key, v));
+    drop(&q), drop(&key), drop(&v);
+    TRY(activation(x, capacity, hidden, &a));
+    TRY(k->linear(x, s, &a, ctx, &w->out_w, &w->out_b, 1, hidden, hidden, false));
+    drop(&ctx);
+    TRY(activation(x, capacity, hidden, &h1));
+    TRY(k->add_norm(x, s, h1, a, h, w->norm1_g, w->norm1_b));
+    drop(&a), drop(&h);
+    for (size_t p = 0; p < EMBED_FFN_PARTS; p++) TRY(activation(x, capacity, part, &f[p]));
+    TRY(k->linear(x, s, f, h1, w->up_w_part, w->up_b_part, EMBED_FFN_PARTS, part, hidden, true));
+    TRY(activation(x, capacity, hidden, &o));
+    TRY(k->linear_parts(x, s, o, f, w->down_w, w->down_b, hidden, part));
+    for (size_t p = 0; p < EMBED_FFN_PARTS; p++) drop(&f[p]);
+    TRY(activation(x, capacity, hidden, &h));
+    TRY(k->add_norm(x, s, h, o, h1, w->norm2_g, w->norm2_b));
+    drop(&o), drop(&h1);
+  }
+  TRY(k->pool(x, s, embeddings, h));
+done:
+  devbuf_buffer_release(h), devbuf_buffer_release(q), devbuf_buffer_release(key);
+  devbuf_buffer_release(v), devbuf_buffer_release(ctx), devbuf_buffer_release(a);
+  devbuf_buffer_release(h1), devbuf_buffer_release(o);
+  for (size_t p = 0; p < EMBED_FFN_PARTS; p++) devbuf_buffer_release(f[p]);
+  return status;
+}
