@@ -256,6 +256,7 @@ typedef struct devbuf_allocator_stats {
   uint64_t cache_hits;         // allocations served from the cache
   uint64_t alloc_calls;        // all allocation requests, including failed ones
   uint64_t failed_allocs;      // requests answered with an error
+  uint64_t peak_reserved;      // the highest `reserved` since creation or the last reset_peak
 } devbuf_allocator_stats_t;
 
 // Wraps a user's allocator for `device`. `device` is retained; `vtable` must outlive the

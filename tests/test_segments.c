@@ -346,6 +346,25 @@ static devbuf_status half_reserve(void *ctx, size_t size, devbuf_memory_t *out) 
 // Growable segments over the CPU's reserved addresses: each pool one segment, mapped as its
 // highest block needs (2 MiB at least), its free end unmapped at clear_cache and under the
 // memory limit.
+// The peak of reserved bytes: exact across segments made and given back, and reset to what
+// is reserved now by reset_peak.
+static void test_peak_reserved(void) {
+  test_allocators t = test_allocators_open(&cpu_page);
+  devbuf_memory_t a = alloc_ok(t.caching, 12 * MiB), b = alloc_ok(t.caching, 30 * MiB);
+  uint64_t both = stats_of(t.caching).reserved;
+  CHECK(both >= 42 * MiB);
+  devbuf_allocator_free(t.caching, &b);
+  devbuf_allocator_clear_cache(t.caching); // b's segment goes back
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK(s.reserved < both);
+  CHECK_EQ_U(s.peak_reserved, both);
+  devbuf_allocator_reset_peak(t.caching);
+  CHECK_EQ_U(stats_of(t.caching).peak_reserved, s.reserved);
+  devbuf_allocator_free(t.caching, &a);
+  CHECK_EQ_U(stats_of(t.raw).peak_reserved, stats_of(t.raw).peak); // no cache: what is held
+  test_allocators_close(&t);
+}
+
 // Snapshots taken while other threads allocate from a growable allocator (a block is handed
 // out before its memory is mapped): every segment's blocks still tile it exactly.
 static devbuf_allocator_t *racing_allocator;
@@ -477,6 +496,7 @@ int main(void) {
   RUN(test_thread_bins_before_new_memory);
   RUN(test_over_any_upstream);
   RUN(test_growable_segments);
+  RUN(test_peak_reserved);
   RUN(test_growable_snapshot_while_allocating);
   return CHECK_EXIT();
 }

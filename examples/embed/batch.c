@@ -68,7 +68,7 @@ static devbuf_status view(devbuf_buffer_t *buffer, size_t offset, size_t bytes, 
 static void sample(run *r) {
   devbuf_allocator_stats_t st;
   if (devbuf_allocator_stats(devbuf_device_allocator(r->x->device), &st) != DEVBUF_OK) return;
-  if (st.reserved > r->memory->peak_reserved) r->memory->peak_reserved = st.reserved;
+  r->memory->peak_reserved = st.peak_reserved;
   r->memory->peak_active = st.peak;
   r->memory->system_allocs = st.system_allocs;
 }
@@ -178,7 +178,7 @@ devbuf_status embed_batches(const embed_model_t *model, embed_exec_t *x,
   if ((status = stage(&r, 0, &slots[0])) != DEVBUF_OK) goto drain;
   for (size_t b = 0; b < r.batches; b++) {
     if ((status = compute(&r, b, &slots[b % 2])) != DEVBUF_OK) goto drain;
-    sample(&r); // reserved only grows while no limit is set; sampled after each batch
+    sample(&r); // the allocator keeps the peaks; sampled after each batch for --verbose
     if (b == 0) first = r.memory->system_allocs;
     if (b > 0 &&
         (status = read_back(&r, b - 1, &slots[(b - 1) % 2], embeddings, verbose)) != DEVBUF_OK)

@@ -162,7 +162,8 @@ class Device(Owned):
     def memory_stats(self) -> dict[str, float]:
         """The caching allocator's statistics: active, peak, reserved, cached,
         released_in_flight, segments, largest_free_block, fragmentation, mapped,
-        live_buffers, system_allocs, system_frees, cache_hits, alloc_calls, failed_allocs."""
+        live_buffers, system_allocs, system_frees, cache_hits, alloc_calls, failed_allocs,
+        peak_reserved."""
         stats = AllocatorStats()
         check(lib.devbuf_allocator_stats(self._caching, ctypes.byref(stats)))
         return {field[0]: getattr(stats, field[0]) for field in AllocatorStats._fields_}

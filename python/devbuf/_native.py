@@ -38,7 +38,7 @@ class AllocatorStats(ctypes.Structure):
                 ("released_in_flight", c_uint64), ("segments", c_uint64), ("largest_free_block", c_uint64),
                 ("fragmentation", c_double), ("mapped", c_uint64), ("live_buffers", c_uint64),
                 ("system_allocs", c_uint64), ("system_frees", c_uint64), ("cache_hits", c_uint64),
-                ("alloc_calls", c_uint64), ("failed_allocs", c_uint64)]
+                ("alloc_calls", c_uint64), ("failed_allocs", c_uint64), ("peak_reserved", c_uint64)]
 
 
 class CachingOptions(ctypes.Structure):

@@ -111,6 +111,7 @@ devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator,
   }
   if (!allocator->ops->stats) { // without a cache, whatever is held is in use
     stats.reserved = stats.active;
+    stats.peak_reserved = stats.peak;
     stats.segments = stats.live_buffers;
   }
   stats.mapped = atomic_load(&allocator->device->mapped_bytes);

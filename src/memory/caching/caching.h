@@ -147,6 +147,7 @@ typedef struct caching_allocator {
   atomic_uint_least64_t memory_limit, cache_limit, max_buffers; // 0: none
   char pad0[64];
   atomic_uint_least64_t peak;
+  atomic_uint_least64_t peak_reserved; // raised wherever `reserved` grows
   atomic_uint_least64_t reserved; // bytes upstream holds for us
   atomic_uint_least64_t pool_reserved[POOL_COUNT];
   atomic_bool freed_any;                 // a block went back through the shared path

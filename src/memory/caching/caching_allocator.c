@@ -172,7 +172,10 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
       if (enough && give_back_oldest(self)) continue;
       return 0;
     }
-    if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) return bytes;
+    if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) {
+      devbuf__raise_peak(&self->peak_reserved, reserved + bytes);
+      return bytes;
+    }
   }
 }
 
@@ -458,6 +461,7 @@ static void caching_stats(devbuf_allocator_t *base, devbuf_allocator_stats_t *ou
   out->failed_allocs = atomic_load(&self->failed);
   out->cache_hits = sums.hits;
   out->alloc_calls = sums.calls;
+  out->peak_reserved = atomic_load(&self->peak_reserved);
 }
 
 static void caching_reset_peak(devbuf_allocator_t *base) {
@@ -466,6 +470,7 @@ static void caching_reset_peak(devbuf_allocator_t *base) {
     atomic_store_explicit(&c->local_peak, atomic_load_explicit(&c->active, memory_order_relaxed),
                           memory_order_relaxed);
   atomic_store(&self->peak, sum_threads(self).active);
+  atomic_store(&self->peak_reserved, atomic_load(&self->reserved));
 }
 
 // Other threads empty their bins into the shards at their next call.

@@ -56,7 +56,10 @@ static bool reserve_bytes(caching_allocator *self, size_t bytes) {
     uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
     uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
     if (limit && (reserved > limit || bytes > limit - reserved)) return false;
-    if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) return true;
+    if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) {
+      devbuf__raise_peak(&self->peak_reserved, reserved + bytes);
+      return true;
+    }
   }
 }
 
