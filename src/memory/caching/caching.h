@@ -148,7 +148,7 @@ typedef struct caching_allocator {
   char pad0[64];
   atomic_uint_least64_t peak;
   atomic_uint_least64_t peak_reserved; // raised wherever `reserved` grows
-  atomic_uint_least64_t reserved; // bytes upstream holds for us
+  atomic_uint_least64_t reserved;      // bytes upstream holds for us
   atomic_uint_least64_t pool_reserved[POOL_COUNT];
   atomic_bool freed_any;                 // a block went back through the shared path
   atomic_size_t largest_request;         // of the large pool, rounded
