@@ -76,10 +76,16 @@ static void run_calls(submit_fn submit, const char *how) {
     seen[call] = DEVBUF_UNSUPPORTED; // never an answer of these calls
     devbuf_use_t use = {used, DEVBUF_ACCESS_READ_WRITE};
     size_t use_count = call == WAIT_LATER_WORK ? 0 : 1;
+    devbuf_event_t *gate = NULL;
+    CHECK_OK(devbuf_event_create(0, &gate));
+    // The call runs only once everything of this round is submitted (the later work too).
+    CHECK_OK(devbuf_queue_wait(queue, gate, 1));
     CHECK_OK(submit(queue, call_inside, &use, use_count, &call, sizeof call));
     if (call == WAIT_LATER_WORK) // work behind the caller in its own queue uses the buffer
       CHECK_OK(devbuf_queue_submit(queue, nothing, &use, 1, NULL, 0));
+    CHECK_OK(devbuf_event_signal(gate, 1));
     CHECK_OK(devbuf_queue_finish(queue));
+    devbuf_event_release(gate);
     bool refused = call != FINISH_OTHER_QUEUE && call != COPYOUT_UNUSED;
     if (refused) {
       if (seen[call] != DEVBUF_INVALID_ARGUMENT || !strstr(seen_message[call], call_names[call]) ||
