@@ -504,7 +504,7 @@ DEVBUF_API size_t devbuf_buffer_count(const devbuf_buffer_t *buffer); // element
 // The allocator (borrowed; NULL for mapped files).
 DEVBUF_API devbuf_allocator_t *devbuf_buffer_allocator(const devbuf_buffer_t *buffer);
 DEVBUF_API devbuf_device_t *devbuf_buffer_device(const devbuf_buffer_t *buffer);
-// Shared by a buffer, its retains and its views (the first seed's id()), and by the
+// Shared by a buffer, its retains and its views (morok-device's id()), and by the
 // buffers imported from it (devbuf_buffer_import): ids carry the process id, so two storages
 // alive on the machine share an id only when one is an import of the other.
 DEVBUF_API uint64_t devbuf_buffer_storage_id(const devbuf_buffer_t *buffer);
