@@ -27,16 +27,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CORPUS = os.path.join(HERE, "..", "..", "tests", "data", "embed", "corpus.txt")
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "embed"))
+from corpus import read_corpus  # noqa: E402  (tests/embed/corpus.py)
 
-
-def read_corpus(path):
-    """UTF-8, split on '\\n'; the '\\n' ending the last line does not start another line."""
-    with open(path, "rb") as f:
-        text = f.read().decode("utf-8")
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    return lines
 
 
 def cpu_name():
@@ -65,7 +58,7 @@ def main():
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(args.threads)
-    lines = read_corpus(args.corpus)
+    _, lines = read_corpus(args.corpus)
     model = SentenceTransformer(args.model, device="cpu")
     model.max_seq_length = 256
     model.eval()

@@ -4,11 +4,11 @@
 //   possibly while an exception is being raised, so it is C: it calls the tensor's deleter
 //   only if no consumer took the tensor (a consumer renames the capsule "used_..."), as the
 //   DLPack Python specification asks, and never again after a failing consumer called it.
-// - HostMemory: the bytes of an open host access as a buffer-protocol object that counts
-//   its exports (every view derived from a memoryview shares the one export it holds), so
-//   that the access ends only once no memoryview or array made from it is left: when the
-//   Python side cannot end it yet, HostMemory ends it itself as the last view goes, calling
-//   libdevbuf's functions directly (no Python code runs while a buffer is released).
+// - Host accesses (Access, a context manager): the access's bytes are a HostMemory, a
+//   buffer-protocol object that counts its exports (every view derived from a memoryview
+//   shares the one export it holds), so that the access ends only once no memoryview or
+//   array made from it is left, as the last view goes, calling libdevbuf's functions
+//   directly (no Python code runs while a buffer is released).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -160,7 +160,7 @@ typedef struct {
   int readonly;
   int closed;
   Py_ssize_t exports;
-  // After end_later: the access to end, and the handle reference to drop, with the last view.
+  // The access to end, and the handle reference to drop, when the last view goes (or now).
   end_access_fn end_access;
   release_fn release;
   void *buffer;
@@ -174,29 +174,6 @@ static void end_now(HostMemory *self) {
     end(self->buffer, self->size ? self->address : NULL);
     self->release(self->buffer);
   }
-}
-
-static int host_memory_init(PyObject *object, PyObject *args, PyObject *kwargs) {
-  HostMemory *self = (HostMemory *)object;
-  unsigned long long address;
-  Py_ssize_t size;
-  int readonly;
-  if (kwargs && PyDict_Size(kwargs)) {
-    PyErr_SetString(PyExc_TypeError, "HostMemory(address, size, readonly) takes no keywords");
-    return -1;
-  }
-  if (!PyArg_ParseTuple(args, "Knp", &address, &size, &readonly)) return -1;
-  if (size < 0 || (!address && size)) {
-    PyErr_SetString(PyExc_ValueError, "HostMemory needs an address for a size above 0");
-    return -1;
-  }
-  self->address = (void *)(uintptr_t)address;
-  self->size = size;
-  self->readonly = readonly;
-  self->closed = 0;
-  self->exports = 0;
-  self->end_access = NULL;
-  return 0;
 }
 
 static int host_memory_getbuffer(PyObject *object, Py_buffer *view, int flags) {
@@ -220,38 +197,7 @@ static void host_memory_releasebuffer(PyObject *object, Py_buffer *view) {
   if (--self->exports == 0 && self->end_access) end_now(self);
 }
 
-// close(): no further views; BufferError while a view made before is still alive.
-static PyObject *host_memory_close(PyObject *object, PyObject *unused) {
-  (void)unused;
-  HostMemory *self = (HostMemory *)object;
-  if (self->exports > 0) {
-    PyErr_Format(PyExc_BufferError, "%zd view(s) of the host access's memory are still alive",
-                 self->exports);
-    return NULL;
-  }
-  self->closed = 1;
-  Py_RETURN_NONE;
-}
-
-// end_later(end_access, release, buffer): once no view is left (now, if none is), calls
-// end_access(buffer, address) and release(buffer), both libdevbuf functions given by address;
-// the caller hands over one reference to `buffer`.
-static PyObject *host_memory_end_later(PyObject *object, PyObject *args) {
-  HostMemory *self = (HostMemory *)object;
-  unsigned long long end, release, buffer;
-  if (!PyArg_ParseTuple(args, "KKK", &end, &release, &buffer)) return NULL;
-  if (self->end_access || !end || !release || !buffer) {
-    PyErr_SetString(PyExc_ValueError, "end_later takes three addresses, once");
-    return NULL;
-  }
-  self->end_access = (end_access_fn)(uintptr_t)end;
-  self->release = (release_fn)(uintptr_t)release;
-  self->buffer = (void *)(uintptr_t)buffer;
-  if (self->exports == 0) end_now(self);
-  Py_RETURN_NONE;
-}
-
-// A HostMemory that owns its access (end_later, or made by an Access) ends it when it goes:
+// A HostMemory owns its access from the moment an Access opens it, and ends it when it goes:
 // however Python code around it is interrupted, the access cannot outlive it.
 static void host_memory_dealloc(PyObject *object) {
   HostMemory *self = (HostMemory *)object;
@@ -259,38 +205,16 @@ static void host_memory_dealloc(PyObject *object) {
   Py_TYPE(object)->tp_free(object);
 }
 
-static PyObject *host_memory_exports(PyObject *object, void *unused) {
-  (void)unused;
-  return PyLong_FromSsize_t(((HostMemory *)object)->exports);
-}
-
-static PyMethodDef host_memory_methods[] = {
-    {"close", host_memory_close, METH_NOARGS,
-     "close(): refuse further views (BufferError while views are alive)"},
-    {"end_later", host_memory_end_later, METH_VARARGS,
-     "end_later(end_access, release, buffer): end the access when the last view goes"},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef host_memory_getset[] = {
-    {"exports", host_memory_exports, NULL, "views of the memory alive now", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
 static PyBufferProcs host_memory_buffer = {host_memory_getbuffer, host_memory_releasebuffer};
 
 static PyTypeObject host_memory_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf._ext.HostMemory",
     .tp_basicsize = sizeof(HostMemory),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "HostMemory(address, size, readonly): the bytes of an open host access, counting "
+    .tp_doc = "the bytes of an open host access (made by Access.__enter__), counting "
               "their views",
-    .tp_new = PyType_GenericNew,
-    .tp_init = host_memory_init,
     .tp_dealloc = host_memory_dealloc,
     .tp_as_buffer = &host_memory_buffer,
-    .tp_methods = host_memory_methods,
-    .tp_getset = host_memory_getset,
 };
 
 // ---- Access ----------------------------------------------------------------------------
@@ -503,12 +427,6 @@ PyMODINIT_FUNC PyInit__ext(void) {
   if (PyType_Ready(&host_memory_type) < 0 || PyType_Ready(&access_type) < 0) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
-  Py_INCREF(&host_memory_type);
-  if (PyModule_AddObject(m, "HostMemory", (PyObject *)&host_memory_type) < 0) {
-    Py_DECREF(&host_memory_type);
-    Py_DECREF(m);
-    return NULL;
-  }
   Py_INCREF(&access_type);
   if (PyModule_AddObject(m, "Access", (PyObject *)&access_type) < 0) {
     Py_DECREF(&access_type);

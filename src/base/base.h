@@ -49,6 +49,13 @@ typedef struct devbuf__fork_hook {
   void (*child)(void);
 } devbuf__fork_hook;
 void devbuf__fork_hook_add(const devbuf__fork_hook *hook);
+// Registers a file's hook from a constructor (before any thread of the library exists).
+#define DEVBUF__FORK_HOOK(rank_, prepare_, parent_, child_)                            \
+  static const devbuf__fork_hook fork_hook = {                                         \
+      .rank = (rank_), .prepare = (prepare_), .parent = (parent_), .child = (child_)}; \
+  __attribute__((constructor)) static void fork_hook_init(void) {                      \
+    devbuf__fork_hook_add(&fork_hook);                                                 \
+  }
 // Bumped in every forked child: work stamped with an older epoch is an ancestor's.
 extern atomic_uint devbuf__process_epoch;
 static inline unsigned devbuf__epoch(void) {

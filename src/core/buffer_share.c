@@ -24,13 +24,7 @@ static atomic_uint_least64_t last_reclaim_ns;
 // A leaf lock: taken late in a fork's prepare steps (after the devices' and allocators').
 static void parked_fork_prepare(void) { pthread_mutex_lock(&parked_lock); }
 static void parked_fork_release(void) { pthread_mutex_unlock(&parked_lock); }
-static const devbuf__fork_hook parked_fork_hook = {.rank = 80,
-                                                   .prepare = parked_fork_prepare,
-                                                   .parent = parked_fork_release,
-                                                   .child = parked_fork_release};
-__attribute__((constructor)) static void parked_fork_init(void) {
-  devbuf__fork_hook_add(&parked_fork_hook);
-}
+DEVBUF__FORK_HOOK(80, parked_fork_prepare, parked_fork_release, parked_fork_release)
 
 static bool any_held(const int *watches, size_t count) {
   for (size_t i = 0; i < count; i++)

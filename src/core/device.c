@@ -70,13 +70,7 @@ static void devices_fork_release(bool child) {
 
 static void devices_fork_parent(void) { devices_fork_release(false); }
 static void devices_fork_child(void) { devices_fork_release(true); }
-static const devbuf__fork_hook devices_fork_hook = {.rank = 10,
-                                                    .prepare = devices_fork_prepare,
-                                                    .parent = devices_fork_parent,
-                                                    .child = devices_fork_child};
-__attribute__((constructor)) static void devices_fork_init(void) {
-  devbuf__fork_hook_add(&devices_fork_hook);
-}
+DEVBUF__FORK_HOOK(10, devices_fork_prepare, devices_fork_parent, devices_fork_child)
 
 typedef struct backend_entry {
   const char *prefix;

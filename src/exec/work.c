@@ -26,13 +26,7 @@ static size_t pool_count;
 // allocator locks, which release fences): its hook runs last of the prepare steps.
 static void pool_fork_prepare(void) { devbuf__spin_lock(&pool_lock); }
 static void pool_fork_release(void) { devbuf__spin_unlock(&pool_lock); }
-static const devbuf__fork_hook pool_fork_hook = {.rank = 90,
-                                                 .prepare = pool_fork_prepare,
-                                                 .parent = pool_fork_release,
-                                                 .child = pool_fork_release};
-__attribute__((constructor)) static void pool_fork_init(void) {
-  devbuf__fork_hook_add(&pool_fork_hook);
-}
+DEVBUF__FORK_HOOK(90, pool_fork_prepare, pool_fork_release, pool_fork_release)
 
 devbuf__work *devbuf__work_retain(devbuf__work *work) {
   devbuf__ref_retain(&work->fence.refs);

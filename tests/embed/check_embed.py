@@ -17,6 +17,8 @@ import tempfile
 import numpy as np
 from safetensors.numpy import load_file
 
+from corpus import read_lines  # tests/embed/corpus.py
+
 here = os.path.dirname(os.path.abspath(__file__))
 data = os.path.join(here, "..", "data", "embed")
 tool, model, device, min_cosine = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
@@ -43,10 +45,7 @@ def embed(path, *extra):
 
 
 corpus_path = os.path.join(data, "corpus.txt")
-raw = open(corpus_path, "rb").read()
-lines = raw.split(b"\n")
-if raw.endswith(b"\n"):
-    lines.pop()
+_, lines = read_lines(corpus_path)
 reference = load_file(os.path.join(data, "reference.safetensors"))
 expected, tokens = reference["embeddings"], reference["num_tokens"]
 

@@ -14,7 +14,7 @@
 # The reference is sentence-transformers' own output for all-MiniLM-L6-v2 on CPU in float32:
 # BERT (6 layers, hidden 384) -> mean pooling over the attention mask -> L2 normalisation,
 # inputs truncated to max_seq_length 256 tokens ([CLS] and [SEP] included). Every line of the
-# corpus is one input, empty lines included (see read_corpus below and REFERENCE.md).
+# corpus is one input, empty lines included (tests/embed/corpus.py, REFERENCE.md).
 #
 # Output: `embeddings` float32 [N, 384] (row i = line i), `num_tokens` int32 [N] (tokens the
 # model saw for line i, [CLS]/[SEP] included, after truncation), and string metadata with the
@@ -26,19 +26,7 @@ import os
 import platform
 import sys
 
-
-def read_corpus(path):
-    """The corpus's lines: the file decoded as UTF-8 (strict) and split on '\\n'. The '\\n'
-    ending the last line does not start another, empty, line; every other empty line is a
-    sentence of its own. Nothing else is stripped ('\\r' stays; the tokenizer treats it as
-    whitespace)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    text = data.decode("utf-8")
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    return data, lines
+from corpus import read_corpus  # tests/embed/corpus.py
 
 
 def sha256_file(path):

@@ -29,6 +29,8 @@ import numpy as np
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from corpus import read_corpus  # tests/embed/corpus.py
+
 _erf = np.frompyfunc(math.erf, 1, 1)  # exact erf; numpy has none of its own
 
 
@@ -42,16 +44,6 @@ def layer_norm(x, w, b, eps):
     var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
     return (x - mu) / np.sqrt(var + eps) * w + b
 
-
-def read_corpus(path):
-    """Same rule as make_reference.py: UTF-8, split on '\\n', the final '\\n' ends the last line."""
-    with open(path, "rb") as f:
-        data = f.read()
-    text = data.decode("utf-8")
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    return data, lines
 
 
 class NumpyBert:
