@@ -274,9 +274,10 @@ typedef struct devbuf_caching_options {
   // device's page. Read at creation only (set_options ignores it): a replay can take
   // another device's policy, such as a CUDA device's 2 MiB on the CPU.
   uint64_t page_size;
-  // Growable segments (read at creation only): each pool is one segment in reserved
-  // address space that maps memory as it grows and unmaps its free end under a limit and
-  // at clear_cache, like PyTorch's expandable segments. UNSUPPORTED at creation when the
+  // Growable segments (read at creation and by configure; set_options ignores it): each
+  // pool is one segment in reserved address space that maps memory as it grows (in steps
+  // of at least a 32nd of what it maps, up to 2 MiB) and unmaps its free end under a limit
+  // and at clear_cache, like PyTorch's expandable segments. UNSUPPORTED at creation when the
   // upstream cannot map memory into reserved addresses (the CPU's raw allocator can, and a
   // user's allocator with reserve/map/unmap/unreserve).
   uint32_t growable; // nonzero: on
@@ -297,6 +298,14 @@ DEVBUF_API devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *ups
 // Changes the limits of a caching allocator at run time; INVALID_ARGUMENT for other kinds.
 // Lowering a limit gives idle segments back at once.
 DEVBUF_API devbuf_status devbuf_caching_allocator_set_options(
+    devbuf_allocator_t *allocator, const devbuf_caching_options_t *options);
+// Sets every option of a caching allocator that holds nothing yet (no segment, no live
+// allocation), `growable` included: a device's own allocator (devbuf_device_allocator)
+// takes growable segments this way before its first allocation. `page_size` is fixed at
+// creation: 0 or the allocator's page. INVALID_ARGUMENT naming what it holds once it holds
+// something; UNSUPPORTED for growable where the upstream cannot map (OpenCL, host-visible
+// and managed memory). Allocations racing with it may take segments of either kind.
+DEVBUF_API devbuf_status devbuf_caching_allocator_configure(
     devbuf_allocator_t *allocator, const devbuf_caching_options_t *options);
 
 // The raw allocator of the device's backend (on the CPU: 64-byte aligned host memory,

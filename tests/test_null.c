@@ -62,6 +62,8 @@ static void test_allocator_calls(devbuf_device_t *cpu) {
   INVALID(devbuf_caching_allocator_set_options(NULL, NULL));
   devbuf_caching_options_t options = {0};
   INVALID(devbuf_caching_allocator_set_options(NULL, &options));
+  INVALID(devbuf_caching_allocator_configure(NULL, &options));
+  INVALID(devbuf_caching_allocator_configure(allocator, NULL));
   INVALID(devbuf_device_raw_allocator(NULL, NULL));
   INVALID(devbuf_device_raw_allocator(cpu, NULL));
   CHECK(devbuf_allocator_retain(NULL) == NULL);

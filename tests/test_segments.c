@@ -435,16 +435,16 @@ static void test_growable_segments(void) {
   memset(small.host, 1, small.size); // memory stands behind both
   memset(big.host, 2, big.size);
   devbuf_allocator_stats_t s = stats_of(caching);
-  CHECK_EQ_U(s.reserved, 32 * MiB);
+  CHECK_EQ_U(s.reserved, 30 * MiB + 4096); // the small pool maps a page: what its block reaches
   CHECK_EQ_U(s.segments, 2);
   CHECK_EQ_U(s.system_allocs, 2);
-  CHECK_PICTURE(caching, "small 2097152: A1024 F2096128 | large 31457280: A31457280");
+  CHECK_PICTURE(caching, "small 4096: A1024 F3072 | large 31457280: A31457280");
   devbuf_memory_t next = alloc_ok(caching, 5 * MiB); // the large segment grows by 5 MiB
   memset(next.host, 3, next.size);
   CHECK((char *)next.host == (char *)big.host + 30 * MiB);
-  CHECK_EQ_U(stats_of(caching).reserved, 37 * MiB);
+  CHECK_EQ_U(stats_of(caching).reserved, 35 * MiB + 4096);
   devbuf_allocator_free(caching, &big);
-  CHECK_PICTURE(caching, "small 2097152: A1024 F2096128 | large 36700160: F31457280 A5242880");
+  CHECK_PICTURE(caching, "small 4096: A1024 F3072 | large 36700160: F31457280 A5242880");
   devbuf_memory_t again = alloc_ok(caching, 20 * MiB); // from the hole: nothing mapped
   CHECK_EQ_U(stats_of(caching).system_allocs, 3);
   devbuf_allocator_free(caching, &again);
@@ -452,9 +452,9 @@ static void test_growable_segments(void) {
   devbuf_allocator_clear_cache(
       caching); // the large segment's free end goes, in the ranges it came in
   s = stats_of(caching);
-  CHECK_EQ_U(s.reserved, 2 * MiB);
+  CHECK_EQ_U(s.reserved, 4096);
   CHECK_EQ_U(s.system_frees, 2);
-  CHECK_PICTURE(caching, "small 2097152: A1024 F2096128 | large 0:");
+  CHECK_PICTURE(caching, "small 4096: A1024 F3072 | large 0:");
   devbuf_allocator_free(caching, &small);
   devbuf_allocator_release(caching);
 
@@ -462,17 +462,17 @@ static void test_growable_segments(void) {
   options.memory_limit = 8 * MiB;
   CHECK_OK(devbuf_caching_allocator_create(raw, &options, &caching));
   devbuf_memory_t a = alloc_ok(caching, 3 * MiB), b = alloc_ok(caching, 3 * MiB), c;
-  devbuf_memory_t tiny = alloc_ok(caching, 100); // maps 2 MiB for the small pool: 8 MiB in all
+  devbuf_memory_t tiny = alloc_ok(caching, 100); // maps a page for the small pool
   devbuf_allocator_free(caching, &tiny);
-  CHECK_EQ_U(stats_of(caching).reserved, 8 * MiB);
+  CHECK_EQ_U(stats_of(caching).reserved, 6 * MiB + 4096);
   CHECK_STATUS(devbuf_allocator_alloc(caching, 4 * MiB, &c), DEVBUF_OUT_OF_MEMORY);
   CHECK_MESSAGE("requested 4194304 bytes (4194304 rounded) with 6291456 bytes active");
-  CHECK_EQ_U(stats_of(caching).reserved, 6 * MiB); // the small pool's free 2 MiB went, trying
+  CHECK_EQ_U(stats_of(caching).reserved, 6 * MiB); // the small pool's free page went, trying
   devbuf_allocator_free(caching, &b);
-  c = alloc_ok(caching, 4 * MiB); // b's bytes, and 2 MiB more mapped
+  c = alloc_ok(caching, 4 * MiB); // b's bytes, and 1 MiB more mapped
   CHECK((char *)c.host == (char *)b.host);
   memset(c.host, 4, c.size);
-  CHECK_EQ_U(stats_of(caching).reserved, 8 * MiB);
+  CHECK_EQ_U(stats_of(caching).reserved, 7 * MiB);
   devbuf_allocator_free(caching, &a);
   devbuf_allocator_free(caching, &c);
   devbuf_allocator_release(caching);
@@ -486,7 +486,66 @@ static void test_growable_segments(void) {
   devbuf_device_release(device);
 }
 
+// A device's own allocator takes growable segments before its first allocation, and only
+// then; the steps it maps grow with it, so that a working set of any size is held within a
+// 32nd of what its blocks reach.
+static void test_configure(void) {
+  devbuf_device_t *device = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  devbuf_allocator_t *own = devbuf_device_allocator(device);
+  devbuf_caching_options_t growable = {.growable = 1};
+  CHECK_OK(devbuf_caching_allocator_configure(own, &growable));
+  devbuf_memory_t first = alloc_ok(own, 1000);
+  CHECK_EQ_U(stats_of(own).reserved, 4096);
+  CHECK_STATUS(devbuf_caching_allocator_configure(own, &growable), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("holds 1 segments and 1 live allocations");
+  devbuf_allocator_free(own, &first);
+  devbuf_caching_options_t other_page = {.page_size = 65536};
+  CHECK_STATUS(devbuf_caching_allocator_configure(own, &other_page), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("page_size 65536: this allocator's page is 4096");
+  CHECK_STATUS(devbuf_caching_allocator_configure(devbuf_device_allocator(device), NULL),
+               DEVBUF_INVALID_ARGUMENT);
+
+  devbuf_allocator_t *raw = NULL, *plain = NULL;
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  CHECK_STATUS(devbuf_caching_allocator_configure(raw, &growable), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("needs a caching allocator");
+  CHECK_OK(devbuf_caching_allocator_create(raw, &cpu_page, &plain));
+  CHECK_OK(devbuf_caching_allocator_configure(plain, &growable));
+  // 64 KiB blocks up to 64 MiB: a page-rounded need at first, then steps of a 32nd.
+  enum { COUNT = 1024 };
+  static devbuf_memory_t blocks[COUNT];
+  for (int i = 0; i < COUNT; i++) {
+    blocks[i] = alloc_ok(plain, 64 * 1024);
+    devbuf_allocator_stats_t now = stats_of(plain);
+    CHECK(now.reserved <= now.active + now.active / 32 + 4096);
+  }
+  devbuf_allocator_stats_t full = stats_of(plain);
+  CHECK_EQ_U(full.segments, 1);
+  CHECK(full.system_allocs > 64 && full.system_allocs < 160); // 2 MiB steps: 32; pages: 1024
+  for (int i = 0; i < COUNT; i++) devbuf_allocator_free(plain, &blocks[i]);
+  devbuf_allocator_release(plain);
+
+  static const devbuf_allocator_vtable_t no_mapping = {.alloc = half_alloc, .free = half_free};
+  devbuf_allocator_t *user = NULL, *over_user = NULL;
+  CHECK_OK(devbuf_allocator_create(device, &no_mapping, NULL, &user));
+  CHECK_OK(devbuf_caching_allocator_create(user, NULL, &over_user));
+  CHECK_STATUS(devbuf_caching_allocator_configure(over_user, &growable), DEVBUF_UNSUPPORTED);
+  CHECK_MESSAGE("a custom allocator on cpu cannot");
+  devbuf_caching_options_t limit = {.memory_limit = 1 << 20};
+  CHECK_OK(devbuf_caching_allocator_configure(over_user, &limit)); // plain options: as set_options
+  devbuf_memory_t refused;
+  CHECK_STATUS(devbuf_allocator_alloc(over_user, 2 << 20, &refused), DEVBUF_OUT_OF_MEMORY);
+  CHECK_MESSAGE("a memory limit of 1048576");
+  devbuf_allocator_release(over_user);
+  devbuf_allocator_release(user);
+  devbuf_allocator_release(raw);
+  devbuf_device_release(device);
+}
+
 int main(void) {
+  RUN(test_configure); // first: the device's own allocator is still untouched
+
   RUN(test_share_coalesce_split);
   RUN(test_medium_segments);
   RUN(test_worked_orders);

@@ -7,10 +7,12 @@
 // event), which runs while this batch computes. Nothing else waits: no queue finish, no
 // device synchronize between kernels.
 //
-// Each batch's ids, mask and embeddings are views of one buffer, allocated when its upload
-// is submitted and released once its embeddings are read: two live at a time. It is
-// allocated at once (not lazily at submission), so it never reuses memory that compute work
-// still uses and the upload never waits for the compute queue.
+// Each batch's ids, mask and embeddings are views of one buffer of two, one per slot (batch
+// b uses slot b % 2), allocated before the first batch and used again by every other batch
+// once its embeddings are read: a pipeline's two staging buffers, all the system memory it
+// needs taken before the first batch. They are allocated at once (not lazily at
+// submission), so they never reuse memory that compute work still uses and an upload never
+// waits for the compute queue.
 //
 // Memory: batches go longest first, and every batch's activations are sized for the first
 // (the largest) batch, so that every batch asks the allocator for the same sizes and gets
@@ -23,7 +25,7 @@
 #include <string.h>
 
 typedef struct slot {
-  devbuf_buffer_t *io;                      // ids, mask and embeddings of one batch
+  devbuf_buffer_t *io;                      // ids, mask and embeddings of the slot's batches
   devbuf_buffer_t *ids, *mask, *embeddings; // views of io
   size_t first, seqs, tokens;               // sequences [first, first + seqs) of the order
 } slot;
@@ -73,7 +75,7 @@ static void sample(run *r) {
   r->memory->system_allocs = st.system_allocs;
 }
 
-// Batch b's ids and mask into a fresh buffer, uploaded on the upload queue.
+// Batch b's ids and mask into its slot's buffer, uploaded on the upload queue.
 static devbuf_status stage(run *r, size_t b, slot *s) {
   s->first = b * r->batch;
   s->seqs = r->seqs->count - s->first < r->batch ? r->seqs->count - s->first : r->batch;
@@ -88,10 +90,7 @@ static devbuf_status stage(run *r, size_t b, slot *s) {
     for (size_t t = count; t < s->tokens; t++) ids[t] = 0; // [PAD]
   }
   const size_t *at = r->io_bytes;
-  devbuf_status status = devbuf_buffer_allocate(devbuf_device_allocator(r->x->device), DEVBUF_UINT8,
-                                                &at[3], 1, 0, &s->io);
-  if (status == DEVBUF_OK)
-    status = view(s->io, at[0], rows * sizeof(int32_t), DEVBUF_INT32, &s->ids);
+  devbuf_status status = view(s->io, at[0], rows * sizeof(int32_t), DEVBUF_INT32, &s->ids);
   if (status == DEVBUF_OK)
     status = view(s->io, at[1], rows * sizeof(float), DEVBUF_FLOAT32, &s->mask);
   if (status == DEVBUF_OK)
@@ -120,7 +119,6 @@ static devbuf_status read_back(run *r, size_t b, slot *s, float *embeddings, boo
   devbuf_status status =
       devbuf_buffer_copyout(s->embeddings, r->readback, devbuf_buffer_size(s->embeddings));
   devbuf_buffer_release(s->embeddings), s->embeddings = NULL;
-  devbuf_buffer_release(s->io), s->io = NULL;
   if (status != DEVBUF_OK) return status;
   for (size_t i = 0; i < s->seqs; i++)
     memcpy(embeddings + r->order[s->first + i] * EMBED_HIDDEN, r->readback + i * EMBED_HIDDEN,
@@ -175,6 +173,10 @@ devbuf_status embed_batches(const embed_model_t *model, embed_exec_t *x,
   r.io_bytes[2] = r.io_bytes[1] + round_up(r.capacity * sizeof(float));
   r.io_bytes[3] = r.io_bytes[2] + r.seq_capacity * EMBED_HIDDEN * sizeof(float);
   if ((status = devbuf_event_create(0, &r.uploaded)) != DEVBUF_OK) goto done;
+  for (size_t i = 0; i < 2 && i < r.batches; i++)
+    if ((status = devbuf_buffer_allocate(devbuf_device_allocator(x->device), DEVBUF_UINT8,
+                                         &r.io_bytes[3], 1, 0, &slots[i].io)) != DEVBUF_OK)
+      goto drain;
   if ((status = stage(&r, 0, &slots[0])) != DEVBUF_OK) goto drain;
   for (size_t b = 0; b < r.batches; b++) {
     if ((status = compute(&r, b, &slots[b % 2])) != DEVBUF_OK) goto drain;

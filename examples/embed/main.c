@@ -310,9 +310,18 @@ int main(int argc, char **argv) {
     code = devbuf_fail(status, NULL); // the message names the spec
     goto done;
   }
-  if (o.memory_limit) {
-    devbuf_caching_options_t limits = {.memory_limit = o.memory_limit};
-    devbuf_caching_allocator_set_options(devbuf_device_allocator(device), &limits);
+  // On the CPU the activations are the allocator's only memory (the weights are the mapped
+  // file) and a working set of a few MiB is far from a whole number of 2 MiB segments:
+  // growable segments map what the blocks reach. Devices hold the weights in the same
+  // allocator, so their plain segments stay within a few percent of what is active.
+  devbuf_caching_options_t policy = {
+      .memory_limit = o.memory_limit,
+      .growable = devbuf_device_kind_of(device) == DEVBUF_DEVICE_CPU,
+  };
+  if ((status = devbuf_caching_allocator_configure(devbuf_device_allocator(device), &policy)) !=
+      DEVBUF_OK) {
+    code = devbuf_fail(status, devbuf_device_spec(device));
+    goto done;
   }
   if (embed_model_load(device, o.model, &model, err, sizeof err) != 0) {
     code = fail(NULL, err);

@@ -198,6 +198,13 @@ class Device(Owned):
                                  max_buffers=_limit(max_buffers, "max_buffers"))
         check(lib.devbuf_caching_allocator_set_options(self._caching, ctypes.byref(options)))
 
+    def use_growable_segments(self) -> None:
+        """Makes the caching allocator's pools growable segments (reserved addresses,
+        mapped as blocks reach them), before the device's first allocation; an error once
+        it holds memory, or where the device cannot map memory into reserved addresses."""
+        options = CachingOptions(growable=1)
+        check(lib.devbuf_caching_allocator_configure(self._caching, ctypes.byref(options)))
+
     def clear_cache(self) -> None:
         """Gives every cached block back to the system."""
         lib.devbuf_allocator_clear_cache(self._caching)

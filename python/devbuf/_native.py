@@ -112,6 +112,7 @@ _SIGNATURES = {
     "devbuf_allocator_snapshot": (c_int, P, POINTER(POINTER(Snapshot))),
     "devbuf_allocator_snapshot_free": (None, POINTER(Snapshot)),
     "devbuf_caching_allocator_set_options": (c_int, P, POINTER(CachingOptions)),
+    "devbuf_caching_allocator_configure": (c_int, P, POINTER(CachingOptions)),
     "devbuf_trace_adaptor_create": (c_int, P, c_char_p, POINTER(P)),
     # buffers
     "devbuf_buffer_new": (c_int, P, c_int, POINTER(c_size_t), c_size_t, c_uint32, POINTER(P)),

@@ -2,6 +2,7 @@
 import gc
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -85,3 +86,16 @@ def test_trace_writes_what_replay_reads(cpu, tmp_path):
         replay = subprocess.run([tool, "trace", "replay", str(path), "--json"], capture_output=True, text=True)
         assert replay.returncode == 0, replay.stderr
         assert '"allocs": 2' in replay.stdout.replace("  ", " ")
+
+
+def test_growable_segments_before_the_first_allocation(cpu):
+    cpu.zeros((4,), "uint8").to_bytes()
+    with pytest.raises(devbuf.InvalidArgumentError) as refused:
+        cpu.use_growable_segments()  # this process's CPU allocator already holds memory
+    assert "before its first allocation" in refused.value.message
+    fresh = ("import devbuf; cpu = devbuf.Device('cpu'); cpu.use_growable_segments(); "
+             "block = cpu.zeros((300000,), 'uint8'); block.to_bytes(); "
+             "print(cpu.memory_stats()['reserved'])")
+    run = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) == 303104  # 300000 rounded to the page, not a 2 MiB segment

@@ -133,7 +133,7 @@ typedef struct caching_allocator {
   uint64_t id;                  // unique, never reused: keys the threads' cache slots
   devbuf_allocator_t *upstream; // owned reference
   bool handles;                 // upstream memory is a handle plus offset (OpenCL)
-  bool growable;                // each pool is one growable segment per shard
+  atomic_bool growable;         // each pool is one growable segment per shard (set while empty)
   segment_policy policy;
   size_t small_classes;         // thread bins of GRANULE multiples
   size_t small_limit;           // small_classes * GRANULE

@@ -93,8 +93,9 @@ static bool over_limits(caching_allocator *self) {
   if (DEVBUF_LIKELY(!cache_limit && !memory_limit)) return false;
   uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
   // Growable segments' free ends are mostly addresses: what is cached there is reserved - active.
-  uint64_t cached =
-      self->growable ? reserved - sum_threads(self).active : atomic_load(&self->free_bytes);
+  uint64_t cached = atomic_load_explicit(&self->growable, memory_order_relaxed)
+                        ? reserved - sum_threads(self).active
+                        : atomic_load(&self->free_bytes);
   return (cache_limit && cached > cache_limit) || (memory_limit && reserved > memory_limit);
 }
 
@@ -259,7 +260,8 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
     block = take_free(self, pool, size, ordered);
   // Growable: the pool's segment, made on first need (where no addresses can be reserved,
   // or the request is larger than them, plain segments serve it).
-  if (self->growable && !block && devbuf__growable_ensure(self, my_shard(self), pool))
+  if (atomic_load_explicit(&self->growable, memory_order_relaxed) && !block &&
+      devbuf__growable_ensure(self, my_shard(self), pool))
     block = take_free(self, pool, size, ordered); // the new segment's free end
   if (block && block->segment->growable) {
     bool grew;
@@ -549,7 +551,7 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
   self->id = devbuf__next_id();
   self->upstream = upstream;
   self->handles = upstream->device->memory_handles;
-  self->growable = options->growable != 0;
+  atomic_init(&self->growable, options->growable != 0);
   devbuf__policy_init(&self->policy,
                       options->page_size ? options->page_size : upstream->device->page_size);
   self->page_shift = (unsigned)__builtin_ctzll(self->policy.page);
@@ -563,6 +565,13 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
   return DEVBUF_OK;
 }
 
+static devbuf_status growable_refused(const devbuf_allocator_t *upstream) {
+  return devbuf__error(DEVBUF_UNSUPPORTED,
+                       "growable segments need an upstream that maps memory into reserved "
+                       "addresses; a %s allocator on %s cannot",
+                       upstream->ops->kind, upstream->device->spec);
+}
+
 devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
                                               const devbuf_caching_options_t *options,
                                               devbuf_allocator_t **out_allocator) {
@@ -573,11 +582,7 @@ devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "page_size %llu: a power of two from 4096 to 2^30, or 0",
                          (unsigned long long)page);
-  if (options && options->growable && !upstream->ops->reserve)
-    return devbuf__error(DEVBUF_UNSUPPORTED,
-                         "growable segments need an upstream that maps memory into reserved "
-                         "addresses; a %s allocator on %s cannot",
-                         upstream->ops->kind, upstream->device->spec);
+  if (options && options->growable && !upstream->ops->reserve) return growable_refused(upstream);
   devbuf_caching_options_t none = {0};
   return devbuf__caching_allocator_create(devbuf_allocator_retain(upstream),
                                           options ? options : &none, DEVBUF__HOLDS_DEVICE,
@@ -595,4 +600,26 @@ devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator
   if (mine) devbuf__tcache_flush(self, mine, true); // the caller's own bins obey at once
   devbuf__caching_enforce_limits(self);
   return DEVBUF_OK;
+}
+
+devbuf_status devbuf_caching_allocator_configure(devbuf_allocator_t *allocator,
+                                                 const devbuf_caching_options_t *options) {
+  if (!allocator || !options || allocator->ops != &caching_ops)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "configure needs a caching allocator and options");
+  caching_allocator *self = (caching_allocator *)allocator;
+  if (options->page_size && options->page_size != self->policy.page)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "page_size %llu: this allocator's page is %zu, fixed at creation",
+                         (unsigned long long)options->page_size, self->policy.page);
+  if (options->growable && !self->upstream->ops->reserve) return growable_refused(self->upstream);
+  uint64_t segments = atomic_load(&self->segments);
+  uint64_t live = sum_threads(self).live;
+  if (segments || live)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "the allocator already holds %llu segments and %llu live allocations: "
+                         "configure it before its first allocation",
+                         (unsigned long long)segments, (unsigned long long)live);
+  atomic_store(&self->growable, options->growable != 0);
+  return devbuf_caching_allocator_set_options(allocator, options);
 }

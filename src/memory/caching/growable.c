@@ -1,8 +1,8 @@
 // Growable segments: each pool of a shard is one segment in reserved address space. Blocks
 // are carved from it like from any segment (best fit, split, coalesce); memory stands
 // behind its first `mapped` bytes only, mapped as the highest block needs it, in ranges
-// as large as that need (rounded to the page), so that what is reserved follows
-// what the program's blocks reach (in steps of at least 2 MiB). Under a limit, and at
+// as large as that need (rounded to the page) and at least a 32nd of what is mapped (up to
+// 2 MiB), so that what is reserved follows what the program's blocks reach. Under a limit, and at
 // clear_cache, the free end goes back range by range, last first. Nothing is unmapped
 // otherwise: a loop that fits makes no system call after its first pass.
 #include "caching.h"
@@ -76,9 +76,14 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
       pthread_mutex_unlock(&s->lock);
       return DEVBUF_OK;
     }
-    // At least a small segment's worth at a time (2 MiB): on a 4 KiB page one map call per
-    // small step would be thousands of calls for what 2 MiB steps do in hundreds.
-    size_t need = target - segment->mapped, least = self->policy.small_segment;
+    // At least a 32nd of what is mapped, up to a small segment's worth (2 MiB): on a 4 KiB
+    // page one map call per small step would be thousands of calls for what 2 MiB steps do
+    // in hundreds, while a whole 2 MiB over a working set of a few MiB would hold far more
+    // than the blocks reach. Steps grow with the segment: what is mapped and never reached
+    // stays under a 32nd, and a segment reaches N bytes in some 32 ln(N / page) calls.
+    size_t need = target - segment->mapped;
+    size_t least = caching_round_up(segment->mapped / 32, self->policy.page);
+    if (least > self->policy.small_segment) least = self->policy.small_segment;
     if (need < least)
       need = segment->mapped + least > segment->size ? segment->size - segment->mapped : least;
     if (!reserve_bytes(self, need)) {
