@@ -312,6 +312,60 @@ static void test_release_in_flight_and_reuse(void) {
   allocator = device_allocator;
 }
 
+// Bytes that went through two owners while their work is held back. The second owner took
+// the first half of the first's bytes, and so waits for the first owner's work on that
+// half; the first owner's later work on the other half it does not wait for. A third
+// owner of all the bytes waits for that too, not only for the second owner's work.
+static void test_reuse_through_two_owners(void) {
+  devbuf_allocator_t *device_allocator = allocator;
+  allocator = own_caching_allocator(device);
+  devbuf_queue_t *q[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3; i++) CHECK_OK(devbuf_queue_create(device, &q[i]));
+  devbuf_event_t *gate = NULL, *third_done = NULL;
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_event_create(0, &third_done));
+  size_t whole = 8192, half = 4096;
+  devbuf_buffer_t *first = NULL, *first_half = NULL, *second_half = NULL, *second = NULL,
+                  *third = NULL;
+  uint64_t at[3] = {0, 0, 0};
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_FLOAT32, &whole, 1, 0, &first));
+  CHECK_OK(devbuf_buffer_view(first, 0, half * 4, &first_half));
+  CHECK_OK(devbuf_buffer_view(first, half * 4, half * 4, &second_half));
+  CHECK_OK(devbuf_queue_wait(q[0], gate, 1));
+  CHECK_OK(submit_axpb(q[0], first_half, NULL, 0, 4));
+  CHECK_OK(devbuf_queue_wait(q[0], gate, 2));
+  CHECK_OK(submit_axpb(q[0], second_half, NULL, 0, 5));
+  CHECK_OK(devbuf_buffer_device_ptr(first, &at[0]));
+  devbuf_buffer_release(first_half);
+  devbuf_buffer_release(second_half);
+  devbuf_buffer_release(first);
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_FLOAT32, &half, 1, 0, &second));
+  CHECK_OK(submit_axpb(q[1], second, NULL, 0, 9)); // after the first half's write
+  CHECK_OK(devbuf_buffer_device_ptr(second, &at[1]));
+  devbuf_buffer_release(second);
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_FLOAT32, &whole, 1, 0, &third));
+  CHECK_OK(submit_axpb(q[2], third, NULL, 0, 7)); // after every write before it
+  CHECK_OK(devbuf_queue_signal(q[2], third_done, 1));
+  CHECK_OK(devbuf_buffer_device_ptr(third, &at[2]));
+  CHECK(at[1] == at[0] && at[2] == at[0]);
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(q[1])); // the second owner's work is done ...
+  CHECK_STATUS(devbuf_event_wait(third_done, 1, 50 * 1000 * 1000), DEVBUF_TIMEOUT); // ... not yet
+  CHECK_OK(devbuf_event_signal(gate, 2));
+  float values[8192];
+  CHECK_OK(devbuf_buffer_copyout(third, values, sizeof values));
+  size_t wrong = 0;
+  for (size_t i = 0; i < whole; i++) wrong += values[i] != 7.0f;
+  CHECK_EQ_U(wrong, 0);
+  devbuf_buffer_release(third);
+  for (int i = 0; i < 3; i++) CHECK_OK(devbuf_queue_finish(q[i]));
+  devbuf_event_release(third_done);
+  devbuf_event_release(gate);
+  for (int i = 0; i < 3; i++) devbuf_queue_release(q[i]);
+  devbuf_allocator_release(allocator);
+  allocator = device_allocator;
+}
+
 // A chain of kernels over memory released and reused while earlier work is pending.
 static uint32_t chain_checksum(void) {
   devbuf_queue_t *q[2] = {NULL, NULL};
@@ -563,6 +617,7 @@ int main(void) {
   RUN(test_host_access_rules);
   RUN(test_cross_queue_ordering);
   RUN(test_release_in_flight_and_reuse);
+  RUN(test_reuse_through_two_owners);
   RUN(test_determinism);
   RUN(test_failure_propagation);
   RUN(test_reuse_does_not_inherit_failure);

@@ -141,13 +141,20 @@ typedef struct devbuf__spinlock {
 #define DEVBUF__SPINLOCK_INITIALIZER \
   { false }
 
+// One step of a busy wait: tells the core that this thread spins.
+static inline void devbuf__cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 static inline void devbuf__spin_lock(devbuf__spinlock *lock) {
   while (atomic_exchange_explicit(&lock->held, true, memory_order_acquire)) {
     for (unsigned spins = 0; atomic_load_explicit(&lock->held, memory_order_relaxed); spins++) {
       if (spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        devbuf__cpu_pause();
       } else {
         sched_yield();
       }

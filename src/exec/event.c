@@ -159,9 +159,7 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
                                  const atomic_bool *cancel) {
   for (int spin = 0; spin < SPIN_CHECKS && timeout_ns; spin++) {
     if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) return DEVBUF_OK;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    devbuf__cpu_pause();
   }
   bool forever = timeout_ns == UINT64_MAX;
   struct timespec deadline = forever ? (struct timespec){0} : deadline_after(timeout_ns);

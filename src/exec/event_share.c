@@ -192,9 +192,7 @@ devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, ui
   const shared_timeline *page = share->page;
   for (int spin = 0; spin < SPIN_CHECKS && timeout_ns; spin++) {
     if (reached(event, page, value)) return DEVBUF_OK;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    devbuf__cpu_pause();
   }
   uint64_t start = devbuf__now_ns();
   unsigned waited_slices = 0;

@@ -60,21 +60,6 @@ static void complete_on_device(devbuf_queue_t *queue, devbuf__work **items, size
   *out_pending = fail_queue(queue, failed, message);
 }
 
-// One use of a retiring item whose record leaves a tracker, and its place in the batch.
-typedef struct retiring_use {
-  devbuf__hazard *hazard;
-  devbuf__work_use *use;
-  size_t order;
-} retiring_use;
-
-static int by_hazard_then_order(const void *a, const void *b) {
-  const retiring_use *x = a, *y = b;
-  if (x->hazard != y->hazard) return (uintptr_t)x->hazard < (uintptr_t)y->hazard ? -1 : 1;
-  return x->order < y->order ? -1 : x->order > y->order;
-}
-
-// Removes the records of `count` uses from their trackers, taking each tracker's lock once
-// (uses grouped by tracker, in their order within it), and wakes the trackers' waiters.
 // One record out of its tracker, whose lock the caller holds.
 static void remove_use_locked(devbuf__hazard *hazard, devbuf__work_use *use,
                               void (**on_idle)(void *), void **idle_ctx) {
@@ -82,70 +67,37 @@ static void remove_use_locked(devbuf__hazard *hazard, devbuf__work_use *use,
   use->hazard = NULL;
 }
 
-// After a tracker's records of a group are out: its waiters wake, its lock goes, and a
-// tracker left idle is told (which may destroy it: no use points to it any more).
+// After a tracker's records of a run are out: its waiters wake, its lock goes, and a
+// tracker left idle is told (which may destroy it).
 static void end_removal(devbuf__hazard *hazard, void (*on_idle)(void *), void *idle_ctx) {
   devbuf__hazard_wake_locked(hazard);
   devbuf__spin_unlock(&hazard->lock);
   if (on_idle) on_idle(idle_ctx);
 }
 
-static void remove_use_group(retiring_use *uses, size_t count) {
-  bool sorted = true; // usually: a batch of items on one buffer
-  for (size_t i = 1; i < count && sorted; i++)
-    sorted = by_hazard_then_order(&uses[i - 1], &uses[i]) < 0;
-  if (!sorted) qsort(uses, count, sizeof *uses, by_hazard_then_order);
-  for (size_t first = 0; first < count;) {
-    devbuf__hazard *hazard = uses[first].hazard;
-    void (*on_idle)(void *) = NULL;
-    void *idle_ctx = NULL;
-    size_t end = first;
-    devbuf__spin_lock(&hazard->lock);
-    for (; end < count && uses[end].hazard == hazard; end++)
-      remove_use_locked(hazard, uses[end].use, &on_idle, &idle_ctx);
-    end_removal(hazard, on_idle, idle_ctx);
-    first = end;
-  }
-}
-
-// Usually every use of a batch is of one buffer: its tracker's lock is taken once, in order.
-static bool remove_records_of_one_tracker(devbuf__work **items, size_t count) {
-  devbuf__hazard *hazard = NULL;
-  for (size_t i = 0; i < count; i++) {
-    for (size_t u = 0; u < items[i]->use_count; u++) {
-      devbuf__hazard *of_use = items[i]->uses[u].hazard;
-      if (of_use && hazard && of_use != hazard) return false;
-      if (of_use) hazard = of_use;
-    }
-  }
-  if (!hazard) return true;
+// Removes the records of the items' uses from their trackers in order, taking a tracker's
+// lock once for each run of uses of it (usually a batch's uses are of a few buffers in
+// runs). Sorting them by tracker first took each lock once, but cost more than the
+// uncontended locks it saved. A tracker's records reach zero with its last use here, so no
+// later run meets a tracker that its idle call destroyed.
+static void remove_records(devbuf__work **items, size_t count) {
+  devbuf__hazard *held = NULL;
   void (*on_idle)(void *) = NULL;
   void *idle_ctx = NULL;
-  devbuf__spin_lock(&hazard->lock);
-  for (size_t i = 0; i < count; i++)
-    for (size_t u = 0; u < items[i]->use_count; u++)
-      if (items[i]->uses[u].hazard)
-        remove_use_locked(hazard, &items[i]->uses[u], &on_idle, &idle_ctx);
-  end_removal(hazard, on_idle, idle_ctx);
-  return true;
-}
-
-static void remove_records(devbuf__work **items, size_t count) {
-  if (remove_records_of_one_tracker(items, count)) return;
-  retiring_use uses[4 * BATCH];
-  size_t taken = 0, order = 0;
   for (size_t i = 0; i < count; i++) {
     for (size_t u = 0; u < items[i]->use_count; u++) {
       devbuf__work_use *use = &items[i]->uses[u];
       if (!use->hazard) continue;
-      uses[taken++] = (retiring_use){use->hazard, use, order++};
-      if (taken == sizeof uses / sizeof *uses) {
-        remove_use_group(uses, taken);
-        taken = 0;
+      if (use->hazard != held) {
+        if (held) end_removal(held, on_idle, idle_ctx);
+        held = use->hazard;
+        on_idle = NULL, idle_ctx = NULL;
+        devbuf__spin_lock(&held->lock);
       }
+      remove_use_locked(held, use, &on_idle, &idle_ctx);
     }
   }
-  remove_use_group(uses, taken);
+  if (held) end_removal(held, on_idle, idle_ctx);
 }
 
 // The event of a signal that will not run learns why: the queue's failure, or cancel.

@@ -193,9 +193,7 @@ devbuf_status devbuf__work_wait_done(devbuf__work *work) {
     if (spin >= SPIN_CHECKS) {
       sched_yield();
     } else {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      devbuf__cpu_pause();
     }
   }
   pthread_mutex_lock(&work->lock);

@@ -274,15 +274,54 @@ static cblock *carve(caching_allocator *self, shard *s, cblock *block, size_t st
   return block;
 }
 
+// Byte intervals of a block already covered by newer in-flight ranges: sorted, disjoint,
+// merged where they touch. Full, it stops recording (and so stops skipping).
+#define COVERED_MAX 8
+typedef struct covered {
+  size_t count;
+  size_t low[COVERED_MAX], high[COVERED_MAX];
+} covered;
+
+static bool is_covered(const covered *c, size_t low, size_t high) {
+  for (size_t i = 0; i < c->count; i++)
+    if (c->low[i] <= low && high <= c->high[i]) return true;
+  return false;
+}
+
+static void cover(covered *c, size_t low, size_t high) {
+  size_t i = 0;
+  while (i < c->count && c->high[i] < low) i++; // the first that ends at or after `low`
+  size_t j = i;
+  while (j < c->count && c->low[j] <= high) { // those it touches merge into one
+    if (c->low[j] < low) low = c->low[j];
+    if (c->high[j] > high) high = c->high[j];
+    j++;
+  }
+  if (i == j && c->count == COVERED_MAX) return;
+  size_t kept = c->count - j;
+  memmove(&c->low[i + 1], &c->low[j], kept * sizeof *c->low);
+  memmove(&c->high[i + 1], &c->high[j], kept * sizeof *c->high);
+  c->low[i] = low, c->high[i] = high;
+  c->count = i + 1 + kept;
+}
+
 // Calls `visit` for each in-flight range that [offset, offset + size) of the segment
-// overlaps, in that range's own offsets; false as soon as one answers false.
+// overlaps, in that range's own offsets; false as soon as one answers false. Ranges come
+// newest first, and a range whose overlap newer ones cover already is passed over: bytes
+// released in flight and taken again for work carry their earlier owners' work as work
+// to order after (the new owner inherited it at allocation, and every item of its own
+// waited for it), so waiting for the newer owner's work waits for theirs too. Without it
+// a block that went round a loop of kernels visits one range per round still in flight.
 static bool visit_in_flight(const csegment *segment, size_t offset, size_t size,
                             bool (*visit)(void *context, void *fence, size_t offset, size_t size),
                             void *context) {
+  covered done = {0};
   for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) {
     size_t low = r->offset > offset ? r->offset : offset;
     size_t high = r->offset + r->size < offset + size ? r->offset + r->size : offset + size;
-    if (low < high && !visit(context, r->fence, low - r->offset, high - low)) return false;
+    if (low >= high || is_covered(&done, low, high)) continue;
+    if (!visit(context, r->fence, low - r->offset, high - low)) return false;
+    cover(&done, low, high);
   }
   return true;
 }
