@@ -116,8 +116,9 @@ static void test_programs_and_kernels(void) {
   CHECK_STATUS(devbuf_queue_submit(queue, cpu_kernel, uses, 1, NULL, 0), DEVBUF_UNSUPPORTED);
   devbuf_buffer_release(odd);
 
-  // A launch the driver refuses (a missing argument) fails the queue with its cause; what
-  // was queued behind it never runs, and its events fail too.
+  // A launch without all its arguments (its kernel object served earlier launches, whose
+  // values it still holds) fails the queue with its cause; what was queued behind it never
+  // runs, and its events fail too.
   devbuf_event_t *go, *after;
   CHECK_OK(devbuf_event_create(0, &go));
   CHECK_OK(devbuf_event_create(0, &after));
@@ -126,7 +127,7 @@ static void test_programs_and_kernels(void) {
   CHECK_OK(devbuf_queue_signal(queue, after, 1));
   CHECK_OK(devbuf_event_signal(go, 1));
   CHECK_STATUS(devbuf_event_wait(after, 1, 60000000000ull), DEVBUF_DEVICE_FAILURE);
-  CHECK_MESSAGE("scale");
+  CHECK_MESSAGE("kernel 'scale' takes 3 arguments; the launch gives 2"); // never stale ones
   CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
   CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, args, 1),
                DEVBUF_DEVICE_FAILURE);

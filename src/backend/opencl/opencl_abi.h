@@ -21,6 +21,7 @@ typedef cl_uint cl_device_info;
 typedef cl_uint cl_program_build_info;
 typedef cl_uint cl_event_info;
 typedef cl_uint cl_buffer_create_type;
+typedef cl_uint cl_kernel_info;
 typedef intptr_t cl_context_properties;
 
 typedef struct _cl_platform_id *cl_platform_id;
@@ -44,6 +45,7 @@ enum {
   CL_OUT_OF_HOST_MEMORY = -6,
   CL_BUILD_PROGRAM_FAILURE = -11,
   CL_MISALIGNED_SUB_BUFFER_OFFSET = -13,
+  CL_INVALID_KERNEL_ARGS = -52,
   CL_INVALID_BUFFER_SIZE = -61,
   CL_PLATFORM_NOT_FOUND_KHR = -1001,
 };
@@ -66,6 +68,7 @@ enum {
 #define CL_MAP_READ                       (1u << 0)
 #define CL_MAP_WRITE                      (1u << 1)
 #define CL_PROGRAM_BUILD_LOG              0x1183u
+#define CL_KERNEL_NUM_ARGS                0x1191u
 #define CL_BUFFER_CREATE_TYPE_REGION      0x1220u
 #define CL_COMPLETE                       0x0
 #define CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3u
@@ -125,6 +128,7 @@ enum {
   X(cl_int, clReleaseProgram, (cl_program))                                                       \
   X(cl_kernel, clCreateKernel, (cl_program, const char *, cl_int *))                              \
   X(cl_int, clReleaseKernel, (cl_kernel))                                                         \
+  X(cl_int, clGetKernelInfo, (cl_kernel, cl_kernel_info, size_t, void *, size_t *))               \
   X(cl_int, clSetKernelArg, (cl_kernel, cl_uint, size_t, const void *))                           \
   X(cl_int, clEnqueueNDRangeKernel,                                                               \
     (cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *, const size_t *,        \

@@ -30,12 +30,26 @@ void devbuf__opencl_event_release(devbuf_device_t *device, void *event) {
 
 #define KNOWN_KERNELS 16
 
+// A kernel object no launch holds. Arguments are set on a kernel object, so two launches
+// never share one at a time; each takes one from its program, sets its arguments, enqueues
+// it (OpenCL keeps the argument values of an enqueued command) and gives it back. Making a
+// kernel object per launch cost PoCL some microseconds of a few-microsecond launch.
+// Arguments a launch leaves unset would keep an earlier launch's values (buffers that may be
+// gone): a launch must give exactly as many as the kernel takes.
+typedef struct idle_kernel {
+  struct idle_kernel *next;
+  cl_kernel kernel;
+  cl_uint arg_count;
+  char name[];
+} idle_kernel;
+
 struct devbuf__opencl_program {
   devbuf__opencl_program *next; // the device's cache
   char *source, *options;
   cl_program program;
-  pthread_mutex_t lock;         // the names below
+  pthread_mutex_t lock;         // the names and idle kernels below
   char *kernels[KNOWN_KERNELS]; // names checked to exist
+  idle_kernel *idle;            // at most one per name per launching thread
 };
 
 static char *copy_text(const char *text) {
@@ -46,6 +60,12 @@ static char *copy_text(const char *text) {
 }
 
 static void program_free(const devbuf__opencl_api *cl, devbuf__opencl_program *program) {
+  while (program->idle) {
+    idle_kernel *next = program->idle->next;
+    cl->clReleaseKernel(program->idle->kernel);
+    devbuf__free(program->idle);
+    program->idle = next;
+  }
   if (program->program) cl->clReleaseProgram(program->program);
   for (int i = 0; i < KNOWN_KERNELS; i++) devbuf__free(program->kernels[i]);
   pthread_mutex_destroy(&program->lock);
@@ -162,6 +182,48 @@ devbuf_status devbuf__opencl_program_has_kernel(devbuf_device_t *device, void *b
 
 // ---- operations ------------------------------------------------------------------------------
 
+// A kernel object of `name` for one launch: an idle one, or a new one (NULL, `*out_code`,
+// or a message on OUT_OF_MEMORY).
+static idle_kernel *take_kernel(const devbuf__opencl_api *cl, devbuf__opencl_program *p,
+                                const char *name, cl_int *out_code) {
+  pthread_mutex_lock(&p->lock);
+  for (idle_kernel **link = &p->idle; *link; link = &(*link)->next) {
+    if (strcmp((*link)->name, name) == 0) {
+      idle_kernel *found = *link;
+      *link = found->next;
+      pthread_mutex_unlock(&p->lock);
+      return found;
+    }
+  }
+  pthread_mutex_unlock(&p->lock);
+  size_t length = strlen(name) + 1;
+  idle_kernel *made = devbuf__malloc(sizeof *made + length);
+  if (!made) {
+    *out_code = CL_OUT_OF_HOST_MEMORY;
+    return NULL;
+  }
+  memcpy(made->name, name, length);
+  made->kernel = cl->clCreateKernel(p->program, name, out_code);
+  if (made->kernel &&
+      (*out_code = cl->clGetKernelInfo(made->kernel, CL_KERNEL_NUM_ARGS, sizeof made->arg_count,
+                                       &made->arg_count, NULL)) != CL_SUCCESS) {
+    cl->clReleaseKernel(made->kernel);
+    made->kernel = NULL;
+  }
+  if (!made->kernel) {
+    devbuf__free(made);
+    return NULL;
+  }
+  return made;
+}
+
+static void give_back_kernel(devbuf__opencl_program *p, idle_kernel *kernel) {
+  pthread_mutex_lock(&p->lock);
+  kernel->next = p->idle;
+  p->idle = kernel;
+  pthread_mutex_unlock(&p->lock);
+}
+
 // A kernel: the operands as buffers of their own bytes (sub-buffers for views that do not
 // start at the storage's start), then the scalars. Enqueued after `waits`.
 static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue queue,
@@ -170,13 +232,22 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue qu
   const devbuf__opencl_api *cl = state->cl;
   devbuf__opencl_program *p = op->program;
   cl_int code = CL_SUCCESS;
-  cl_kernel kernel =
-      cl->clCreateKernel(p->program, op->kernel_name, &code); // one per launch: no shared args
-  if (!kernel)
+  idle_kernel *taken = take_kernel(cl, p, op->kernel_name, &code);
+  if (!taken)
     return devbuf__opencl_error(code, "%s: kernel '%.100s'", device->spec, op->kernel_name);
+  cl_kernel kernel = taken->kernel;
+  if (op->operand_count + op->arg_count != taken->arg_count) {
+    give_back_kernel(p, taken);
+    return devbuf__opencl_error(CL_INVALID_KERNEL_ARGS,
+                                "%s: kernel '%.100s' takes %u arguments; the launch gives %zu "
+                                "(%zu buffers, %zu scalars)",
+                                device->spec, op->kernel_name, (unsigned)taken->arg_count,
+                                op->operand_count + op->arg_count, op->operand_count,
+                                op->arg_count);
+  }
   cl_mem stack_views[16], *views = stack_views;
   if (op->operand_count > 16 && !(views = devbuf__malloc(op->operand_count * sizeof *views))) {
-    cl->clReleaseKernel(kernel);
+    give_back_kernel(p, taken);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu kernel arguments",
                          op->operand_count);
   }
@@ -221,10 +292,11 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cl_command_queue qu
       status = devbuf__opencl_error(code, "%s: launching kernel '%.100s'", device->spec,
                                     op->kernel_name);
   }
-  // Kernel and views may go now: the driver keeps what an enqueued command uses.
+  // The views may go and the kernel object serve another launch: the driver keeps what an
+  // enqueued command uses, and the argument values it had.
   for (size_t v = 0; v < view_count; v++) cl->clReleaseMemObject(views[v]);
   if (views != stack_views) devbuf__free(views);
-  cl->clReleaseKernel(kernel);
+  give_back_kernel(p, taken);
   return status;
 }
 
