@@ -164,6 +164,13 @@ typedef enum devbuf_memory_kind {
   DEVBUF_MEMORY_SHAREABLE = 3,
 } devbuf_memory_kind;
 
+// What runs a device's kernels.
+typedef enum devbuf_processor {
+  DEVBUF_PROCESSOR_CPU = 1,         // the host's cores (the cpu backend; OpenCL CPU devices, PoCL)
+  DEVBUF_PROCESSOR_GPU = 2,         // a GPU (every CUDA device; OpenCL GPU devices)
+  DEVBUF_PROCESSOR_ACCELERATOR = 3, // another kind (OpenCL accelerators and custom devices)
+} devbuf_processor;
+
 // What a device is, as its driver reports it.
 typedef struct devbuf_device_info {
   const char *name;          // valid while the device lives
@@ -173,6 +180,8 @@ typedef struct devbuf_device_info {
   size_t alignment;          // of allocations, and of views handed to kernels
   int host_unified;          // device memory is host memory
   uint64_t svm_capabilities; // OpenCL shared virtual memory bits (0: none)
+  // What runs its kernels: how an OpenCL program, say, picks its code for CPUs or GPUs.
+  devbuf_processor processor;
 } devbuf_device_info_t;
 
 // Opens a device by spec: "cpu" (also "cpu:0"), "opencl:N", "cuda:N". Opening a spec
@@ -487,6 +496,15 @@ DEVBUF_API devbuf_status devbuf_buffer_view(devbuf_buffer_t *buffer, size_t offs
 // size must be equal (SIZE_MISMATCH).
 DEVBUF_API devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype,
                                                const size_t *shape, size_t ndim,
+                                               devbuf_buffer_t **out_view);
+
+// A typed view in one step: the bytes at `offset` within `buffer` (relative to its own
+// offset) as `dtype` and `shape`, however the buffer is typed (a part of a uint8 buffer as
+// a float32 matrix, say). OUT_OF_RANGE if the shape's bytes do not fit (overflow-safe),
+// INVALID_ARGUMENT if `offset` is not a whole number of `dtype` elements, and the errors of
+// devbuf_buffer_new for the shape. Shares the storage and keeps it alive.
+DEVBUF_API devbuf_status devbuf_buffer_view_as(devbuf_buffer_t *buffer, size_t offset,
+                                               devbuf_dtype dtype, const size_t *shape, size_t ndim,
                                                devbuf_buffer_t **out_view);
 
 DEVBUF_API devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer);
@@ -847,6 +865,12 @@ typedef struct devbuf_tensor_info {
 enum {
   // Writable copies from the device's allocator even where zero-copy views are possible.
   DEVBUF_LOAD_COPY = 1u << 0,
+  // Copies in one allocation: every tensor loaded is a view of one buffer of the allocator,
+  // each at a multiple of the device's alignment (at least 64 bytes), in file order. A
+  // model's weights then take one segment of its own size, where one allocation per tensor
+  // leaves parts of the caching allocator's shared segments empty. Zero-copy loads are one
+  // mapping already: there it changes nothing.
+  DEVBUF_LOAD_ONE_ALLOCATION = 1u << 1,
 };
 typedef struct devbuf_load_options {
   uint32_t flags; // DEVBUF_LOAD_*
@@ -859,6 +883,10 @@ typedef struct devbuf_load_options {
   // of `device`, such as the device's allocator wrapped by a user (statistics, limits,
   // faults). Giving one makes every tensor a copy. Optional.
   devbuf_allocator_t *allocator;
+  // Which tensors to load (NULL: all), asked once per tensor in file order before any is
+  // read: one it answers 0 for gets no buffer (devbuf_tensor_file_buffer gives NULL) and
+  // none of its bytes are read or copied. `context` as for on_tensor. Optional.
+  int (*select)(void *context, size_t index, const devbuf_tensor_info_t *info);
 } devbuf_load_options_t;
 
 // Loads the file at `path` as a table of named buffers on `device`. On a CPU-accessible
@@ -895,7 +923,8 @@ DEVBUF_API devbuf_status devbuf_tensor_file_info(const devbuf_tensor_file_t *fil
 DEVBUF_API devbuf_status devbuf_tensor_file_find(const devbuf_tensor_file_t *file, const char *name,
                                                  size_t *out_index);
 // The tensor's buffer, borrowed (valid while the table lives; retain it to keep it); NULL
-// for tables made by inspect/parse, or an index out of range.
+// for tables made by inspect/parse, a tensor the load's `select` left out, or an index out
+// of range.
 DEVBUF_API devbuf_buffer_t *devbuf_tensor_file_buffer(const devbuf_tensor_file_t *file,
                                                       size_t index);
 // The header's "__metadata__" entries, in file order; strings valid while the table lives.

@@ -137,6 +137,45 @@ static void test_reshape(void) {
   devbuf_buffer_release(buffer);
 }
 
+// A typed view of part of a byte buffer in one call: its bytes, dtype and shape.
+static void test_view_as(void) {
+  size_t bytes[] = {4096 + 6 * 4 + 2};
+  devbuf_buffer_t *raw = make(DEVBUF_UINT8, bytes, 1, 0), *outer = NULL, *matrix = NULL,
+                  *bad = NULL;
+  float values[6] = {1, 2, 3, 4, 5, 6};
+  CHECK_OK(devbuf_buffer_view(raw, 2, 4096 + 24, &outer)); // views of views add offsets
+  devbuf_buffer_t *place = NULL;
+  CHECK_OK(devbuf_buffer_view(outer, 4096, 24, &place));
+  CHECK_OK(devbuf_buffer_copyin(place, values, sizeof values));
+  devbuf_buffer_release(place);
+  size_t shape[] = {2, 3};
+  CHECK_OK(devbuf_buffer_view_as(outer, 4096, DEVBUF_FLOAT32, shape, 2, &matrix));
+  CHECK(devbuf_buffer_dtype(matrix) == DEVBUF_FLOAT32);
+  CHECK_EQ_U(devbuf_buffer_ndim(matrix), 2);
+  CHECK_EQ_U(devbuf_buffer_shape(matrix)[0], 2);
+  CHECK_EQ_U(devbuf_buffer_shape(matrix)[1], 3);
+  CHECK_EQ_U(devbuf_buffer_size(matrix), 24);
+  CHECK(devbuf_buffer_storage_id(matrix) == devbuf_buffer_storage_id(raw));
+  float got[6] = {0};
+  CHECK_OK(devbuf_buffer_copyout(matrix, got, sizeof got));
+  CHECK(memcmp(got, values, sizeof got) == 0);
+  devbuf_buffer_release(matrix);
+  size_t too_big[] = {2, 4};
+  CHECK_STATUS(devbuf_buffer_view_as(outer, 4096, DEVBUF_FLOAT32, too_big, 2, &bad),
+               DEVBUF_OUT_OF_RANGE);
+  CHECK_MESSAGE("view_as(offset 4096, 32 bytes of float32) does not fit a 4120-byte buffer");
+  CHECK_STATUS(devbuf_buffer_view_as(outer, SIZE_MAX - 8, DEVBUF_FLOAT32, shape, 2, &bad),
+               DEVBUF_OUT_OF_RANGE);
+  CHECK_STATUS(devbuf_buffer_view_as(outer, 4094, DEVBUF_FLOAT32, shape, 2, &bad),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("not a whole number of float32 elements");
+  size_t huge[] = {SIZE_MAX / 2, 4};
+  CHECK_STATUS(devbuf_buffer_view_as(outer, 0, DEVBUF_FLOAT32, huge, 2, &bad), DEVBUF_OVERFLOW);
+  CHECK(bad == NULL);
+  devbuf_buffer_release(outer);
+  devbuf_buffer_release(raw);
+}
+
 static void test_reuse_keeps_new_dtype_and_shape(void) {
   size_t shape_a[] = {256};
   devbuf_buffer_t *a = NULL;
@@ -369,6 +408,7 @@ int main(void) {
   RUN(test_creation_errors);
   RUN(test_views);
   RUN(test_reshape);
+  RUN(test_view_as);
   RUN(test_reuse_keeps_new_dtype_and_shape);
   RUN(test_zero_init);
   RUN(test_host_access);

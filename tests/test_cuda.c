@@ -20,6 +20,7 @@ static void test_device_facts(void) {
   devbuf_device_info_t info;
   CHECK_OK(devbuf_device_info(device, &info));
   CHECK(strstr(info.version, "CUDA") != NULL && info.global_memory > 0);
+  CHECK(info.processor == DEVBUF_PROCESSOR_GPU);
   CHECK_EQ_U(devbuf_device_page_size(device), 2u << 20);
   CHECK(devbuf_device_kind_of(device) == DEVBUF_DEVICE_CUDA);
 }

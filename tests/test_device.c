@@ -16,6 +16,9 @@ static void test_open_cpu(void) {
   CHECK(allocator && strcmp(devbuf_allocator_kind(allocator), "caching") == 0);
   CHECK(devbuf_allocator_device(allocator) == a);
   CHECK_OK(devbuf_device_synchronize(a));
+  devbuf_device_info_t info;
+  CHECK_OK(devbuf_device_info(a, &info));
+  CHECK(info.processor == DEVBUF_PROCESSOR_CPU && info.host_unified);
   devbuf_device_release(b);
   devbuf_device_release(a);
 }

@@ -124,6 +124,8 @@ static void test_buffers(devbuf_device_t *cpu) {
   INVALID(devbuf_buffer_view(buffer, 0, 4, NULL));
   INVALID(devbuf_buffer_reshape(NULL, DEVBUF_UINT8, NULL, 1, NULL));
   INVALID(devbuf_buffer_reshape(buffer, DEVBUF_UINT8, NULL, 1, &out));
+  INVALID(devbuf_buffer_view_as(NULL, 0, DEVBUF_UINT8, NULL, 0, &out));
+  INVALID(devbuf_buffer_view_as(buffer, 0, DEVBUF_UINT8, NULL, 0, NULL));
   INVALID(devbuf_buffer_reshape(buffer, DEVBUF_UINT8, shape, 1, NULL));
   CHECK(out == NULL);
   CHECK(devbuf_buffer_retain(NULL) == NULL);

@@ -28,6 +28,9 @@ static void test_device_facts(void) {
   devbuf_device_info_t info;
   CHECK_OK(devbuf_device_info(device, &info));
   CHECK(strstr(info.version, "OpenCL") != NULL);
+  CHECK(info.processor == DEVBUF_PROCESSOR_CPU || info.processor == DEVBUF_PROCESSOR_GPU ||
+        info.processor == DEVBUF_PROCESSOR_ACCELERATOR);
+  if (strstr(info.version, "PoCL")) CHECK(info.processor == DEVBUF_PROCESSOR_CPU); // its CPU device
   CHECK(info.global_memory > 0 && info.max_allocation > 0 &&
         info.max_allocation <= info.global_memory);
   CHECK(info.alignment >= 1 && (info.alignment & (info.alignment - 1)) == 0);

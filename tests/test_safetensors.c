@@ -353,6 +353,58 @@ static void test_load_copies(void) {
   devbuf_tensor_file_release(copied);
 }
 
+// Loads only the tensors whose names hold a substring.
+static int named_like(void *context, size_t index, const devbuf_tensor_info_t *info) {
+  (void)index;
+  return strstr(info->name, (const char *)context) != NULL;
+}
+
+// `select` leaves tensors out (no buffer, no bytes read); DEVBUF_LOAD_ONE_ALLOCATION puts
+// the copies of those loaded in one allocation, each aligned, equal to the file's bytes.
+static void test_load_selected_in_one_allocation(void) {
+  const char *path = test_data("safetensors/burn/mnist.safetensors");
+  devbuf_tensor_file_t *all = NULL, *some = NULL, *packed = NULL;
+  CHECK_OK(devbuf_safetensors_load(device, path, NULL, &all));
+  size_t count = devbuf_tensor_file_count(all), weights = 0;
+  for (size_t i = 0; i < count; i++) {
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(all, i, &info);
+    weights += strstr(info.name, "weight") != NULL;
+  }
+  CHECK(weights > 1 && weights < count); // the file has weights and other tensors
+  devbuf_load_options_t options = {.select = named_like, .context = "weight"};
+  CHECK_OK(devbuf_safetensors_load(device, path, &options, &some)); // zero-copy views
+  options.flags = DEVBUF_LOAD_COPY | DEVBUF_LOAD_ONE_ALLOCATION;
+  devbuf_allocator_t *allocator = devbuf_device_allocator(device);
+  uint64_t before = stats_of(allocator).live_buffers;
+  CHECK_OK(devbuf_safetensors_load(device, path, &options, &packed));
+  CHECK_EQ_U(stats_of(allocator).live_buffers, before + 1); // one allocation for them all
+  size_t loaded = 0;
+  uint64_t storage = 0;
+  for (size_t i = 0; i < count; i++) {
+    devbuf_tensor_info_t info;
+    devbuf_tensor_file_info(all, i, &info);
+    bool wanted = strstr(info.name, "weight") != NULL;
+    devbuf_buffer_t *view = devbuf_tensor_file_buffer(some, i);
+    devbuf_buffer_t *copy = devbuf_tensor_file_buffer(packed, i);
+    CHECK(wanted ? view && copy : !view && !copy);
+    if (!wanted) continue;
+    loaded++;
+    CHECK(devbuf_buffer_is_mapped(view) && !devbuf_buffer_is_mapped(copy));
+    CHECK(buffers_equal(copy, devbuf_tensor_file_buffer(all, i)));
+    uint64_t address = 0;
+    CHECK_OK(devbuf_buffer_device_ptr(copy, &address));
+    CHECK_EQ_U(address % 64, 0);
+    if (!storage) storage = devbuf_buffer_storage_id(copy);
+    CHECK(devbuf_buffer_storage_id(copy) == storage);
+  }
+  CHECK_EQ_U(loaded, weights);
+  devbuf_tensor_file_release(packed);
+  CHECK_EQ_U(stats_of(allocator).live_buffers, before);
+  devbuf_tensor_file_release(some);
+  devbuf_tensor_file_release(all);
+}
+
 static size_t files_in_scratch(void) {
   size_t count = 0;
   DIR *folder = opendir(scratch);
@@ -642,6 +694,7 @@ int main(void) {
   RUN(test_hostile_corpus);
   RUN(test_write_round_trip);
   RUN(test_load_copies);
+  RUN(test_load_selected_in_one_allocation);
   RUN(test_write_errors_and_atomicity);
   RUN(test_empty_files);
   RUN(test_special_files);

@@ -4,7 +4,6 @@
 // device copy on the upload queue; where the device has no host-visible memory, copyin.
 #include "kernels.h"
 
-#include <devbuf_opencl.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,22 +13,13 @@ extern const unsigned char embed_kernels_fatbin[];
 extern const unsigned char embed_kernels_empty_fatbin[];
 #endif
 
-// Whether an OpenCL device is a CPU (CL_DEVICE_TYPE has CL_DEVICE_TYPE_CPU), asked of the
-// driver through devbuf's native handles.
-static bool opencl_is_cpu(devbuf_device_t *device) {
-  typedef int32_t (*get_info_fn)(void *, uint32_t, size_t, void *, size_t *);
-  get_info_fn get_info = (get_info_fn)devbuf_opencl_entry_point("clGetDeviceInfo");
-  devbuf_opencl_handles_t handles;
-  uint64_t type = 0;
-  return get_info && devbuf_opencl_device_handles(device, &handles) == DEVBUF_OK &&
-         get_info(handles.device, 0x1000 /* CL_DEVICE_TYPE */, sizeof type, &type, NULL) == 0 &&
-         (type & 2 /* CL_DEVICE_TYPE_CPU */);
-}
-
 devbuf_status embed_device_program(embed_exec_t *x) {
   switch (devbuf_device_kind_of(x->device)) {
   case DEVBUF_DEVICE_OPENCL: {
-    x->cpu_device = opencl_is_cpu(x->device);
+    devbuf_device_info_t info;
+    devbuf_status status = devbuf_device_info(x->device, &info);
+    if (status != DEVBUF_OK) return status;
+    x->cpu_device = info.processor == DEVBUF_PROCESSOR_CPU;
     char options[64];
     snprintf(options, sizeof options, "-DEMBED_EMPTY=%d -DEMBED_CPU_DEVICE=%d", x->empty,
              x->cpu_device);

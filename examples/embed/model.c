@@ -1,10 +1,7 @@
 // all-MiniLM-L6-v2: the weights and the forward graph.
 #include "model.h"
 
-#include <devbuf_opencl.h>
-
 #include <errno.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,17 +56,18 @@ static void describe_shape(char *out, size_t size, size_t ndim, const size_t *sh
   if (used < size) snprintf(out + used, size - used, "]");
 }
 
-// Where a zero-copy tensor must be: the mapping's first byte, found from one tensor.
-typedef struct mapping_check {
-  const char *base; // the file's first byte in memory; NULL until the first tensor
-  uint64_t storage; // the mapping's storage id
-} mapping_check;
+// Where every tensor must be: on the CPU a view of the one mapping at the tensor's place in
+// the file; on a device, in one storage of device memory. Found from the first tensor.
+typedef struct weights_place {
+  bool zero_copy;
+  const char *base; // the file's first byte in memory (zero-copy); NULL until the first
+  uint64_t storage; // the storage all tensors share; 0 until the first
+} weights_place;
 
 // Finds `name`, checks its dtype and shape, checks where its memory is, retains it.
-static int take_tensor(devbuf_device_t *device, devbuf_allocator_t *weights,
-                       const devbuf_tensor_file_t *file, const char *path, const char *name,
-                       size_t rows, size_t cols, mapping_check *mapping, devbuf_buffer_t **out,
-                       char *err, size_t err_size) {
+static int take_tensor(devbuf_device_t *device, const devbuf_tensor_file_t *file, const char *path,
+                       const char *name, size_t rows, size_t cols, weights_place *place,
+                       devbuf_buffer_t **out, char *err, size_t err_size) {
   size_t index;
   devbuf_tensor_info_t info;
   if (devbuf_tensor_file_find(file, name, &index) != DEVBUF_OK ||
@@ -95,7 +93,9 @@ static int take_tensor(devbuf_device_t *device, devbuf_allocator_t *weights,
     snprintf(err, err_size, "%s: tensor '%s' has no buffer", path, name);
     return -1;
   }
-  if (mapping) { // zero-copy: a view of the mapping at the tensor's place in the file
+  if (!place->storage) place->storage = devbuf_buffer_storage_id(buffer);
+  bool shared = devbuf_buffer_storage_id(buffer) == place->storage;
+  if (place->zero_copy) { // a view of the mapping at the tensor's place in the file
     const void *data = NULL;
     if (!devbuf_buffer_is_mapped(buffer) ||
         devbuf_buffer_contents(buffer, &data, NULL) != DEVBUF_OK) {
@@ -103,111 +103,33 @@ static int take_tensor(devbuf_device_t *device, devbuf_allocator_t *weights,
       return -1;
     }
     devbuf_buffer_end_access(buffer, data);
-    if (!mapping->base) {
-      mapping->base = (const char *)data - info.file_offset;
-      mapping->storage = devbuf_buffer_storage_id(buffer);
-    }
-    if ((const char *)data != mapping->base + info.file_offset ||
-        devbuf_buffer_storage_id(buffer) != mapping->storage) {
+    if (!place->base) place->base = (const char *)data - info.file_offset;
+    if ((const char *)data != place->base + info.file_offset || !shared) {
       snprintf(err, err_size, "%s: tensor '%s' is not at its place in the one mapping", path, name);
       return -1;
     }
-  } else if (devbuf_buffer_allocator(buffer) != weights || devbuf_buffer_is_mapped(buffer) ||
+  } else if (!shared || devbuf_buffer_is_mapped(buffer) ||
              devbuf_buffer_is_cpu_accessible(buffer)) {
-    snprintf(err, err_size, "%s: tensor '%s' is not in %s's memory", path, name,
-             devbuf_device_spec(device));
+    snprintf(err, err_size, "%s: tensor '%s' is not in the one allocation of %s's memory", path,
+             name, devbuf_device_spec(device));
     return -1;
   }
   *out = devbuf_buffer_retain(buffer);
   return 0;
 }
 
-// ---- the weights' arena (devices) ----------------------------------------------------------
-// On a device the loader copies every tensor into memory of its own. Through the device's
-// caching allocator, 30 tensors below 1 MiB and 12 of 2.25 MiB would sit in 2 MiB and 20 MiB
-// segments with a tenth of them left over; instead the tensors are carved out of one
-// allocation of the device's allocator (a segment of its own, of the weights' size): an
-// allocator of ours (devbuf_allocator_create) hands out consecutive ranges of it.
-
-#define ARENA_ALIGN 4096 // of every tensor: a multiple of every device's kernel-view alignment
-
-typedef struct arena {
-  devbuf_buffer_t *block; // the one allocation, on the device
-  uint64_t handle;        // its backend handle (OpenCL: a cl_mem; CUDA: an address)
-  size_t base;            // its offset from `handle`
-  bool handle_is_address; // CUDA: `device` of a block is handle + base + offset
-  size_t size, used;      // bytes; bytes handed out (under lock)
-  pthread_mutex_t lock;
-} arena;
-
-static size_t arena_round(size_t bytes) {
-  return (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-}
-
-static devbuf_status arena_alloc(void *ctx, size_t size, devbuf_memory_t *out) {
-  arena *a = ctx;
-  pthread_mutex_lock(&a->lock);
-  size_t at = a->used, room = a->size - at;
-  if (arena_round(size) > room) {
-    pthread_mutex_unlock(&a->lock);
-    return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "the weights' arena has %zu bytes left, not %zu",
-                            room, size);
-  }
-  a->used = at + arena_round(size);
-  pthread_mutex_unlock(&a->lock);
-  *out = (devbuf_memory_t){.size = size};
-  if (a->handle_is_address)
-    out->device = a->handle + a->base + at;
-  else
-    out->device = a->handle, out->offset = a->base + at;
-  return DEVBUF_OK;
-}
-
-static void arena_free(void *ctx, const devbuf_memory_t *memory) { (void)ctx, (void)memory; }
-
-static void arena_destroy(void *ctx) {
-  arena *a = ctx;
-  devbuf_buffer_release(a->block);
-  pthread_mutex_destroy(&a->lock);
-  free(a);
-}
-
-static const devbuf_allocator_vtable_t arena_vtable = {
-    .alloc = arena_alloc, .free = arena_free, .destroy = arena_destroy};
-
-// An allocator for the tensors of the file at `path` on `device`, carving them out of one
-// allocation of the device's allocator. 0, or -1 with a message.
-static int arena_create(devbuf_device_t *device, const char *path, devbuf_allocator_t **out,
-                        char *err, size_t err_size) {
-  devbuf_tensor_file_t *header = NULL;
-  if (devbuf_safetensors_inspect(path, &header) != DEVBUF_OK) {
-    snprintf(err, err_size, "%s", devbuf_last_error());
-    return -1;
-  }
-  size_t size = 0;
-  for (size_t i = 0; i < devbuf_tensor_file_count(header); i++) {
-    devbuf_tensor_info_t info;
-    if (devbuf_tensor_file_info(header, i, &info) == DEVBUF_OK)
-      size += arena_round((size_t)(info.end - info.begin));
-  }
-  devbuf_tensor_file_release(header);
-  arena *a = calloc(1, sizeof *a);
-  if (!a) {
-    snprintf(err, err_size, "no memory for the weights' arena");
-    return -1;
-  }
-  pthread_mutex_init(&a->lock, NULL);
-  a->size = size ? size : ARENA_ALIGN;
-  a->handle_is_address = devbuf_device_kind_of(device) != DEVBUF_DEVICE_OPENCL;
-  devbuf_status status = devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8,
-                                                &a->size, 1, 0, &a->block);
-  if (status == DEVBUF_OK) status = devbuf_buffer_device_handle(a->block, &a->handle, &a->base);
-  if (status == DEVBUF_OK) status = devbuf_allocator_create(device, &arena_vtable, a, out);
-  if (status != DEVBUF_OK) {
-    snprintf(err, err_size, "%s%s", status == DEVBUF_OUT_OF_MEMORY ? "device out of memory: " : "",
-             devbuf_last_error());
-    arena_destroy(a);
-    return -1;
+// Whether the model uses a tensor: only those are loaded (the position ids and the pooler
+// are left in the file).
+static int used_by_model(void *context, size_t index, const devbuf_tensor_info_t *info) {
+  (void)context, (void)index;
+  for (size_t i = 0; i < COUNT(model_tensors); i++)
+    if (strcmp(info->name, model_tensors[i].name) == 0) return 1;
+  for (int l = 0; l < EMBED_LAYERS; l++) {
+    for (size_t i = 0; i < COUNT(layer_tensors); i++) {
+      char name[128];
+      snprintf(name, sizeof name, layer_tensors[i].name, l);
+      if (strcmp(info->name, name) == 0) return 1;
+    }
   }
   return 0;
 }
@@ -232,29 +154,25 @@ int embed_model_load(devbuf_device_t *device, const char *dir, embed_model_t **o
     snprintf(err, err_size, "no memory for the model");
     return -1;
   }
-  // The CPU loads zero-copy: every tensor a view of the mapping; devices get copies, in one
-  // allocation of the device's memory.
+  // The CPU loads zero-copy: every tensor a view of the mapping. Devices get copies in one
+  // allocation of the device's memory: through the caching allocator's size classes, one
+  // allocation per tensor (30 below 1 MiB, 12 of 2.25 MiB) left a tenth of the 2 MiB and
+  // 20 MiB segments empty.
   bool cpu = devbuf_device_kind_of(device) == DEVBUF_DEVICE_CPU;
-  devbuf_load_options_t options = {0};
-  if (!cpu && arena_create(device, path, &options.allocator, err, err_size) != 0) {
-    free(model);
-    return -1;
-  }
+  devbuf_load_options_t options = {.flags = DEVBUF_LOAD_ONE_ALLOCATION, .select = used_by_model};
   devbuf_tensor_file_t *file = NULL;
   devbuf_status loaded = devbuf_safetensors_load(device, path, &options, &file);
-  devbuf_allocator_t *weights = options.allocator;
-  devbuf_allocator_release(options.allocator); // the tensors hold it
   if (loaded != DEVBUF_OK) {
     snprintf(err, err_size, "%s%s", loaded == DEVBUF_OUT_OF_MEMORY ? "device out of memory: " : "",
              devbuf_last_error());
     free(model);
     return -1;
   }
-  mapping_check mapping = {NULL, 0}, *check = cpu ? &mapping : NULL;
+  weights_place place = {.zero_copy = cpu};
   int failed = 0;
   for (size_t i = 0; i < COUNT(model_tensors) && !failed; i++) {
     const tensor_spec *t = &model_tensors[i];
-    failed = take_tensor(device, weights, file, path, t->name, t->rows, t->cols, check,
+    failed = take_tensor(device, file, path, t->name, t->rows, t->cols, &place,
                          (devbuf_buffer_t **)((char *)model + t->at), err, err_size);
   }
   for (int l = 0; l < EMBED_LAYERS && !failed; l++) {
@@ -262,7 +180,7 @@ int embed_model_load(devbuf_device_t *device, const char *dir, embed_model_t **o
       const tensor_spec *t = &layer_tensors[i];
       char name[128];
       snprintf(name, sizeof name, t->name, l);
-      failed = take_tensor(device, weights, file, path, name, t->rows, t->cols, check,
+      failed = take_tensor(device, file, path, name, t->rows, t->cols, &place,
                            (devbuf_buffer_t **)((char *)&model->layers[l] + t->at), err, err_size);
     }
   }
@@ -278,9 +196,8 @@ int embed_model_load(devbuf_device_t *device, const char *dir, embed_model_t **o
       if (failed) snprintf(err, err_size, "%s", devbuf_last_error());
     }
   }
-  model->zero_copy = check != NULL && !failed;
-  // The tensors the model does not use (position ids, the pooler) go with the table.
-  devbuf_tensor_file_release(file);
+  model->zero_copy = cpu && !failed;
+  devbuf_tensor_file_release(file); // the model holds its tensors
   if (failed) {
     embed_model_free(model);
     return -1;

@@ -62,13 +62,15 @@ class Device(Owned):
     @property
     def info(self) -> dict[str, Any]:
         """What the driver reports: name, version, global_memory, max_allocation,
-        alignment, host_unified."""
+        alignment, host_unified, and processor: what runs its kernels ("cpu", "gpu" or
+        "accelerator")."""
         info = DeviceInfo()
         check(lib.devbuf_device_info(self._handle, ctypes.byref(info)))
         return {"name": (info.name or b"").decode(errors="replace"),
                 "version": (info.version or b"").decode(errors="replace"),
                 "global_memory": info.global_memory, "max_allocation": info.max_allocation,
-                "alignment": info.alignment, "host_unified": bool(info.host_unified)}
+                "alignment": info.alignment, "host_unified": bool(info.host_unified),
+                "processor": {1: "cpu", 2: "gpu", 3: "accelerator"}.get(info.processor, "unknown")}
 
     def __repr__(self) -> str:
         return f"<devbuf.Device {self.spec}: {self.name}>"

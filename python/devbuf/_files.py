@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Iterator
 
 from ._buffer import Buffer
 from ._device import Device
 from ._errors import DevbufError, InvalidArgumentError, NotFoundError, check
-from ._native import LOAD_COPY, LoadOptions, MetadataEntry, NamedBuffer, Owned, P, TensorInfo, lib
+from ._native import (LOAD_COPY, LOAD_ONE_ALLOCATION, SELECT_TENSOR, LoadOptions, MetadataEntry, NamedBuffer, Owned,
+                      P, TensorInfo, lib)
 
 
 class TensorFile(Owned, Mapping):
@@ -40,7 +41,10 @@ class TensorFile(Owned, Mapping):
                 check(status)
             except NotFoundError as missing:
                 raise KeyError(name) from missing
-        return Buffer._borrow(lib.devbuf_tensor_file_buffer(self._h, index.value))
+        handle = lib.devbuf_tensor_file_buffer(self._h, index.value)
+        if not handle:  # left out by load(names=...)
+            raise KeyError(name)
+        return Buffer._borrow(handle)
 
     def _all_names(self) -> list[str]:
         if self._names is None:
@@ -48,7 +52,8 @@ class TensorFile(Owned, Mapping):
             info = TensorInfo()
             for i in range(lib.devbuf_tensor_file_count(self._h)):
                 check(lib.devbuf_tensor_file_info(self._h, i, ctypes.byref(info)))
-                names.append(info.name.decode())
+                if lib.devbuf_tensor_file_buffer(self._h, i):
+                    names.append(info.name.decode())
             self._names = names
         return self._names
 
@@ -56,11 +61,12 @@ class TensorFile(Owned, Mapping):
         return iter(self._all_names())
 
     def __len__(self) -> int:
-        return int(lib.devbuf_tensor_file_count(self._h))
+        return len(self._all_names())
 
     def __contains__(self, name: object) -> bool:
         index = ctypes.c_size_t()
-        return isinstance(name, str) and lib.devbuf_tensor_file_find(self._h, name.encode(), ctypes.byref(index)) == 0
+        return (isinstance(name, str) and lib.devbuf_tensor_file_find(self._h, name.encode(), ctypes.byref(index)) == 0
+                and bool(lib.devbuf_tensor_file_buffer(self._h, index.value)))
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -78,12 +84,19 @@ class TensorFile(Owned, Mapping):
         return f"<devbuf.TensorFile {self.path}: {len(self)} tensors>" if self._handle else "<devbuf.TensorFile (closed)>"
 
 
-def load(path: str | os.PathLike[str], device: Device | str = "cpu", *, copy: bool = False) -> TensorFile:
+def load(path: str | os.PathLike[str], device: Device | str = "cpu", *, copy: bool = False,
+         names: Iterable[str] | None = None, one_allocation: bool = False) -> TensorFile:
     """Opens a safetensors file on `device`, checked against every rule of the reference
     reader (devbuf.FormatError names what is wrong). copy=True gives writable copies even
-    on the CPU."""
+    on the CPU. names: only these tensors are loaded (the others are not read, and the
+    TensorFile holds only these). one_allocation=True puts the copies in one allocation of
+    the device's memory, each tensor aligned."""
     target = device if isinstance(device, Device) else Device(device)
-    options = LoadOptions(flags=LOAD_COPY if copy else 0)
+    flags = (LOAD_COPY if copy else 0) | (LOAD_ONE_ALLOCATION if one_allocation else 0)
+    options = LoadOptions(flags=flags)
+    if names is not None:
+        wanted = {name.encode() for name in names}
+        options.select = SELECT_TENSOR(lambda context, index, info: int(info.contents.name in wanted))
     out = P()
     check(lib.devbuf_safetensors_load(target._handle, os.fsencode(path), ctypes.byref(options), ctypes.byref(out)))
     return TensorFile(out.value, os.fspath(path))

@@ -30,7 +30,7 @@ lib = ctypes.CDLL(_find_library())
 class DeviceInfo(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("version", c_char_p), ("global_memory", c_uint64),
                 ("max_allocation", c_uint64), ("alignment", c_size_t), ("host_unified", c_int),
-                ("svm_capabilities", c_uint64)]
+                ("svm_capabilities", c_uint64), ("processor", c_int)]
 
 
 class AllocatorStats(ctypes.Structure):
@@ -67,8 +67,12 @@ class TensorInfo(ctypes.Structure):
 ON_TENSOR = ctypes.CFUNCTYPE(None, P, c_size_t, POINTER(TensorInfo), P)
 
 
+SELECT_TENSOR = ctypes.CFUNCTYPE(c_int, P, c_size_t, POINTER(TensorInfo))
+
+
 class LoadOptions(ctypes.Structure):
-    _fields_ = [("flags", c_uint32), ("on_tensor", ON_TENSOR), ("context", P), ("allocator", P)]
+    _fields_ = [("flags", c_uint32), ("on_tensor", ON_TENSOR), ("context", P), ("allocator", P),
+                ("select", SELECT_TENSOR)]
 
 
 class NamedBuffer(ctypes.Structure):
@@ -80,6 +84,7 @@ class MetadataEntry(ctypes.Structure):
 
 
 LOAD_COPY = 1
+LOAD_ONE_ALLOCATION = 2
 BUFFER_ZERO = 1
 DLPACK_READ_ONLY = 1
 

@@ -75,6 +75,23 @@ def test_copies_are_writable(tmp_path, cpu):
     assert np.frombuffer(weight.to_bytes(), np.int64).tolist() == [41, 1, 2, 3]
 
 
+def test_load_some_tensors_in_one_allocation(tmp_path, cpu):
+    path = tmp_path / "m.safetensors"
+    st.save_file(tensors(), str(path))
+    wanted = ["layer.10.float32", "layer.3.int32", "scalar"]
+    for copy in (False, True):
+        loaded = devbuf.load(path, device=cpu, copy=copy, names=wanted, one_allocation=True)
+        assert sorted(loaded) == sorted(wanted) and len(loaded) == 3
+        assert "layer.0.bool" not in loaded
+        with pytest.raises(KeyError):
+            loaded["layer.0.bool"]  # in the file, not loaded
+        for name in wanted:
+            np.testing.assert_array_equal(np.from_dlpack(loaded[name]), tensors()[name])
+            assert loaded[name].is_mapped != copy
+        if copy:  # one storage for the three copies
+            assert len({loaded[name].storage_id for name in wanted}) == 1
+
+
 def test_save_takes_every_kind_of_array(tmp_path, cpu):
     path = tmp_path / "mixed.safetensors"
     strided = np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::2]

@@ -26,6 +26,7 @@ def test_device_facts(cpu):
     assert cpu.page_size >= 4096 and cpu.page_size & (cpu.page_size - 1) == 0
     info = cpu.info
     assert info["host_unified"] is True and info["global_memory"] > 0 and info["name"]
+    assert info["processor"] == "cpu"
     assert "cpu" in repr(cpu)
 
 

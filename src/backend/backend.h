@@ -153,6 +153,7 @@ struct devbuf_device {
   bool unified_memory;                     // device and host share physical memory
   bool managed_memory;                     // the device has CUDA managed memory
   uint64_t svm_capabilities;               // OpenCL SVM bits; 0 where there is no SVM
+  devbuf_processor processor;              // what runs its kernels (set by open)
   bool shares_memory;                      // raw_alloc makes DEVBUF_MEMORY_SHAREABLE memory
   unsigned char uuid[16];                  // the device's identity across processes (0s: none)
   devbuf_allocator_t *allocator;           // the device's caching allocator (embedded)

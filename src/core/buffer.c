@@ -100,6 +100,27 @@ devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype,
   return devbuf__buffer_wrap(buffer->storage, buffer->offset, bytes, dtype, shape, ndim, out_view);
 }
 
+devbuf_status devbuf_buffer_view_as(devbuf_buffer_t *buffer, size_t offset, devbuf_dtype dtype,
+                                    const size_t *shape, size_t ndim, devbuf_buffer_t **out_view) {
+  if (!buffer || !out_view)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_view is NULL");
+  size_t bytes, end;
+  devbuf_status status = devbuf__shape_bytes(dtype, shape, ndim, &bytes, NULL);
+  if (status != DEVBUF_OK) return status;
+  if (devbuf__add_overflows(offset, bytes, &end) || end > buffer->size)
+    return devbuf__error(DEVBUF_OUT_OF_RANGE,
+                         "view_as(offset %zu, %zu bytes of %s) does not fit a %zu-byte buffer",
+                         offset, bytes, devbuf_dtype_name(dtype), buffer->size);
+  unsigned bits = devbuf_dtype_bits(dtype);
+  if (!whole_elements(offset, bits))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "view_as(offset %zu) is not a whole number of %s elements (%u bits each)",
+                         offset, devbuf_dtype_name(dtype), bits);
+  devbuf__ref_retain(&buffer->storage->refs);
+  return devbuf__buffer_wrap(buffer->storage, buffer->offset + offset, bytes, dtype, shape, ndim,
+                             out_view);
+}
+
 devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer) {
   if (buffer) devbuf__ref_retain(&buffer->refs);
   return buffer;

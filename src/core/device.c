@@ -276,6 +276,7 @@ devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_in
       .alignment = device->alignment,
       .host_unified = device->unified_memory,
       .svm_capabilities = device->svm_capabilities,
+      .processor = device->processor,
   };
   return DEVBUF_OK;
 }

@@ -81,35 +81,86 @@ static devbuf_status read_into(int fd, uint64_t offset, devbuf_buffer_t *target,
   return status;
 }
 
-// Every tensor as a buffer from `allocator`, read from the file.
+static bool selected(const devbuf_tensor_file_t *file, size_t index,
+                     const devbuf_load_options_t *options) {
+  if (!options->select) return true;
+  devbuf_tensor_info_t info;
+  devbuf_tensor_file_info(file, index, &info);
+  return options->select(options->context, index, &info) != 0;
+}
+
+static void tell(const devbuf_tensor_file_t *file, size_t index,
+                 const devbuf_load_options_t *options) {
+  if (!options->on_tensor) return;
+  devbuf_tensor_info_t info;
+  devbuf_tensor_file_info(file, index, &info);
+  options->on_tensor(options->context, index, &info, file->buffers[index]);
+}
+
+// With DEVBUF_LOAD_ONE_ALLOCATION: one buffer for every chosen tensor, each at a multiple
+// of the device's alignment (*out_offsets[i], for the tensors in `chosen`).
+static devbuf_status one_allocation(devbuf_device_t *device, devbuf_allocator_t *allocator,
+                                    const devbuf_tensor_file_t *file, const bool *chosen,
+                                    size_t *offsets, devbuf_buffer_t **out_whole) {
+  size_t align = device->alignment > 64 ? device->alignment : 64, total = 0;
+  for (size_t i = 0; i < file->count; i++) {
+    if (!chosen[i]) continue;
+    uint64_t bytes = file->entries[i].end - file->entries[i].begin;
+    size_t rounded;
+    if (bytes > SIZE_MAX - align || devbuf__add_overflows(total, (size_t)bytes, &rounded) ||
+        rounded > SIZE_MAX - align)
+      return devbuf__error(DEVBUF_OVERFLOW, "safetensors_load: the tensors' bytes overflow");
+    offsets[i] = total;
+    total = (rounded + align - 1) & ~(align - 1);
+  }
+  if (!total) total = align; // nothing chosen: a buffer all the same, of one alignment
+  return devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &total, 1, 0, out_whole);
+}
+
+// The chosen tensors as buffers from `allocator` (each its own, or views of one), read from
+// the file.
 static devbuf_status load_copies(devbuf_device_t *device, devbuf_allocator_t *allocator, int fd,
                                  const char *path, devbuf_tensor_file_t *file,
                                  const devbuf_load_options_t *options) {
-  devbuf_buffer_t *staging = NULL;
-  devbuf_status status = DEVBUF_OK;
+  devbuf_buffer_t *staging = NULL, *whole = NULL;
+  size_t slots = file->count ? file->count : 1;
+  bool *chosen = devbuf__calloc(slots, sizeof *chosen);
+  size_t *offsets = devbuf__calloc(slots, sizeof *offsets);
+  if (!chosen || !offsets) {
+    devbuf__free(chosen);
+    devbuf__free(offsets);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu tensors", file->count);
+  }
   uint64_t largest = 0;
-  for (size_t i = 0; i < file->count; i++)
-    if (file->entries[i].end - file->entries[i].begin > largest)
+  for (size_t i = 0; i < file->count; i++) {
+    chosen[i] = selected(file, i, options);
+    if (chosen[i] && file->entries[i].end - file->entries[i].begin > largest)
       largest = file->entries[i].end - file->entries[i].begin;
-  if (!devbuf__allocator_host_accessible(allocator) && largest) {
+  }
+  devbuf_status status = DEVBUF_OK;
+  if (options->flags & DEVBUF_LOAD_ONE_ALLOCATION)
+    status = one_allocation(device, allocator, file, chosen, offsets, &whole);
+  if (status == DEVBUF_OK && !devbuf__allocator_host_accessible(allocator) && largest) {
     size_t size = largest < STAGING_BYTES ? (size_t)largest : STAGING_BYTES;
     status = devbuf_buffer_allocate(devbuf_device_allocator_for(device, DEVBUF_MEMORY_HOST_VISIBLE),
                                     DEVBUF_UINT8, &size, 1, 0, &staging);
   }
   uint64_t data_offset = 8 + file->header_size;
   for (size_t i = 0; status == DEVBUF_OK && i < file->count; i++) {
+    if (!chosen[i]) continue;
     const devbuf__tensor_entry *entry = &file->entries[i];
-    status = devbuf_buffer_allocate(allocator, entry->dtype, entry->shape, entry->ndim, 0,
-                                    &file->buffers[i]);
+    status = whole ? devbuf_buffer_view_as(whole, offsets[i], entry->dtype, entry->shape,
+                                           entry->ndim, &file->buffers[i])
+                   : devbuf_buffer_allocate(allocator, entry->dtype, entry->shape, entry->ndim, 0,
+                                            &file->buffers[i]);
     if (status == DEVBUF_OK)
       status = read_into(fd, data_offset + entry->begin, file->buffers[i], staging, path);
-    if (status == DEVBUF_OK && options->on_tensor) {
-      devbuf_tensor_info_t info;
-      devbuf_tensor_file_info(file, i, &info);
-      options->on_tensor(options->context, i, &info, file->buffers[i]);
-    }
+    if (status == DEVBUF_OK) tell(file, i, options);
   }
+  devbuf_buffer_release(whole); // the views keep it
   devbuf_buffer_release(staging);
+  devbuf__free(chosen);
+  devbuf__free(offsets);
   return status;
 }
 
@@ -139,16 +190,13 @@ static devbuf_status load_views(devbuf_device_t *device, const char *path,
         devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu tensor handles", file->count);
   devbuf__storage *storage = mapping->storage;
   for (size_t i = 0; status == DEVBUF_OK && i < file->count; i++) {
+    if (!selected(file, i, options)) continue;
     const devbuf__tensor_entry *entry = &file->entries[i];
     devbuf__ref_retain(&storage->refs);
     status = devbuf__buffer_wrap(storage, (size_t)(8 + header_size + entry->begin),
                                  (size_t)(entry->end - entry->begin), entry->dtype, entry->shape,
                                  entry->ndim, &file->buffers[i]);
-    if (status == DEVBUF_OK && options->on_tensor) {
-      devbuf_tensor_info_t info;
-      devbuf_tensor_file_info(file, i, &info);
-      options->on_tensor(options->context, i, &info, file->buffers[i]);
-    }
+    if (status == DEVBUF_OK) tell(file, i, options);
   }
   devbuf_buffer_release(mapping); // the views keep the mapping alive
   if (status != DEVBUF_OK) {
@@ -168,9 +216,10 @@ devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path,
   *out_file = NULL;
   devbuf_load_options_t none = {0};
   if (!options) options = &none;
-  if (options->flags & ~(uint32_t)DEVBUF_LOAD_COPY)
+  const uint32_t known = DEVBUF_LOAD_COPY | DEVBUF_LOAD_ONE_ALLOCATION;
+  if (options->flags & ~known)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "safetensors_load: unknown flags 0x%x",
-                         options->flags & ~(unsigned)DEVBUF_LOAD_COPY);
+                         options->flags & ~known);
   devbuf_allocator_t *allocator =
       options->allocator ? options->allocator : devbuf_device_allocator(device);
   if (allocator->device != device)

@@ -48,6 +48,7 @@ static devbuf_status cpu_open(devbuf_device_t *device, int index) {
   device->max_allocation = device->global_memory;
   device->alignment = CPU_MIN_ALIGNMENT;
   device->unified_memory = true;
+  device->processor = DEVBUF_PROCESSOR_CPU;
   device->shares_memory = true;
   return DEVBUF_OK;
 }

@@ -151,6 +151,7 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
   device->max_allocation = total;
   device->alignment = 256; // cuMemAlloc's alignment, and what kernels may assume of a view
   device->unified_memory = attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_INTEGRATED) != 0;
+  device->processor = DEVBUF_PROCESSOR_GPU;
   device->managed_memory = attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) != 0;
   device->page_size = CUDA_PAGE;
   device->host_accessible = false;

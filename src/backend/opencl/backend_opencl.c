@@ -210,6 +210,10 @@ static devbuf_status opencl_open(devbuf_device_t *device, int index) {
   if (device->alignment < 1) device->alignment = 1;
   device->unified_memory = info_u64(cl, state->id, CL_DEVICE_HOST_UNIFIED_MEMORY, 4) != 0;
   device->svm_capabilities = info_u64(cl, state->id, CL_DEVICE_SVM_CAPABILITIES, 8);
+  uint64_t type = info_u64(cl, state->id, CL_DEVICE_TYPE, 8);
+  device->processor = type & CL_DEVICE_TYPE_GPU   ? DEVBUF_PROCESSOR_GPU
+                      : type & CL_DEVICE_TYPE_CPU ? DEVBUF_PROCESSOR_CPU
+                                                  : DEVBUF_PROCESSOR_ACCELERATOR;
   device->page_size = 4096;
   device->memory_handles = true;   // a block is its segment's cl_mem and an offset
   device->host_accessible = false; // device memory; host-visible memory is its own kind

@@ -55,6 +55,9 @@ enum {
 #define CL_DEVICE_TYPE_ALL                0xFFFFFFFFu
 #define CL_PLATFORM_VERSION               0x0901u
 #define CL_PLATFORM_NAME                  0x0902u
+#define CL_DEVICE_TYPE                    0x1000u
+#define CL_DEVICE_TYPE_CPU                (1u << 1)
+#define CL_DEVICE_TYPE_GPU                (1u << 2)
 #define CL_DEVICE_MAX_MEM_ALLOC_SIZE      0x1010u
 #define CL_DEVICE_MEM_BASE_ADDR_ALIGN     0x1019u // bits
 #define CL_DEVICE_GLOBAL_MEM_SIZE         0x101Fu
