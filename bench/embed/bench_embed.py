@@ -6,7 +6,7 @@ devbuf, ...) so that both see the same machine; and devbuf's own share, the same
 every kernel empty (--empty-kernels: the same submissions, buffers and waits).
 
     python3 bench/embed/bench_embed.py --tool build/release/examples/embed/devbuf-embed \\
-        [--torch-python /path/to/venv/bin/python] [--runs 5] [--threads 2] [--opencl]
+        [--torch-python /path/to/venv/bin/python] [--runs 5] [--threads 2] [--opencl] [--corpus FILE]
 
 The model comes from scripts/fetch_model.sh. --torch-python names a Python with torch and
 sentence-transformers (a bench venv: never the test suite's); without it the torch column
@@ -22,7 +22,7 @@ import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.join(here, "..", "..")
-corpus = os.path.join(root, "tests", "data", "embed", "corpus.txt")
+default_corpus = os.path.join(root, "tests", "data", "embed", "corpus.txt")
 
 
 def count_lines(path):
@@ -30,7 +30,7 @@ def count_lines(path):
     return raw.count(b"\n") + (0 if raw.endswith(b"\n") or not raw else 1)
 
 
-def devbuf_rate(tool, model, device, batch, threads, empty=False):
+def devbuf_rate(tool, model, corpus, device, batch, threads, empty=False):
     args = [tool, "--model", model, "--device", device, "--batch", str(batch), "--json"]
     if threads:
         args += ["--threads", str(threads)]
@@ -43,7 +43,7 @@ def devbuf_rate(tool, model, device, batch, threads, empty=False):
     return len(document["sentences"]) / document["seconds"], document["seconds"], document["memory"]
 
 
-def torch_rates(python, model, threads):
+def torch_rates(python, model, corpus, threads):
     script = os.path.join(here, "torch_throughput.py")
     result = subprocess.run([python, script, "--model", model, "--corpus", corpus, "--threads",
                              str(threads), "--runs", "1"], capture_output=True, timeout=3600)
@@ -60,23 +60,25 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--opencl", action="store_true", help="also opencl:0")
+    ap.add_argument("--corpus", default=default_corpus, help="one sentence per line (default: the test corpus)")
     options = ap.parse_args()
     fetched = subprocess.run([os.path.join(root, "scripts", "fetch_model.sh")], capture_output=True, text=True)
     if fetched.returncode != 0:
         sys.exit(f"bench_embed: no model: {fetched.stderr.strip()}")
     model = fetched.stdout.strip()
+    corpus = options.corpus
     devices = ["cpu"] + (["opencl:0"] if options.opencl else [])
     rates = {}
     versions = None
     for _ in range(options.runs):
         for device in devices:
             for batch in (1, 32):
-                rate, seconds, memory = devbuf_rate(options.tool, model, device, batch, options.threads)
+                rate, seconds, memory = devbuf_rate(options.tool, model, corpus, device, batch, options.threads)
                 rates.setdefault((device, batch, "full"), []).append((rate, seconds, memory))
-                rate, seconds, _ = devbuf_rate(options.tool, model, device, batch, options.threads, True)
+                rate, seconds, _ = devbuf_rate(options.tool, model, corpus, device, batch, options.threads, True)
                 rates.setdefault((device, batch, "empty"), []).append((rate, seconds, None))
         if options.torch_python:
-            b1, b32, versions = torch_rates(options.torch_python, model, options.threads)
+            b1, b32, versions = torch_rates(options.torch_python, model, corpus, options.threads)
             rates.setdefault(("torch", 1, "full"), []).append((b1, None, None))
             rates.setdefault(("torch", 32, "full"), []).append((b32, None, None))
 
