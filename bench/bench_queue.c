@@ -1,11 +1,17 @@
 // Queue benchmark: 100,000 small kernels, each using 3 buffers, on one queue, against a
 // minimal pthread work queue that runs the same kernel without any tracking; then the same
-// kernels alternating between 2 queues so that every item waits for the other queue.
+// kernels alternating between 2 queues so that every item waits for the other queue; then
+// the memory a queue holds for a producer far ahead of its worker, bounded and not.
 #include "bench.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #define MAX_RUNS 101
 
@@ -107,6 +113,76 @@ static double time_devbuf(devbuf_queue_t **queues, int queue_count, size_t items
   return (double)(bench_now_ns() - start) / (double)items;
 }
 
+// ---- memory held for queued items ------------------------------------------------------
+
+#if defined(__GLIBC__)
+static atomic_bool producer_done;
+
+// The queue's first item: holds the worker back until the producer is done, or 200 ms.
+static devbuf_status hold_worker(const devbuf_kernel_args_t *args) {
+  (void)args;
+  struct timespec pause = {0, 1000000};
+  for (int waited = 0; waited < 200 && !atomic_load(&producer_done); waited++)
+    nanosleep(&pause, NULL);
+  return DEVBUF_OK;
+}
+
+static size_t heap_in_use(void) {
+  struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+// The most heap `items` fills of 256 bytes take while the worker is held back, with
+// `depth` (0: no bound); SIZE_MAX if a submission failed.
+static size_t queued_heap(devbuf_device_t *device, devbuf_buffer_t *target, size_t items,
+                          uint64_t depth) {
+  devbuf_queue_t *queue = NULL;
+  if (devbuf_queue_create(device, &queue) != DEVBUF_OK) return SIZE_MAX;
+  devbuf_queue_set_depth(queue, depth, 0);
+  atomic_store(&producer_done, false);
+  size_t before = heap_in_use(), most = before;
+  unsigned char pattern = 7;
+  int ok = devbuf_queue_host_task(queue, hold_worker, NULL, 0, NULL, 0) == DEVBUF_OK;
+  for (size_t i = 0; i < items && ok; i++) {
+    ok = devbuf_queue_fill(queue, target, &pattern, 1) == DEVBUF_OK;
+    if (i % 1024 == 0) {
+      size_t now = heap_in_use();
+      if (now > most) most = now;
+    }
+  }
+  atomic_store(&producer_done, true);
+  if (devbuf_queue_finish(queue) != DEVBUF_OK) ok = 0;
+  devbuf_queue_release(queue);
+  return ok ? (most > before ? most - before : 0) : SIZE_MAX;
+}
+
+static void bench_queued_memory(const bench_config *config, devbuf_buffer_t *target) {
+  size_t items = config->quick ? 100000 : 500000;
+  size_t bounded = queued_heap(config->device, target, items, DEVBUF_QUEUE_DEFAULT_DEPTH);
+  size_t unbounded = queued_heap(config->device, target, items, 0);
+  if (bounded == SIZE_MAX || unbounded == SIZE_MAX) {
+    printf("== queued memory skipped: %s ==\n\n", devbuf_last_error());
+    return;
+  }
+  double per_item = (double)unbounded / (double)items;
+  double bound_mb = (double)bounded / 1e6, unbound_mb = (double)unbounded / 1e6;
+  printf("== %zu fills of 256 bytes queued while the worker is held: the heap they take ==\n",
+         items);
+  printf("   no bound                  %8.1f MB  %6.1f bytes per item  %s (target <= 256)\n",
+         unbound_mb, per_item, per_item <= 256 ? "met" : "MISSED");
+  printf("   default depth (%u)     %8.1f MB  the submitter waits for room (target: bounded)\n\n",
+         DEVBUF_QUEUE_DEFAULT_DEPTH, bound_mb);
+  bench_figure("queue", "heap per queued item, no bound", per_item, "B", per_item <= 256);
+  bench_figure("queue", "heap of queued items, default depth", bound_mb, "MB",
+               bounded < unbounded / 4);
+}
+#else
+static void bench_queued_memory(const bench_config *config, devbuf_buffer_t *target) {
+  (void)config, (void)target;
+  printf("== queued memory skipped: no glibc heap statistics here ==\n\n");
+}
+#endif
+
 void bench_queue(const bench_config *config) {
   size_t items = config->quick ? 20000 : 100000;
   int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
@@ -145,6 +221,11 @@ void bench_queue(const bench_config *config) {
     printf("   devbuf, 2 queues          %8.1f  every item waits for the other queue: +%.1f ns per "
            "wait\n\n",
            t, t - o);
+    size_t fill_bytes = 256;
+    devbuf_buffer_t *target = NULL;
+    if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &fill_bytes, 1, 0, &target) == DEVBUF_OK)
+      bench_queued_memory(config, target);
+    devbuf_buffer_release(target);
   } else {
     printf("== queue benchmark skipped: %s ==\n\n", devbuf_last_error());
   }

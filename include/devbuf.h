@@ -756,9 +756,24 @@ typedef struct devbuf_kernel_args {
 // devbuf_set_error reaches the queue, its events and their waiters.
 typedef devbuf_status (*devbuf_cpu_kernel_fn)(const devbuf_kernel_args_t *args);
 
+// Queues are bounded: a new queue holds at most DEVBUF_QUEUE_DEFAULT_DEPTH items submitted
+// and not yet retired (devbuf_queue_set_depth changes it).
+#define DEVBUF_QUEUE_DEFAULT_DEPTH 65536u
+enum {
+  DEVBUF_QUEUE_FULL_REFUSES = 1u << 0, // a submission to a full queue refuses, never waits
+};
 // A new queue on `device`. Caller releases.
 DEVBUF_API devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_queue);
 DEVBUF_API devbuf_queue_t *devbuf_queue_retain(devbuf_queue_t *queue);
+// Bounds the work `queue` holds: at most `max_items` submitted and not yet retired (0: no
+// bound). A submission to a full queue waits until the worker retires some (a brief spin,
+// then sleep); with DEVBUF_QUEUE_FULL_REFUSES it answers TIMEOUT at once, naming the
+// depth. From a kernel or host task of the queue itself it is refused (INVALID_ARGUMENT),
+// never waited for. Threads that submit at once may each take one item over the bound.
+// Items held back behind a host event that only the submitting thread would signal never
+// retire: such a program needs a depth above what it queues, or the refusing mode.
+DEVBUF_API devbuf_status devbuf_queue_set_depth(devbuf_queue_t *queue, uint64_t max_items,
+                                                uint32_t flags);
 // The last release does not wait: work already submitted still runs, and the queue goes
 // away when it is done. Use devbuf_queue_finish or devbuf_queue_cancel first to wait or stop.
 DEVBUF_API void devbuf_queue_release(devbuf_queue_t *queue);

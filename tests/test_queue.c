@@ -530,6 +530,98 @@ static void test_destroy_and_cancel_with_pending_work(void) {
   devbuf_event_release(done);
 }
 
+// ---- bounded queues ---------------------------------------------------------------------
+
+typedef struct held_submission {
+  devbuf_queue_t *queue;
+  devbuf_buffer_t *buffer;
+  atomic_int state; // 0 submitting, 1 returned OK, 2 returned an error
+} held_submission;
+
+static void *submit_one(void *arg) {
+  held_submission *s = arg;
+  devbuf_status status = submit_axpb(s->queue, s->buffer, NULL, 0, 8);
+  atomic_store(&s->state, status == DEVBUF_OK ? 1 : 2);
+  return NULL;
+}
+
+static devbuf_status submit_to_own_queue(const devbuf_kernel_args_t *args) {
+  devbuf_queue_t *queue = *(devbuf_queue_t *const *)args->scalars;
+  return devbuf_queue_host_task(queue, count_runs, NULL, 0, NULL, 0);
+}
+
+static atomic_long produced, consumed, most_held;
+static devbuf_status consume(const devbuf_kernel_args_t *args) {
+  (void)args;
+  long held = atomic_load(&produced) - atomic_fetch_add(&consumed, 1);
+  for (long seen = atomic_load(&most_held); held > seen;)
+    if (atomic_compare_exchange_weak(&most_held, &seen, held)) break;
+  return DEVBUF_OK;
+}
+
+// A full queue holds submissions back until its worker retires items, or refuses them when
+// set to; its own kernels and host tasks are refused, never left waiting on themselves.
+static void test_bounded_queue(void) {
+  devbuf_queue_t *queue = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  devbuf_buffer_t *buffer = floats(16);
+  CHECK_STATUS(devbuf_queue_set_depth(queue, 4, 1u << 5), DEVBUF_INVALID_ARGUMENT);
+  CHECK_STATUS(devbuf_queue_set_depth(NULL, 4, 0), DEVBUF_INVALID_ARGUMENT);
+
+  CHECK_OK(devbuf_queue_set_depth(queue, 4, DEVBUF_QUEUE_FULL_REFUSES));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1)); // held back: 4 items in all
+  for (int i = 0; i < 3; i++) CHECK_OK(submit_axpb(queue, buffer, NULL, 0, (float)i));
+  CHECK_STATUS(submit_axpb(queue, buffer, NULL, 0, 5), DEVBUF_TIMEOUT);
+  CHECK_MESSAGE("is full (4 items submitted and not retired, its depth 4)");
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK(read_float(buffer, 0) == 2.0f);             // the refused item never ran
+  CHECK_OK(submit_axpb(queue, buffer, NULL, 0, 6)); // room again
+
+  // Waiting: the fifth submission returns once the gate lets the first items retire.
+  CHECK_OK(devbuf_queue_set_depth(queue, 4, 0));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 2));
+  for (int i = 0; i < 3; i++) CHECK_OK(submit_axpb(queue, buffer, NULL, 0, 7));
+  held_submission s = {queue, buffer, 0};
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, submit_one, &s) == 0);
+  CHECK_STATUS(devbuf_event_wait(gate, 2, 30 * 1000 * 1000), DEVBUF_TIMEOUT); // 30 ms
+  CHECK_EQ_U(atomic_load(&s.state), 0);                                       // still waiting
+  CHECK_OK(devbuf_event_signal(gate, 2));
+  pthread_join(thread, NULL);
+  CHECK_EQ_U(atomic_load(&s.state), 1);
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK(read_float(buffer, 0) == 8.0f);
+
+  // The queue's own host task submitting to it when it is full: refused.
+  CHECK_OK(devbuf_queue_set_depth(queue, 1, 0));
+  atomic_store(&kernel_runs, 0);
+  CHECK_OK(devbuf_queue_host_task(queue, submit_to_own_queue, NULL, 0, &queue, sizeof queue));
+  CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("a submission to its own full queue called from a kernel or host task");
+  CHECK_EQ_U(atomic_load(&kernel_runs), 0);
+  devbuf_queue_release(queue);
+
+  // A producer far ahead of its worker: never more than the depth queued at once.
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_set_depth(queue, 64, 0));
+  atomic_store(&produced, 0);
+  atomic_store(&consumed, 0);
+  atomic_store(&most_held, 0);
+  for (int i = 0; i < 20000; i++) {
+    CHECK_OK(devbuf_queue_submit(queue, consume, NULL, 0, NULL, 0));
+    atomic_fetch_add(&produced, 1);
+  }
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_EQ_U(atomic_load(&consumed), 20000);
+  CHECK(atomic_load(&most_held) <= 64);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(buffer);
+  devbuf_event_release(gate);
+}
+
 static void test_submission_errors(void) {
   devbuf_queue_t *queue = NULL;
   CHECK_OK(devbuf_queue_create(device, &queue));
@@ -624,6 +716,7 @@ int main(void) {
   RUN(test_destroy_and_cancel_with_pending_work);
   RUN(test_submission_errors);
   RUN(test_concurrent_submitters);
+  RUN(test_bounded_queue);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }

@@ -171,6 +171,7 @@ _SIGNATURES = {
     "devbuf_queue_signal": (c_int, P, P, c_uint64),
     "devbuf_queue_wait": (c_int, P, P, c_uint64),
     "devbuf_queue_finish": (c_int, P),
+    "devbuf_queue_set_depth": (c_int, P, c_uint64, c_uint32),
     "devbuf_queue_cancel": (c_int, P),
     "devbuf_queue_status": (c_int, P),
     # weight files

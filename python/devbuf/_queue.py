@@ -79,6 +79,14 @@ class Queue(Owned):
 
     _release = lib.devbuf_queue_release  # close(): submitted work still runs
 
+    def set_depth(self, max_items: int, *, refuse_when_full: bool = False) -> None:
+        """Bounds the work the queue holds (0: no bound; new queues hold 65536 items). A
+        submission to a full queue waits for room, or with refuse_when_full raises
+        a TimeoutError (devbuf.DevbufTimeoutError) at once."""
+        if max_items < 0:
+            raise InvalidArgumentError(f"a queue's depth is a count of items, not {max_items}")
+        check(lib.devbuf_queue_set_depth(self._handle, max_items, 1 if refuse_when_full else 0))
+
     def __enter__(self) -> Queue:
         return self
 

@@ -112,3 +112,20 @@ def test_waits_release_the_gil(cpu):
     assert event.wait(1, timeout=10)  # the other thread ran Python meanwhile
     signaller.join()
     assert time.monotonic() - start < 5
+
+
+def test_a_full_queue_refuses_or_waits(cpu):
+    queue, gate = held_queue(cpu)
+    buffer = cpu.zeros((4,), "int32")
+    queue.set_depth(3, refuse_when_full=True)
+    queue.fill(buffer, 1)
+    queue.fill(buffer, 2)  # with the wait: 3 items
+    with pytest.raises(TimeoutError, match="its depth 3"):  # no excinfo kept: no cycle holds buffer
+        queue.fill(buffer, 3)
+    queue.set_depth(3)  # now a full queue waits: the fill below returns once the gate opens
+    threading.Timer(0.05, gate.signal, (1,)).start()
+    queue.fill(buffer, 4)
+    queue.finish()
+    assert struct.unpack("<4i", buffer.to_bytes()) == (4,) * 4
+    with pytest.raises(devbuf.InvalidArgumentError):
+        queue.set_depth(-1)

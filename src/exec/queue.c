@@ -491,6 +491,8 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   atomic_init(&queue->worker_idle, false);
   atomic_init(&queue->completed, 0);
   atomic_init(&queue->drain_waiters, 0);
+  atomic_init(&queue->depth, DEVBUF_QUEUE_DEFAULT_DEPTH);
+  atomic_init(&queue->full_refuses, false);
   atomic_init(&queue->cancel_requested, false);
   atomic_init(&queue->failed, false);
   queue->device = devbuf_device_retain(device);
@@ -556,6 +558,52 @@ devbuf_status devbuf_queue_status(const devbuf_queue_t *queue) {
   devbuf_status status = queue->failure == DEVBUF_OK ? DEVBUF_OK : failure_locked(queue);
   pthread_mutex_unlock(&mutable_queue->lock);
   return status;
+}
+
+// Items submitted and not yet retired (completed first: it never passes submitted).
+static uint64_t held_items(const devbuf_queue_t *queue) {
+  uint64_t completed = atomic_load(&queue->completed);
+  return atomic_load(&queue->submitted) - completed;
+}
+
+#define ROOM_SPINS 4000 // checks before a submission to a full queue sleeps
+
+devbuf_status devbuf__queue_wait_room(devbuf_queue_t *queue) {
+  uint64_t depth = atomic_load_explicit(&queue->depth, memory_order_relaxed);
+  if (DEVBUF_LIKELY(!depth || held_items(queue) < depth)) return DEVBUF_OK;
+  if (atomic_load(&queue->full_refuses))
+    return devbuf__error(DEVBUF_TIMEOUT,
+                         "submit: the queue on %s is full (%llu items submitted and not retired, "
+                         "its depth %llu) and set to refuse rather than wait",
+                         queue->device->spec, (unsigned long long)held_items(queue),
+                         (unsigned long long)depth);
+  if (DEVBUF_UNLIKELY(devbuf__worker_queue == queue))
+    return devbuf__refuse_self_wait("a submission to its own full queue");
+  for (int spin = 0; spin < ROOM_SPINS; spin++) {
+    if (held_items(queue) < depth) return DEVBUF_OK;
+    devbuf__cpu_pause();
+  }
+  // The worker broadcasts `drained` for every group it retires while someone waits.
+  pthread_mutex_lock(&queue->lock);
+  atomic_fetch_add(&queue->drain_waiters, 1);
+  while (held_items(queue) >= depth && !atomic_load(&queue->failed))
+    pthread_cond_wait(&queue->drained, &queue->lock);
+  atomic_fetch_sub(&queue->drain_waiters, 1);
+  pthread_mutex_unlock(&queue->lock);
+  return DEVBUF_OK; // a failure found meanwhile is the submission's to report
+}
+
+devbuf_status devbuf_queue_set_depth(devbuf_queue_t *queue, uint64_t max_items, uint32_t flags) {
+  if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
+  if (flags & ~(uint32_t)DEVBUF_QUEUE_FULL_REFUSES)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue_set_depth: unknown flags 0x%x",
+                         flags & ~(unsigned)DEVBUF_QUEUE_FULL_REFUSES);
+  atomic_store(&queue->full_refuses, (flags & DEVBUF_QUEUE_FULL_REFUSES) != 0);
+  atomic_store(&queue->depth, max_items);
+  pthread_mutex_lock(&queue->lock); // submitters waiting for room under the old depth look again
+  pthread_cond_broadcast(&queue->drained);
+  pthread_mutex_unlock(&queue->lock);
+  return DEVBUF_OK;
 }
 
 // Waits until every submitted item is retired. Caller holds queue->lock.

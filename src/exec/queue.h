@@ -80,6 +80,8 @@ struct devbuf_queue {
   atomic_bool cancel_requested; // drop taken items that have not started
   atomic_bool failed;           // failure != OK, readable without the lock
   atomic_size_t drain_waiters;  // threads waiting on `drained`
+  atomic_uint_least64_t depth;  // most items submitted and not retired (0: no bound)
+  atomic_bool full_refuses;     // a submission to a full queue refuses instead of waiting
   char apart_from_flags[CACHE_LINE];
   // Written by every submission, without a lock: the FIFO reaches the worker as a stack
   // that it takes whole, so that submitting and taking never wait for each other.
@@ -102,6 +104,10 @@ struct devbuf_queue {
   devbuf__refcount refs;
   char failure_message[512];
 };
+
+// Waits until the queue holds fewer items than its depth (or refuses, as the queue is set
+// to); OK at once when it does. Called before an item is recorded.
+devbuf_status devbuf__queue_wait_room(devbuf_queue_t *queue);
 
 // ---- work items (work.c) ----
 

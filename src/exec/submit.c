@@ -58,6 +58,8 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   devbuf_status status = atomic_load_explicit(&queue->failed, memory_order_relaxed)
                              ? devbuf_queue_status(queue)
                              : devbuf__queue_check_process(queue, "submit");
+  // Backpressure before anything is allocated or recorded for the item.
+  if (status == DEVBUF_OK) status = devbuf__queue_wait_room(queue);
   for (size_t i = 0; i < work->use_count && status == DEVBUF_OK; i++)
     status = check_use(queue, &uses[i], i);
   if (status != DEVBUF_OK) {
