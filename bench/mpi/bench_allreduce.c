@@ -1,5 +1,7 @@
-// All-reduce through devbuf queues against the same MPI_Allreduce on plain malloc'd memory,
-// side by side in one run (alternating, run by run), float32 buffers of 1 MiB to 256 MiB.
+// All-reduce through devbuf queues against the same MPI_Allreduce called directly on the
+// same memory (the devbuf buffer's bytes), side by side in one run (alternating, run by
+// run), float32 buffers of 1 MiB to 256 MiB: the ratio is what the queue costs, not where
+// the memory lies (malloc'd memory and the caching allocator's segments differ in pages).
 // devbuf's side is what a training step does: the all-reduce as host work on a queue, in
 // place on a devbuf buffer, waited for with devbuf_queue_finish. Rank 0 prints medians.
 // usage: mpirun -np 2 bench_mpi_allreduce [--quick] [--runs N]
@@ -68,21 +70,21 @@ int main(int argc, char **argv) {
   if (rank == 0) {
     printf(
         "== all-reduce (sum) of float32 over %d ranks: GB/s of buffer, median of %d runs; devbuf "
-        "runs it as host work in a queue (target >= 0.95x raw MPI from 16 MiB) ==\n",
+        "runs it as host work in a queue; ratio: devbuf's time / raw MPI's ==\n",
         ranks, runs);
     printf("   %9s %12s %12s %8s\n", "size", "raw MPI", "devbuf", "ratio");
   }
   int missed = 0;
-  for (size_t bytes = (size_t)1 << 20; bytes <= largest; bytes *= 4) {
+  for (size_t bytes = (size_t)4 << 10; bytes <= largest; bytes *= 4) {
     size_t count = bytes / sizeof(float);
-    float *plain = malloc(bytes);
     devbuf_buffer_t *buffer = NULL;
-    if (!plain || devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, &count, 1,
-                                         DEVBUF_BUFFER_ZERO, &buffer) != DEVBUF_OK) {
+    void *plain = NULL; // the buffer's own bytes, for the direct calls between queue runs
+    if (devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_FLOAT32, &count, 1,
+                               DEVBUF_BUFFER_ZERO, &buffer) != DEVBUF_OK ||
+        devbuf_buffer_unsynchronized_ptr(buffer, &plain, NULL) != DEVBUF_OK) {
       fprintf(stderr, "rank %d: no memory for %zu bytes\n", rank, bytes);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    memset(plain, 0, bytes);
     devbuf_use_t use = {buffer, DEVBUF_ACCESS_READ_WRITE};
     double raw[MAX_RUNS], ours[MAX_RUNS];
     for (int r = -1; r < runs; r++) { // run -1 warms both up
@@ -100,17 +102,15 @@ int main(int argc, char **argv) {
       double ours_s = timed_max(start);
       if (r >= 0) raw[r] = raw_s, ours[r] = ours_s;
     }
-    double a = median(raw, runs), b = median(ours, runs), ratio = a / b;
-    bool target = bytes >= ((size_t)16 << 20);
-    missed += target && ratio < 0.95;
+    // Time ratios: the queue's share of a small collective is its fixed cost per call.
+    double a = median(raw, runs), b = median(ours, runs), ratio = b / a;
+    double most = bytes < ((size_t)64 << 10) ? 1.3 : bytes < ((size_t)256 << 10) ? 1.1 : 1.03;
+    missed += ratio > most;
     if (rank == 0)
-      printf("   %7zuMiB %12.2f %12.2f %7.2fx  %s\n", bytes >> 20, (double)bytes / a * 1e-9,
-             (double)bytes / b * 1e-9, ratio,
-             !target         ? ""
-             : ratio >= 0.95 ? "met"
-                             : "MISSED");
+      printf("   %7zuKiB %12.3f %12.3f %7.2fx  %s (target <= %.2fx)\n", bytes >> 10,
+             (double)bytes / a * 1e-9, (double)bytes / b * 1e-9, ratio,
+             ratio <= most ? "met" : "MISSED", most);
     devbuf_buffer_release(buffer);
-    free(plain);
   }
   if (rank == 0)
     printf("   %s\n",
