@@ -34,8 +34,23 @@ void *devbuf__malloc(size_t size);
 void *devbuf__calloc(size_t count, size_t size);
 void *devbuf__realloc(void *pointer, size_t size);
 void devbuf__free(void *pointer);
+// Whether the program set host memory hooks (devbuf_set_host_memory_hooks).
+bool devbuf__host_memory_hooked(void);
 // A new id, never 0 and never handed out before in this process (ids.c).
 uint64_t devbuf__next_id(void);
+
+// Records the library makes and drops for every buffer (storage records, buffer handles):
+// each thread keeps up to RECORD_CACHE_DEPTH freed ones of each kind for its next, so that
+// the allocate/release path calls no malloc and no free. Not while host memory hooks are set
+// (their allocations stay theirs), and not under AddressSanitizer (freed records stay
+// poisoned). Contents uninitialised.
+typedef enum devbuf__record_kind {
+  DEVBUF__RECORD_STORAGE,
+  DEVBUF__RECORD_BUFFER,
+  DEVBUF__RECORD_KINDS,
+} devbuf__record_kind;
+void *devbuf__record_alloc(devbuf__record_kind kind, size_t size);
+void devbuf__record_free(devbuf__record_kind kind, void *record);
 
 // ---- fork (fork.c) ----------------------------------------------------------------------
 // A layer's part in a fork: `prepare` takes the locks a child could meet (hooks run by

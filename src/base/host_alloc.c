@@ -40,6 +40,10 @@ void *devbuf__realloc(void *pointer, size_t size) {
              ? hooks.realloc(hooks.ctx, pointer, size)
              : realloc(pointer, size);
 }
+bool devbuf__host_memory_hooked(void) {
+  return atomic_load_explicit(&hooked, memory_order_relaxed);
+}
+
 void devbuf__free(void *pointer) {
   if (atomic_load_explicit(&hooked, memory_order_acquire))
     hooks.free(hooks.ctx, pointer);

@@ -7,7 +7,7 @@
 devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_t size,
                                   devbuf_dtype dtype, const size_t *shape, size_t ndim,
                                   devbuf_buffer_t **out) {
-  devbuf_buffer_t *buffer = devbuf__malloc(sizeof *buffer);
+  devbuf_buffer_t *buffer = devbuf__record_alloc(DEVBUF__RECORD_BUFFER, sizeof *buffer);
   if (!buffer) {
     devbuf__storage_release(storage);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer handle");
@@ -48,7 +48,7 @@ devbuf_status devbuf_buffer_allocate(devbuf_allocator_t *allocator, devbuf_dtype
   devbuf_buffer_t *buffer;
   devbuf_status status = devbuf_buffer_new(allocator, dtype, shape, ndim, flags, &buffer);
   if (status != DEVBUF_OK) return status;
-  status = devbuf__storage_ensure_allocated(buffer->storage);
+  status = devbuf__storage_allocate_private(buffer->storage); // the handle is not out yet
   if (status != DEVBUF_OK) {
     devbuf_buffer_release(buffer);
     return status;
@@ -131,7 +131,7 @@ void devbuf_buffer_release(devbuf_buffer_t *buffer) {
   devbuf__storage *storage = buffer->storage;
   devbuf__host_access_close_handle(storage, buffer); // so that no record names it
   devbuf__storage_release(storage);
-  devbuf__free(buffer);
+  devbuf__record_free(DEVBUF__RECORD_BUFFER, buffer);
 }
 
 devbuf_status devbuf_buffer_ensure_allocated(devbuf_buffer_t *buffer) {

@@ -74,6 +74,9 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
                                      size_t size, uint32_t flags, devbuf__storage **out);
 void devbuf__storage_release(devbuf__storage *storage);
 devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage);
+// Allocates the memory of a storage no other thread can reach yet (just made), without
+// taking its lock.
+devbuf_status devbuf__storage_allocate_private(devbuf__storage *storage);
 // For submitted work: may reuse memory whose earlier work is still pending (ordered after it).
 devbuf_status devbuf__storage_ensure_allocated_for_work(devbuf__storage *storage);
 // The storage's hazard tracker, made if needed; NULL when out of memory. Caller holds

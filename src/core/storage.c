@@ -9,9 +9,12 @@
 
 devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_device_t *device,
                                      size_t size, uint32_t flags, devbuf__storage **out) {
-  devbuf__storage *storage = devbuf__calloc(1, sizeof *storage);
+  devbuf__storage *storage = devbuf__record_alloc(DEVBUF__RECORD_STORAGE, sizeof *storage);
   if (!storage)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer's storage record");
+  // The record's fields all start zero; its lock from the initializer, with no call (a
+  // mutex made by pthread_mutex_init is the same bytes).
+  *storage = (devbuf__storage){.size = size, .lock = DEVBUF__MUTEX_INITIALIZER};
   devbuf__ref_init(&storage->refs, 1);
   atomic_init(&storage->state, DEVBUF__UNALLOCATED);
   atomic_init(&storage->hazard, NULL);
@@ -22,7 +25,6 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
   storage->device = allocator ? allocator->device : devbuf_device_retain(device);
   storage->size = size;
   storage->flags = flags;
-  devbuf__mutex_init(&storage->lock);
   *out = storage;
   return DEVBUF_OK;
 }
@@ -39,7 +41,7 @@ static void storage_free_record(devbuf__storage *storage) {
     devbuf_allocator_release(storage->allocator);
   else
     devbuf_device_release(storage->device);
-  devbuf__free(storage);
+  devbuf__record_free(DEVBUF__RECORD_STORAGE, storage);
 }
 
 // No submitted work uses the memory any more: it goes back (or, released in flight, its
@@ -160,6 +162,13 @@ static devbuf_status ensure_allocated(devbuf__storage *storage, bool for_work) {
       atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
   }
   pthread_mutex_unlock(&storage->lock);
+  return status;
+}
+
+devbuf_status devbuf__storage_allocate_private(devbuf__storage *storage) {
+  devbuf_status status = allocate_locked(storage, false); // no other thread can take the lock
+  if (status == DEVBUF_OK)
+    atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
   return status;
 }
 
