@@ -170,7 +170,7 @@ static void bench_queued_memory(const bench_config *config, devbuf_buffer_t *tar
          items);
   printf("   no bound                  %8.1f MB  %6.1f bytes per item  %s (target <= 256)\n",
          unbound_mb, per_item, per_item <= 256 ? "met" : "MISSED");
-  printf("   default depth (%u)     %8.1f MB  the submitter waits for room (target: bounded)\n\n",
+  printf("   default depth (%u)      %8.1f MB  the submitter waits for room (target: bounded)\n\n",
          DEVBUF_QUEUE_DEFAULT_DEPTH, bound_mb);
   bench_figure("queue", "heap per queued item, no bound", per_item, "B", per_item <= 256);
   bench_figure("queue", "heap of queued items, default depth", bound_mb, "MB",

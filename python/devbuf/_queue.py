@@ -80,7 +80,7 @@ class Queue(Owned):
     _release = lib.devbuf_queue_release  # close(): submitted work still runs
 
     def set_depth(self, max_items: int, *, refuse_when_full: bool = False) -> None:
-        """Bounds the work the queue holds (0: no bound; new queues hold 65536 items). A
+        """Bounds the work the queue holds (0: no bound; new queues hold 4096 items). A
         submission to a full queue waits for room, or with refuse_when_full raises
         a TimeoutError (devbuf.DevbufTimeoutError) at once."""
         if max_items < 0:
