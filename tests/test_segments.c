@@ -69,7 +69,11 @@ static devbuf_memory_t alloc_ok(devbuf_allocator_t *caching, size_t size) {
 // The first cases: small requests share a small segment; freeing gives one extent;
 // a freed large block serves smaller requests by splitting.
 static void test_share_coalesce_split(void) {
-  test_allocators t = test_allocators_open(&cpu_page);
+  // A limit keeps the thread bins out, which would hold a released 1 MiB block back from
+  // its neighbours (test_power_of_two_bins).
+  devbuf_caching_options_t no_bins = cpu_page;
+  no_bins.max_buffers = 1u << 30;
+  test_allocators t = test_allocators_open(&no_bins);
   devbuf_memory_t first = alloc_ok(t.caching, MiB);
   devbuf_allocator_stats_t s = stats_of(t.caching);
   CHECK_EQ_U(s.system_allocs, 1);
@@ -486,6 +490,25 @@ static void test_growable_segments(void) {
   devbuf_device_release(device);
 }
 
+// Released blocks of exactly 128 KiB .. 1 MiB stay in the thread's bins, one of each size:
+// the next request of that size takes it back without a lock; a second goes to the pool.
+static void test_power_of_two_bins(void) {
+  test_allocators t = test_allocators_open(&cpu_page);
+  devbuf_memory_t first = alloc_ok(t.caching, MiB), second = alloc_ok(t.caching, MiB);
+  devbuf_allocator_free(t.caching, &first);
+  devbuf_allocator_free(t.caching, &second);
+  CHECK_PICTURE(t.caching, "small 2097152: T1048576 F1048576");
+  uint64_t hits = stats_of(t.caching).cache_hits;
+  devbuf_memory_t again = alloc_ok(t.caching, MiB - 100); // rounds to the binned size
+  CHECK((char *)again.host == (char *)first.host);
+  CHECK_EQ_U(stats_of(t.caching).cache_hits, hits + 1);
+  devbuf_allocator_free(t.caching, &again);
+  devbuf_memory_t odd = alloc_ok(t.caching, 3 * MiB / 4); // no bin: from the pool
+  CHECK((char *)odd.host == (char *)second.host);
+  devbuf_allocator_free(t.caching, &odd);
+  test_allocators_close(&t);
+}
+
 // A device's own allocator takes growable segments before its first allocation, and only
 // then; the steps it maps grow with it, so that a working set of any size is held within a
 // 32nd of what its blocks reach.
@@ -547,6 +570,7 @@ int main(void) {
   RUN(test_configure); // first: the device's own allocator is still untouched
 
   RUN(test_share_coalesce_split);
+  RUN(test_power_of_two_bins);
   RUN(test_medium_segments);
   RUN(test_worked_orders);
   RUN(test_limits_give_back_idle_segments);

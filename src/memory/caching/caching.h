@@ -18,7 +18,12 @@
 #define GRANULE            512 // sizes round to this up to the thread bins' top
 #define MAX_SMALL_CLASSES  64  // thread bins of 512 B .. 32 KiB
 #define TCACHE_MAX_PAGES   16  // and of 2 .. 16 pages where pages are that small
-#define TCACHE_BINS        (MAX_SMALL_CLASSES + TCACHE_MAX_PAGES - 1)
+// and of one block each of exactly 2^17 .. 2^20 bytes (128 KiB .. 1 MiB, the small pool's
+// top) above the other bins: the powers of two programs ask for most, which otherwise
+// split a free block and merge it back under their shard's lock on every pair.
+#define TCACHE_POW2_BINS   4
+#define TCACHE_POW2_TOP    20
+#define TCACHE_BINS        (MAX_SMALL_CLASSES + TCACHE_MAX_PAGES - 1 + TCACHE_POW2_BINS)
 #define TCACHE_CLASS_BYTES ((size_t)32 << 10) // a thread keeps about this much per class ...
 #define TCACHE_MIN_BLOCKS  2                  // ... but at least this many blocks
 
@@ -138,7 +143,10 @@ typedef struct caching_allocator {
   size_t small_classes;         // thread bins of GRANULE multiples
   size_t small_limit;           // small_classes * GRANULE
   unsigned page_shift;          // log2(page)
-  size_t bin_count;             // thread bins in use: small classes, then 2..16 pages
+  size_t bin_count;             // thread bins in use: small classes, 2..16 pages, powers of 2
+  size_t classed_limit;         // the top of the small-class and page bins
+  size_t pow2_base;             // the first power-of-two bin ...
+  unsigned pow2_first_shift;    // ... holds blocks of 2^this bytes
   size_t bin_size[TCACHE_BINS]; // block size of each bin, ascending
   uint32_t bin_capacity[TCACHE_BINS];
   // Read on every call; written only when options change.

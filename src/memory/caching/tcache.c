@@ -32,11 +32,28 @@ void devbuf__tcache_init_bins(caching_allocator *self) {
     size_t capacity = TCACHE_CLASS_BYTES / self->bin_size[i];
     self->bin_capacity[i] = capacity < TCACHE_MIN_BLOCKS ? TCACHE_MIN_BLOCKS : (uint32_t)capacity;
   }
+  self->classed_limit = self->bin_size[count - 1];
+  self->pow2_base = count;
+  unsigned shift = 17;
+  while (shift <= TCACHE_POW2_TOP && ((size_t)1 << shift) <= self->classed_limit) shift++;
+  self->pow2_first_shift = shift;
+  for (; shift <= TCACHE_POW2_TOP && ((size_t)1 << shift) <= self->policy.small_max; shift++) {
+    self->bin_size[count] = (size_t)1 << shift;
+    self->bin_capacity[count++] = 1; // up to 1.9 MiB a thread in all
+  }
   self->bin_count = count;
+}
+
+// The power-of-two bin of a block of `size` bytes (above classed_limit), or bin_count.
+static inline uint32_t pow2_bin_of(const caching_allocator *self, size_t size) {
+  if (size & (size - 1)) return (uint32_t)self->bin_count;
+  size_t bin = self->pow2_base + (unsigned)__builtin_ctzll(size) - self->pow2_first_shift;
+  return bin < self->bin_count ? (uint32_t)bin : (uint32_t)self->bin_count;
 }
 
 uint32_t devbuf__tcache_bin_of(const caching_allocator *self, size_t size) {
   if (size <= self->small_limit) return (uint32_t)(size / GRANULE - 1);
+  if (size > self->classed_limit) return pow2_bin_of(self, size);
   size_t index = self->small_classes + (size >> self->page_shift) - 2;
   return index < self->bin_count && self->bin_size[index] == size ? (uint32_t)index
                                                                   : (uint32_t)self->bin_count;
@@ -189,10 +206,14 @@ static inline void bin_count_add(tcache *cache, size_t bin, uint32_t delta) {
 bool devbuf__tcache_alloc(caching_allocator *self, size_t requested, devbuf_memory_t *out) {
   tcache *cache = hot_cache(self);
   if (!cache || requested > self->bin_size[self->bin_count - 1]) return false;
-  size_t bin =
-      requested <= self->small_limit
-          ? (requested + GRANULE - 1) / GRANULE - 1
-          : self->small_classes + ((requested + self->policy.page - 1) >> self->page_shift) - 2;
+  size_t bin;
+  if (requested <= self->small_limit)
+    bin = (requested + GRANULE - 1) / GRANULE - 1;
+  else if (DEVBUF_LIKELY(requested <= self->classed_limit))
+    bin = self->small_classes + ((requested + self->policy.page - 1) >> self->page_shift) - 2;
+  else if ((bin = pow2_bin_of(self, (requested + GRANULE - 1) & ~(size_t)(GRANULE - 1))) ==
+           self->bin_count)
+    return false;
   cblock *block = cache->bins[bin];
   if (!block) return false;
   cache->bins[bin] = block->bin_next;
