@@ -12,10 +12,10 @@ THREADS = 8
 ROUNDS = 300
 
 
-def worker(cpu, seed, errors):
+def worker(cpu, number, errors):
     try:
         queue = cpu.queue()
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(number)  # each thread its own numbers
         for round_ in range(ROUNDS):
             n = int(rng.integers(1, 5000))
             data = rng.integers(0, 1 << 30, n, dtype=np.int32)
@@ -37,7 +37,7 @@ def worker(cpu, seed, errors):
 def test_threads_share_a_device(cpu):
     live = cpu.memory_stats()["live_buffers"]
     errors = []
-    threads = [threading.Thread(target=worker, args=(cpu, seed, errors)) for seed in range(THREADS)]
+    threads = [threading.Thread(target=worker, args=(cpu, number, errors)) for number in range(THREADS)]
     for thread in threads:
         thread.start()
     for thread in threads:

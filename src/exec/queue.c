@@ -484,6 +484,7 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   atomic_init(&queue->drain_waiters, 0);
   atomic_init(&queue->depth, DEVBUF_QUEUE_DEFAULT_DEPTH);
   atomic_init(&queue->full_refuses, false);
+  atomic_init(&queue->completed_seen, 0);
   atomic_init(&queue->cancel_requested, false);
   atomic_init(&queue->failed, false);
   queue->device = devbuf_device_retain(device);
@@ -551,23 +552,24 @@ devbuf_status devbuf_queue_status(const devbuf_queue_t *queue) {
   return status;
 }
 
-// Items submitted and not yet retired (completed first: it never passes submitted).
-static uint64_t held_items(const devbuf_queue_t *queue) {
+// Items submitted and not yet retired (completed first: it never passes submitted); what
+// submitters see of `completed` moves up with it.
+static uint64_t held_items(devbuf_queue_t *queue) {
   uint64_t completed = atomic_load(&queue->completed);
+  atomic_store_explicit(&queue->completed_seen, completed, memory_order_relaxed);
   return atomic_load(&queue->submitted) - completed;
 }
 
 #define ROOM_SPINS 4000 // checks before a submission to a full queue sleeps
 
 devbuf_status devbuf__queue_wait_room(devbuf_queue_t *queue) {
-  uint64_t depth = atomic_load_explicit(&queue->depth, memory_order_relaxed);
-  if (DEVBUF_LIKELY(!depth || held_items(queue) < depth)) return DEVBUF_OK;
+  uint64_t depth = atomic_load_explicit(&queue->depth, memory_order_relaxed), held;
+  if (!depth || (held = held_items(queue)) < depth) return DEVBUF_OK;
   if (atomic_load(&queue->full_refuses))
     return devbuf__error(DEVBUF_TIMEOUT,
                          "submit: the queue on %s is full (%llu items submitted and not retired, "
                          "its depth %llu) and set to refuse rather than wait",
-                         queue->device->spec, (unsigned long long)held_items(queue),
-                         (unsigned long long)depth);
+                         queue->device->spec, (unsigned long long)held, (unsigned long long)depth);
   if (DEVBUF_UNLIKELY(devbuf__worker_queue == queue))
     return devbuf__refuse_self_wait("a submission to its own full queue");
   for (int spin = 0; spin < ROOM_SPINS; spin++) {

@@ -87,7 +87,10 @@ struct devbuf_queue {
   // that it takes whole, so that submitting and taking never wait for each other.
   devbuf__work *_Atomic incoming;  // submitted, not taken by the worker: newest first
   atomic_uint_least64_t submitted; // written under the device's submission lock
-  atomic_bool worker_idle;         // the worker waits (or is about to) on work_available
+  // What submitters last read of `completed`: while submitted - this is under the depth the
+  // queue has room, and no submission reads the worker's line.
+  atomic_uint_least64_t completed_seen;
+  atomic_bool worker_idle; // the worker waits (or is about to) on work_available
   char apart_from_incoming[CACHE_LINE];
   devbuf__work *taken, *taken_tail; // the worker's: taken, not yet run, oldest first
   pthread_mutex_t lock;             // the fields below, unless marked atomic
@@ -106,8 +109,16 @@ struct devbuf_queue {
 };
 
 // Waits until the queue holds fewer items than its depth (or refuses, as the queue is set
-// to); OK at once when it does. Called before an item is recorded.
+// to). Called before an item is recorded, when devbuf__queue_may_be_full says so.
 devbuf_status devbuf__queue_wait_room(devbuf_queue_t *queue);
+// Whether the queue may hold its depth of items: false is certain (`completed` only grows,
+// so what submitters last saw of it counts too many items as held).
+static inline bool devbuf__queue_may_be_full(const devbuf_queue_t *queue) {
+  uint64_t depth = atomic_load_explicit(&queue->depth, memory_order_relaxed);
+  return depth && atomic_load_explicit(&queue->submitted, memory_order_relaxed) -
+                          atomic_load_explicit(&queue->completed_seen, memory_order_relaxed) >=
+                      depth;
+}
 
 // ---- work items (work.c) ----
 

@@ -59,7 +59,8 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
                              ? devbuf_queue_status(queue)
                              : devbuf__queue_check_process(queue, "submit");
   // Backpressure before anything is allocated or recorded for the item.
-  if (status == DEVBUF_OK) status = devbuf__queue_wait_room(queue);
+  if (status == DEVBUF_OK && DEVBUF_UNLIKELY(devbuf__queue_may_be_full(queue)))
+    status = devbuf__queue_wait_room(queue);
   for (size_t i = 0; i < work->use_count && status == DEVBUF_OK; i++)
     status = check_use(queue, &uses[i], i);
   if (status != DEVBUF_OK) {

@@ -589,12 +589,20 @@ devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
                                           out_allocator);
 }
 
+// The caching allocator behind `allocator` for `what`, or NULL with INVALID_ARGUMENT set.
+static caching_allocator *caching_of(devbuf_allocator_t *allocator,
+                                     const devbuf_caching_options_t *options, const char *what) {
+  if (!allocator || !options || allocator->ops != &caching_ops) {
+    devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s needs a caching allocator and options", what);
+    return NULL;
+  }
+  return (caching_allocator *)allocator;
+}
+
 devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator,
                                                    const devbuf_caching_options_t *options) {
-  if (!allocator || !options || allocator->ops != &caching_ops)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "set_options needs a caching allocator and options");
-  caching_allocator *self = (caching_allocator *)allocator;
+  caching_allocator *self = caching_of(allocator, options, "set_options");
+  if (!self) return DEVBUF_INVALID_ARGUMENT;
   apply_options(self, options);
   tcache *mine = devbuf__tcache_get(self);
   if (mine) devbuf__tcache_flush(self, mine, true); // the caller's own bins obey at once
@@ -604,10 +612,8 @@ devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator
 
 devbuf_status devbuf_caching_allocator_configure(devbuf_allocator_t *allocator,
                                                  const devbuf_caching_options_t *options) {
-  if (!allocator || !options || allocator->ops != &caching_ops)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "configure needs a caching allocator and options");
-  caching_allocator *self = (caching_allocator *)allocator;
+  caching_allocator *self = caching_of(allocator, options, "configure");
+  if (!self) return DEVBUF_INVALID_ARGUMENT;
   if (options->page_size && options->page_size != self->policy.page)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "page_size %llu: this allocator's page is %zu, fixed at creation",
