@@ -533,8 +533,12 @@ static void apply_options(caching_allocator *self, const devbuf_caching_options_
   atomic_store(&self->cache_limit, options->cache_limit);
   atomic_store(&self->max_buffers, options->max_buffers);
   // Limits need every free block where eviction can reach it: thread bins only without them.
+  // Growable segments hold what their blocks reach, and a block waiting in one thread's bin
+  // made another thread map more memory for the same size (as often as the threads that
+  // release and allocate differ, such as a queue's worker and its submitter): no bins there.
   atomic_store(&self->bins_allowed,
-               !options->memory_limit && !options->cache_limit && !options->max_buffers);
+               !options->memory_limit && !options->cache_limit && !options->max_buffers &&
+                   !atomic_load_explicit(&self->growable, memory_order_relaxed));
   request_flush(self);
 }
 
