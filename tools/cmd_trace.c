@@ -40,12 +40,13 @@ static void print_text(const char *path, const char *spec, uint64_t page, bool g
            (unsigned long long)passes[i].system_allocs, (unsigned long long)passes[i].refused);
 }
 
-static void print_json(const char *path, const char *spec, uint64_t page, bool growable,
+static void print_json(const char *path, const char *spec, devbuf_tool_policy policy,
+                       uint64_t page, bool growable,
                        const devbuf_trace_summary_t *summary, const devbuf_allocator_stats_t *stats,
                        const devbuf_counting_upstream *counts, const pass_figures *passes,
                        int pass_count) {
-  printf("{\"page_bytes\": %llu, \"growable\": %s, \"file\": ", (unsigned long long)page,
-         growable ? "true" : "false");
+  printf("{\"policy\": \"%s\", \"page_bytes\": %llu, \"growable\": %s, \"file\": ",
+         devbuf_tool_policy_name(policy), (unsigned long long)page, growable ? "true" : "false");
   devbuf_tool_json_string(path, stdout);
   printf(", \"device\": ");
   devbuf_tool_json_string(spec, stdout);
@@ -68,6 +69,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
   const char *path = NULL, *spec = "cpu", *html_path = NULL, *subcommand = NULL;
   devbuf_caching_options_t options = {0};
   int json = 0, pass_count = 1;
+  devbuf_tool_policy policy = DEVBUF_TOOL_POLICY_DEVBUF;
   for (int i = 1; i < argc; i++) {
     char safe[256];
     if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("trace");
@@ -85,6 +87,10 @@ int devbuf_cmd_trace(int argc, char **argv) {
       if (++i == argc)
         return devbuf_tool_misuse("trace", "--device needs a device, such as cpu or opencl:0");
       spec = argv[i];
+    } else if (strcmp(argv[i], "--policy") == 0 && subcommand[0] == 'r') {
+      if (++i == argc || !devbuf_tool_policy_named(argv[i], &policy))
+        return devbuf_tool_misuse("trace", "--policy takes devbuf or cca, not '%s'",
+                                  DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
     } else if (strcmp(argv[i], "--growable") == 0 && subcommand[0] == 'r') {
       options.growable = 1;
     } else if (strcmp(argv[i], "--passes") == 0 && subcommand[0] == 'r') {
@@ -119,6 +125,9 @@ int devbuf_cmd_trace(int argc, char **argv) {
     return devbuf_tool_misuse("trace", "replay or view, and a trace FILE, are needed");
   if (subcommand[0] == 'v' && !html_path)
     return devbuf_tool_misuse("trace", "view needs -o PAGE.html");
+  if (policy == DEVBUF_TOOL_POLICY_CCA && (options.growable || options.page_size))
+    return devbuf_tool_misuse("trace", "--policy cca is PyTorch's default policy: it takes "
+                                       "neither --growable nor --page");
   devbuf_device_t *device = NULL;
   int opened = devbuf_tool_open_device("trace", spec, &device);
   if (opened) return opened;
@@ -126,9 +135,9 @@ int devbuf_cmd_trace(int argc, char **argv) {
   if (subcommand[0] == 'v') {
     code = devbuf_tool_trace_view(device, path, html_path);
   } else {
-    devbuf_counting_upstream counts;
+    devbuf_counting_upstream counts = {0};
     devbuf_allocator_t *caching = NULL;
-    devbuf_status status = devbuf_tool_counting_caching(device, &options, &counts, &caching);
+    devbuf_status status = devbuf_tool_counting_policy(device, policy, &options, &counts, &caching);
     uint64_t page = options.page_size ? options.page_size : devbuf_device_page_size(device);
     devbuf_trace_summary_t summary, first = {0};
     pass_figures passes[100];
@@ -139,12 +148,21 @@ int devbuf_cmd_trace(int argc, char **argv) {
       uint64_t allocs_before = stats.system_allocs;
       status = devbuf_trace_replay(path, caching, &summary);
       devbuf_allocator_stats(caching, &stats);
+      if (policy == DEVBUF_TOOL_POLICY_CCA) { // the model is a plain allocator: its upstream counts
+        stats.system_allocs = counts.allocs;
+        stats.system_frees = counts.frees;
+        stats.cache_hits = stats.alloc_calls - stats.failed_allocs - counts.allocs;
+      }
       passes[pass] = (pass_figures){stats.system_allocs - allocs_before, summary.failed_allocs};
       if (pass == 0) first = summary;
     }
     if (status == DEVBUF_OK) {
-      (json ? print_json : print_text)(path, spec, page, options.growable != 0, &first, &stats,
-                                       &counts, passes, pass_count);
+      if (json)
+        print_json(path, spec, policy, page, options.growable != 0, &first, &stats, &counts, passes,
+                   pass_count);
+      else
+        print_text(path, spec, page, options.growable != 0, &first, &stats, &counts, passes,
+                   pass_count);
     } else {
       devbuf_tool_report("trace", NULL);
       code = 1;

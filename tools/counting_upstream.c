@@ -1,5 +1,8 @@
 // The counting upstream of counting_upstream.h.
 #include "counting_upstream.h"
+#include "cca_model.h"
+
+#include <string.h>
 
 #define FAKE_BASE      ((uint64_t)1 << 40) // far from anything real, aligned to every page size
 #define FAKE_ALIGNMENT ((uint64_t)2 << 20)
@@ -14,6 +17,7 @@ static devbuf_status counting_alloc(void *context, size_t size, devbuf_memory_t 
   counts->allocs++;
   *out = (devbuf_memory_t){
       .host = NULL, .device = address, .size = size}; // no memory: the CPU may not touch it
+  if (counts->on_segment) counts->on_segment(counts->observer_context, address, size, 0);
   return DEVBUF_OK;
 }
 
@@ -21,6 +25,8 @@ static void counting_free(void *context, const devbuf_memory_t *memory) {
   devbuf_counting_upstream *counts = context;
   counts->held -= memory->size;
   counts->frees++;
+  if (counts->on_segment)
+    counts->on_segment(counts->observer_context, memory->device, memory->size, 1);
 }
 
 // Growable segments: addresses cost nothing; mapped ranges count as held.
@@ -63,14 +69,39 @@ static const devbuf_allocator_vtable_t counting_vtable = {.alloc = counting_allo
                                                           .unmap = counting_unmap,
                                                           .unreserve = counting_unreserve};
 
+int devbuf_tool_policy_named(const char *name, devbuf_tool_policy *out_policy) {
+  if (strcmp(name, "devbuf") == 0) *out_policy = DEVBUF_TOOL_POLICY_DEVBUF;
+  else if (strcmp(name, "cca") == 0) *out_policy = DEVBUF_TOOL_POLICY_CCA;
+  else return 0;
+  return 1;
+}
+
+const char *devbuf_tool_policy_name(devbuf_tool_policy policy) {
+  return policy == DEVBUF_TOOL_POLICY_CCA ? "cca" : "devbuf";
+}
+
+devbuf_status devbuf_tool_counting_policy(devbuf_device_t *device, devbuf_tool_policy policy,
+                                          const devbuf_caching_options_t *options,
+                                          devbuf_counting_upstream *counts,
+                                          devbuf_allocator_t **out_allocator) {
+  *counts = (devbuf_counting_upstream){.on_segment = counts->on_segment,
+                                       .observer_context = counts->observer_context};
+  devbuf_allocator_t *upstream = NULL;
+  devbuf_status status = devbuf_allocator_create(device, &counting_vtable, counts, &upstream);
+  if (status == DEVBUF_OK && policy == DEVBUF_TOOL_POLICY_CCA)
+    status = devbuf_tool_cca_model_create(upstream, options ? options->memory_limit : 0,
+                                          out_allocator);
+  else if (status == DEVBUF_OK)
+    status = devbuf_caching_allocator_create(upstream, options, out_allocator);
+  devbuf_allocator_release(upstream);
+  return status;
+}
+
 devbuf_status devbuf_tool_counting_caching(devbuf_device_t *device,
                                            const devbuf_caching_options_t *options,
                                            devbuf_counting_upstream *counts,
                                            devbuf_allocator_t **out_caching) {
   *counts = (devbuf_counting_upstream){0};
-  devbuf_allocator_t *upstream = NULL;
-  devbuf_status status = devbuf_allocator_create(device, &counting_vtable, counts, &upstream);
-  if (status == DEVBUF_OK) status = devbuf_caching_allocator_create(upstream, options, out_caching);
-  devbuf_allocator_release(upstream);
-  return status;
+  return devbuf_tool_counting_policy(device, DEVBUF_TOOL_POLICY_DEVBUF, options, counts,
+                                     out_caching);
 }

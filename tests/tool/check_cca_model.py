@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""`devbuf trace replay --policy cca`, the tool's model of PyTorch's caching allocator, on
+every real trace of the test data: it makes exactly the system allocations, and reaches the
+peak reserved bytes (as a ratio to what CCA really held, to the three decimals given), that
+the traces' README reports for the reference model it was checked against when the traces
+were converted. A model that drifts from PyTorch's policy in rounding, pools, segment sizes,
+best fit, splitting or coalescing misses them. Under a memory limit of its own peak it
+refuses nothing; below what the program has live at once, it refuses and keeps under the limit.
+Usage: check_cca_model.py DEVBUF_TOOL TRACES_DIR"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+tool, traces = sys.argv[1:3]
+readme = open(os.path.join(traces, "README.md"), encoding="utf-8").read()
+section = readme[readme.index("## CCA's own policy, replayed from an empty allocator"):]
+rows = re.findall(r"^\| `([^`]+)` \| [\d.]+ \| \**([\d.]+)\** \| (\d+) / \**(\d+)\** \|$", section, re.M)
+failures = []
+
+
+def expect(condition, what):
+    if not condition:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def replay(path, *options):
+    result = subprocess.run([tool, "trace", "replay", path, "--policy", "cca", "--json", *options],
+                            capture_output=True, text=True)
+    expect(result.returncode == 0, f"{path} {options}: exit {result.returncode}: {result.stderr}")
+    return json.loads(result.stdout) if result.returncode == 0 else {}
+
+
+expect(len(rows) >= 10, f"{len(rows)} rows in the README's table of the model")
+for name, ratio, _cca_allocs, model_allocs in rows:
+    folder, stem = name.split("/")
+    figures = json.load(open(os.path.join(traces, folder, "figures.json")))["traces"][stem]
+    path = os.path.join(traces, folder, stem + ".trace")
+    got = replay(path)
+    if not got:
+        continue
+    expect(got["policy"] == "cca", f"{name}: policy {got['policy']}")
+    expect(got["system_allocs"] == int(model_allocs),
+           f"{name}: {got['system_allocs']} system allocations, the model makes {model_allocs}")
+    measured = got["peak_reserved_bytes"] / figures["cca_peak_reserved"]
+    expect(abs(measured - float(ratio)) <= 0.0005 + 1e-12,
+           f"{name}: peak reserved {measured:.4f} x CCA's, the model reaches {ratio}")
+    expect(got["refused"] == 0, f"{name}: {got['refused']} refused without a limit")
+    print(f"{name}: {got['system_allocs']} system allocations, peak {measured:.3f} x CCA's")
+
+# Limits, on the one trace recorded from an empty allocator.
+path = os.path.join(traces, "ZidongLiu-DeComFL", "memory.trace")
+free = replay(path)
+if free:
+    at_peak = replay(path, "--memory-limit", str(free["peak_reserved_bytes"]))
+    expect(at_peak.get("refused") == 0, f"at its own peak: {at_peak.get('refused')} refused")
+    limit = free["peak_requested_bytes"] * 9 // 10
+    below = replay(path, "--memory-limit", str(limit))
+    expect(below.get("refused", 0) > 0, "below what the program has live at once, it refuses")
+    expect(below.get("peak_reserved_bytes", 1 << 62) <= limit,
+           f"under a limit of {limit} it reserved {below.get('peak_reserved_bytes')}")
+bad = subprocess.run([tool, "trace", "replay", path, "--policy", "cca", "--growable"], capture_output=True,
+                     text=True)
+expect(bad.returncode == 2 and "--policy cca" in bad.stderr, f"--growable with cca: {bad.returncode} {bad.stderr}")
+print(f"{len(rows)} traces; {len(failures)} failures")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,228 @@
+// The CCA reference model of cca_model.h. Each pool keeps its free blocks in one array
+// sorted by (size, address): a request's best fit is a binary search, and a replay's
+// pools hold at most a few thousand free blocks, so the moves that insertions make cost
+// less than a tree would.
+#include "cca_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ROUND        512u
+#define SMALL_SIZE   ((uint64_t)1 << 20)  // requests up to this go to the small pool
+#define SMALL_BUFFER ((uint64_t)2 << 20)  // the small pool's segments
+#define LARGE_BUFFER ((uint64_t)20 << 20) // segments for requests below MIN_LARGE_ALLOC
+#define MIN_LARGE_ALLOC ((uint64_t)10 << 20)
+#define ROUND_LARGE  ((uint64_t)2 << 20)
+
+typedef struct block block;
+typedef struct segment segment;
+
+struct block {
+  uint64_t address, size;
+  int allocated;
+  block *prev, *next; // neighbours in the same segment, in address order
+  segment *segment;
+};
+
+struct segment {
+  devbuf_memory_t memory;
+  block *first; // the block at the lowest address
+  int small;
+};
+
+typedef struct pool {
+  block **free; // sorted by (size, address)
+  size_t count, capacity;
+} pool;
+
+typedef struct model {
+  devbuf_allocator_t *upstream;
+  uint64_t memory_limit, reserved;
+  pool pools[2]; // [1]: small
+  segment **segments;
+  size_t segment_count, segment_capacity;
+} model;
+
+static int before(const block *a, const block *b) {
+  return a->size < b->size || (a->size == b->size && a->address < b->address);
+}
+
+// The first position whose block is not before `key`.
+static size_t lower_bound(const pool *p, const block *key) {
+  size_t low = 0, high = p->count;
+  while (low < high) {
+    size_t middle = low + (high - low) / 2;
+    if (before(p->free[middle], key)) low = middle + 1;
+    else high = middle;
+  }
+  return low;
+}
+
+static int pool_insert(pool *p, block *b) {
+  if (p->count == p->capacity) {
+    size_t bigger = p->capacity ? 2 * p->capacity : 256;
+    block **grown = realloc(p->free, bigger * sizeof *grown);
+    if (!grown) return 0;
+    p->free = grown, p->capacity = bigger;
+  }
+  size_t at = lower_bound(p, b);
+  memmove(&p->free[at + 1], &p->free[at], (p->count - at) * sizeof *p->free);
+  p->free[at] = b;
+  p->count++;
+  return 1;
+}
+
+static void pool_remove(pool *p, const block *b) {
+  size_t at = lower_bound(p, b);
+  if (at < p->count && p->free[at] == b) {
+    memmove(&p->free[at], &p->free[at + 1], (p->count - at - 1) * sizeof *p->free);
+    p->count--;
+  }
+}
+
+static uint64_t segment_size_for(uint64_t rounded) {
+  if (rounded <= SMALL_SIZE) return SMALL_BUFFER;
+  if (rounded < MIN_LARGE_ALLOC) return LARGE_BUFFER;
+  return (rounded + ROUND_LARGE - 1) / ROUND_LARGE * ROUND_LARGE;
+}
+
+static void give_back(model *m, size_t index) {
+  segment *s = m->segments[index];
+  for (block *b = s->first, *next; b; b = next) next = b->next, free(b);
+  devbuf_allocator_free(m->upstream, &s->memory);
+  m->reserved -= s->memory.size;
+  m->segments[index] = m->segments[--m->segment_count];
+  free(s);
+}
+
+// CCA's release_cached_blocks: every segment that is one free block goes back.
+static void release_free_segments(model *m) {
+  for (size_t i = m->segment_count; i-- > 0;) {
+    segment *s = m->segments[i];
+    if (s->first->allocated || s->first->next) continue;
+    pool_remove(&m->pools[s->small], s->first);
+    give_back(m, i);
+  }
+}
+
+static block *new_segment(model *m, uint64_t size, int small) {
+  if (m->segment_count == m->segment_capacity) {
+    size_t bigger = m->segment_capacity ? 2 * m->segment_capacity : 64;
+    segment **grown = realloc(m->segments, bigger * sizeof *grown);
+    if (!grown) return NULL;
+    m->segments = grown, m->segment_capacity = bigger;
+  }
+  segment *s = calloc(1, sizeof *s);
+  block *b = calloc(1, sizeof *b);
+  if (!s || !b || devbuf_allocator_alloc(m->upstream, (size_t)size, &s->memory) != DEVBUF_OK) {
+    free(s);
+    free(b);
+    return NULL;
+  }
+  s->small = small;
+  s->first = b;
+  m->segments[m->segment_count++] = s;
+  m->reserved += s->memory.size;
+  *b = (block){.address = s->memory.device, .size = size, .segment = s};
+  return b;
+}
+
+static devbuf_status model_alloc(void *context, size_t size, devbuf_memory_t *out) {
+  model *m = context;
+  uint64_t rounded = size < ROUND ? ROUND : ((uint64_t)size + ROUND - 1) / ROUND * ROUND;
+  int small = rounded <= SMALL_SIZE;
+  pool *p = &m->pools[small];
+  block key = {.size = rounded};
+  size_t at = lower_bound(p, &key);
+  block *b = NULL;
+  if (at < p->count) {
+    b = p->free[at];
+    memmove(&p->free[at], &p->free[at + 1], (p->count - at - 1) * sizeof *p->free);
+    p->count--;
+  } else {
+    uint64_t segment_size = segment_size_for(rounded);
+    if (m->memory_limit && m->reserved + segment_size > m->memory_limit) release_free_segments(m);
+    if (m->memory_limit && m->reserved + segment_size > m->memory_limit)
+      return devbuf_set_error(DEVBUF_OUT_OF_MEMORY,
+                              "CCA model: a %llu-byte segment for %zu bytes would pass the limit "
+                              "of %llu bytes (%llu reserved)",
+                              (unsigned long long)segment_size, size,
+                              (unsigned long long)m->memory_limit,
+                              (unsigned long long)m->reserved);
+    b = new_segment(m, segment_size, small);
+    if (!b) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "CCA model: no segment of %llu bytes",
+                                    (unsigned long long)segment_size);
+  }
+  uint64_t rest = b->size - rounded;
+  if (small ? rest >= ROUND : rest > SMALL_SIZE) {
+    block *tail = malloc(sizeof *tail);
+    if (tail) {
+      *tail = (block){.address = b->address + rounded, .size = rest, .prev = b, .next = b->next,
+                      .segment = b->segment};
+      if (b->next) b->next->prev = tail;
+      b->next = tail;
+      b->size = rounded;
+      if (!pool_insert(p, tail)) { // keep the block whole rather than lose the tail
+        b->next = tail->next;
+        if (tail->next) tail->next->prev = b;
+        b->size += rest;
+        free(tail);
+      }
+    }
+  }
+  b->allocated = 1;
+  *out = (devbuf_memory_t){.device = b->address, .size = (size_t)b->size, .token = b};
+  return DEVBUF_OK;
+}
+
+// Merges `b` (free, out of the pool) with a free neighbour, which leaves the pool.
+static void absorb(pool *p, block *b, block *neighbour) {
+  if (!neighbour || neighbour->allocated) return;
+  pool_remove(p, neighbour);
+  if (neighbour == b->prev) {
+    if (b->segment->first == neighbour) b->segment->first = b;
+    b->address = neighbour->address;
+    b->prev = neighbour->prev;
+    if (b->prev) b->prev->next = b;
+  } else {
+    b->next = neighbour->next;
+    if (b->next) b->next->prev = b;
+  }
+  b->size += neighbour->size;
+  free(neighbour);
+}
+
+static void model_free(void *context, const devbuf_memory_t *memory) {
+  model *m = context;
+  block *b = memory->token;
+  pool *p = &m->pools[b->segment->small];
+  b->allocated = 0;
+  absorb(p, b, b->prev);
+  absorb(p, b, b->next);
+  if (!pool_insert(p, b)) b->allocated = 1; // no memory to cache it: it stays taken
+}
+
+static void model_destroy(void *context) {
+  model *m = context;
+  for (int i = 0; i < 2; i++) free(m->pools[i].free);
+  // Blocks still allocated belong to nobody now; their segments go back whole.
+  while (m->segment_count) give_back(m, m->segment_count - 1);
+  free(m->segments);
+  devbuf_allocator_release(m->upstream);
+  free(m);
+}
+
+static const devbuf_allocator_vtable_t model_vtable = {
+    .alloc = model_alloc, .free = model_free, .destroy = model_destroy};
+
+devbuf_status devbuf_tool_cca_model_create(devbuf_allocator_t *upstream, uint64_t memory_limit,
+                                           devbuf_allocator_t **out_allocator) {
+  model *m = calloc(1, sizeof *m);
+  if (!m) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "CCA model: no memory for its state");
+  m->upstream = devbuf_allocator_retain(upstream);
+  m->memory_limit = memory_limit;
+  devbuf_status status =
+      devbuf_allocator_create(devbuf_allocator_device(upstream), &model_vtable, m, out_allocator);
+  if (status != DEVBUF_OK) model_destroy(m);
+  return status;
+}
