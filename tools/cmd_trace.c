@@ -100,8 +100,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
         return devbuf_tool_misuse("trace", "--passes takes a count from 1 to 100, not '%s'",
                                   DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
       pass_count = (int)count;
-    } else if ((strcmp(argv[i], "--memory-limit") == 0 || strcmp(argv[i], "--page") == 0) &&
-               subcommand[0] == 'r') {
+    } else if (strcmp(argv[i], "--memory-limit") == 0 || strcmp(argv[i], "--page") == 0) {
       const char *option = argv[i];
       char *end = NULL;
       uint64_t bytes = i + 1 < argc ? strtoull(argv[++i], &end, 10) : 0;
@@ -133,7 +132,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
   if (opened) return opened;
   int code = 0;
   if (subcommand[0] == 'v') {
-    code = devbuf_tool_trace_view(device, path, html_path);
+    code = devbuf_tool_trace_view(device, path, &options, html_path);
   } else {
     devbuf_counting_upstream counts = {0};
     devbuf_allocator_t *caching = NULL;

@@ -4,7 +4,7 @@ into a devbuf allocation trace (the format of docs/traces.md), without torch and
 running anything the pickle names: the unpickler builds plain containers and numbers, and
 turns every class reference into an inert dictionary.
 
-Usage: snapshot_to_trace.py SNAPSHOT.pickle [-o OUT.trace] [--device N]
+Usage: snapshot_to_trace.py SNAPSHOT.pickle [-o OUT.trace] [--device N] [--times] [--frames N]
 
 What it writes, for device N (0 by default):
   - `# s I SIZE POOL`: the segments held when recording began (those at dump time, less the
@@ -16,12 +16,26 @@ What it writes, for device N (0 by default):
   - then the recorded events in order: `a ID SIZE` (the requested size), `f ID`
     (free_completed), `# S SIZE` (segment_alloc), `# E` + `# F SIZE` (segment_free runs),
     `# stream N` where the stream changes. Zero-byte allocations are left out.
+  - with --times, `# t MICROSECONDS` (the event's time_us) before each recorded `a` and `f`;
+    with --frames N, up to N `# frame FILE:LINE FUNCTION` lines (innermost first, as the
+    snapshot lists them) before each recorded `a`. Replay skips both; `devbuf trace view`
+    shows them (time on the axis, the stack when hovering an allocation).
 """
 import argparse
 import pickle
 import sys
 
 SMALL_SEGMENT = 2 << 20
+LONGEST_FRAME = 240  # a trace line holds at most 255 characters
+
+
+def frame_text(frame):
+    """One stack frame as a line's text: printable, and short enough for the format."""
+    if not isinstance(frame, dict) or "filename" not in frame:
+        return None
+    text = f"{frame.get('filename', '?')}:{frame.get('line', '?')} {frame.get('name', '?')}"
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= LONGEST_FRAME else text[:LONGEST_FRAME - 3] + "..."
 
 
 class Inert(dict):
@@ -56,7 +70,7 @@ def load_snapshot(path):
     return snapshot
 
 
-def convert(snapshot, device=0, source="snapshot"):
+def convert(snapshot, device=0, source="snapshot", times=False, frames=0):
     traces = snapshot.get("device_traces") or []
     events = [e for e in (traces[device] if device < len(traces) else []) if isinstance(e, dict)]
     segments = [s for s in snapshot["segments"] if isinstance(s, dict) and s.get("device", 0) == device]
@@ -118,9 +132,15 @@ def convert(snapshot, device=0, source="snapshot"):
             current_stream = stream
         if action != "segment_free":
             in_free_run = False
+        recorded = (action == "alloc" and e.get("size", 0) > 0) or (action == "free_completed" and e.get("addr") in live)
+        if times and recorded and isinstance(e.get("time_us"), int) and e["time_us"] >= 0:
+            lines.append(f"# t {e['time_us']}")
         if action == "alloc":
             if e.get("size", 0) <= 0:
                 continue
+            stack = e.get("frames") if isinstance(e.get("frames"), list) else []
+            for text in [t for t in map(frame_text, stack) if t is not None][:frames]:
+                lines.append(f"# frame {text}")
             live[e["addr"]] = next_id
             lines.append(f"a {next_id} {e['size']}")
             next_id += 1
@@ -142,9 +162,12 @@ def main():
     parser.add_argument("snapshot")
     parser.add_argument("-o", "--output")
     parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--times", action="store_true", help="keep each event's time (# t lines)")
+    parser.add_argument("--frames", type=int, default=0, metavar="N",
+                        help="keep up to N stack frames of each allocation (# frame lines)")
     args = parser.parse_args()
     try:
-        text = convert(load_snapshot(args.snapshot), args.device, args.snapshot)
+        text = convert(load_snapshot(args.snapshot), args.device, args.snapshot, args.times, max(args.frames, 0))
     except (OSError, ValueError, KeyError, TypeError, pickle.UnpicklingError, EOFError) as error:
         print(f"snapshot_to_trace: {error}", file=sys.stderr)
         return 1

@@ -1,43 +1,64 @@
-// The trace view of trace_view.h. devbuf_trace_replay_observed plays the trace through a
-// caching allocator over a counting upstream and tells the view of every record, which it
-// keeps with the live and reserved bytes after it; the page then samples that timeline in
-// COLUMNS columns. Each of the DRAWN allocations that
-// cover the most area (bytes x events) is a polygon stacked in allocation order (as a
-// stack: when an older allocation goes, the newer ones above it move down); the rest of the
-// live bytes form one grey area beneath them.
+// The trace view of trace_view.h. The trace is replayed once per policy (devbuf's caching
+// allocator, then the CCA model) over a counting upstream; a thin allocator between the
+// replay and the policy notes where each allocation landed, and the upstream's observer
+// notes each segment's address, size and lifetime. The page gets those facts as JSON and
+// its script (trace_view.js, built into the tool) draws everything from them: live bytes
+// follow from the allocations' lifetimes, reserved bytes from the segments'.
 #include "trace_view.h"
 #include "counting_upstream.h"
 #include "printable.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define COLUMNS 600
-#define DRAWN   200
-#define WIDTH   1200.0
-#define HEIGHT  520.0
-#define LEFT    90.0
-#define TOP     20.0
+#define POLICIES   2
+#define MAX_FRAMES 64 // `# frame` lines kept per allocation
+#define NEVER      UINT64_MAX
+
+extern const unsigned char devbuf_trace_view_script[];
+extern const size_t devbuf_trace_view_script_size;
+
+typedef struct segment {
+  uint64_t base, size, born, died; // died: NEVER while held
+} segment;
+
+typedef struct placed {
+  int64_t segment; // -1: refused
+  uint64_t offset;
+} placed;
+
+// One policy's replay: where each allocation went, the segments, the peaks.
+typedef struct run {
+  devbuf_tool_policy policy;
+  devbuf_allocator_t *allocator;
+  placed *placements;
+  size_t placement_capacity;
+  segment *segments;
+  size_t segment_count, segment_capacity;
+  uint64_t live, peak_live, peak_reserved, peak_reserved_at, system_allocs, refused;
+} run;
 
 typedef struct allocation {
-  uint64_t size;
-  size_t born, died; // event indices; died == event count when never freed
-  int refused;
-  int drawn;
+  uint64_t size, born, died; // died: NEVER until freed
+  size_t first_frame, frame_count;
 } allocation;
 
-typedef struct timeline {
-  allocation *allocations; // index = id - 1 (ids come as 1, 2, 3, ...)
+typedef struct view {
+  allocation *allocations;
   size_t count, capacity;
-  uint64_t *live, *reserved; // after each event
-  size_t event_count, event_capacity;
-  uint64_t live_now, peak_live, peak_reserved;
-  size_t peak_live_at, peak_reserved_at;
-  const devbuf_counting_upstream *counts;
+  uint64_t events;
+  run runs[POLICIES];
+  run *current;
+  devbuf_counting_upstream counts;
+  uint64_t last_address; // where the policy put the allocation just made
+  uint64_t *times;       // per event, microseconds; NULL when the trace has no `# t` lines
+  char **frames;
+  size_t frame_count, frame_capacity;
   int out_of_memory;
-} timeline;
+} view;
 
 static int grow(void **items, size_t *capacity, size_t count, size_t item_size) {
   if (count < *capacity) return 1;
@@ -49,221 +70,306 @@ static int grow(void **items, size_t *capacity, size_t count, size_t item_size) 
   return 1;
 }
 
-// The replay's observer: one event per record, with the bytes live and reserved after it.
-static void on_record(void *context, uint64_t id, uint64_t size, int refused) {
-  timeline *t = context;
-  size_t capacity = t->event_capacity; // `live` and `reserved` grow alike: one capacity for both
-  if (t->out_of_memory || !grow((void **)&t->live, &capacity, t->event_count, sizeof *t->live) ||
-      !grow((void **)&t->reserved, &t->event_capacity, t->event_count, sizeof *t->reserved) ||
-      (size && !grow((void **)&t->allocations, &t->capacity, t->count, sizeof *t->allocations))) {
-    t->out_of_memory = 1;
-    return;
+// The segment that holds `address`: bases only grow (the counting upstream never reuses one).
+static int64_t segment_of(const run *r, uint64_t address) {
+  size_t low = 0, high = r->segment_count;
+  while (low < high) {
+    size_t middle = low + (high - low) / 2;
+    if (r->segments[middle].base <= address) low = middle + 1;
+    else high = middle;
   }
-  size_t e = t->event_count++;
-  if (size) {
-    t->allocations[t->count++] =
-        (allocation){.size = size, .born = e, .died = SIZE_MAX, .refused = refused};
-    if (!refused) t->live_now += size;
+  return low ? (int64_t)low - 1 : -1;
+}
+
+static void on_segment(void *context, uint64_t address, uint64_t size, int freed) {
+  view *v = context;
+  run *r = v->current;
+  if (freed) {
+    int64_t s = segment_of(r, address);
+    if (s >= 0) r->segments[s].died = v->events;
+  } else if (grow((void **)&r->segments, &r->segment_capacity, r->segment_count,
+                  sizeof *r->segments)) {
+    r->segments[r->segment_count++] =
+        (segment){.base = address, .size = size, .born = v->events, .died = NEVER};
   } else {
-    allocation *a = &t->allocations[id - 1];
-    a->died = e;
-    if (!refused) t->live_now -= a->size;
+    v->out_of_memory = 1;
   }
-  t->live[e] = t->live_now;
-  t->reserved[e] = t->counts->held;
-  if (t->live_now > t->peak_live) t->peak_live = t->live_now, t->peak_live_at = e;
-  if (t->counts->held > t->peak_reserved)
-    t->peak_reserved = t->counts->held, t->peak_reserved_at = e;
 }
 
-static int by_area(const void *a, const void *b, void *context) {
-  const allocation *all = context;
-  const allocation *x = &all[*(const size_t *)a], *y = &all[*(const size_t *)b];
-  double ax = (double)x->size * (double)(x->died - x->born),
-         ay = (double)y->size * (double)(y->died - y->born);
-  return (ax < ay) - (ax > ay);
-}
-
-// Marks the DRAWN allocations that cover the most area.
-static void choose_drawn(timeline *t) {
-  size_t *order = malloc((t->count ? t->count : 1) * sizeof *order);
-  if (!order) return;
-  for (size_t i = 0; i < t->count; i++) order[i] = i;
-  qsort_r(order, t->count, sizeof *order, by_area, t->allocations);
-  for (size_t i = 0; i < t->count && i < DRAWN; i++)
-    if (!t->allocations[order[i]].refused) t->allocations[order[i]].drawn = 1;
-  free(order);
-}
-
-static double x_of(size_t event, size_t events) {
-  return LEFT + WIDTH * (double)event / (double)(events ? events : 1);
-}
-static double y_of(uint64_t bytes, uint64_t top) {
-  return TOP + HEIGHT - HEIGHT * (double)bytes / (double)top;
-}
-
-// The event that column `c` shows: the state after it.
-static size_t column_event(size_t c, size_t events) {
-  return (c + 1) * events / COLUMNS - ((c + 1) * events >= COLUMNS);
-}
-
-static void write_page(FILE *out, const char *path, const timeline *t) {
-  size_t events = t->event_count;
-  uint64_t top = t->peak_reserved > t->peak_live ? t->peak_reserved : t->peak_live;
-  if (!top) top = 1;
-  char safe_path[1024];
-  devbuf_tool_printable(path, safe_path, sizeof safe_path);
-  fprintf(out, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>devbuf trace: ");
-  for (const char *c = safe_path; *c; c++)
-    fputs(*c == '<' ? "&lt;" : *c == '&' ? "&amp;" : (char[]){*c, 0}, out);
-  fprintf(out, "</title>\n<style>body{font:14px sans-serif;margin:16px} .figure{font-weight:bold}"
-               " svg text{font:12px sans-serif}</style></head><body>\n");
-  fprintf(
-      out,
-      "<h1>Allocation trace</h1>\n<p>%zu allocations, %zu events. Live bytes stacked by allocation "
-      "(the %d that cover the most area in colour, the rest grey); reserved bytes (a caching "
-      "allocator "
-      "over a counting upstream) as the red line.</p>\n",
-      t->count, events, DRAWN);
-  fprintf(out,
-          "<p>peak live <span class=\"figure\" id=\"peak-live\" data-bytes=\"%" PRIu64 "\">%" PRIu64
-          "</span> bytes at event %zu; peak reserved <span class=\"figure\" id=\"peak-reserved\" "
-          "data-bytes=\"%" PRIu64 "\">%" PRIu64 "</span> bytes at event %zu</p>\n",
-          t->peak_live, t->peak_live, t->peak_live_at, t->peak_reserved, t->peak_reserved,
-          t->peak_reserved_at);
-  fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\">\n",
-          LEFT + WIDTH + 20, TOP + HEIGHT + 50);
-  // Axes and a scale in GiB / MiB.
-  double unit = top >= ((uint64_t)4 << 30) ? 1073741824.0 : 1048576.0;
-  const char *unit_name = unit > 2e6 ? "GiB" : "MiB";
-  for (int tick = 0; tick <= 4; tick++) {
-    double bytes = (double)top * tick / 4, y = y_of((uint64_t)bytes, top);
-    fprintf(out,
-            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/><text x=\"4\" "
-            "y=\"%.1f\">%.2f %s"
-            "</text>\n",
-            LEFT, y, LEFT + WIDTH, y, y + 4, bytes / unit, unit_name);
-  }
-  fprintf(out, "<text x=\"%.1f\" y=\"%.1f\">events (allocations and frees, in order)</text>\n",
-          LEFT, TOP + HEIGHT + 30);
-  // Grey: all live bytes, sampled per column.
-  fprintf(out, "<polygon fill=\"#ccc\" points=\"%.1f,%.1f", LEFT, y_of(0, top));
-  for (size_t c = 0; c < COLUMNS && events; c++) {
-    size_t e = column_event(c, events);
-    fprintf(out, " %.1f,%.1f", x_of(e + 1, events), y_of(t->live[e], top));
-  }
-  fprintf(out, " %.1f,%.1f\"><title>smaller allocations</title></polygon>\n", LEFT + WIDTH,
-          y_of(0, top));
-  // The drawn allocations: per column, each one's base is the live bytes below it.
-  uint64_t *bases = calloc((size_t)COLUMNS * DRAWN + 1, sizeof *bases);
-  size_t *drawn = calloc(DRAWN + 1, sizeof *drawn), drawn_count = 0;
-  for (size_t i = 0; bases && drawn && i < t->count; i++)
-    if (t->allocations[i].drawn) drawn[drawn_count++] = i;
-  for (size_t c = 0; bases && drawn && c < COLUMNS && events; c++) {
-    size_t e = column_event(c, events);
-    uint64_t below = 0;
-    size_t next_drawn = 0;
-    for (size_t i = 0; i < t->count; i++) { // in allocation order: older below newer
-      const allocation *a = &t->allocations[i];
-      int alive = !a->refused && a->born <= e && e < a->died;
-      if (a->drawn) bases[c * DRAWN + next_drawn++] = alive ? below : UINT64_MAX;
-      if (alive) below += a->size;
+static void on_record(void *context, uint64_t id, uint64_t size, int refused) {
+  view *v = context;
+  run *r = v->current;
+  uint64_t e = v->events++;
+  size_t index = (size_t)id - 1;
+  if (v->out_of_memory) return;
+  if (size) {
+    if (r == &v->runs[0]) { // the first replay records the allocations themselves
+      if (!grow((void **)&v->allocations, &v->capacity, v->count, sizeof *v->allocations)) {
+        v->out_of_memory = 1;
+        return;
+      }
+      v->allocations[v->count++] = (allocation){.size = size, .born = e, .died = NEVER};
     }
-  }
-  for (size_t d = 0; bases && drawn && d < drawn_count; d++) {
-    const allocation *a = &t->allocations[drawn[d]];
-    unsigned hue = (unsigned)(drawn[d] * 137u % 360u);
-    fprintf(out,
-            "<polygon fill=\"hsl(%u,60%%,60%%)\" stroke=\"hsl(%u,60%%,40%%)\" stroke-width=\"0.3\" "
-            "points=\"",
-            hue, hue);
-    size_t first = SIZE_MAX, last = 0;
-    for (size_t c = 0; c < COLUMNS; c++) {
-      if (bases[c * DRAWN + d] == UINT64_MAX) continue;
-      if (first == SIZE_MAX) first = c;
-      last = c;
+    if (!grow((void **)&r->placements, &r->placement_capacity, index, sizeof *r->placements)) {
+      v->out_of_memory = 1;
+      return;
     }
-    if (first == SIZE_MAX) { // shorter than a column: a sliver where it was born
-      double x = x_of(a->born, events);
-      fprintf(out, "%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f", x, y_of(0, top), x + 1, y_of(0, top),
-              x + 1, y_of(a->size, top), x, y_of(a->size, top));
-    } else {
-      for (size_t c = first; c <= last; c++)
-        if (bases[c * DRAWN + d] != UINT64_MAX)
-          fprintf(out, "%.1f,%.1f ", x_of(column_event(c, events) + 1, events),
-                  y_of(bases[c * DRAWN + d] + a->size, top));
-      for (size_t c = last + 1; c-- > first;)
-        if (bases[c * DRAWN + d] != UINT64_MAX)
-          fprintf(out, "%.1f,%.1f ", x_of(column_event(c, events) + 1, events),
-                  y_of(bases[c * DRAWN + d], top));
-    }
-    fprintf(out,
-            "\"><title>allocation %zu: %" PRIu64
-            " bytes, from event %zu to %s%zu (%zu events)</title></polygon>\n",
-            drawn[d] + 1, a->size, a->born, a->died == events ? "the end, never freed, " : "",
-            a->died, a->died - a->born);
+    int64_t s = refused ? -1 : segment_of(r, v->last_address);
+    r->placements[index] = (placed){s, s < 0 ? 0 : v->last_address - r->segments[s].base};
+    if (refused) r->refused++;
+    else r->live += size;
+  } else {
+    if (r == &v->runs[0]) v->allocations[index].died = e;
+    if (r->placements[index].segment >= 0) r->live -= v->allocations[index].size;
   }
-  free(bases);
-  free(drawn);
-  // Reserved bytes: the highest value in each column, so that no peak hides between samples.
-  fprintf(out, "<polyline fill=\"none\" stroke=\"#c00\" stroke-width=\"1.5\" points=\"");
-  for (size_t c = 0, e = 0; c < COLUMNS && events; c++) {
-    size_t end = column_event(c, events);
-    uint64_t highest = 0;
-    for (; e <= end; e++)
-      if (t->reserved[e] > highest) highest = t->reserved[e];
-    fprintf(out, "%.1f,%.1f ", x_of(end + 1, events), y_of(highest, top));
-  }
-  fprintf(out, "\"><title>reserved bytes</title></polyline>\n");
-  // The peaks.
-  double live_x = x_of(t->peak_live_at + 1, events),
-         reserved_x = x_of(t->peak_reserved_at + 1, events);
-  fprintf(out,
-          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
-          "stroke-dasharray=\"4 3\"/>"
-          "<text x=\"%.1f\" y=\"%.1f\">peak live %.2f %s</text>\n",
-          live_x, TOP, live_x, TOP + HEIGHT, live_x + 4, y_of(t->peak_live, top) + 14,
-          (double)t->peak_live / unit, unit_name);
-  fprintf(out,
-          "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#c00\"><title>peak reserved: %" PRIu64
-          " bytes</title></circle><text x=\"%.1f\" y=\"%.1f\" fill=\"#c00\">peak reserved %.2f "
-          "%s</text>\n",
-          reserved_x, y_of(t->peak_reserved, top), t->peak_reserved, reserved_x + 6,
-          y_of(t->peak_reserved, top) - 6, (double)t->peak_reserved / unit, unit_name);
-  fprintf(out, "</svg>\n</body></html>\n");
+  if (r->live > r->peak_live) r->peak_live = r->live;
+  if (v->counts.held > r->peak_reserved) r->peak_reserved = v->counts.held, r->peak_reserved_at = e;
 }
 
-int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char *page) {
-  devbuf_counting_upstream counts;
-  timeline t = {.counts = &counts};
-  char safe[1024];
-  int code = 1;
-  devbuf_allocator_t *caching = NULL;
+// The allocator between the replay and the policy: it remembers each allocation's address.
+static devbuf_status noting_alloc(void *context, size_t size, devbuf_memory_t *out) {
+  view *v = context;
+  devbuf_status status = devbuf_allocator_alloc(v->current->allocator, size, out);
+  if (status == DEVBUF_OK) v->last_address = out->device;
+  return status;
+}
+
+static void noting_free(void *context, const devbuf_memory_t *memory) {
+  view *v = context;
+  devbuf_allocator_free(v->current->allocator, memory);
+}
+
+static const devbuf_allocator_vtable_t noting_vtable = {.alloc = noting_alloc,
+                                                        .free = noting_free};
+
+static devbuf_status replay(view *v, run *r, devbuf_device_t *device,
+                            const devbuf_caching_options_t *options, const char *path) {
+  v->current = r;
+  v->events = 0;
+  v->counts = (devbuf_counting_upstream){.on_segment = on_segment, .observer_context = v};
+  devbuf_allocator_t *noting = NULL;
   devbuf_trace_summary_t summary;
-  devbuf_status status = devbuf_tool_counting_caching(device, NULL, &counts, &caching);
+  devbuf_status status =
+      devbuf_tool_counting_policy(device, r->policy, options, &v->counts, &r->allocator);
+  if (status == DEVBUF_OK) status = devbuf_allocator_create(device, &noting_vtable, v, &noting);
   if (status == DEVBUF_OK)
-    status = devbuf_trace_replay_observed(path, caching, on_record, &t, &summary);
+    status = devbuf_trace_replay_observed(path, noting, on_record, v, &summary);
+  r->system_allocs = v->counts.allocs;
+  devbuf_allocator_release(noting);
+  devbuf_allocator_release(r->allocator);
+  r->allocator = NULL;
+  return status;
+}
+
+// The trace's annotations, which replay skips: `# t MICROSECONDS` gives the time of the
+// record after it, `# frame TEXT` lines the stack of the allocation after them (innermost
+// first). The file has passed replay, so its records are well formed.
+static int read_annotations(view *v, const char *path) {
+  char why[256], line[512];
+  FILE *file = devbuf_tool_open_regular(path, why, sizeof why);
+  if (!file) return 0;
+  uint64_t event = 0, time = 0;
+  size_t next_allocation = 0, pending_first = v->frame_count, pending = 0;
+  int timed = 0;
+  while (fgets(line, sizeof line, file) && event < v->events) {
+    line[strcspn(line, "\n")] = 0;
+    if (strncmp(line, "# t ", 4) == 0) {
+      if (!timed && !(v->times = calloc(v->events ? v->events : 1, sizeof *v->times))) break;
+      timed = 1;
+      time = strtoull(line + 4, NULL, 10);
+    } else if (strncmp(line, "# frame ", 8) == 0 && pending < MAX_FRAMES) {
+      char *text = strdup(line + 8);
+      if (!text || !grow((void **)&v->frames, &v->frame_capacity, v->frame_count, sizeof *v->frames)) {
+        free(text);
+        break;
+      }
+      v->frames[v->frame_count++] = text;
+      pending++;
+    } else if (line[0] == 'a' || line[0] == 'f') {
+      if (timed) v->times[event] = time;
+      if (line[0] == 'a' && next_allocation < v->count) {
+        v->allocations[next_allocation].first_frame = pending_first;
+        v->allocations[next_allocation++].frame_count = pending;
+      }
+      if (line[0] == 'a') pending_first = v->frame_count, pending = 0;
+      event++;
+    }
+  }
+  fclose(file);
+  return 1;
+}
+
+// Text for HTML: as it is, but for the characters markup gives a meaning.
+static void write_html_text(FILE *out, const char *text) {
+  for (const char *c = text; *c; c++) {
+    if (*c == '<') fputs("&lt;", out);
+    else if (*c == '>') fputs("&gt;", out);
+    else if (*c == '&') fputs("&amp;", out);
+    else if (*c == '"') fputs("&quot;", out);
+    else fputc(*c, out);
+  }
+}
+
+// A JSON string inside a <script> element: `<` never appears, so no text ends the element.
+static void write_script_string(FILE *out, const char *text) {
+  fputc('"', out);
+  for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+    if (*c == '"' || *c == '\\') fprintf(out, "\\%c", *c);
+    else if (*c < 0x20 || *c == '<' || *c == '>' || *c == '&') fprintf(out, "\\u%04x", *c);
+    else fputc(*c, out);
+  }
+  fputc('"', out);
+}
+
+static void write_policy_json(FILE *out, const view *v, const run *r, const char *label) {
+  fprintf(out, "{\"name\": \"%s\", \"label\": ", devbuf_tool_policy_name(r->policy));
+  write_script_string(out, label);
+  fprintf(out,
+          ", \"peak_live\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
+          ", \"peak_reserved_at\": %" PRIu64 ", \"system_allocs\": %" PRIu64
+          ", \"refused\": %" PRIu64 ",\n\"segments\": [",
+          r->peak_live, r->peak_reserved, r->peak_reserved_at, r->system_allocs, r->refused);
+  for (size_t s = 0; s < r->segment_count; s++) {
+    const segment *g = &r->segments[s];
+    fprintf(out, "%s%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, s ? "," : "", g->base, g->size,
+            g->born, g->died == NEVER ? v->events : g->died);
+  }
+  fprintf(out, "],\n\"placements\": [");
+  for (size_t i = 0; i < v->count; i++)
+    fprintf(out, "%s%" PRId64 ",%" PRIu64, i ? "," : "", r->placements[i].segment,
+            r->placements[i].offset);
+  fprintf(out, "]}");
+}
+
+static void write_figure(FILE *out, const char *id, const char *what, uint64_t value,
+                         const char *unit) {
+  fprintf(out, "%s <span class=\"figure\" id=\"%s\" data-value=\"%" PRIu64 "\">%" PRIu64 "</span>%s",
+          what, id, value, value, unit);
+}
+
+static void write_page(FILE *out, const char *path, const view *v, const char *labels[POLICIES]) {
+  const run *mine = &v->runs[0], *theirs = &v->runs[1];
+  fprintf(out, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>devbuf trace: ");
+  write_html_text(out, path);
+  fprintf(out, "</title>\n<style>\n"
+               "body{font:13px sans-serif;margin:12px;color:#222}h1{font-size:18px;margin:4px 0}"
+               "h2{font-size:14px;margin:6px 0}.figure{font-weight:bold}"
+               "#panels{display:flex;flex-wrap:wrap;gap:16px}.panel{flex:1 1 640px;min-width:640px}"
+               "svg text{font:11px sans-serif;fill:#333}.axis-title{fill:#666}"
+               "#tip{position:fixed;pointer-events:none;background:#fffff4;border:1px solid #999;"
+               "padding:4px 6px;font:12px monospace;white-space:pre;max-width:720px;overflow:hidden;"
+               "box-shadow:1px 1px 4px #888;z-index:9}"
+               ".segment-summary{font:12px monospace;margin:4px 0}.help{color:#555}"
+               "button{font:12px sans-serif}\n</style></head><body>\n<h1>Allocation trace: ");
+  write_html_text(out, path);
+  fprintf(out, "</h1>\n<p>%zu allocations, %" PRIu64 " events (allocations and frees). ", v->count,
+          v->events);
+  write_figure(out, "peak-live", "Peak live", mine->peak_live, " bytes;");
+  fprintf(out, " devbuf: ");
+  write_figure(out, "peak-reserved", "peak reserved", mine->peak_reserved, " bytes,");
+  write_figure(out, "devbuf-system-allocs", "", mine->system_allocs, " system allocations,");
+  write_figure(out, "devbuf-refused", "", mine->refused, " refused;");
+  fprintf(out, " PyTorch's CCA (model): ");
+  write_figure(out, "cca-peak-reserved", "peak reserved", theirs->peak_reserved, " bytes,");
+  write_figure(out, "cca-system-allocs", "", theirs->system_allocs, " system allocations,");
+  write_figure(out, "cca-refused", "", theirs->refused, " refused.</p>\n");
+  fprintf(out,
+          "<p class=\"help\">Live bytes stacked by allocation (older below newer; the largest by "
+          "bytes x time in colour, the rest grey, which also shows the highest live bytes within "
+          "each pixel, so a spike of one event stays visible); reserved bytes as the red line. "
+          "Hover for an allocation's size, lifetime and stack. Scroll to zoom, drag across a "
+          "range to zoom into it, double-click or <button id=\"whole\">whole trace</button> to "
+          "see all. Click a moment to see what each segment held then.</p>\n"
+          "<p id=\"range\"></p>\n<div id=\"panels\"></div>\n<div id=\"tip\" hidden></div>\n"
+          "<script type=\"application/json\" id=\"trace-data\">\n{\"file\": ");
+  write_script_string(out, path);
+  fprintf(out, ", \"events\": %" PRIu64 ",\n\"times\": ", v->events);
+  if (v->times) {
+    fputc('[', out);
+    for (uint64_t e = 0; e < v->events; e++) fprintf(out, "%s%" PRIu64, e ? "," : "", v->times[e]);
+    fputc(']', out);
+  } else {
+    fputs("null", out);
+  }
+  fprintf(out, ",\n\"allocations\": [");
+  for (size_t i = 0; i < v->count; i++) {
+    const allocation *a = &v->allocations[i];
+    fprintf(out, "%s%" PRIu64 ",%" PRIu64 ",%" PRIu64, i ? "," : "", a->size, a->born,
+            a->died == NEVER ? v->events : a->died);
+  }
+  fprintf(out, "],\n\"stacks\": [");
+  for (size_t i = 0, written = 0; i < v->count; i++) {
+    const allocation *a = &v->allocations[i];
+    if (!a->frame_count) continue;
+    fprintf(out, "%s[%zu", written++ ? "," : "", i);
+    for (size_t f = 0; f < a->frame_count; f++) {
+      fputc(',', out);
+      write_script_string(out, v->frames[a->first_frame + f]);
+    }
+    fputc(']', out);
+  }
+  fprintf(out, "],\n\"policies\": [");
+  for (int p = 0; p < POLICIES; p++) {
+    if (p) fprintf(out, ",\n");
+    write_policy_json(out, v, &v->runs[p], labels[p]);
+  }
+  fprintf(out, "]}\n</script>\n<script>\n");
+  fwrite(devbuf_trace_view_script, 1, devbuf_trace_view_script_size, out);
+  fprintf(out, "</script>\n</body></html>\n");
+}
+
+static void view_free(view *v) {
+  free(v->allocations);
+  for (int p = 0; p < POLICIES; p++) {
+    free(v->runs[p].placements);
+    free(v->runs[p].segments);
+  }
+  free(v->times);
+  for (size_t f = 0; f < v->frame_count; f++) free(v->frames[f]);
+  free(v->frames);
+}
+
+int devbuf_tool_trace_view(devbuf_device_t *device, const char *path,
+                           const devbuf_caching_options_t *options, const char *page) {
+  view v = {.runs = {{.policy = DEVBUF_TOOL_POLICY_DEVBUF}, {.policy = DEVBUF_TOOL_POLICY_CCA}}};
+  char safe[1024], labels[POLICIES][160];
+  int code = 1;
+  uint64_t page_size = options && options->page_size ? options->page_size
+                                                     : devbuf_device_page_size(device);
+  snprintf(labels[0], sizeof labels[0], "devbuf's caching allocator (%s, %" PRIu64 "-byte page)",
+           devbuf_device_spec(device), page_size);
+  snprintf(labels[1], sizeof labels[1], "PyTorch's CUDA caching allocator (model, defaults)");
+  if (options && options->memory_limit) {
+    for (int p = 0; p < POLICIES; p++) {
+      size_t used = strlen(labels[p]);
+      snprintf(labels[p] + used, sizeof labels[p] - used, ", limit %" PRIu64 " bytes",
+               options->memory_limit);
+    }
+  }
+  devbuf_status status = DEVBUF_OK;
+  for (int p = 0; p < POLICIES && status == DEVBUF_OK && !v.out_of_memory; p++)
+    status = replay(&v, &v.runs[p], device, options, path);
   if (status != DEVBUF_OK) {
     devbuf_tool_report("trace", NULL);
-  } else if (t.out_of_memory) {
+  } else if (v.out_of_memory || !read_annotations(&v, path)) {
     fprintf(stderr, "devbuf trace: no memory to draw %s\n", DEVBUF_PRINTABLE(path, safe));
   } else {
-    for (size_t i = 0; i < t.count; i++)
-      if (t.allocations[i].died == SIZE_MAX) t.allocations[i].died = t.event_count; // never freed
-    choose_drawn(&t);
     FILE *out = fopen(page, "w");
     if (!out) {
-      fprintf(stderr, "devbuf trace: cannot write %s\n", DEVBUF_PRINTABLE(page, safe));
+      fprintf(stderr, "devbuf trace: cannot write %s: %s\n", DEVBUF_PRINTABLE(page, safe),
+              strerror(errno));
     } else {
-      write_page(out, path, &t);
+      const char *label_of[POLICIES] = {labels[0], labels[1]};
+      write_page(out, path, &v, label_of);
       code = fclose(out) == 0 ? 0 : 1;
-      printf("wrote %s: peak live %" PRIu64 " bytes, peak reserved %" PRIu64 " bytes\n",
-             DEVBUF_PRINTABLE(page, safe), t.peak_live, t.peak_reserved);
+      if (code) fprintf(stderr, "devbuf trace: cannot write %s: %s\n", DEVBUF_PRINTABLE(page, safe),
+                        strerror(errno));
+      else printf("wrote %s: peak live %" PRIu64 " bytes, peak reserved %" PRIu64
+                  " bytes (PyTorch's CCA, modelled: %" PRIu64 ")\n",
+                  DEVBUF_PRINTABLE(page, safe), v.runs[0].peak_live, v.runs[0].peak_reserved,
+                  v.runs[1].peak_reserved);
     }
   }
-  devbuf_allocator_release(caching);
-  free(t.allocations);
-  free(t.live);
-  free(t.reserved);
+  view_free(&v);
   return code;
 }

@@ -80,6 +80,39 @@ expect(body == expected, "trace lines:\n  " + "\n  ".join(body))
 replayed = subprocess.run([tool, "trace", "replay", trace, "--json"], capture_output=True, text=True)
 expect(replayed.returncode == 0 and '"allocs": 4' in replayed.stdout and '"never_freed": 2' in replayed.stdout,
        f"devbuf replays it: {replayed.stdout} {replayed.stderr}")
+# --times and --frames: `# t` before each recorded record, `# frame` lines before each `a`,
+# made printable and cut to the format's line length; replay and view read the result.
+timed = {
+    "segments": [],
+    "device_traces": [[
+        {"action": "alloc", "addr": 0x1000, "size": 4096, "stream": 0, "time_us": 1700000000000100,
+         "frames": [{"filename": "model.py", "line": 12, "name": "forward"},
+                    {"filename": "train.py", "line": 40, "name": "step\nwith a newline"},
+                    {"filename": "main.py", "line": 1, "name": "<module>"}]},
+        {"action": "alloc", "addr": 0x3000, "size": 512, "stream": 0, "time_us": 1700000000000150,
+         "frames": [{"filename": "x" * 300, "line": 1, "name": "f"}, Evil()]},
+        {"action": "free_requested", "addr": 0x1000, "size": 4096, "stream": 0, "time_us": 1700000000000190},
+        {"action": "free_completed", "addr": 0x1000, "size": 4096, "stream": 0, "time_us": 1700000000000200},
+    ]],
+}
+with open(pickled, "wb") as f:
+    pickle.dump(timed, f, protocol=4)
+result = subprocess.run([sys.executable, converter, pickled, "-o", trace, "--times", "--frames", "2"],
+                        capture_output=True, text=True)
+expect(result.returncode == 0, f"converter --times --frames 2: {result.stderr}")
+expect(not os.path.exists(marker), "the pickle's os.system call ran")
+body = [line for line in open(trace).read().splitlines() if not line.startswith("# converted")]
+expected = ["# devbuf trace 1", "# stream 0",
+            "# t 1700000000000100", "# frame model.py:12 forward", "# frame train.py:40 step?with a newline", "a 1 4096",
+            "# t 1700000000000150", "# frame " + "x" * 237 + "...", "a 2 512",
+            "# t 1700000000000200", "f 1"]
+expect(body == expected, "trace lines with times and frames:\n  " + "\n  ".join(body))
+page = os.path.join(scratch, "timed.html")
+viewed = subprocess.run([tool, "trace", "view", trace, "-o", page], capture_output=True, text=True)
+html = open(page).read() if viewed.returncode == 0 else ""
+expect(viewed.returncode == 0 and '"times": [1700000000000100,1700000000000150,1700000000000200]' in html
+       and '[0,"model.py:12 forward","train.py:40 step?with a newline"]' in html,
+       f"trace view keeps the times and the stack: {viewed.stderr}")
 # Not a snapshot, and not a pickle: a message, exit 1.
 junk = os.path.join(scratch, "junk.pickle")
 with open(junk, "wb") as f:
