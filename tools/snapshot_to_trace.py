@@ -18,7 +18,8 @@ What it writes, for device N (0 by default):
     `# stream N` where the stream changes. Zero-byte allocations are left out.
   - with --times, `# t MICROSECONDS` (the event's time_us) before each recorded `a` and `f`;
     with --frames N, up to N `# frame FILE:LINE FUNCTION` lines (innermost first, as the
-    snapshot lists them) before each recorded `a`. Replay skips both; `devbuf trace view`
+    snapshot lists them; only the Python frames where the stack has any) before each
+    recorded `a`. Replay skips both; `devbuf trace view`
     shows them (time on the axis, the stack when hovering an allocation).
 """
 import argparse
@@ -138,8 +139,12 @@ def convert(snapshot, device=0, source="snapshot", times=False, frames=0):
         if action == "alloc":
             if e.get("size", 0) <= 0:
                 continue
-            stack = e.get("frames") if isinstance(e.get("frames"), list) else []
-            for text in [t for t in map(frame_text, stack) if t is not None][:frames]:
+            stack = [f for f in (e.get("frames") if isinstance(e.get("frames"), list) else [])
+                     if isinstance(f, dict) and "filename" in f]
+            # The program's own lines are the Python frames; the C++ ones under them are the
+            # allocator, the dispatcher and the interpreter, the same for every allocation.
+            python = [f for f in stack if str(f["filename"]).endswith(".py")]
+            for text in [t for t in map(frame_text, python or stack) if t is not None][:frames]:
                 lines.append(f"# frame {text}")
             live[e["addr"]] = next_id
             lines.append(f"a {next_id} {e['size']}")

@@ -175,8 +175,10 @@ static int read_annotations(view *v, const char *path) {
     line[strcspn(line, "\n")] = 0;
     if (strncmp(line, "# t ", 4) == 0) {
       if (!timed && !(v->times = calloc(v->events ? v->events : 1, sizeof *v->times))) break;
-      timed = 1;
       time = strtoull(line + 4, NULL, 10);
+      if (!timed) // records before the first time (allocations live when recording began) take it
+        for (uint64_t e = 0; e < event; e++) v->times[e] = time;
+      timed = 1;
     } else if (strncmp(line, "# frame ", 8) == 0 && pending < MAX_FRAMES) {
       char *text = strdup(line + 8);
       if (!text || !grow((void **)&v->frames, &v->frame_capacity, v->frame_count, sizeof *v->frames)) {
@@ -257,7 +259,7 @@ static void write_page(FILE *out, const char *path, const view *v, const char *l
                "#panels{display:flex;flex-wrap:wrap;gap:16px}.panel{flex:1 1 640px;min-width:640px}"
                "svg text{font:11px sans-serif;fill:#333}.axis-title{fill:#666}"
                "#tip{position:fixed;pointer-events:none;background:#fffff4;border:1px solid #999;"
-               "padding:4px 6px;font:12px monospace;white-space:pre;max-width:720px;overflow:hidden;"
+               "padding:4px 6px;font:12px monospace;white-space:pre-wrap;word-break:break-all;max-width:720px;"
                "box-shadow:1px 1px 4px #888;z-index:9}"
                ".segment-summary{font:12px monospace;margin:4px 0}.help{color:#555}"
                "button{font:12px sans-serif}\n</style></head><body>\n<h1>Allocation trace: ");

@@ -132,8 +132,10 @@
   const span = () => view.to - view.from;
   const xOf = (e) => LEFT + ((e - view.from) / span()) * PLOT;
   const eventAt = (x) => Math.max(0, Math.min(events - 1, Math.floor(view.from + ((x - LEFT) / PLOT) * span())));
-  let topBytes = 1;
-  const yOf = (b) => TOP + HEIGHT - (HEIGHT * b) / topBytes;
+  // Bytes shown: bottomBytes to topBytes. Zoomed in, the bottom rises towards the least live
+  // bytes in view, so that the allocations that come and go above the long-lived ones show.
+  let topBytes = 1, bottomBytes = 0;
+  const yOf = (b) => Math.min(TOP + HEIGHT, Math.max(TOP, TOP + HEIGHT - (HEIGHT * (b - bottomBytes)) / (topBytes - bottomBytes)));
 
   // The columns: one per pixel; each shows the state after its sample event, and the highest
   // live and reserved bytes of all the events it covers.
@@ -175,9 +177,10 @@
     chart.setAttribute("data-from", view.from);
     chart.setAttribute("data-to", view.to);
     chart.setAttribute("data-top-bytes", topBytes);
+    chart.setAttribute("data-bottom-bytes", bottomBytes);
     // Axes: bytes.
-    const yStep = niceBytesStep(topBytes / 5);
-    for (let b = 0; b <= topBytes + 1e-9; b += yStep) {
+    const yStep = niceBytesStep((topBytes - bottomBytes) / 5);
+    for (let b = bottomBytes; b <= topBytes + 1e-9; b += yStep) {
       element("line", { x1: LEFT, x2: LEFT + PLOT, y1: yOf(b), y2: yOf(b), stroke: "#e4e4e4" }, chart);
       text(chart, LEFT - 6, yOf(b) + 4, bytes(b), { "text-anchor": "end", class: "y-tick" });
     }
@@ -256,12 +259,17 @@
 
   function render() {
     const columnList = columns();
-    topBytes = 1;
+    let highest = 1, lowest = Infinity;
     for (const panel of panels) {
       for (const values of [panel.policy.live, panel.policy.reserved])
-        for (const v of envelope(values, columnList)) if (v > topBytes) topBytes = v;
+        for (const v of envelope(values, columnList)) if (v > highest) highest = v;
+      for (const c of columnList) lowest = Math.min(lowest, panel.policy.live[c.sample]);
     }
-    topBytes = Math.ceil(topBytes / niceBytesStep(topBytes / 5)) * niceBytesStep(topBytes / 5);
+    const zoomed = view.from > 0 || view.to < events;
+    const floor = zoomed && lowest < Infinity ? 0.9 * lowest : 0;
+    const step = niceBytesStep(Math.max(highest - floor, 1) / 5);
+    bottomBytes = Math.floor(floor / step) * step;
+    topBytes = Math.max(Math.ceil(highest / step) * step, bottomBytes + step);
     const drawn = chooseDrawn();
     for (const panel of panels) {
       panel.columns = columnList;
@@ -378,7 +386,7 @@
     const column = panel.columns[Math.floor(x - LEFT)];
     if (!column) return hide();
     const e = column.sample, policy = panel.policy;
-    const wanted = ((TOP + HEIGHT - y) / HEIGHT) * topBytes;
+    const wanted = bottomBytes + ((TOP + HEIGHT - y) / HEIGHT) * (topBytes - bottomBytes);
     for (const p of panels) p.cursor.setAttribute("x1", x), p.cursor.setAttribute("x2", x);
     let sum = 0;
     for (let i = 0; i < count && born[i] <= e; i++) {

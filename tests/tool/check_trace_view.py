@@ -213,8 +213,13 @@ def chart_geometry(chromium, policy):
         const chart = document.querySelector('#panel-{policy} .chart'), box = chart.getBoundingClientRect();
         const d = chart.dataset;
         return {{left: box.left + Number(d.left), top: box.top + Number(d.top), width: Number(d.width),
-                 height: Number(d.height), from: Number(d.from), to: Number(d.to), topBytes: Number(d.topBytes)}};
+                 height: Number(d.height), from: Number(d.from), to: Number(d.to), topBytes: Number(d.topBytes),
+                 bottomBytes: Number(d.bottomBytes)}};
     }})()""")
+
+
+def y_of(g, value):
+    return g["top"] + g["height"] * (1 - (value - g["bottomBytes"]) / (g["topBytes"] - g["bottomBytes"]))
 
 
 def column_sample(g, column):
@@ -257,7 +262,7 @@ try:
     sample = column_sample(g, column)
     base = sum(s for s, b, d in allocations[:target] if b <= sample < d)
     x = g["left"] + column + 0.5
-    y = g["top"] + g["height"] * (1 - (base + size / 2) / g["topBytes"])
+    y = y_of(g, base + size / 2)
     chromium.mouse("mouseMoved", x, y)
     words = chromium.evaluate(tip)
     expect(words.startswith(f"allocation {target + 1}: ") and f"({size:,} bytes)" in words and f"from event {born:,} to" in words,
@@ -275,6 +280,22 @@ try:
            f"the wheel zoomed {g['from']}..{g['to']} to {zoomed['from']}..{zoomed['to']} around event {pointed:.0f}")
     other = chart_geometry(chromium, "cca")
     expect((other["from"], other["to"]) == (zoomed["from"], zoomed["to"]), "both panels show the same events")
+    # Zoomed in, the byte axis starts near the least live bytes in view; a band there still
+    # names its allocation.
+    expect(zoomed["bottomBytes"] > 0, f"zoomed in, the byte axis still starts at {zoomed['bottomBytes']}")
+    column = zoomed["width"] // 2
+    sample = column_sample(zoomed, column)
+    stacked, below = [], 0
+    for i, (s, b, d) in enumerate(allocations):
+        if b <= sample < d:
+            stacked.append((i, below, s))
+            below += s
+    visible = [entry for entry in stacked if entry[1] >= zoomed["bottomBytes"]]
+    if expect(visible, f"an allocation above {zoomed['bottomBytes']} bytes after event {sample}"):
+        i, base_i, size_i = max(visible, key=lambda entry: entry[2])
+        chromium.mouse("mouseMoved", zoomed["left"] + column + 0.5, y_of(zoomed, base_i + size_i / 2))
+        words = chromium.evaluate(tip)
+        expect(words.startswith(f"allocation {i + 1}: "), f"zoomed, hover over allocation {i + 1} shows {words!r}")
     zoomed_ticks = chromium.evaluate("[...document.querySelectorAll('#panel-devbuf .x-tick')].map(t => t.textContent)")
     expect(zoomed_ticks != ticks and len(zoomed_ticks) >= 4, f"ticks after zooming {zoomed_ticks}")
     x0, x1 = zoomed["left"] + 100, zoomed["left"] + 300
@@ -350,14 +371,14 @@ try:
     time_ticks = chromium.evaluate("[...document.querySelectorAll('#panel-devbuf .time-tick')].map(t => t.textContent)")
     expect(len(time_ticks) >= 4 and all(re.fullmatch(r"[\d.]+ (µs|ms|s|min)", t) for t in time_ticks), f"time ticks {time_ticks}")
     g = chart_geometry(chromium, "devbuf")
-    chromium.mouse("mouseMoved", g["left"] + 50.5, g["top"] + g["height"] * (1 - 8 * MiB / g["topBytes"]))
+    chromium.mouse("mouseMoved", g["left"] + 50.5, y_of(g, 8 * MiB))
     words = chromium.evaluate(tip)
     expect(words.startswith("allocation 1: 16 MiB") and "stack:\n  model.py:12 forward\n  </script><b>train.py:40</b> step" in words
            and "allocated at 0 µs" in words, f"hover over the first allocation shows {words!r}")
     chromium.mouse("mouseMoved", 1, 1)
     image = png_pixels(chromium.screenshot("spike.png"))
     spike_x = g["left"] + (spike_event + 0.5 - g["from"]) / (g["to"] - g["from"]) * g["width"]
-    spike_y = g["top"] + g["height"] * (1 - 48 * MiB / g["topBytes"])
+    spike_y = y_of(g, 48 * MiB)
     background = pixel(image, 5, 5)
     at_spike = [pixel(image, spike_x + dx, spike_y) for dx in (-1, 0, 1)]
     expect(any(p != background for p in at_spike), f"the one-event spike shows at x {spike_x:.0f}: {at_spike}")
