@@ -243,6 +243,15 @@
     let line = "";
     columnList.forEach((c, k) => { line += c.left + "," + yOf(reserved[k]) + " " + c.right + "," + yOf(reserved[k]) + " "; });
     element("polyline", { points: line, fill: "none", stroke: "#c00", "stroke-width": 1.5, class: "reserved" }, chart);
+    // Requests the policy refused (under a memory limit): a red mark each on the event axis.
+    let marks = 0;
+    for (let i = 0; i < count && marks < 2000; i++) {
+      if (policy.segmentOf[i] >= 0 || born[i] < view.from || born[i] >= view.to) continue;
+      const mark = element("line", { x1: xOf(born[i] + 0.5), x2: xOf(born[i] + 0.5), y1: TOP + HEIGHT - 8, y2: TOP + HEIGHT,
+        stroke: "#e00", "stroke-width": 2, class: "refused", "data-refused": i }, chart);
+      element("title", {}, mark).textContent = "refused: allocation " + (i + 1) + ", " + bytes(size[i]);
+      marks++;
+    }
     // The peak of reserved bytes, and the moment whose segments are shown.
     const peakAt = policy.figures.peak_reserved_at;
     if (peakAt >= view.from && peakAt < view.to) {

@@ -340,6 +340,19 @@ try:
     colours = len({pixel(image, x, y) for x in range(0, WIDTH, 7) for y in range(0, HEIGHT, 11)})
     expect(colours > 20, f"the screenshot has {colours} colours: blank?")
 
+    # ---- under a memory limit: each policy's refusals, marked where they happened ------------
+    limit = str(mine.get("peak_requested_bytes", 0) * 9 // 10)
+    page = os.path.join(scratch, "limit.html")
+    result = subprocess.run([tool, "trace", "view", trace, "-o", page, "--memory-limit", limit], capture_output=True, text=True)
+    expect(result.returncode == 0, f"trace view --memory-limit {limit}: {result.stderr}")
+    expect(chromium.open(page), "the page under a limit runs its script")
+    for policy, options in (("devbuf", ()), ("cca", ("--policy", "cca"))):
+        refused = replay(trace, "--memory-limit", limit, *options).get("refused")
+        marks = chromium.evaluate(f"document.querySelectorAll('#panel-{policy} .chart .refused').length")
+        shown = chromium.evaluate(f"Number(document.getElementById('{policy}-refused').dataset.value)")
+        expect(refused and marks == refused == shown,
+               f"{policy} under a limit of {limit}: {marks} marks, {shown} in the figures, the replay refuses {refused}")
+
     # ---- a synthetic trace: a spike of one event, time, stacks, markup in names --------------
     MiB = 1 << 20
     lines = ["# devbuf trace 1", "# frame model.py:12 forward", "# frame </script><b>train.py:40</b> step", "# t 1000000", "a 1 16777216"]
