@@ -137,7 +137,9 @@ int devbuf_cmd_trace(int argc, char **argv) {
     devbuf_counting_upstream counts = {0};
     devbuf_allocator_t *caching = NULL;
     devbuf_status status = devbuf_tool_counting_policy(device, policy, &options, &counts, &caching);
-    uint64_t page = options.page_size ? options.page_size : devbuf_device_page_size(device);
+    uint64_t page = policy == DEVBUF_TOOL_POLICY_CCA ? (uint64_t)2 << 20 // CCA's segments: whole 2 MiB
+                    : options.page_size                ? options.page_size
+                                                       : devbuf_device_page_size(device);
     devbuf_trace_summary_t summary, first = {0};
     pass_figures passes[100];
     devbuf_allocator_stats_t stats = {0};
