@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 build=build/fuzz
 CC=clang cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEVBUF_FUZZ=ON \
-  -DDEVBUF_SANITIZE=address,undefined -DDEVBUF_BUILD_TESTS=OFF >"$build.configure.log" 2>&1 &&
+  -DDEVBUF_WERROR=ON -DDEVBUF_SANITIZE=address,undefined -DDEVBUF_BUILD_TESTS=OFF >"$build.configure.log" 2>&1 &&
   cmake --build "$build" --target fuzz_safetensors fuzz_dlpack fuzz_export >"$build.build.log" 2>&1 ||
   { cat "$build.configure.log" "$build.build.log" 2>/dev/null | tail -30; echo "fuzz: BUILD FAILED"; exit 1; }
 

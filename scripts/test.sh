@@ -25,7 +25,7 @@ suite() {
   local debug_checks=OFF
   [ -n "$sanitize" ] && debug_checks=ON
   if ! CC=$cc cmake -S . -B "build/$name" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
-      -DDEVBUF_SANITIZE="$sanitize" -DDEVBUF_DEBUG_CHECKS=$debug_checks >"$log_dir/$name.configure" 2>&1 ||
+      -DDEVBUF_SANITIZE="$sanitize" -DDEVBUF_DEBUG_CHECKS=$debug_checks -DDEVBUF_WERROR=ON >"$log_dir/$name.configure" 2>&1 ||
      ! cmake --build "build/$name" >"$log_dir/$name.build" 2>&1; then
     cat "$log_dir/$name.configure" "$log_dir/$name.build" 2>/dev/null | tail -40
     echo "== $name: BUILD FAILED"
