@@ -13,9 +13,8 @@ typedef struct unit {
 } unit;
 
 static const unit units[] = {
-    {"", 0},    {"b", 0},    {"k", 10},   {"kb", 10}, {"kib", 10}, {"m", 20},
-    {"mb", 20}, {"mib", 20}, {"g", 30},   {"gb", 30}, {"gib", 30}, {"t", 40},
-    {"tb", 40}, {"tib", 40},
+    {"", 0},     {"b", 0},  {"k", 10},  {"kb", 10},  {"kib", 10}, {"m", 20},  {"mb", 20},
+    {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}, {"t", 40},   {"tb", 40}, {"tib", 40},
 };
 
 const char *devbuf_tool_parse_size(const char *text, uint64_t *out) {
@@ -41,10 +40,11 @@ const char *devbuf_tool_parse_size(const char *text, uint64_t *out) {
   return "has an unknown unit (B, K, KiB, M, MiB, G, GiB, T or TiB)";
 }
 
-int devbuf_tool_size_option(const char *command, const char *option, const char *text,
-                            uint64_t min, uint64_t max, uint64_t *out) {
+int devbuf_tool_size_option(const char *command, const char *option, const char *text, uint64_t min,
+                            uint64_t max, uint64_t *out) {
   char safe[256], low[32], high[32];
-  if (!text) return devbuf_tool_misuse(command, "%s needs a size, such as 4096, 64KiB or 2G", option);
+  if (!text)
+    return devbuf_tool_misuse(command, "%s needs a size, such as 4096, 64KiB or 2G", option);
   const char *why = devbuf_tool_parse_size(text, out);
   if (why)
     return devbuf_tool_misuse(command, "%s takes a size such as 4096, 64KiB or 2G: '%s' %s", option,
@@ -70,11 +70,14 @@ const char *devbuf_tool_human_size(uint64_t bytes, char *out, size_t capacity) {
   int index = 0;
   double value = (double)bytes / 1024;
   while (value >= 1023.5 && index < 5) value /= 1024, index++; // never "1024 KiB"
-  if (value == (double)(uint64_t)value) // whole: 512 KiB, 2 MiB
+  if (value == (double)(uint64_t)value)                        // whole: 512 KiB, 2 MiB
     snprintf(out, capacity, "%.0f %s", value, names[index]);
   else
-    snprintf(out, capacity, value < 10 ? "%.2f %s" : value < 100 ? "%.1f %s" : "%.0f %s", value,
-             names[index]);
+    snprintf(out, capacity,
+             value < 10    ? "%.2f %s"
+             : value < 100 ? "%.1f %s"
+                           : "%.0f %s",
+             value, names[index]);
   return out;
 }
 

@@ -17,8 +17,8 @@ const char *devbuf_tool_parse_size(const char *text, uint64_t *out);
 // The value of a size option of `command` (`option`, such as "--memory-limit", took
 // `text`; NULL when the call ended first), from `min` to `max` bytes: 0 and the size in
 // *out, or 2 after printing the mistake, naming the value, and the usage (the exit code).
-int devbuf_tool_size_option(const char *command, const char *option, const char *text,
-                            uint64_t min, uint64_t max, uint64_t *out);
+int devbuf_tool_size_option(const char *command, const char *option, const char *text, uint64_t min,
+                            uint64_t max, uint64_t *out);
 
 // "1.62 GiB", "512 KiB", "100 bytes" (binary units, three significant figures) into `out`;
 // returns `out`.
