@@ -7,6 +7,7 @@
 #include "usage.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,11 +83,14 @@ bool bench_sample_file(const bench_config *config, char *path, size_t capacity) 
   snprintf(written, sizeof written, "%s/devbuf-bench-XXXXXX", folder);
   int fd = mkstemp(written);
   if (fd < 0)
-    return devbuf_set_error(DEVBUF_IO_ERROR, "cannot create a file in %s", folder) == DEVBUF_OK;
+    return devbuf_set_error(DEVBUF_IO_ERROR, "cannot create a file in %s: %s", folder,
+                            strerror(errno)) == DEVBUF_OK;
   close(fd);
   printf("(writing a %zu MiB sample model, removed when the benchmark ends)\n", target >> 20);
   bool ok = devbuf_tool_write_sample(written, target) == DEVBUF_OK;
   fd = ok ? open(written, O_RDONLY | O_CLOEXEC) : -1;
+  if (ok && fd < 0)
+    devbuf_set_error(DEVBUF_IO_ERROR, "cannot open %s: %s", written, strerror(errno));
   unlink(written);
   if (fd < 0) return false;
   snprintf(open_path, sizeof open_path, "/proc/%d/fd/%d", (int)getpid(), fd);
@@ -194,8 +198,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
     } else if (strcmp(argv[i], "--json") == 0) {
       json = 1;
     } else {
-      return devbuf_tool_misuse("bench", "unknown option '%s'",
-                                devbuf_tool_printable(argv[i], safe, sizeof safe));
+      return devbuf_tool_unexpected("bench", argv[i], " (bench takes options only)");
     }
   }
   int opened = devbuf_tool_open_device("bench", spec, &config.device);

@@ -11,6 +11,7 @@
 #include "bench.h"
 
 #include <fcntl.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,8 +89,12 @@ static double python_seconds(const char *python, const char *path) {
 void bench_load(const bench_config *config) {
   char path[512];
   struct stat info;
-  if (!bench_sample_file(config, path, sizeof path) || stat(path, &info) != 0) {
-    printf("== load: skipped, cannot write %s: %s ==\n\n", path, devbuf_last_error());
+  if (!bench_sample_file(config, path, sizeof path)) {
+    printf("== load: skipped, no sample model: %s ==\n\n", devbuf_last_error());
+    return;
+  }
+  if (stat(path, &info) != 0) {
+    printf("== load: skipped, cannot stat %s: %s ==\n\n", path, strerror(errno));
     return;
   }
   size_t size = (size_t)info.st_size;

@@ -9,6 +9,7 @@
 // device (docs/processes.md says what a forked child may use).
 #include "bench.h"
 
+#include <errno.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -189,8 +190,17 @@ static void handovers(const bench_config *config, size_t size, int count, double
     char seen = 0;
     uint64_t start = bench_now_ns();
     int fd = memfd_create("bench-raw", MFD_CLOEXEC);
-    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) break;
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+      printf("   (raw handover: cannot make a memfd of %zu bytes: %s)\n", size, strerror(errno));
+      if (fd >= 0) close(fd);
+      break;
+    }
     unsigned char *data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (data == MAP_FAILED) {
+      printf("   (raw handover: cannot map %zu bytes of a memfd: %s)\n", size, strerror(errno));
+      close(fd);
+      break;
+    }
     data[0] = 0x42;
     char byte = 0;
     union {

@@ -8,9 +8,11 @@
 #include "counting_upstream.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct cca_figures {
   char trace[256];
@@ -32,7 +34,10 @@ static bool number_after(const char *from, const char *until, const char *key, u
 // per entry, its numbers after it). Returns how many were read, at most `capacity`.
 static size_t read_figures(const char *path, cca_figures *out, size_t capacity) {
   FILE *file = fopen(path, "r");
-  if (!file) return 0;
+  if (!file) {
+    printf("   (skipped: cannot read %s: %s)\n", path, strerror(errno));
+    return 0;
+  }
   static char text[1 << 20];
   size_t length = fread(text, 1, sizeof text - 1, file);
   fclose(file);
@@ -98,19 +103,28 @@ void bench_traces(const bench_config *config) {
          folder);
   DIR *dir = opendir(folder);
   if (!dir) {
-    printf("   (skipped: no folder %s; run from the repository root or pass --traces DIR)\n\n",
-           folder);
+    printf("   (skipped: cannot open the folder %s: %s; run from the repository root or pass "
+           "--traces DIR)\n\n",
+           folder, strerror(errno));
     return;
   }
   char *sources[64];
   size_t source_count = 0;
-  for (struct dirent *entry; (entry = readdir(dir)) && source_count < 64;)
-    if (entry->d_name[0] != '.') sources[source_count++] = strdup(entry->d_name);
+  for (struct dirent *entry; (entry = readdir(dir)) && source_count < 64;) {
+    char path[4096];
+    struct stat info;
+    snprintf(path, sizeof path, "%s/%s", folder, entry->d_name);
+    if (entry->d_name[0] != '.' && stat(path, &info) == 0 && S_ISDIR(info.st_mode))
+      sources[source_count++] = strdup(entry->d_name); // a folder per source
+  }
   closedir(dir);
   qsort(sources, source_count, sizeof *sources, by_name);
-  printf("   %-46s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %-26s\n", "", "", "", "", "", "", "",
+  // Each trace's whole name on a line of its own, its two rows (one per page) under it: the
+  // names (source folder / file) are too long for a column, and cut they lose what tells
+  // them apart.
+  printf("   %-7s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %-26s\n", "", "", "", "", "", "", "",
          "at CCA's", "peak:", "", "growable segments");
-  printf("   %-46s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %7s %6s %5s %4s\n", "trace", "page",
+  printf("   %-7s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %7s %6s %5s %4s\n", "trace:", "page",
          "requested", "CCA", "devbuf", "ratio", "sys allocs/CCA", "refused", "sys", "pass 2",
          "devbuf", "/req", "sys", "ref");
   int met = 0, rows = 0, growable_rows = 0;
@@ -127,6 +141,7 @@ void bench_traces(const bench_config *config) {
       char name[600];
       length = snprintf(name, sizeof name, "%s/%s", sources[s], figures[t].trace);
       if (length < 0 || (size_t)length >= sizeof name) continue;
+      printf("   %s\n", name);
       for (int p = 0; p < 2; p++) {
         uint64_t page = p == 0 ? (uint64_t)2 << 20 : 4096;
         replay_result free_run = replay(config->device, path, page, 0, false);
@@ -135,7 +150,8 @@ void bench_traces(const bench_config *config) {
         replay_result growing_limited =
             replay(config->device, path, page, figures[t].peak_reserved, true);
         if (!free_run.ok || !limited.ok || !growing.ok || !growing_limited.ok) {
-          printf("   %-46.46s cannot be replayed: %s\n", figures[t].trace, devbuf_last_error());
+          printf("   %-7s %5s cannot be replayed: %s\n", "", p == 0 ? "2 MiB" : "4 KiB",
+                 devbuf_last_error());
           continue;
         }
         double ratio = (double)free_run.peak_reserved / (double)figures[t].peak_reserved;
@@ -149,11 +165,10 @@ void bench_traces(const bench_config *config) {
         rows++;
         met += row_met;
         if (ratio > worst_ratio) worst_ratio = ratio;
-        printf("   %-46.46s %5s %9.3f %7.3f %7.3f %6.3f %7llu/%-7llu %7llu %8llu %6llu %s | %7.3f "
+        printf("   %-7s %5s %9.3f %7.3f %7.3f %6.3f %7llu/%-7llu %7llu %8llu %6llu %s | %7.3f "
                "%6.3f %5llu "
                "%4llu%s\n",
-               name + (strlen(name) > 46 ? strlen(name) - 46 : 0), p == 0 ? "2 MiB" : "4 KiB",
-               (double)free_run.peak_requested / (1 << 30),
+               "", p == 0 ? "2 MiB" : "4 KiB", (double)free_run.peak_requested / (1 << 30),
                (double)figures[t].peak_reserved / (1 << 30),
                (double)free_run.peak_reserved / (1 << 30), ratio,
                (unsigned long long)free_run.system_allocs,

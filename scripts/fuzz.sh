@@ -1,31 +1,38 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with ASan+UBSan and runs each for SECONDS (default 60),
-# starting from the hostile corpus and the real files in tests/data. A crash, leak or timeout
-# fails the run and leaves the input in build/fuzz/artifacts/.
+# Builds the libFuzzer targets (every fuzz/fuzz_*.c) with ASan+UBSan and runs each for
+# SECONDS (default 60), starting from the hostile corpus and the real files in tests/data.
+# A crash, leak or timeout fails the run and leaves the input in build/fuzz/artifacts/.
+# Prints "== fuzz_NAME: passed" or "== fuzz_NAME: FAILED" for each (scripts/test.sh counts them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 build=build/fuzz
+targets=()
+for source in fuzz/fuzz_*.c; do targets+=("$(basename "$source" .c)"); done
+mkdir -p build
 CC=clang cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEVBUF_FUZZ=ON \
-  -DDEVBUF_SANITIZE=address,undefined -DDEVBUF_BUILD_TESTS=OFF >"$build.configure.log" 2>&1 &&
-  cmake --build "$build" --target fuzz_safetensors fuzz_dlpack fuzz_export >"$build.build.log" 2>&1 ||
+  -DDEVBUF_WERROR=ON -DDEVBUF_SANITIZE=address,undefined -DDEVBUF_BUILD_TESTS=OFF >"$build.configure.log" 2>&1 &&
+  cmake --build "$build" --target "${targets[@]}" >"$build.build.log" 2>&1 ||
   { cat "$build.configure.log" "$build.build.log" 2>/dev/null | tail -30; echo "fuzz: BUILD FAILED"; exit 1; }
 
-mkdir -p "$build/corpus/safetensors" "$build/corpus/dlpack" "$build/corpus/export" "$build/artifacts"
+mkdir -p "$build/artifacts"
+for target in "${targets[@]}"; do mkdir -p "$build/corpus/${target#fuzz_}"; done
 cp tests/corpus/safetensors/*.safetensors "$build/corpus/safetensors/"
 cp tests/data/safetensors/*/*.safetensors "$build/corpus/safetensors/" 2>/dev/null || true
 
 status=0
-for target in safetensors dlpack export; do
-  echo "== fuzz_$target: ${seconds}s"
+for target in "${targets[@]}"; do
+  name=${target#fuzz_}
+  echo "== $target: ${seconds}s"
   if ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-     "$build/fuzz_$target" "$build/corpus/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
-       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$build/artifacts/$target-" \
-       >"$build/$target.log" 2>&1; then
-    grep -E "stat::number_of_executed_units|Done [0-9]+ runs" "$build/$target.log" | tail -2
+     "$build/$target" "$build/corpus/$name" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$build/artifacts/$name-" \
+       >"$build/$name.log" 2>&1; then
+    grep -E "stat::number_of_executed_units|Done [0-9]+ runs" "$build/$name.log" | tail -2
+    echo "== $target: passed"
   else
-    tail -40 "$build/$target.log"
-    echo "== fuzz_$target: FAILED"
+    tail -40 "$build/$name.log"
+    echo "== $target: FAILED"
     status=1
   fi
 done

@@ -15,7 +15,7 @@ logs=${OUT:-$build}
 mkdir -p "$build" "$logs"
 export PATH="/usr/local/cuda/bin:$PATH"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1
-if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$logs/configure.log" 2>&1 ||
+if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEVBUF_WERROR=ON >"$logs/configure.log" 2>&1 ||
    ! cmake --build "$build" -j "$(nproc)" >"$logs/build.log" 2>&1; then
   tail -40 "$logs/configure.log" "$logs/build.log"
   echo "gpu_check: BUILD FAILED"

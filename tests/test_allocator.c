@@ -1,5 +1,6 @@
-// The caching allocator: the seeds' statistics, rounding, lazy allocation, the buffer-count
-// limit; user allocators; the statistics, trace and fault adaptors (segments: test_segments.c).
+// The caching allocator: the statistics morok-device's and nuvec-gpu's `Buffer` report,
+// rounding, lazy allocation, the buffer-count limit; user allocators; the statistics, trace
+// and fault adaptors (segments: test_segments.c).
 #include "check.h"
 
 #include <unistd.h>
@@ -14,7 +15,7 @@ static devbuf_buffer_t *bytes_buffer(devbuf_allocator_t *allocator, size_t size)
 
 #define SMALL_SEGMENT ((size_t)2 << 20)
 
-static void test_seed_steady_state(void) {
+static void test_steady_state(void) {
   test_allocators t = test_allocators_open(NULL);
   for (int i = 0; i < 10000; i++) devbuf_buffer_release(bytes_buffer(t.caching, 4096));
   devbuf_allocator_stats_t s = stats_of(t.caching);
@@ -31,7 +32,7 @@ static void test_seed_steady_state(void) {
 
 // Small requests round to 512 bytes (whole pages from one page to 16) and share one small
 // segment: every figure follows.
-static void test_seed_exact_stats(void) {
+static void test_exact_stats(void) {
   test_allocators t = test_allocators_open(NULL);
   devbuf_buffer_t *small = bytes_buffer(t.caching, 1000);
   devbuf_allocator_stats_t s = stats_of(t.caching);
@@ -356,8 +357,8 @@ static void test_trace_and_replay(void) {
 
 int main(void) {
   page = (size_t)sysconf(_SC_PAGESIZE);
-  RUN(test_seed_steady_state);
-  RUN(test_seed_exact_stats);
+  RUN(test_steady_state);
+  RUN(test_exact_stats);
   RUN(test_lazy_allocation);
   RUN(test_buffer_count_limit);
   RUN(test_page_size_option);

@@ -1,5 +1,6 @@
-// Buffers: the seeds' behaviour (lazy, views, ids, reuse, zero-init), typed access, item,
-// copies (overlapping views), host access rules, describe, and every error path.
+// Buffers: what morok-device's and nuvec-gpu's `Buffer` do (lazy, views, ids, reuse,
+// zero-init), typed access, item, copies (overlapping views), host access rules, describe,
+// and every error path.
 #include "check.h"
 
 #include <stdint.h>

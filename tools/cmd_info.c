@@ -54,12 +54,11 @@ static void print_json(const char *spec, devbuf_device_t *device, int first) {
 int devbuf_cmd_info(int argc, char **argv) {
   int json = 0;
   for (int i = 1; i < argc; i++) {
-    char safe[256];
     if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("info");
     if (strcmp(argv[i], "--json") == 0)
       json = 1;
     else
-      return devbuf_tool_misuse("info", "unknown option '%s'", DEVBUF_PRINTABLE(argv[i], safe));
+      return devbuf_tool_unexpected("info", argv[i], " (info takes no arguments)");
   }
   if (json)
     printf("{\"version\": \"%d.%d.%d\", \"devices\": [", DEVBUF_VERSION_MAJOR, DEVBUF_VERSION_MINOR,

@@ -82,16 +82,13 @@ int devbuf_cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
   int json = 0;
   for (int i = 1; i < argc; i++) {
-    char safe[256];
     if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("inspect");
     if (strcmp(argv[i], "--json") == 0)
       json = 1;
     else if (!path && argv[i][0] != '-')
       path = argv[i];
     else
-      return devbuf_tool_misuse("inspect", "%s '%s'",
-                                argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
-                                DEVBUF_PRINTABLE(argv[i], safe));
+      return devbuf_tool_unexpected("inspect", argv[i], " (one FILE only)");
   }
   if (!path) return devbuf_tool_misuse("inspect", "FILE is needed");
   devbuf_tensor_file_t *file;

@@ -111,7 +111,6 @@ typedef struct load_request {
 static int parse(int argc, char **argv, load_request *out) {
   *out = (load_request){.spec = "cpu"};
   for (int i = 1; i < argc; i++) {
-    char safe[256];
     if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("load") == 0 ? PARSE_HELP : 1;
     if (strcmp(argv[i], "--verify") == 0) {
       out->verify = 1;
@@ -128,9 +127,7 @@ static int parse(int argc, char **argv, load_request *out) {
     } else if (!out->path && argv[i][0] != '-') {
       out->path = argv[i];
     } else {
-      return devbuf_tool_misuse("load", "%s '%s'",
-                                argv[i][0] == '-' ? "unknown option" : "one FILE only, not also",
-                                DEVBUF_PRINTABLE(argv[i], safe));
+      return devbuf_tool_unexpected("load", argv[i], " (one FILE only)");
     }
   }
   if (out->expect) out->verify = 1;
@@ -155,23 +152,35 @@ static void print_digest_text(const devbuf_tensor_file_t *file, const devbuf_too
   }
 }
 
-// Compares the digests with the list at `path`: counts and names what differs on stderr.
-static int compare_expected(const char *path, const devbuf_tensor_file_t *file,
-                            load_result *result) {
-  devbuf_digest_list list;
+// Reads the --expect list before anything is loaded, so that a missing or malformed list
+// fails at once: 0, or 1 after saying why.
+static int read_expected(const char *path, devbuf_digest_list *list) {
   char why[256], safe[1024];
-  if (!devbuf_digest_list_read(path, &list, why, sizeof why)) {
+  if (!devbuf_digest_list_read(path, list, why, sizeof why)) {
     fprintf(stderr, "devbuf load: cannot read the digests in %s: %s\n",
             DEVBUF_PRINTABLE(path, safe), why);
     return 1;
   }
+  if (list->count == 0) {
+    fprintf(stderr,
+            "devbuf load: %s holds no digest line ('<64 hex digits>  NAME', as load --verify "
+            "prints them)\n",
+            DEVBUF_PRINTABLE(path, safe));
+    return 1;
+  }
+  return 0;
+}
+
+// Compares the digests with the expected list: counts and names what differs on stderr.
+static int compare_expected(devbuf_digest_list *list, const devbuf_tensor_file_t *file,
+                            load_result *result) {
   for (size_t i = 0; i < devbuf_tensor_file_count(file); i++) {
     devbuf_tensor_info_t info;
     devbuf_tensor_file_info(file, i, &info);
     char hex[65], name[1024];
     devbuf_sha256_hex(result->digests[i].sha256, hex);
     DEVBUF_PRINTABLE(info.name, name);
-    devbuf_digest_entry *entry = devbuf_digest_list_find(&list, info.name);
+    devbuf_digest_entry *entry = devbuf_digest_list_find(list, info.name);
     if (!entry) {
       result->unexpected++;
       fprintf(stderr, "devbuf load: tensor '%s' is not in the expected list\n", name);
@@ -184,14 +193,13 @@ static int compare_expected(const char *path, const devbuf_tensor_file_t *file,
       }
     }
   }
-  for (size_t i = 0; i < list.count; i++) {
-    if (list.entries[i].seen) continue;
+  for (size_t i = 0; i < list->count; i++) {
+    if (list->entries[i].seen) continue;
     result->missing++;
     char name[1024];
     fprintf(stderr, "devbuf load: tensor '%s' of the expected list is not in the file\n",
-            DEVBUF_PRINTABLE(list.entries[i].name, name));
+            DEVBUF_PRINTABLE(list->entries[i].name, name));
   }
-  devbuf_digest_list_free(&list);
   return result->differ || result->missing || result->unexpected ? 1 : 0;
 }
 
@@ -260,15 +268,23 @@ int devbuf_cmd_load(int argc, char **argv) {
   load_request request;
   int parsed = parse(argc, argv, &request);
   if (parsed) return parsed == PARSE_HELP ? 0 : parsed;
+  devbuf_digest_list expected = {NULL, 0};
+  if (request.expect && read_expected(request.expect, &expected)) return 1;
   char sample[1024];
   if (!request.path) {
     int made = sample_path(sample, sizeof sample, request.json);
-    if (made) return made;
+    if (made) {
+      devbuf_digest_list_free(&expected);
+      return made;
+    }
     request.path = sample;
   }
   devbuf_device_t *device;
   int opened = devbuf_tool_open_device("load", request.spec, &device);
-  if (opened) return opened;
+  if (opened) {
+    devbuf_digest_list_free(&expected);
+    return opened;
+  }
   int terminal = isatty(STDERR_FILENO);
   load_watch watch = {.bar = {terminal, "loading", -1}};
   devbuf_tensor_file_t *header;
@@ -284,6 +300,7 @@ int devbuf_cmd_load(int argc, char **argv) {
     if (terminal) fputc('\n', stderr);
     devbuf_tool_report("load", request.path);
     devbuf_device_release(device);
+    devbuf_digest_list_free(&expected);
     return 1;
   }
   result.loaded = seconds_now();
@@ -305,11 +322,12 @@ int devbuf_cmd_load(int argc, char **argv) {
       failed = 1;
     }
     result.verify_seconds = seconds_now() - start;
-    if (!failed && request.expect) failed = compare_expected(request.expect, result.file, &result);
+    if (!failed && request.expect) failed = compare_expected(&expected, result.file, &result);
   }
   if (!failed || result.digests)
     (request.json ? print_json : print_text)(&request, device, &result);
   free(result.digests);
+  devbuf_digest_list_free(&expected);
   devbuf_tensor_file_release(result.file);
   devbuf_device_release(device);
   return failed;

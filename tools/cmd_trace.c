@@ -6,6 +6,7 @@
 #include "trace_view.h"
 #include "devbuf.h"
 #include "printable.h"
+#include "sizes.h"
 #include "usage.h"
 
 #include <stdio.h>
@@ -17,27 +18,49 @@ typedef struct pass_figures {
   uint64_t system_allocs, refused;
 } pass_figures;
 
-static void print_text(const char *path, const char *spec, uint64_t page, bool growable,
+// Sizes in binary units first, the exact bytes after them (--json has exact bytes only).
+static const char *size_text(uint64_t bytes, char *out, size_t capacity) {
+  char human[32], exact[32];
+  if (bytes < 1024) {
+    snprintf(out, capacity, "%llu bytes", (unsigned long long)bytes);
+  } else {
+    snprintf(out, capacity, "%s (%s bytes)", devbuf_tool_human_size(bytes, human, sizeof human),
+             devbuf_tool_grouped(bytes, exact, sizeof exact));
+  }
+  return out;
+}
+
+static void print_text(const char *path, const char *spec, devbuf_tool_policy policy,
+                       uint64_t page, bool growable,
                        const devbuf_trace_summary_t *summary, const devbuf_allocator_stats_t *stats,
                        const devbuf_counting_upstream *counts, const pass_figures *passes,
                        int pass_count) {
-  char safe_path[1024], safe_spec[64];
-  printf("replayed %s with %s's policy, %llu-byte page%s: %llu allocations, %llu frees, %llu "
-         "refused, %llu never "
-         "freed\n",
-         DEVBUF_PRINTABLE(path, safe_path), DEVBUF_PRINTABLE(spec, safe_spec),
-         (unsigned long long)page, growable ? ", growable segments" : "",
-         (unsigned long long)summary->allocs, (unsigned long long)summary->frees,
-         (unsigned long long)summary->failed_allocs, (unsigned long long)summary->leaked);
-  printf(
-      "peak requested %llu bytes; peak reserved %llu bytes; allocator peak %llu bytes (rounded); "
-      "%llu system allocations, %llu system frees, %llu cache hits\n",
-      (unsigned long long)summary->peak_live_bytes, (unsigned long long)counts->peak_held,
-      (unsigned long long)stats->peak, (unsigned long long)stats->system_allocs,
-      (unsigned long long)stats->system_frees, (unsigned long long)stats->cache_hits);
+  char safe_path[1024], safe_spec[64], page_text[32], a[32], b[32], c[32], d[32];
+  char requested[80], reserved[80], allocator_peak[80];
+  printf("replayed %s with %s%s, %s page%s: %s allocations, %s frees, %s refused, %s "
+         "never freed\n",
+         DEVBUF_PRINTABLE(path, safe_path),
+         policy == DEVBUF_TOOL_POLICY_CCA ? "the model of PyTorch's caching allocator"
+                                          : DEVBUF_PRINTABLE(spec, safe_spec),
+         policy == DEVBUF_TOOL_POLICY_CCA ? "" : "'s policy",
+         devbuf_tool_human_size(page, page_text, sizeof page_text),
+         growable ? ", growable segments" : "", devbuf_tool_grouped(summary->allocs, a, sizeof a),
+         devbuf_tool_grouped(summary->frees, b, sizeof b),
+         devbuf_tool_grouped(summary->failed_allocs, c, sizeof c),
+         devbuf_tool_grouped(summary->leaked, d, sizeof d));
+  printf("  peak requested  %s\n",
+         size_text(summary->peak_live_bytes, requested, sizeof requested));
+  printf("  peak reserved   %s\n", size_text(counts->peak_held, reserved, sizeof reserved));
+  printf("  allocator peak  %s, requests as the allocator rounds them\n",
+         size_text(stats->peak, allocator_peak, sizeof allocator_peak));
+  printf("  %s system allocations, %s system frees, %s cache hits\n",
+         devbuf_tool_grouped(stats->system_allocs, a, sizeof a),
+         devbuf_tool_grouped(stats->system_frees, b, sizeof b),
+         devbuf_tool_grouped(stats->cache_hits, c, sizeof c));
   for (int i = 1; i < pass_count; i++)
-    printf("pass %d: %llu system allocations, %llu refused\n", i + 1,
-           (unsigned long long)passes[i].system_allocs, (unsigned long long)passes[i].refused);
+    printf("  pass %d: %s system allocations, %s refused\n", i + 1,
+           devbuf_tool_grouped(passes[i].system_allocs, a, sizeof a),
+           devbuf_tool_grouped(passes[i].refused, b, sizeof b));
 }
 
 static void print_json(const char *path, const char *spec, devbuf_tool_policy policy,
@@ -102,15 +125,15 @@ int devbuf_cmd_trace(int argc, char **argv) {
       pass_count = (int)count;
     } else if (strcmp(argv[i], "--memory-limit") == 0 || strcmp(argv[i], "--page") == 0) {
       const char *option = argv[i];
-      char *end = NULL;
-      uint64_t bytes = i + 1 < argc ? strtoull(argv[++i], &end, 10) : 0;
-      if (!end || *end || argv[i][0] == '-' || argv[i][0] == '\0')
-        return devbuf_tool_misuse("trace", "%s takes a number of bytes, not '%s'", option,
-                                  DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
-      if (option[2] == 'p' && (bytes < 4096 || (bytes & (bytes - 1))))
+      uint64_t bytes;
+      int misuse = devbuf_tool_size_option("trace", option, i + 1 < argc ? argv[++i] : NULL,
+                                           option[2] == 'p' ? 4096 : 0, UINT64_MAX, &bytes);
+      if (misuse) return misuse;
+      if (option[2] == 'p' && (bytes & (bytes - 1)))
         return devbuf_tool_misuse("trace",
-                                  "--page takes a power of two of at least 4096 bytes, not %llu",
-                                  (unsigned long long)bytes);
+                                  "--page takes a power of two of at least 4 KiB, not '%s' (%llu "
+                                  "bytes)",
+                                  DEVBUF_PRINTABLE(argv[i], safe), (unsigned long long)bytes);
       *(option[2] == 'p' ? &options.page_size : &options.memory_limit) = bytes;
     } else if (!path && argv[i][0] != '-') {
       path = argv[i];
@@ -162,8 +185,8 @@ int devbuf_cmd_trace(int argc, char **argv) {
         print_json(path, spec, policy, page, options.growable != 0, &first, &stats, &counts, passes,
                    pass_count);
       else
-        print_text(path, spec, page, options.growable != 0, &first, &stats, &counts, passes,
-                   pass_count);
+        print_text(path, spec, policy, page, options.growable != 0, &first, &stats, &counts,
+                   passes, pass_count);
     } else {
       devbuf_tool_report("trace", NULL);
       code = 1;

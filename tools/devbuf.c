@@ -26,6 +26,9 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(command, "help") == 0 || devbuf_tool_wants_help(command)) {
+    // `help --help`, `help -h` and `help help` ask for this text too.
+    if (argc > 2 && (devbuf_tool_wants_help(argv[2]) || strcmp(argv[2], "help") == 0))
+      return devbuf_tool_help(NULL);
     if (argc > 2 && strcmp(devbuf_tool_usage(argv[2]), devbuf_tool_usage(NULL)) == 0) {
       char safe[256];
       return devbuf_tool_misuse("help", "no command is named '%s'",

@@ -59,6 +59,16 @@ bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *wh
   fclose(file);
   if (!ok) devbuf_digest_list_free(out);
   if (ok && out->count) qsort(out->entries, out->count, sizeof *out->entries, by_name); // for find
+  for (size_t i = 1; ok && i < out->count; i++) { // one name, two digests: which one holds?
+    if (strcmp(out->entries[i].name, out->entries[i - 1].name) != 0 ||
+        strcmp(out->entries[i].hex, out->entries[i - 1].hex) == 0)
+      continue;
+    char name[200];
+    snprintf(why, why_capacity, "tensor '%s' has two different digests",
+             DEVBUF_PRINTABLE(out->entries[i].name, name));
+    devbuf_digest_list_free(out);
+    ok = false;
+  }
   return ok;
 }
 

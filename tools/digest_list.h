@@ -19,7 +19,8 @@ typedef struct devbuf_digest_list {
   size_t count;
 } devbuf_digest_list;
 
-// Reads the list at `path`; false (with errno's reason in `why`) if it cannot be read.
+// Reads the list at `path`; false with the reason in `why` if it cannot be read (errno's
+// reason) or names one tensor with two different digests. A list of no line is read.
 bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *why,
                              size_t why_capacity);
 // The entry named `name` (raw bytes), or NULL.

@@ -6,8 +6,10 @@
 
 #include "devbuf.h"
 
-// Writes the largest sample whose tensors take at most `bytes` bytes (at least 1 MiB) to `path`
-// through the safetensors writer. Prints nothing; the error is in devbuf_last_error().
+// Writes a sample of exactly `bytes` bytes (at least 1 MiB; the file, header included) to
+// `path` through the safetensors writer: the largest model that fits, and a u8 tensor of
+// noise named "padding" (or "padding_", ... where the header's length needs it) for the
+// rest. Prints nothing; the error is in devbuf_last_error().
 devbuf_status devbuf_tool_write_sample(const char *path, size_t bytes);
 
 #endif

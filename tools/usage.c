@@ -26,8 +26,9 @@ static const usage_entry entries[] = {
      "  --expect   compares with a saved list of such lines (exit 1 naming the tensors that\n"
      "             differ or are missing); implies --verify\n"
      "  --json     one JSON object on stdout instead of the text\n"},
-    {"sample", "devbuf sample FILE [--mib N]\n"
-               "  writes a sample model of about N MiB (default 64)\n"},
+    {"sample", "devbuf sample FILE [--mib N | --size SIZE]\n"
+               "  writes a sample model, a file of exactly N MiB (default 64) or SIZE (such as\n"
+               "  512MiB or 2G; K, M, G and T are 1024-based, with or without B or iB)\n"},
     {"bench",
      "devbuf bench [--quick] [--runs N] [--device SPEC] [--only "
      "alloc|copy|threads|queue|load|traces|share]\n"
@@ -37,17 +38,20 @@ static const usage_entry entries[] = {
      "  traces: the allocation traces of DIR (default tests/data/traces) against PyTorch's "
      "figures\n"},
     {"trace",
-     "devbuf trace replay FILE [--device SPEC] [--page BYTES] [--memory-limit BYTES] [--growable]\n"
-     "                          [--passes N] [--json]\n"
-     "       devbuf trace view FILE -o PAGE.html [--device SPEC]\n"
+     "devbuf trace replay FILE [--device SPEC] [--page SIZE] [--memory-limit SIZE] [--growable]\n"
+     "                          [--policy devbuf|cca] [--passes N] [--json]\n"
+     "       devbuf trace view FILE -o PAGE.html [--device SPEC] [--page SIZE] [--memory-limit SIZE]\n"
      "  replay: plays an allocation trace against a caching allocator with SPEC's segment policy\n"
-     "  (default cpu; --page: another page for segments, such as CUDA's 2097152) over an\n"
+     "  (default cpu; --page: another page for segments, such as CUDA's 2MiB) over an\n"
      "  upstream that counts bytes and holds no memory; prints peak requested and reserved\n"
      "  bytes, system allocations and frees, refusals; --growable: growable segments (each pool\n"
-     "  one segment that maps memory as it grows); --passes: replays N times into the same\n"
-     "  cache and says what each later pass allocated from the system\n"
-     "  view: the same replay drawn as one self-contained HTML page: live bytes over time\n"
-     "  stacked by allocation, reserved bytes as a line, the peaks marked\n"},
+     "  one segment that maps memory as it grows); --policy cca: a model of PyTorch's CUDA\n"
+     "  caching allocator with its defaults instead of devbuf's; --passes: replays N times into\n"
+     "  the same cache and says what each later pass allocated from the system; sizes are bytes\n"
+     "  or take a unit: 4096, 64KiB, 512MiB, 2G (K, M, G, T are 1024-based, with or without B or iB)\n"
+     "  view: devbuf's policy and PyTorch's side by side on one self-contained HTML page: live\n"
+     "  bytes stacked by allocation, reserved bytes, refusals; hover, zoom, and each segment's\n"
+     "  blocks at a clicked moment\n"},
 };
 
 static const char tool_text[] =
@@ -88,6 +92,13 @@ int devbuf_tool_misuse(const char *command, const char *format, ...) {
   const char *text = devbuf_tool_usage(command);
   fprintf(stderr, "\n%s%s", text == tool_text ? "" : "usage: ", text);
   return 2;
+}
+
+int devbuf_tool_unexpected(const char *command, const char *arg, const char *note) {
+  char safe[256];
+  bool option = arg[0] == '-' && arg[1];
+  return devbuf_tool_misuse(command, "%s '%s'%s", option ? "unknown option" : "unexpected argument",
+                            DEVBUF_PRINTABLE(arg, safe), option || !note ? "" : note);
 }
 
 int devbuf_tool_open_device(const char *command, const char *spec, devbuf_device_t **out_device) {

@@ -17,6 +17,11 @@ int devbuf_tool_help(const char *command);
 int devbuf_tool_misuse(const char *command, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
 
+// The mistake of an argument the command does not take: "unknown option '--x'" for what
+// starts with '-', else "unexpected argument 'x'" followed by `note` (such as " (one FILE
+// only)"; NULL for none). Prints it and the usage on stderr; returns 2.
+int devbuf_tool_unexpected(const char *command, const char *arg, const char *note);
+
 // Opens the device named on the command line: 0, or 1 (unavailable: the reason printed)
 // or 2 (not a device name: the usage printed), as the command's exit code.
 typedef struct devbuf_device devbuf_device_t;

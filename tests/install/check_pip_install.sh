@@ -31,6 +31,12 @@ devbuf.save("t.safetensors", {"b": buffer}, metadata={"k": "v"})
 loaded = devbuf.load("t.safetensors")
 assert loaded.metadata == {"k": "v"} and loaded["b"].to_bytes() == buffer.to_bytes()
 assert loaded["b"].read_only
-print("installed devbuf", devbuf.__version__, "works:", cpu)
+from importlib import metadata  # the licence travels with the package
+meta = metadata.metadata("devbuf")
+assert meta["License"] == "MIT", meta["License"]
+assert "License :: OSI Approved :: MIT License" in meta.get_all("Classifier"), meta.get_all("Classifier")
+licences = [f for f in metadata.files("devbuf") if str(f).endswith(".dist-info/licenses/LICENSE")]
+assert licences and licences[0].read_text().startswith("MIT License"), metadata.files("devbuf")
+print("installed devbuf", devbuf.__version__, "works:", cpu, "- licence", meta["License"])
 PY
 echo "PASS: pip install, import, version $version"

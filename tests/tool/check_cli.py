@@ -54,6 +54,16 @@ for command in ("info", "inspect", "load", "sample", "bench", "trace"):
         expect(result.returncode == 0 and f"usage: devbuf {command}" in result.stdout, f"{' '.join(args)}")
 result = run("trace", "replay", "--help")
 expect(result.returncode == 0 and "usage: devbuf trace replay" in result.stdout, "trace replay --help")
+# help about help, and -h, on every command: the usage on stdout, exit 0
+for args in (["help", "--help"], ["help", "-h"], ["help", "help"], ["--help", "--help"]):
+    result = run(*args)
+    expect(result.returncode == 0 and "usage: devbuf <command>" in result.stdout and not result.stderr,
+           f"{' '.join(args)}: exit {result.returncode}, usage on stdout")
+for args in (["info", "-h"], ["inspect", "-h"], ["load", "-h"], ["sample", "-h"], ["bench", "-h"], ["trace", "-h"],
+             ["trace", "view", "--help"], ["trace", "replay", "-h"], ["inspect", model, "--help"]):
+    result = run(*args)
+    expect(result.returncode == 0 and f"usage: devbuf {args[0]}" in result.stdout and not result.stderr,
+           f"{' '.join(args)}: exit {result.returncode}, usage on stdout")
 
 # mistakes in the call: usage on stderr, exit 2
 mistakes = [
@@ -70,6 +80,100 @@ for args in mistakes:
     result = run(*args)
     expect(result.returncode == 2 and "usage: devbuf" in result.stderr and not result.stdout,
            f"{args}: exit {result.returncode}, usage on stderr")
+
+# a stray argument is an argument, a stray dash-word an option
+for args, word in ((["info", "foo"], "foo"), (["bench", "foo"], "foo"), (["inspect", model, "extra"], "extra"),
+                   (["load", model, "extra"], "extra"), (["sample", model, "extra"], "extra"),
+                   (["trace", "replay", trace, "extra"], "extra")):
+    result = run(*args)
+    expect(result.returncode == 2 and "unknown option" not in result.stderr and
+           (f"unexpected argument '{word}'" in result.stderr or f"not also '{word}'" in result.stderr),
+           f"{args}: '{word}' is called an argument: {result.stderr.splitlines()[:1]}")
+for args in (["info", "--foo"], ["bench", "--foo"], ["inspect", model, "--foo"], ["sample", model, "--foo"]):
+    result = run(*args)
+    expect(result.returncode == 2 and "unknown option '--foo'" in result.stderr, f"{args}: an unknown option")
+
+# sizes take units everywhere (binary: K, M, G, T and KB, MiB, ... are 1024-based)
+sized = os.path.join(scratch, "sized.trace")
+with open(sized, "w") as f:
+    f.write("# devbuf trace 1\na 1 30000000\nf 1\n")  # reserves 30,003,200 bytes at 4 KiB pages
+for page in ("2097152", "2M", "2MiB", "2mb", "2048K", "2048KiB", "2097152B"):
+    result = run("trace", "replay", sized, "--page", page, "--json")
+    expect(result.returncode == 0 and json.loads(result.stdout)["page_bytes"] == 2 << 20, f"--page {page}")
+for limit, refused in (("28MiB", 1), ("28m", 1), ("29MiB", 0), ("29M", 0), ("1G", 0), ("1gib", 0), ("30003199", 1),
+                       ("30003200", 0), ("29299K", 1), ("29299KiB", 1), ("29300kb", 0)):
+    result = run("trace", "replay", sized, "--memory-limit", limit, "--json")
+    expect(result.returncode == 0 and json.loads(result.stdout)["refused"] == refused,
+           f"--memory-limit {limit}: {refused} refused")
+for bad, why in (("1.5G", "is not a whole number"), ("-1", "is negative"), ("", "is empty"),
+                 ("1X", "has an unknown unit"), ("2 MiB", "has an unknown unit"),
+                 ("99999999999999999999", "is more than 2^64"), ("16EiB", "has an unknown unit"),
+                 ("20000000T", "is more than 2^64"), ("M", "is not a number")):
+    result = run("trace", "replay", sized, "--memory-limit", bad)
+    expect(result.returncode == 2 and f"'{bad}' {why}" in result.stderr and "usage: devbuf trace" in result.stderr and not result.stdout,
+           f"--memory-limit '{bad}' refused ({why}): {result.stderr.splitlines()[:1]}")
+result = run("trace", "replay", sized, "--page", "3M")
+expect(result.returncode == 2 and "power of two" in result.stderr and "'3M'" in result.stderr, "--page 3M refused")
+result = run("trace", "replay", sized, "--page", "2K")
+expect(result.returncode == 2 and "at least 4 KiB" in result.stderr, "--page 2K refused")
+
+# trace replay's text: human units first, the exact bytes after them (--json keeps bytes)
+result = run("trace", "replay", sized)
+expect(result.returncode == 0 and "peak requested  28.6 MiB (30,000,000 bytes)" in result.stdout
+       and "4 KiB page" in result.stdout, f"trace replay text in human units: {result.stdout}")
+
+# sample --mib N writes a file of exactly N MiB; --size takes units
+for args, size in ((["--mib", "1"], 1 << 20), (["--mib", "3"], 3 << 20), (["--size", "1500KiB"], 1500 << 10),
+                   (["--size", "2M"], 2 << 20), (["--size", "1234567"], 1234567)):
+    path = os.path.join(scratch, "sample-%s.safetensors" % args[1])
+    result = run("sample", path, *args)
+    expect(result.returncode == 0 and os.path.getsize(path) == size and
+           run("load", path, "--verify").returncode == 0, f"sample {' '.join(args)}: {size} bytes, loads")
+expect(os.path.getsize(model) == 2 << 20, "sample --mib 2 is 2 MiB")
+for args in (["--size", "1.5M"], ["--size", "1000"], ["--size", "2T"], ["--mib", "2M"]):
+    result = run("sample", os.path.join(scratch, "never.safetensors"), *args)
+    expect(result.returncode == 2 and f"'{args[1]}'" in result.stderr, f"sample {' '.join(args)} refused")
+
+# file errors carry the system's reason
+result = run("sample", os.path.join(model, "inside-a-file.safetensors"), "--mib", "1")
+expect(result.returncode == 1 and "Not a directory" in result.stderr, f"sample: the reason: {result.stderr}")
+result = run("load", model, "--expect", os.path.join(scratch, "no-such-list"))
+expect(result.returncode == 1 and "No such file or directory" in result.stderr, "load --expect: the reason")
+result = run("inspect", os.path.join(scratch, "no-such.safetensors"))
+expect(result.returncode == 1 and "No such file or directory" in result.stderr, "inspect: the reason")
+result = subprocess.run([tool, "bench", "--only", "load", "--quick", "--runs", "1"], capture_output=True, text=True,
+                        env=dict(env, TMPDIR=os.path.join(scratch, "no-such-folder")), timeout=300)
+expect(result.returncode == 0 and "No such file or directory" in result.stdout, "bench: why the load section skipped")
+
+# load --expect reads its list first: a missing or malformed list fails before any loading
+fresh_cache = os.path.join(scratch, "fresh-cache")
+not_a_list = os.path.join(scratch, "not-a-list.txt")
+with open(not_a_list, "w") as f:
+    f.write("this is no digest list\n")
+twice = os.path.join(scratch, "twice.txt")
+with open(twice, "w") as f:
+    f.write("  " + "a" * 64 + "  w\n  " + "b" * 64 + "  w\n")
+for listing, why in ((os.path.join(scratch, "no-such-list"), "No such file"), (not_a_list, "no digest line"),
+                     (twice, "two different digests")):
+    result = subprocess.run([tool, "load", "--expect", listing], capture_output=True, text=True, timeout=60,
+                            env=dict(env, XDG_CACHE_HOME=fresh_cache))
+    expect(result.returncode == 1 and why in result.stderr and not result.stdout and not os.path.exists(fresh_cache),
+           f"load --expect {os.path.basename(listing)} fails before loading ({why}): {result.stderr}")
+    result = run("load", os.path.join(scratch, "no-such-model"), "--expect", listing)
+    expect(result.returncode == 1 and why in result.stderr and "no-such-model" not in result.stderr,
+           f"load --expect {os.path.basename(listing)}: the list is read before the file")
+
+# bench's traces table shows every trace's whole name (it used to cut them from the left)
+traces_dir = os.path.join(scratch, "traces")
+source = "a-rather-long-source-folder-name-for-the-table"
+trace_name = "an_equally_long_trace_file_name_that_used_to_be_cut_off.trace"
+os.makedirs(os.path.join(traces_dir, source))
+shutil.copy(sized, os.path.join(traces_dir, source, trace_name))
+with open(os.path.join(traces_dir, source, "figures.json"), "w") as f:
+    json.dump([{"trace": trace_name, "cca_peak_reserved": 31457280, "cca_system_allocs": 1}], f, indent=1)
+result = run("bench", "--only", "traces", "--traces", traces_dir, "--runs", "1")
+expect(result.returncode == 0 and f"{source}/{trace_name}" in result.stdout.splitlines()[4:6][-1].strip(),
+       f"bench traces: the whole name: {result.stdout}")
 
 # failures: exit 1, a message, no usage
 for args in (["inspect", os.path.join(scratch, "missing.safetensors")], ["load", os.path.join(scratch, "missing")],
