@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ROUND        512u
-#define SMALL_SIZE   ((uint64_t)1 << 20)  // requests up to this go to the small pool
-#define SMALL_BUFFER ((uint64_t)2 << 20)  // the small pool's segments
-#define LARGE_BUFFER ((uint64_t)20 << 20) // segments for requests below MIN_LARGE_ALLOC
+#define ROUND           512u
+#define SMALL_SIZE      ((uint64_t)1 << 20)  // requests up to this go to the small pool
+#define SMALL_BUFFER    ((uint64_t)2 << 20)  // the small pool's segments
+#define LARGE_BUFFER    ((uint64_t)20 << 20) // segments for requests below MIN_LARGE_ALLOC
 #define MIN_LARGE_ALLOC ((uint64_t)10 << 20)
-#define ROUND_LARGE  ((uint64_t)2 << 20)
+#define ROUND_LARGE     ((uint64_t)2 << 20)
 
 typedef struct block block;
 typedef struct segment segment;
@@ -52,8 +52,10 @@ static size_t lower_bound(const pool *p, const block *key) {
   size_t low = 0, high = p->count;
   while (low < high) {
     size_t middle = low + (high - low) / 2;
-    if (before(p->free[middle], key)) low = middle + 1;
-    else high = middle;
+    if (before(p->free[middle], key))
+      low = middle + 1;
+    else
+      high = middle;
   }
   return low;
 }
@@ -147,17 +149,20 @@ static devbuf_status model_alloc(void *context, size_t size, devbuf_memory_t *ou
                               "CCA model: a %llu-byte segment for %zu bytes would pass the limit "
                               "of %llu bytes (%llu reserved)",
                               (unsigned long long)segment_size, size,
-                              (unsigned long long)m->memory_limit,
-                              (unsigned long long)m->reserved);
+                              (unsigned long long)m->memory_limit, (unsigned long long)m->reserved);
     b = new_segment(m, segment_size, small);
-    if (!b) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "CCA model: no segment of %llu bytes",
-                                    (unsigned long long)segment_size);
+    if (!b)
+      return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "CCA model: no segment of %llu bytes",
+                              (unsigned long long)segment_size);
   }
   uint64_t rest = b->size - rounded;
   if (small ? rest >= ROUND : rest > SMALL_SIZE) {
     block *tail = malloc(sizeof *tail);
     if (tail) {
-      *tail = (block){.address = b->address + rounded, .size = rest, .prev = b, .next = b->next,
+      *tail = (block){.address = b->address + rounded,
+                      .size = rest,
+                      .prev = b,
+                      .next = b->next,
                       .segment = b->segment};
       if (b->next) b->next->prev = tail;
       b->next = tail;

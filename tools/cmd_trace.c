@@ -30,9 +30,9 @@ static const char *size_text(uint64_t bytes, char *out, size_t capacity) {
   return out;
 }
 
-static void print_text(const char *path, const char *spec, devbuf_tool_policy policy,
-                       uint64_t page, bool growable,
-                       const devbuf_trace_summary_t *summary, const devbuf_allocator_stats_t *stats,
+static void print_text(const char *path, const char *spec, devbuf_tool_policy policy, uint64_t page,
+                       bool growable, const devbuf_trace_summary_t *summary,
+                       const devbuf_allocator_stats_t *stats,
                        const devbuf_counting_upstream *counts, const pass_figures *passes,
                        int pass_count) {
   char safe_path[1024], safe_spec[64], page_text[32], a[32], b[32], c[32], d[32];
@@ -63,9 +63,9 @@ static void print_text(const char *path, const char *spec, devbuf_tool_policy po
            devbuf_tool_grouped(passes[i].refused, b, sizeof b));
 }
 
-static void print_json(const char *path, const char *spec, devbuf_tool_policy policy,
-                       uint64_t page, bool growable,
-                       const devbuf_trace_summary_t *summary, const devbuf_allocator_stats_t *stats,
+static void print_json(const char *path, const char *spec, devbuf_tool_policy policy, uint64_t page,
+                       bool growable, const devbuf_trace_summary_t *summary,
+                       const devbuf_allocator_stats_t *stats,
                        const devbuf_counting_upstream *counts, const pass_figures *passes,
                        int pass_count) {
   printf("{\"policy\": \"%s\", \"page_bytes\": %llu, \"growable\": %s, \"file\": ",
@@ -160,9 +160,10 @@ int devbuf_cmd_trace(int argc, char **argv) {
     devbuf_counting_upstream counts = {0};
     devbuf_allocator_t *caching = NULL;
     devbuf_status status = devbuf_tool_counting_policy(device, policy, &options, &counts, &caching);
-    uint64_t page = policy == DEVBUF_TOOL_POLICY_CCA ? (uint64_t)2 << 20 // CCA's segments: whole 2 MiB
-                    : options.page_size                ? options.page_size
-                                                       : devbuf_device_page_size(device);
+    uint64_t page = policy == DEVBUF_TOOL_POLICY_CCA
+                        ? (uint64_t)2 << 20 // CCA's segments: whole 2 MiB
+                    : options.page_size ? options.page_size
+                                        : devbuf_device_page_size(device);
     devbuf_trace_summary_t summary, first = {0};
     pass_figures passes[100];
     devbuf_allocator_stats_t stats = {0};
@@ -185,8 +186,8 @@ int devbuf_cmd_trace(int argc, char **argv) {
         print_json(path, spec, policy, page, options.growable != 0, &first, &stats, &counts, passes,
                    pass_count);
       else
-        print_text(path, spec, policy, page, options.growable != 0, &first, &stats, &counts,
-                   passes, pass_count);
+        print_text(path, spec, policy, page, options.growable != 0, &first, &stats, &counts, passes,
+                   pass_count);
     } else {
       devbuf_tool_report("trace", NULL);
       code = 1;

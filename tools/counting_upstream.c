@@ -70,9 +70,12 @@ static const devbuf_allocator_vtable_t counting_vtable = {.alloc = counting_allo
                                                           .unreserve = counting_unreserve};
 
 int devbuf_tool_policy_named(const char *name, devbuf_tool_policy *out_policy) {
-  if (strcmp(name, "devbuf") == 0) *out_policy = DEVBUF_TOOL_POLICY_DEVBUF;
-  else if (strcmp(name, "cca") == 0) *out_policy = DEVBUF_TOOL_POLICY_CCA;
-  else return 0;
+  if (strcmp(name, "devbuf") == 0)
+    *out_policy = DEVBUF_TOOL_POLICY_DEVBUF;
+  else if (strcmp(name, "cca") == 0)
+    *out_policy = DEVBUF_TOOL_POLICY_CCA;
+  else
+    return 0;
   return 1;
 }
 
@@ -89,8 +92,8 @@ devbuf_status devbuf_tool_counting_policy(devbuf_device_t *device, devbuf_tool_p
   devbuf_allocator_t *upstream = NULL;
   devbuf_status status = devbuf_allocator_create(device, &counting_vtable, counts, &upstream);
   if (status == DEVBUF_OK && policy == DEVBUF_TOOL_POLICY_CCA)
-    status = devbuf_tool_cca_model_create(upstream, options ? options->memory_limit : 0,
-                                          out_allocator);
+    status =
+        devbuf_tool_cca_model_create(upstream, options ? options->memory_limit : 0, out_allocator);
   else if (status == DEVBUF_OK)
     status = devbuf_caching_allocator_create(upstream, options, out_allocator);
   devbuf_allocator_release(upstream);

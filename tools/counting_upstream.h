@@ -12,15 +12,18 @@ typedef void (*devbuf_segment_observer_fn)(void *context, uint64_t address, uint
 
 typedef struct devbuf_counting_upstream {
   uint64_t next_address;
-  uint64_t held, peak_held; // bytes
-  uint64_t allocs, frees;   // system calls the caching allocator made
+  uint64_t held, peak_held;              // bytes
+  uint64_t allocs, frees;                // system calls the caching allocator made
   devbuf_segment_observer_fn on_segment; // optional, with its context
   void *observer_context;
 } devbuf_counting_upstream;
 
 // Whose policy a replay follows: devbuf's caching allocator, or the model of PyTorch's
 // (cca_model.h).
-typedef enum devbuf_tool_policy { DEVBUF_TOOL_POLICY_DEVBUF, DEVBUF_TOOL_POLICY_CCA } devbuf_tool_policy;
+typedef enum devbuf_tool_policy {
+  DEVBUF_TOOL_POLICY_DEVBUF,
+  DEVBUF_TOOL_POLICY_CCA
+} devbuf_tool_policy;
 
 // The policy named `name` ("devbuf" or "cca"); 0 when the name is neither.
 int devbuf_tool_policy_named(const char *name, devbuf_tool_policy *out_policy);

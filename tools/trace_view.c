@@ -75,8 +75,10 @@ static int64_t segment_of(const run *r, uint64_t address) {
   size_t low = 0, high = r->segment_count;
   while (low < high) {
     size_t middle = low + (high - low) / 2;
-    if (r->segments[middle].base <= address) low = middle + 1;
-    else high = middle;
+    if (r->segments[middle].base <= address)
+      low = middle + 1;
+    else
+      high = middle;
   }
   return low ? (int64_t)low - 1 : -1;
 }
@@ -116,8 +118,10 @@ static void on_record(void *context, uint64_t id, uint64_t size, int refused) {
     }
     int64_t s = refused ? -1 : segment_of(r, v->last_address);
     r->placements[index] = (placed){s, s < 0 ? 0 : v->last_address - r->segments[s].base};
-    if (refused) r->refused++;
-    else r->live += size;
+    if (refused)
+      r->refused++;
+    else
+      r->live += size;
   } else {
     if (r == &v->runs[0]) v->allocations[index].died = e;
     if (r->placements[index].segment >= 0) r->live -= v->allocations[index].size;
@@ -139,8 +143,7 @@ static void noting_free(void *context, const devbuf_memory_t *memory) {
   devbuf_allocator_free(v->current->allocator, memory);
 }
 
-static const devbuf_allocator_vtable_t noting_vtable = {.alloc = noting_alloc,
-                                                        .free = noting_free};
+static const devbuf_allocator_vtable_t noting_vtable = {.alloc = noting_alloc, .free = noting_free};
 
 static devbuf_status replay(view *v, run *r, devbuf_device_t *device,
                             const devbuf_caching_options_t *options, const char *path) {
@@ -181,7 +184,8 @@ static int read_annotations(view *v, const char *path) {
       timed = 1;
     } else if (strncmp(line, "# frame ", 8) == 0 && pending < MAX_FRAMES) {
       char *text = strdup(line + 8);
-      if (!text || !grow((void **)&v->frames, &v->frame_capacity, v->frame_count, sizeof *v->frames)) {
+      if (!text ||
+          !grow((void **)&v->frames, &v->frame_capacity, v->frame_count, sizeof *v->frames)) {
         free(text);
         break;
       }
@@ -204,11 +208,16 @@ static int read_annotations(view *v, const char *path) {
 // Text for HTML: as it is, but for the characters markup gives a meaning.
 static void write_html_text(FILE *out, const char *text) {
   for (const char *c = text; *c; c++) {
-    if (*c == '<') fputs("&lt;", out);
-    else if (*c == '>') fputs("&gt;", out);
-    else if (*c == '&') fputs("&amp;", out);
-    else if (*c == '"') fputs("&quot;", out);
-    else fputc(*c, out);
+    if (*c == '<')
+      fputs("&lt;", out);
+    else if (*c == '>')
+      fputs("&gt;", out);
+    else if (*c == '&')
+      fputs("&amp;", out);
+    else if (*c == '"')
+      fputs("&quot;", out);
+    else
+      fputc(*c, out);
   }
 }
 
@@ -216,9 +225,12 @@ static void write_html_text(FILE *out, const char *text) {
 static void write_script_string(FILE *out, const char *text) {
   fputc('"', out);
   for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-    if (*c == '"' || *c == '\\') fprintf(out, "\\%c", *c);
-    else if (*c < 0x20 || *c == '<' || *c == '>' || *c == '&') fprintf(out, "\\u%04x", *c);
-    else fputc(*c, out);
+    if (*c == '"' || *c == '\\')
+      fprintf(out, "\\%c", *c);
+    else if (*c < 0x20 || *c == '<' || *c == '>' || *c == '&')
+      fprintf(out, "\\u%04x", *c);
+    else
+      fputc(*c, out);
   }
   fputc('"', out);
 }
@@ -245,7 +257,8 @@ static void write_policy_json(FILE *out, const view *v, const run *r, const char
 
 static void write_figure(FILE *out, const char *id, const char *what, uint64_t value,
                          const char *unit) {
-  fprintf(out, "%s <span class=\"figure\" id=\"%s\" data-value=\"%" PRIu64 "\">%" PRIu64 "</span>%s",
+  fprintf(out,
+          "%s <span class=\"figure\" id=\"%s\" data-value=\"%" PRIu64 "\">%" PRIu64 "</span>%s",
           what, id, value, value, unit);
 }
 
@@ -259,7 +272,8 @@ static void write_page(FILE *out, const char *path, const view *v, const char *l
                "#panels{display:flex;flex-wrap:wrap;gap:16px}.panel{flex:1 1 640px;min-width:640px}"
                "svg text{font:11px sans-serif;fill:#333}.axis-title{fill:#666}"
                "#tip{position:fixed;pointer-events:none;background:#fffff4;border:1px solid #999;"
-               "padding:4px 6px;font:12px monospace;white-space:pre-wrap;word-break:break-all;max-width:720px;"
+               "padding:4px 6px;font:12px "
+               "monospace;white-space:pre-wrap;word-break:break-all;max-width:720px;"
                "box-shadow:1px 1px 4px #888;z-index:9}"
                ".segment-summary{font:12px monospace;margin:4px 0}.help{color:#555}"
                "button{font:12px sans-serif}\n</style></head><body>\n<h1>Allocation trace: ");
@@ -336,8 +350,8 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path,
   view v = {.runs = {{.policy = DEVBUF_TOOL_POLICY_DEVBUF}, {.policy = DEVBUF_TOOL_POLICY_CCA}}};
   char safe[1024], labels[POLICIES][160];
   int code = 1;
-  uint64_t page_size = options && options->page_size ? options->page_size
-                                                     : devbuf_device_page_size(device);
+  uint64_t page_size =
+      options && options->page_size ? options->page_size : devbuf_device_page_size(device);
   snprintf(labels[0], sizeof labels[0], "devbuf's caching allocator (%s, %" PRIu64 "-byte page)",
            devbuf_device_spec(device), page_size);
   snprintf(labels[1], sizeof labels[1], "PyTorch's CUDA caching allocator (model, defaults)");
@@ -364,12 +378,14 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path,
       const char *label_of[POLICIES] = {labels[0], labels[1]};
       write_page(out, path, &v, label_of);
       code = fclose(out) == 0 ? 0 : 1;
-      if (code) fprintf(stderr, "devbuf trace: cannot write %s: %s\n", DEVBUF_PRINTABLE(page, safe),
-                        strerror(errno));
-      else printf("wrote %s: peak live %" PRIu64 " bytes, peak reserved %" PRIu64
-                  " bytes (PyTorch's CCA, modelled: %" PRIu64 ")\n",
-                  DEVBUF_PRINTABLE(page, safe), v.runs[0].peak_live, v.runs[0].peak_reserved,
-                  v.runs[1].peak_reserved);
+      if (code)
+        fprintf(stderr, "devbuf trace: cannot write %s: %s\n", DEVBUF_PRINTABLE(page, safe),
+                strerror(errno));
+      else
+        printf("wrote %s: peak live %" PRIu64 " bytes, peak reserved %" PRIu64
+               " bytes (PyTorch's CCA, modelled: %" PRIu64 ")\n",
+               DEVBUF_PRINTABLE(page, safe), v.runs[0].peak_live, v.runs[0].peak_reserved,
+               v.runs[1].peak_reserved);
     }
   }
   view_free(&v);

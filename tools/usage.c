@@ -40,7 +40,8 @@ static const usage_entry entries[] = {
     {"trace",
      "devbuf trace replay FILE [--device SPEC] [--page SIZE] [--memory-limit SIZE] [--growable]\n"
      "                          [--policy devbuf|cca] [--passes N] [--json]\n"
-     "       devbuf trace view FILE -o PAGE.html [--device SPEC] [--page SIZE] [--memory-limit SIZE]\n"
+     "       devbuf trace view FILE -o PAGE.html [--device SPEC] [--page SIZE] [--memory-limit "
+     "SIZE]\n"
      "  replay: plays an allocation trace against a caching allocator with SPEC's segment policy\n"
      "  (default cpu; --page: another page for segments, such as CUDA's 2MiB) over an\n"
      "  upstream that counts bytes and holds no memory; prints peak requested and reserved\n"
@@ -48,7 +49,8 @@ static const usage_entry entries[] = {
      "  one segment that maps memory as it grows); --policy cca: a model of PyTorch's CUDA\n"
      "  caching allocator with its defaults instead of devbuf's; --passes: replays N times into\n"
      "  the same cache and says what each later pass allocated from the system; sizes are bytes\n"
-     "  or take a unit: 4096, 64KiB, 512MiB, 2G (K, M, G, T are 1024-based, with or without B or iB)\n"
+     "  or take a unit: 4096, 64KiB, 512MiB, 2G (K, M, G, T are 1024-based, with or without B or "
+     "iB)\n"
      "  view: devbuf's policy and PyTorch's side by side on one self-contained HTML page: live\n"
      "  bytes stacked by allocation, reserved bytes, refusals; hover, zoom, and each segment's\n"
      "  blocks at a clicked moment\n"},
