@@ -27,16 +27,20 @@ import pickle
 import sys
 
 SMALL_SEGMENT = 2 << 20
-LONGEST_FRAME = 240  # a trace line holds at most 255 characters
+LONGEST_FRAME = 240  # bytes of UTF-8: a trace line holds at most 255 bytes
 
 
 def frame_text(frame):
-    """One stack frame as a line's text: printable, and short enough for the format."""
+    """One stack frame as a line's text: printable, and short enough for the format (cut
+    to whole characters, so that a line of non-ASCII text stays within 255 bytes too)."""
     if not isinstance(frame, dict) or "filename" not in frame:
         return None
     text = f"{frame.get('filename', '?')}:{frame.get('line', '?')} {frame.get('name', '?')}"
     text = "".join(c if c.isprintable() else "?" for c in text)
-    return text if len(text) <= LONGEST_FRAME else text[:LONGEST_FRAME - 3] + "..."
+    encoded = text.encode("utf-8")
+    if len(encoded) <= LONGEST_FRAME:
+        return text
+    return encoded[:LONGEST_FRAME - 3].decode("utf-8", "ignore") + "..."
 
 
 class Inert(dict):
@@ -177,7 +181,7 @@ def main():
         print(f"snapshot_to_trace: {error}", file=sys.stderr)
         return 1
     if args.output:
-        with open(args.output, "w") as f:
+        with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         sys.stdout.write(text)
