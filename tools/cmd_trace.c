@@ -1,8 +1,10 @@
 // devbuf trace replay FILE: plays an allocation trace against a caching allocator over a
 // counting upstream (no memory behind it) and prints what the allocator did; devbuf trace
-// view FILE -o PAGE.html draws it (trace_view.c).
+// view FILE -o PAGE.html draws it (trace_view.c). A PyTorch memory snapshot (a pickle) is
+// converted to a trace first (snapshot_reader.c).
 #include "commands.h"
 #include "counting_upstream.h"
+#include "trace_extras.h"
 #include "trace_view.h"
 #include "devbuf.h"
 #include "printable.h"
@@ -67,7 +69,7 @@ static void print_json(const char *path, const char *spec, devbuf_tool_policy po
                        bool growable, const devbuf_trace_summary_t *summary,
                        const devbuf_allocator_stats_t *stats,
                        const devbuf_counting_upstream *counts, const pass_figures *passes,
-                       int pass_count) {
+                       int pass_count, const devbuf_tool_trace_extras *extras) {
   printf("{\"policy\": \"%s\", \"page_bytes\": %llu, \"growable\": %s, \"file\": ",
          devbuf_tool_policy_name(policy), (unsigned long long)page, growable ? "true" : "false");
   devbuf_tool_json_string(path, stdout);
@@ -85,13 +87,15 @@ static void print_json(const char *path, const char *spec, devbuf_tool_policy po
   for (int i = 0; i < pass_count; i++)
     printf("%s{\"system_allocs\": %llu, \"refused\": %llu}", i ? ", " : "",
            (unsigned long long)passes[i].system_allocs, (unsigned long long)passes[i].refused);
-  printf("]}\n");
+  printf("]");
+  devbuf_tool_trace_extras_json(extras, stdout);
+  printf("}\n");
 }
 
 int devbuf_cmd_trace(int argc, char **argv) {
   const char *path = NULL, *spec = "cpu", *html_path = NULL, *subcommand = NULL;
   devbuf_caching_options_t options = {0};
-  int json = 0, pass_count = 1;
+  int json = 0, pass_count = 1, least_limit = 0;
   devbuf_tool_policy policy = DEVBUF_TOOL_POLICY_DEVBUF;
   for (int i = 1; i < argc; i++) {
     char safe[256];
@@ -114,6 +118,8 @@ int devbuf_cmd_trace(int argc, char **argv) {
       if (++i == argc || !devbuf_tool_policy_named(argv[i], &policy))
         return devbuf_tool_misuse("trace", "--policy takes devbuf or cca, not '%s'",
                                   DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
+    } else if (strcmp(argv[i], "--least-limit") == 0 && subcommand[0] == 'r') {
+      least_limit = 1;
     } else if (strcmp(argv[i], "--growable") == 0 && subcommand[0] == 'r') {
       options.growable = 1;
     } else if (strcmp(argv[i], "--passes") == 0 && subcommand[0] == 'r') {
@@ -150,12 +156,21 @@ int devbuf_cmd_trace(int argc, char **argv) {
   if (policy == DEVBUF_TOOL_POLICY_CCA && (options.growable || options.page_size))
     return devbuf_tool_misuse("trace", "--policy cca is PyTorch's default policy: it takes "
                                        "neither --growable nor --page");
+  // A PyTorch snapshot is converted into a temporary trace that replay and view read.
+  devbuf_tool_snapshot snapshot = {.trace_path = ""};
+  int is_snapshot = devbuf_tool_is_snapshot(path);
+  if (is_snapshot && devbuf_tool_snapshot_open("trace", path, &snapshot)) return 1;
+  const char *trace = is_snapshot ? snapshot.trace_path : path;
+  devbuf_tool_trace_extras extras = {.snapshot = is_snapshot ? &snapshot.figures : NULL};
   devbuf_device_t *device = NULL;
   int opened = devbuf_tool_open_device("trace", spec, &device);
-  if (opened) return opened;
+  if (opened) {
+    devbuf_tool_snapshot_close(&snapshot);
+    return opened;
+  }
   int code = 0;
   if (subcommand[0] == 'v') {
-    code = devbuf_tool_trace_view(device, path, &options, html_path);
+    code = devbuf_tool_trace_view(device, trace, &options, html_path);
   } else {
     devbuf_counting_upstream counts = {0};
     devbuf_allocator_t *caching = NULL;
@@ -171,7 +186,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
     // makes no system allocation after its first pass.
     for (int pass = 0; pass < pass_count && status == DEVBUF_OK; pass++) {
       uint64_t allocs_before = stats.system_allocs;
-      status = devbuf_trace_replay(path, caching, &summary);
+      status = devbuf_trace_replay(trace, caching, &summary);
       devbuf_allocator_stats(caching, &stats);
       if (policy == DEVBUF_TOOL_POLICY_CCA) { // the model is a plain allocator: its upstream counts
         stats.system_allocs = counts.allocs;
@@ -181,13 +196,16 @@ int devbuf_cmd_trace(int argc, char **argv) {
       passes[pass] = (pass_figures){stats.system_allocs - allocs_before, summary.failed_allocs};
       if (pass == 0) first = summary;
     }
+    if (status == DEVBUF_OK && (is_snapshot || least_limit))
+      status = devbuf_tool_trace_extras_measure(device, &options, trace, &extras);
     if (status == DEVBUF_OK) {
       if (json)
         print_json(path, spec, policy, page, options.growable != 0, &first, &stats, &counts, passes,
-                   pass_count);
+                   pass_count, &extras);
       else
         print_text(path, spec, policy, page, options.growable != 0, &first, &stats, &counts, passes,
                    pass_count);
+      if (!json) devbuf_tool_trace_extras_text(&extras, stdout);
     } else {
       devbuf_tool_report("trace", NULL);
       code = 1;
@@ -195,5 +213,6 @@ int devbuf_cmd_trace(int argc, char **argv) {
     devbuf_allocator_release(caching);
   }
   devbuf_device_release(device);
+  devbuf_tool_snapshot_close(&snapshot);
   return code;
 }
