@@ -19,6 +19,11 @@ mkdir -p "$build/artifacts"
 for target in "${targets[@]}"; do mkdir -p "$build/corpus/${target#fuzz_}"; done
 cp tests/corpus/safetensors/*.safetensors "$build/corpus/safetensors/"
 cp tests/data/safetensors/*/*.safetensors "$build/corpus/safetensors/" 2>/dev/null || true
+# Snapshot-shaped and hostile pickles, and the start of a real snapshot (within -max_len).
+cp tests/corpus/snapshot/*.pickle "$build/corpus/snapshot/"
+for real in tests/data/snapshots/*/*.pickle; do
+  [[ -f "$real" ]] && head -c 60000 "$real" >"$build/corpus/snapshot/truncated_$(basename "$real")"
+done
 
 status=0
 for target in "${targets[@]}"; do
