@@ -204,9 +204,11 @@ static devbuf_pickle_value *new_container(reader *r, devbuf_pickle_kind kind,
   bool hashable = kind == DEVBUF_PICKLE_TUPLE;
   for (size_t i = 0; hashable && i < count; i++) hashable = items[i]->hashable;
   devbuf_pickle_value *value = new_value(r, kind, hashable);
-  if (!value || (count && reserve_items(r, value, count))) return NULL;
-  if (count) memcpy(value->as.list.items, items, count * sizeof *items);
-  value->as.list.count = count;
+  if (!value || !count) return value;
+  value->as.list.items = arena_alloc(r, count * sizeof *items); // exactly: most never grow
+  if (!value->as.list.items) return NULL;
+  memcpy(value->as.list.items, items, count * sizeof *items);
+  value->as.list.count = value->as.list.capacity = count;
   return value;
 }
 
