@@ -216,16 +216,18 @@ static devbuf_pickle_value *new_container(reader *r, devbuf_pickle_kind kind,
 
 static size_t fence(const reader *r) { return r->mark_count ? r->marks[r->mark_count - 1] : 0; }
 
+static int grow_stack(reader *r) {
+  size_t capacity = r->stack_capacity ? r->stack_capacity * 2 : 256;
+  if (charge(r, (capacity - r->stack_capacity) * sizeof *r->stack)) return -1;
+  devbuf_pickle_value **stack = realloc(r->stack, capacity * sizeof *stack);
+  if (!stack) return fail(r, "out of memory");
+  r->stack = stack;
+  r->stack_capacity = capacity;
+  return 0;
+}
+
 static int push(reader *r, devbuf_pickle_value *value) {
-  if (!value) return -1;
-  if (r->depth == r->stack_capacity) {
-    size_t capacity = r->stack_capacity ? r->stack_capacity * 2 : 256;
-    if (charge(r, (capacity - r->stack_capacity) * sizeof *r->stack)) return -1;
-    devbuf_pickle_value **stack = realloc(r->stack, capacity * sizeof *stack);
-    if (!stack) return fail(r, "out of memory");
-    r->stack = stack;
-    r->stack_capacity = capacity;
-  }
+  if (!value || (r->depth == r->stack_capacity && grow_stack(r))) return -1;
   r->stack[r->depth++] = value;
   return 0;
 }
@@ -667,7 +669,7 @@ int devbuf_pickle_parse(const uint8_t *data, size_t size, devbuf_pickle **out_pi
   r.pickle->budget = size * DEVBUF_PICKLE_MEMORY_PER_BYTE + DEVBUF_PICKLE_MEMORY_FLOOR;
   r.at = 2;
   bool stopped = false;
-  int status = 0;
+  int status = grow_stack(&r); // never NULL: opcodes take items from it by offset
   while (status == 0 && !stopped) {
     if (r.at == r.size) {
       r.op_offset = r.at;

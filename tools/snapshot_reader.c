@@ -284,7 +284,8 @@ static int emit_str(converter *c, const devbuf_pickle_value *value) {
   if (python_str(c, value, buffer, sizeof buffer, &text, &length)) return -1;
   if (fwrite(text, 1, length, c->out) != length)
     return fail(c, "cannot write the trace: %s", strerror(errno));
-  return emit(c, "%s", "");
+  c->written += length;
+  return emit(c, "%s", ""); // checks the bound
 }
 
 // ---- a frame's text: FILE:LINE NAME, what Python does not print as '?', cut to fit ------
