@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""The C snapshot reader (tools/pickle_reader.c, tools/snapshot_reader.c) against the Python
+converter it replaces, and against hostile pickles:
+
+- on the real snapshot of tests/data/snapshots/ and on snapshot-shaped pickles of protocols
+  2, 4 and 5 (tests/corpus/make_snapshot_corpus.py, written again here with a marker that a
+  called os.system would create), the C reader's trace is byte for byte the trace of
+  `tools/snapshot_to_trace.py --times --frames 8`; nothing the pickles name runs;
+- `devbuf trace replay RUN.pickle` replays what the committed trace of that run replays, and
+  prints PyTorch's own figures of the run as figures.json gives them, and least limits that
+  hold (nothing refused at the limit, something refused one byte below); `trace view
+  RUN.pickle` draws it; no temporary file is left behind;
+- every hostile pickle of tests/corpus/snapshot/expect.txt is refused by the tool with exit 1
+  and its phrase; every proper prefix of a small snapshot is refused with a message, and
+  one-byte changes at every offset neither crash nor go unexplained (snapshot_convert
+  --truncations; the ASan build runs all of this);
+- `--least-limit` on a plain trace.
+Usage: check_snapshot_reader.py DEVBUF_TOOL SNAPSHOT_CONVERT SOURCE_DIR SCRATCH_DIR"""
+import glob
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+tool, convert, source, scratch = sys.argv[1:5]
+sys.path.insert(0, os.path.join(source, "tests", "corpus"))
+import make_snapshot_corpus  # noqa: E402
+
+shutil.rmtree(scratch, ignore_errors=True)
+os.makedirs(scratch)
+temporary = os.path.join(scratch, "tmp")  # the tool's TMPDIR: must stay empty
+os.makedirs(temporary)
+environment = dict(os.environ, TMPDIR=temporary)
+marker = os.path.join(scratch, "executed")
+converter = os.path.join(source, "tools", "snapshot_to_trace.py")
+failures = []
+
+
+def expect(condition, what):
+    if not condition:
+        failures.append(what)
+        print(f"FAIL: {what}")
+
+
+def run(*command):
+    return subprocess.run(command, capture_output=True, env=environment)
+
+
+def compare(path):
+    """The C reader's trace against the Python converter's; True when both convert."""
+    python_trace = os.path.join(scratch, "python.trace")
+    python = run(sys.executable, converter, path, "-o", python_trace, "--times", "--frames", "8")
+    c = run(convert, path)
+    name = os.path.basename(path)
+    expect(c.returncode == python.returncode,
+           f"{name}: C exit {c.returncode} ({c.stderr.decode()!r}), Python exit {python.returncode} "
+           f"({python.stderr.decode()!r})")
+    if c.returncode == 0 and python.returncode == 0:
+        wanted = open(python_trace, "rb").read()
+        if c.stdout != wanted:
+            got_lines, want_lines = c.stdout.splitlines(), wanted.splitlines()
+            first = next((i for i, (a, b) in enumerate(zip(got_lines, want_lines)) if a != b),
+                         min(len(got_lines), len(want_lines)))
+            expect(False, f"{name}: traces differ at line {first + 1}: C "
+                          f"{got_lines[first:first + 1]} Python {want_lines[first:first + 1]}")
+        return True
+    return False
+
+
+# Snapshot-shaped pickles of every protocol the tool takes, with a live os.system marker.
+for name, snapshot in make_snapshot_corpus.snapshots(f"touch {marker}").items():
+    for protocol in (2, 4, 5):
+        path = os.path.join(scratch, f"{name}_p{protocol}.pickle")
+        with open(path, "wb") as f:
+            pickle.dump(snapshot, f, protocol=protocol)
+        expect(compare(path), f"{name}, protocol {protocol}: both readers convert it")
+        replayed = run(tool, "trace", "replay", path, "--json")
+        expect(replayed.returncode == 0 and b'"snapshot": {"device": 0' in replayed.stdout,
+               f"{name}, protocol {protocol}: devbuf trace replay: {replayed.stderr.decode()}")
+expect(not os.path.exists(marker), "a pickle's os.system call ran")
+# The committed corpus converts the same way.
+for path in sorted(glob.glob(os.path.join(source, "tests", "corpus", "snapshot", "valid_*.pickle"))):
+    expect(compare(path), f"{os.path.basename(path)}: both readers convert it")
+
+# The real snapshot.
+real = os.path.join(source, "tests", "data", "snapshots", "Wedsonlin-assignment2-systems",
+                    "medium_128_inference_memory_snapshot.pickle")
+stem = "medium_128_inference_memory_snapshot"
+traces = os.path.join(source, "tests", "data", "traces", "Wedsonlin-assignment2-systems")
+expect(compare(real), "the real snapshot: both readers convert it")
+figures = json.load(open(os.path.join(traces, "figures.json")))["traces"][stem]
+committed = os.path.join(traces, stem + ".trace")
+records = [line for line in run(convert, real).stdout.decode().splitlines() if line[:2] in ("a ", "f ")]
+expect(records == [line for line in open(committed).read().splitlines() if line[:2] in ("a ", "f ")],
+       "the real snapshot's a/f lines are those of its committed trace")
+for policy in ("devbuf", "cca"):
+    got = run(tool, "trace", "replay", real, "--json", "--policy", policy)
+    want = run(tool, "trace", "replay", committed, "--json", "--policy", policy)
+    expect(got.returncode == 0 and want.returncode == 0, f"replay --policy {policy}: {got.stderr}")
+    if got.returncode or want.returncode:
+        continue
+    got, want = json.loads(got.stdout), json.loads(want.stdout)
+    for field in ("allocs", "frees", "never_freed", "peak_requested_bytes", "peak_reserved_bytes",
+                  "system_allocs", "cache_hits"):
+        expect(got[field] == want[field], f"{policy}: {field} {got[field]}, the trace's {want[field]}")
+    s = got["snapshot"]
+    expect(s["cca_peak_reserved_bytes"] == figures["cca_peak_reserved"]
+           and s["cca_system_allocs"] == figures["cca_system_allocs"]
+           and s["cca_reserved_at_end_bytes"] == figures["cca_reserved_at_end"]
+           and s["segments_at_start"] == figures["segments_at_start"]
+           and s["reserved_at_start_bytes"] == figures["reserved_at_start"],
+           f"CCA's figures from the snapshot {s} against figures.json")
+    # The least limits: nothing refused at them, something refused a byte below.
+    for which, flags in (("devbuf", []), ("cca", ["--policy", "cca"])):
+        limit = got["least_limit_bytes"][which]
+        at = json.loads(run(tool, "trace", "replay", committed, "--json", "--memory-limit", str(limit),
+                            *flags).stdout)
+        below = json.loads(run(tool, "trace", "replay", committed, "--json", "--memory-limit",
+                               str(limit - 1), *flags).stdout)
+        expect(limit >= got["peak_requested_bytes"] and at["refused"] == 0 and below["refused"] > 0,
+               f"least limit of {which} {limit}: {at['refused']} refused at it, {below['refused']} "
+               "a byte below")
+    print(f"real snapshot, --policy {policy}: peak reserved {got['peak_reserved_bytes']}, CCA's "
+          f"{s['cca_peak_reserved_bytes']}; least limits {got['least_limit_bytes']}")
+text = run(tool, "trace", "replay", real)
+expect(text.returncode == 0 and b"PyTorch's caching allocator in this run" in text.stdout
+       and b"least memory limit" in text.stdout, f"replay's text: {text.stdout} {text.stderr}")
+page = os.path.join(scratch, "real.html")
+viewed = run(tool, "trace", "view", real, "-o", page)
+html = open(page, encoding="utf-8").read() if viewed.returncode == 0 else ""
+expect(viewed.returncode == 0 and "nsys_profile.py:" in html and '"times": [' in html,
+       f"trace view of the snapshot, with stacks and times: {viewed.stderr}")
+expect(os.listdir(temporary) == [], f"temporary files left: {os.listdir(temporary)}")
+
+# Hostile pickles: exit 1 with the phrase, through the tool.
+corpus = os.path.join(source, "tests", "corpus", "snapshot")
+for line in open(os.path.join(corpus, "expect.txt")):
+    if line.startswith("#") or not line.strip():
+        continue
+    name, phrase = line.rstrip("\n").split(" ", 1)
+    result = run(tool, "trace", "replay", os.path.join(corpus, name))
+    message = result.stderr.decode()
+    expect(result.returncode == 1 and phrase in message and "usage:" not in message
+           and not result.stdout, f"{name}: exit {result.returncode}, {message!r} (wanted {phrase!r})")
+    view = run(tool, "trace", "view", os.path.join(corpus, name), "-o", os.path.join(scratch, "bad.html"))
+    expect(view.returncode == 1 and phrase in view.stderr.decode(), f"view {name}: {view.stderr}")
+expect(not os.path.exists(marker), "a pickle's os.system call ran")
+expect(os.listdir(temporary) == [], f"temporary files left: {os.listdir(temporary)}")
+# Every prefix of a small snapshot, and every byte of it changed.
+small = os.path.join(scratch, "basic_p4.pickle")
+truncated = run(convert, "--truncations", small)
+expect(truncated.returncode == 0, f"prefixes and changed bytes: {truncated.stderr.decode()[-2000:]}")
+print(truncated.stdout.decode().strip())
+# Not a pickle of protocol 2..5: read as a trace, as before.
+old = os.path.join(scratch, "protocol1.pickle")
+with open(old, "wb") as f:
+    pickle.dump({"segments": []}, f, protocol=1)
+result = run(tool, "trace", "replay", old)
+expect(result.returncode == 1 and b"does not start with" in result.stderr, f"protocol 1: {result.stderr}")
+
+# --least-limit on a plain trace.
+plain = os.path.join(source, "tests", "data", "traces", "ZidongLiu-DeComFL", "memory.trace")
+result = run(tool, "trace", "replay", plain, "--least-limit", "--json")
+got = json.loads(result.stdout) if result.returncode == 0 else {}
+expect("least_limit_bytes" in got and "snapshot" not in got, f"--least-limit: {result.stderr}")
+if got:
+    limit = got["least_limit_bytes"]["devbuf"]
+    at = json.loads(run(tool, "trace", "replay", plain, "--json", "--memory-limit", str(limit)).stdout)
+    expect(at["refused"] == 0, f"plain trace: {at['refused']} refused at its least limit")
+    print(f"ZidongLiu-DeComFL/memory.trace: least limits {got['least_limit_bytes']}, peak requested "
+          f"{got['peak_requested_bytes']}")
+result = run(tool, "trace", "replay", plain, "--least-limit")
+expect(result.returncode == 0 and b"least memory limit" in result.stdout
+       and b"PyTorch's caching allocator" not in result.stdout, "--least-limit as text")
+
+print(f"{len(failures)} failures" if failures else "snapshot reader ok")
+sys.exit(1 if failures else 0)
