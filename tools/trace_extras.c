@@ -1,5 +1,6 @@
 // The figures of trace_extras.h.
 #include "trace_extras.h"
+#include "sizes.h"
 
 #include <inttypes.h>
 
@@ -14,33 +15,43 @@ devbuf_status devbuf_tool_trace_extras_measure(devbuf_device_t *device,
   return status;
 }
 
-static double gib(int64_t bytes) { return (double)bytes / (double)(1 << 30); }
+// "1.64 GiB (1,763,704,832 bytes)", as print_text writes sizes.
+static const char *size_text(int64_t bytes, char *out, size_t capacity) {
+  char human[32], exact[32];
+  uint64_t value = bytes < 0 ? 0 : (uint64_t)bytes;
+  snprintf(
+      out, capacity, "%s%s (%s bytes)", bytes < 0 ? "-" : "",
+      devbuf_tool_human_size(bytes < 0 ? (uint64_t)0 - (uint64_t)bytes : value, human,
+                             sizeof human),
+      devbuf_tool_grouped(bytes < 0 ? (uint64_t)0 - (uint64_t)bytes : value, exact, sizeof exact));
+  return out;
+}
 
 static void print_limit(const char *policy, const devbuf_tool_least_limit *limit, FILE *out) {
+  char text[96];
   if (limit->bytes)
-    fprintf(out, "%s %" PRIu64 " bytes (%.3f GiB, %u replays)", policy, limit->bytes,
-            gib((int64_t)limit->bytes), limit->replays);
+    fprintf(out, "  %-10s %s, %u replays\n", policy,
+            size_text((int64_t)limit->bytes, text, sizeof text), limit->replays);
   else
-    fprintf(out, "%s none found up to 256 times its unlimited peak", policy);
+    fprintf(out, "  %-10s none found up to 256 times its unlimited peak\n", policy);
 }
 
 void devbuf_tool_trace_extras_text(const devbuf_tool_trace_extras *extras, FILE *out) {
   const devbuf_snapshot_figures *s = extras->snapshot;
+  char peak[96], end[96];
   if (s)
     fprintf(out,
-            "PyTorch's caching allocator in this run (the snapshot's events, device 0): peak "
-            "reserved %" PRId64 " bytes (%.3f GiB) from the first recorded allocation on, %" PRIu64
-            " system allocations (%" PRIu64 " segments held at the start, %" PRIu64
-            " made, %" PRIu64 " freed), %" PRId64 " bytes reserved at the end\n",
-            s->cca_peak_reserved, gib(s->cca_peak_reserved), s->cca_system_allocs,
+            "PyTorch's caching allocator in this run (the snapshot's own events, device 0):\n"
+            "  peak reserved   %s from the first recorded allocation on\n"
+            "  %" PRIu64 " system allocations (%" PRIu64 " segments held at the start, %" PRIu64
+            " made, %" PRIu64 " freed); %s reserved at the end\n",
+            size_text(s->cca_peak_reserved, peak, sizeof peak), s->cca_system_allocs,
             s->segments_at_start, s->cca_segment_allocs, s->cca_segment_frees,
-            s->cca_reserved_at_end);
+            size_text(s->cca_reserved_at_end, end, sizeof end));
   if (extras->least_limits) {
-    fprintf(out, "least memory limit under which nothing is refused: ");
+    fprintf(out, "least memory limit under which nothing is refused (bisection over replays):\n");
     print_limit("devbuf", &extras->devbuf, out);
-    fprintf(out, "; ");
     print_limit("CCA model", &extras->cca, out);
-    fprintf(out, "\n");
   }
 }
 
