@@ -170,7 +170,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
   }
   int code = 0;
   if (subcommand[0] == 'v') {
-    code = devbuf_tool_trace_view(device, trace, &options, html_path);
+    code = devbuf_tool_trace_view(device, trace, path, &options, html_path);
   } else {
     devbuf_counting_upstream counts = {0};
     devbuf_allocator_t *caching = NULL;

@@ -345,7 +345,7 @@ static void view_free(view *v) {
   free(v->frames);
 }
 
-int devbuf_tool_trace_view(devbuf_device_t *device, const char *path,
+int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char *shown,
                            const devbuf_caching_options_t *options, const char *page) {
   view v = {.runs = {{.policy = DEVBUF_TOOL_POLICY_DEVBUF}, {.policy = DEVBUF_TOOL_POLICY_CCA}}};
   char safe[1024], labels[POLICIES][160];
@@ -368,7 +368,7 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path,
   if (status != DEVBUF_OK) {
     devbuf_tool_report("trace", NULL);
   } else if (v.out_of_memory || !read_annotations(&v, path)) {
-    fprintf(stderr, "devbuf trace: no memory to draw %s\n", DEVBUF_PRINTABLE(path, safe));
+    fprintf(stderr, "devbuf trace: no memory to draw %s\n", DEVBUF_PRINTABLE(shown, safe));
   } else {
     FILE *out = fopen(page, "w");
     if (!out) {
@@ -376,7 +376,7 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path,
               strerror(errno));
     } else {
       const char *label_of[POLICIES] = {labels[0], labels[1]};
-      write_page(out, path, &v, label_of);
+      write_page(out, shown, &v, label_of);
       code = fclose(out) == 0 ? 0 : 1;
       if (code)
         fprintf(stderr, "devbuf trace: cannot write %s: %s\n", DEVBUF_PRINTABLE(page, safe),

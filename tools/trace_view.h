@@ -12,8 +12,10 @@
 #include "devbuf.h"
 
 // Writes the page for the trace at `path` to `page`, replaying with `options` (page size and
-// memory limit; NULL for the device's own); the exit code (0, or 1 with a message).
-int devbuf_tool_trace_view(devbuf_device_t *device, const char *path,
+// memory limit; NULL for the device's own); the page names the trace `shown` (the file the
+// user gave, where `path` is a trace converted from it). The exit code (0, or 1 with a
+// message).
+int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char *shown,
                            const devbuf_caching_options_t *options, const char *page);
 
 #endif

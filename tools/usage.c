@@ -39,21 +39,24 @@ static const usage_entry entries[] = {
      "figures\n"},
     {"trace",
      "devbuf trace replay FILE [--device SPEC] [--page SIZE] [--memory-limit SIZE] [--growable]\n"
-     "                          [--policy devbuf|cca] [--passes N] [--json]\n"
-     "       devbuf trace view FILE -o PAGE.html [--device SPEC] [--page SIZE] [--memory-limit "
-     "SIZE]\n"
-     "  replay: plays an allocation trace against a caching allocator with SPEC's segment policy\n"
+     "                          [--policy devbuf|cca] [--passes N] [--least-limit] [--json]\n"
+     "       devbuf trace view FILE -o PAGE.html [--device SPEC] [--page SIZE]\n"
+     "                          [--memory-limit SIZE]\n"
+     "  FILE: a devbuf trace, or a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot),\n"
+     "  read by a restricted unpickler that runs nothing\n"
+     "  replay: plays the allocations against a caching allocator with SPEC's segment policy\n"
      "  (default cpu; --page: another page for segments, such as CUDA's 2MiB) over an\n"
      "  upstream that counts bytes and holds no memory; prints peak requested and reserved\n"
-     "  bytes, system allocations and frees, refusals; --growable: growable segments (each pool\n"
-     "  one segment that maps memory as it grows); --policy cca: a model of PyTorch's CUDA\n"
-     "  caching allocator with its defaults instead of devbuf's; --passes: replays N times into\n"
-     "  the same cache and says what each later pass allocated from the system; sizes are bytes\n"
-     "  or take a unit: 4096, 64KiB, 512MiB, 2G (K, M, G, T are 1024-based, with or without B or "
-     "iB)\n"
+     "  bytes, system allocations and frees, refusals (and, from a snapshot, what PyTorch's\n"
+     "  allocator reserved in that run); --growable: growable segments (each pool one segment\n"
+     "  that maps memory as it grows); --policy cca: a model of PyTorch's CUDA caching\n"
+     "  allocator with its defaults instead of devbuf's; --passes: replays N times into the\n"
+     "  same cache and says what each later pass allocated from the system; --least-limit: the\n"
+     "  smallest memory limit under which each policy refuses nothing (always for snapshots);\n"
+     "  sizes are bytes or take a unit: 4096, 64KiB, 512MiB, 2G (1024-based, with or without B)\n"
      "  view: devbuf's policy and PyTorch's side by side on one self-contained HTML page: live\n"
-     "  bytes stacked by allocation, reserved bytes, refusals; hover, zoom, and each segment's\n"
-     "  blocks at a clicked moment\n"},
+     "  bytes stacked by allocation, reserved bytes, refusals; hover (with a snapshot's stack\n"
+     "  frames), zoom, and each segment's blocks at a clicked moment\n"},
 };
 
 static const char tool_text[] =

@@ -11,7 +11,9 @@ protocol over a pipe (no library), loads the page and is used as a person would 
 - a spike of one event among 20,000 shows in the screenshot, where a sampled chart loses it;
 - a path and stack frames holding markup stay text, and the page loads nothing from outside.
 Skipped, with the reason, where no Chromium is installed.
-Usage: check_trace_view.py DEVBUF_TOOL TRACE SCRATCH_FOLDER
+- a PyTorch snapshot (a pickle) draws directly, named as given, and hovering one of its
+  allocations shows the Python stack the snapshot recorded.
+Usage: check_trace_view.py DEVBUF_TOOL TRACE SCRATCH_FOLDER [SNAPSHOT.pickle]
 """
 import base64
 import fcntl
@@ -26,6 +28,7 @@ import time
 import zlib
 
 tool, trace, scratch = sys.argv[1:4]
+snapshot = sys.argv[4] if len(sys.argv) > 4 else None
 browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 if not browser:
     print("SKIP: no Chromium to render the page (Debian: apt-get install chromium)")
@@ -397,6 +400,39 @@ try:
     expect(any(p != background for p in at_spike), f"the one-event spike shows at x {spike_x:.0f}: {at_spike}")
     away = [pixel(image, spike_x + dx, spike_y) for dx in (-60, 60)]
     expect(all(p == background for p in away), f"and only there: {away} against {background}")
+
+    # ---- a PyTorch snapshot, read as it is ---------------------------------------------------
+    if snapshot:
+        page = os.path.join(scratch, "snapshot.html")
+        html = draw(snapshot, page)
+        data = json.loads(re.search(r'<script type="application/json" id="trace-data">\n(.*?)\n</script>', html, re.S).group(1))
+        flat = data["allocations"]
+        allocations = [flat[i:i + 3] for i in range(0, len(flat), 3)]
+        stacks = {entry[0]: entry[1:] for entry in data["stacks"]}
+        expect(len(stacks) > 100 and all(frame.split(":")[0].endswith(".py") for stack in stacks.values() for frame in stack),
+               f"{len(stacks)} allocations carry their Python stacks")
+        expect(chromium.open(page), "the snapshot's page runs its script")
+        expect(os.path.basename(snapshot) in chromium.evaluate("document.querySelector('h1').textContent"),
+               "the page names the snapshot, not a converted file")
+        target = max(stacks, key=lambda i: allocations[i][0] * (allocations[i][2] - allocations[i][1]))
+        size, born, died = allocations[target]
+        middle = (born + died) // 2
+        # Zoomed in around it, the byte axis starts near the live bytes there: its band is tall.
+        for _ in range(8):
+            g = chart_geometry(chromium, "devbuf")
+            x = g["left"] + (middle + 0.5 - g["from"]) / (g["to"] - g["from"]) * g["width"]
+            chromium.mouse("mouseWheel", x, g["top"] + 10, deltaX=0, deltaY=-120)
+        g = chart_geometry(chromium, "devbuf")
+        column = int((middle + 0.5 - g["from"]) / (g["to"] - g["from"]) * g["width"])
+        sample = column_sample(g, column)
+        base = sum(s for s, b, d in allocations[:target] if b <= sample < d)
+        tall = y_of(g, base) - y_of(g, base + size)
+        if expect(born <= sample < died and tall >= 2, f"allocation {target + 1} is live at the event its column "
+                  f"shows ({born} <= {sample} < {died}), {tall:.1f} pixels tall"):
+            chromium.mouse("mouseMoved", g["left"] + column + 0.5, y_of(g, base + size / 2))
+            words = chromium.evaluate(tip)
+            expect(words.startswith(f"allocation {target + 1}: ") and "stack:\n  " + stacks[target][0] in words,
+                   f"hover over allocation {target + 1} shows {words!r}")
 finally:
     chromium.close()
 print(f"{len(failures)} failures")
