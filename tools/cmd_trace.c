@@ -188,11 +188,12 @@ int devbuf_cmd_trace(int argc, char **argv) {
       uint64_t allocs_before = stats.system_allocs;
       status = devbuf_trace_replay(trace, caching, &summary);
       devbuf_allocator_stats(caching, &stats);
-      if (policy == DEVBUF_TOOL_POLICY_CCA) { // the model is a plain allocator: its upstream counts
-        stats.system_allocs = counts.allocs;
-        stats.system_frees = counts.frees;
+      // System calls as the counting upstream saw them, whichever policy made them (the CCA
+      // model is a plain allocator: its own statistics count calls to it, not to the system).
+      stats.system_allocs = counts.allocs;
+      stats.system_frees = counts.frees;
+      if (policy == DEVBUF_TOOL_POLICY_CCA)
         stats.cache_hits = stats.alloc_calls - stats.failed_allocs - counts.allocs;
-      }
       passes[pass] = (pass_figures){stats.system_allocs - allocs_before, summary.failed_allocs};
       if (pass == 0) first = summary;
     }

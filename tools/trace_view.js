@@ -108,7 +108,7 @@
 
   // ---- the view: the events shown, shared by both policies ---------------------------------
   const view = { from: 0, to: Math.max(events, 1), moment: -1, cursor: -1 };
-  const panels = policies.map((policy, index) => {
+  const panels = policies.map((policy) => {
     const panel = document.createElement("div");
     panel.className = "panel";
     panel.id = "panel-" + policy.name;
@@ -126,7 +126,7 @@
     const segments = element("svg", { class: "segments", width: WIDTH, height: ROWS * (ROW + ROW_GAP) + 4 });
     panel.appendChild(segments);
     document.getElementById("panels").appendChild(panel);
-    return { policy, index, chart, summary, segments, samples: [] };
+    return { policy, chart, summary, segments };
   });
 
   const span = () => view.to - view.from;

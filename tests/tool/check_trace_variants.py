@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/traces/trace_variants.py on one real trace: its variants are traces devbuf replays,
 sized as they say (half the activations take less memory than the real run, twice as much
-more), the same with --only as in a whole run (seeds follow the trace's name), and its
+more), the same on a second run (seeds follow the trace's name, not the run), and its
 figures are what `devbuf trace replay` prints for the real trace: CCA's least limit no more
 than CCA's peak, devbuf's refusals at CCA's peak zero wherever devbuf's least limit is under
 it. Usage: check_trace_variants.py DEVBUF_TOOL SOURCE_DIR"""
