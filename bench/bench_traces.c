@@ -65,31 +65,27 @@ typedef struct replay_result {
   uint64_t peak_requested, peak_reserved, system_allocs, refused, second_pass_allocs;
 } replay_result;
 
-static replay_result replay(devbuf_device_t *device, const char *path, uint64_t page,
-                            uint64_t limit, bool growable) {
+static replay_result replay(devbuf_device_t *device, devbuf_tool_policy policy, const char *path,
+                            uint64_t page, uint64_t limit, bool growable) {
   replay_result result = {0};
   devbuf_caching_options_t options = {
       .page_size = page, .memory_limit = limit, .growable = growable};
-  devbuf_counting_upstream counts;
-  devbuf_allocator_t *caching = NULL;
+  devbuf_counting_upstream counts = {0};
+  devbuf_allocator_t *allocator = NULL;
   devbuf_trace_summary_t summary;
-  if (devbuf_tool_counting_caching(device, &options, &counts, &caching) != DEVBUF_OK ||
-      devbuf_trace_replay(path, caching, &summary) != DEVBUF_OK) {
-    devbuf_allocator_release(caching);
+  if (devbuf_tool_counting_policy(device, policy, &options, &counts, &allocator) != DEVBUF_OK ||
+      devbuf_trace_replay(path, allocator, &summary) != DEVBUF_OK) {
+    devbuf_allocator_release(allocator);
     return result;
   }
-  devbuf_allocator_stats_t stats;
-  devbuf_allocator_stats(caching, &stats);
-  result = (replay_result){
-      true, summary.peak_live_bytes, counts.peak_held, stats.system_allocs, summary.failed_allocs,
-      0};
-  if (devbuf_trace_replay(path, caching, &summary) ==
+  result = (replay_result){true,          summary.peak_live_bytes, counts.peak_held,
+                           counts.allocs, summary.failed_allocs,   0};
+  if (devbuf_trace_replay(path, allocator, &summary) ==
       DEVBUF_OK) { // into what the first pass left cached
-    devbuf_allocator_stats(caching, &stats);
-    result.second_pass_allocs = stats.system_allocs - result.system_allocs;
+    result.second_pass_allocs = counts.allocs - result.system_allocs;
     result.refused += summary.failed_allocs;
   }
-  devbuf_allocator_release(caching);
+  devbuf_allocator_release(allocator);
   return result;
 }
 
@@ -122,11 +118,11 @@ void bench_traces(const bench_config *config) {
   // Each trace's whole name on a line of its own, its two rows (one per page) under it: the
   // names (source folder / file) are too long for a column, and cut they lose what tells
   // them apart.
-  printf("   %-7s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %-26s\n", "", "", "", "", "", "", "",
-         "at CCA's", "peak:", "", "growable segments");
-  printf("   %-7s %5s %9s %7s %7s %6s %15s %7s %8s %6s   | %7s %6s %5s %4s\n", "trace:", "page",
-         "requested", "CCA", "devbuf", "ratio", "sys allocs/CCA", "refused", "sys", "pass 2",
-         "devbuf", "/req", "sys", "ref");
+  printf("   %-7s %5s %9s %7s %7s %6s %11s | %-26s | %s\n", "", "", "", "", "", "", "",
+         "at CCA's peak:", "growable segments:");
+  printf("   %-7s %5s %9s %7s %7s %6s %11s | %7s %9s %8s | %7s %6s %9s %4s\n", "trace:", "page",
+         "requested", "CCA", "devbuf", "ratio", "sys/CCA", "refused", "sys/CCA", "pass 2", "devbuf",
+         "/req", "maps/CCA", "ref");
   int met = 0, rows = 0, growable_rows = 0;
   double worst_ratio = 0;
   for (size_t s = 0; s < source_count; s++) {
@@ -144,20 +140,30 @@ void bench_traces(const bench_config *config) {
       printf("   %s\n", name);
       for (int p = 0; p < 2; p++) {
         uint64_t page = p == 0 ? (uint64_t)2 << 20 : 4096;
-        replay_result free_run = replay(config->device, path, page, 0, false);
-        replay_result limited = replay(config->device, path, page, figures[t].peak_reserved, false);
-        replay_result growing = replay(config->device, path, page, 0, true);
+        uint64_t limit = figures[t].peak_reserved;
+        replay_result free_run =
+            replay(config->device, DEVBUF_TOOL_POLICY_DEVBUF, path, page, 0, false);
+        replay_result limited =
+            replay(config->device, DEVBUF_TOOL_POLICY_DEVBUF, path, page, limit, false);
+        // What PyTorch's allocator does at the same limit is known only from its model (the
+        // traces' figures are of runs without one), replayed the same way from nothing.
+        replay_result cca_limited =
+            replay(config->device, DEVBUF_TOOL_POLICY_CCA, path, page, limit, false);
+        replay_result growing =
+            replay(config->device, DEVBUF_TOOL_POLICY_DEVBUF, path, page, 0, true);
+        // The growable target: nothing refused at 2% over what the program asks at its peak.
+        uint64_t tight = free_run.peak_requested + free_run.peak_requested / 50;
         replay_result growing_limited =
-            replay(config->device, path, page, figures[t].peak_reserved, true);
-        if (!free_run.ok || !limited.ok || !growing.ok || !growing_limited.ok) {
+            replay(config->device, DEVBUF_TOOL_POLICY_DEVBUF, path, page, tight, true);
+        if (!free_run.ok || !limited.ok || !cca_limited.ok || !growing.ok || !growing_limited.ok) {
           printf("   %-7s %5s cannot be replayed: %s\n", "", p == 0 ? "2 MiB" : "4 KiB",
                  devbuf_last_error());
           continue;
         }
         double ratio = (double)free_run.peak_reserved / (double)figures[t].peak_reserved;
         bool row_met = ratio <= 1.03 && free_run.system_allocs <= figures[t].system_allocs &&
-                       limited.refused == 0 && limited.system_allocs <= figures[t].system_allocs &&
-                       limited.second_pass_allocs == 0;
+                       limited.refused == 0 && limited.system_allocs <= cca_limited.system_allocs &&
+                       limited.second_pass_allocs <= cca_limited.second_pass_allocs;
         double growable_ratio = (double)growing.peak_reserved / (double)growing.peak_requested;
         bool growable_met = growing.peak_reserved <= figures[t].peak_reserved &&
                             growable_ratio <= 1.02 && growing_limited.refused == 0;
@@ -165,19 +171,23 @@ void bench_traces(const bench_config *config) {
         rows++;
         met += row_met;
         if (ratio > worst_ratio) worst_ratio = ratio;
-        printf("   %-7s %5s %9.3f %7.3f %7.3f %6.3f %7llu/%-7llu %7llu %8llu %6llu %s | %7.3f "
-               "%6.3f %5llu "
-               "%4llu%s\n",
+        char at_limit[32], second[32], maps[32];
+        snprintf(at_limit, sizeof at_limit, "%llu/%llu", (unsigned long long)limited.system_allocs,
+                 (unsigned long long)cca_limited.system_allocs);
+        snprintf(second, sizeof second, "%llu/%llu", (unsigned long long)limited.second_pass_allocs,
+                 (unsigned long long)cca_limited.second_pass_allocs);
+        snprintf(maps, sizeof maps, "%llu/%llu", (unsigned long long)growing.system_allocs,
+                 (unsigned long long)figures[t].system_allocs);
+        printf("   %-7s %5s %9.3f %7.3f %7.3f %6.3f %5llu/%-5llu | %7llu %9s %8s%s| %7.3f %6.3f "
+               "%9s %4llu%s\n",
                "", p == 0 ? "2 MiB" : "4 KiB", (double)free_run.peak_requested / (1 << 30),
                (double)figures[t].peak_reserved / (1 << 30),
                (double)free_run.peak_reserved / (1 << 30), ratio,
                (unsigned long long)free_run.system_allocs,
                (unsigned long long)figures[t].system_allocs, (unsigned long long)limited.refused,
-               (unsigned long long)limited.system_allocs,
-               (unsigned long long)limited.second_pass_allocs, row_met ? " " : "*",
-               (double)growing.peak_reserved / (1 << 30), growable_ratio,
-               (unsigned long long)growing.system_allocs,
-               (unsigned long long)growing_limited.refused, growable_met ? "" : " *");
+               at_limit, second, row_met ? " " : "*", (double)growing.peak_reserved / (1 << 30),
+               growable_ratio, maps, (unsigned long long)growing_limited.refused,
+               growable_met ? "" : " *");
         char figure[700];
         snprintf(figure, sizeof figure, "%s %s peak reserved / CCA", name,
                  p == 0 ? "2 MiB" : "4 KiB");
@@ -198,18 +208,21 @@ void bench_traces(const bench_config *config) {
   }
   for (size_t s = 0; s < source_count; s++) free(sources[s]);
   printf(
-      "   GiB = 2^30 bytes; ratio: devbuf's peak reserved / CCA's, without a limit; sys allocs: "
+      "   GiB = 2^30 bytes. ratio: devbuf's peak reserved / CCA's, without a limit; sys/CCA: "
       "devbuf's\n"
-      "   system allocations / CCA's (the traces' README counts them); refused, at limit, pass 2: "
-      "with a\n"
-      "   memory limit of CCA's peak, the requests refused (both passes), the system allocations "
-      "of the\n"
-      "   first pass and of a second pass into the same cache. Targets per row: ratio <= 1.03, "
-      "sys\n"
-      "   allocs <= CCA's without and at the limit, nothing refused, pass 2 = 0 (* marks a miss).\n"
-      "   Growable segments: peak reserved in GiB and / peak requested, system allocations (map "
-      "calls),\n"
-      "   refused at CCA's peak; targets: <= CCA's peak, <= 1.02 x requested, nothing refused.\n");
+      "   system allocations / CCA's in the traces' README. At a memory limit of CCA's peak: the "
+      "requests\n"
+      "   devbuf refused (both passes), and the system allocations of a first pass and of a "
+      "second pass\n"
+      "   into the same cache, devbuf's / those of the model of CCA (tools/cca_model.h) replayed "
+      "at the\n"
+      "   same limit. Targets per row: ratio <= 1.03, sys <= CCA's without and at the limit, "
+      "nothing\n"
+      "   refused (* marks a miss). Growable segments: peak mapped in GiB and / peak requested, "
+      "map calls\n"
+      "   beside CCA's system allocations, requests refused at a limit of 1.02 x peak requested; "
+      "targets:\n"
+      "   <= CCA's peak, <= 1.02 x requested, nothing refused.\n");
   printf(
       "   %d of %d rows meet every target; worst ratio %.3f; with growable segments %d of %d\n\n",
       met, rows, worst_ratio, growable_rows, rows);

@@ -107,15 +107,16 @@ static void test_share_coalesce_split(void) {
   CHECK_EQ_U(s.active, 15 * MiB);
   CHECK_EQ_U(s.reserved, 18 * MiB);
   devbuf_allocator_free(t.caching, &twelve);
-  // A 13 MiB request does not fit the 12 MiB hole: a new segment.
+  // A 13 MiB request does not fit the 12 MiB hole: a new segment, rounded to 2 MiB as
+  // PyTorch's are (a slightly larger request later fits it; here 1 MiB stays free).
   devbuf_memory_t thirteen = alloc_ok(t.caching, 13 * MiB);
   CHECK_PICTURE(
       t.caching,
-      "small 2097152: F2097152 | large 16777216: F12582912 A3145728 F1048576 | large 13631488: "
-      "A13631488");
+      "small 2097152: F2097152 | large 16777216: F12582912 A3145728 F1048576 | large 14680064: "
+      "A13631488 F1048576");
   devbuf_allocator_free(t.caching, &three); // coalesces with both neighbours
-  CHECK_PICTURE(t.caching,
-                "small 2097152: F2097152 | large 16777216: F16777216 | large 13631488: A13631488");
+  CHECK_PICTURE(t.caching, "small 2097152: F2097152 | large 16777216: F16777216 | large 14680064: "
+                           "A13631488 F1048576");
   devbuf_allocator_free(t.caching, &thirteen);
   CHECK_EQ_U(stats_of(t.caching).system_frees, 0);
   devbuf_allocator_clear_cache(t.caching);
@@ -149,6 +150,32 @@ static void test_medium_segments(void) {
     if (i != 1 && i != 2) devbuf_allocator_free(t.caching, &blocks[i]);
   CHECK_PICTURE(t.caching, "large 20971520: F20971520 | large 20971520: F20971520");
   test_allocators_close(&t);
+}
+
+// Until the first free, medium segments grow with the pool (fewer system allocations for
+// what a program keeps); under a memory limit they stay 20 MiB, as PyTorch's do, since the
+// larger segments' tails are what made requests fail near a limit. Under a limit sizes
+// round to 512 bytes too, not to whole pages: no thread bin would take them.
+static void test_segments_under_a_limit(void) {
+  devbuf_allocator_stats_t free_run, limited;
+  for (int with_limit = 0; with_limit < 2; with_limit++) {
+    devbuf_caching_options_t options = cpu_page;
+    options.memory_limit = with_limit ? 1024 * MiB : 0;
+    test_allocators t = test_allocators_open(&options);
+    devbuf_memory_t blocks[40];
+    for (int i = 0; i < 40; i++) blocks[i] = alloc_ok(t.caching, 8 * MiB);
+    (with_limit ? &limited : &free_run)[0] = stats_of(t.caching);
+    for (int i = 0; i < 40; i++) devbuf_allocator_free(t.caching, &blocks[i]);
+    // 5,000 bytes: two 4 KiB pages where thread bins may take the block, else 5,120.
+    devbuf_memory_t odd = alloc_ok(t.caching, 5000);
+    CHECK_EQ_U(stats_of(t.caching).active, with_limit ? 5120 : 8192);
+    devbuf_allocator_free(t.caching, &odd);
+    test_allocators_close(&t);
+  }
+  CHECK_EQ_U(limited.system_allocs, 20); // two 8 MiB blocks per 20 MiB segment
+  CHECK_EQ_U(limited.reserved, 400 * MiB);
+  CHECK(free_run.system_allocs < limited.system_allocs);
+  CHECK(free_run.reserved >= 320 * MiB && free_run.reserved <= limited.reserved);
 }
 
 // The worked orders of the issue: 8 x 16 MiB then 4 x 32 MiB, and the reverse.
@@ -193,10 +220,11 @@ static void test_limits_give_back_idle_segments(void) {
   int order[4] = {2, 0, 3, 1}; // idle longest: blocks[2]'s segment
   for (int i = 0; i < 4; i++) devbuf_allocator_free(t.caching, &blocks[order[i]]);
   devbuf_caching_options_t options = cpu_page;
-  options.cache_limit = 40 * MiB; // 50 MiB cached: the 13 MiB segment goes
+  // Segments of 12, 12, 14 and 14 MiB (rounded to 2 MiB): 52 MiB cached.
+  options.cache_limit = 40 * MiB; // the 13 MiB block's segment goes
   CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &options));
   devbuf_allocator_stats_t s = stats_of(t.caching);
-  CHECK_EQ_U(s.cached, 37 * MiB);
+  CHECK_EQ_U(s.cached, 38 * MiB);
   CHECK_EQ_U(s.system_frees, 1);
   options.cache_limit = 20 * MiB; // then the 11 MiB one, then the 14 MiB one
   CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &options));
@@ -234,15 +262,15 @@ static void test_memory_limit(void) {
   options.memory_limit = 40 * MiB;
   test_allocators t = test_allocators_open(&options);
   devbuf_memory_t a = alloc_ok(t.caching, 15 * MiB), b = alloc_ok(t.caching, 15 * MiB), c;
-  devbuf_memory_t small = alloc_ok(t.caching, 100); // a 2 MiB small segment still fits
-  CHECK_EQ_U(stats_of(t.caching).reserved, 32 * MiB);
+  devbuf_memory_t small = alloc_ok(t.caching, 100);   // a 2 MiB small segment still fits
+  CHECK_EQ_U(stats_of(t.caching).reserved, 34 * MiB); // 15 MiB blocks in 16 MiB segments
   devbuf_memory_t medium = alloc_ok(t.caching, 5 * MiB);
-  CHECK_EQ_U(stats_of(t.caching).reserved, 40 * MiB); // its segment shrank to 8 MiB, not 20
+  CHECK_EQ_U(stats_of(t.caching).reserved, 40 * MiB); // its segment shrank to 6 MiB, not 20
   CHECK_STATUS(devbuf_allocator_alloc(t.caching, 12 * MiB, &c), DEVBUF_OUT_OF_MEMORY);
   CHECK_MESSAGE(
       "requested 12582912 bytes (12582912 rounded) with 36700672 bytes active, 5242368 cached, 0 "
       "released "
-      "in flight, a largest free block of 3145728 bytes and a memory limit of 41943040 bytes");
+      "in flight, a largest free block of 2096640 bytes and a memory limit of 41943040 bytes");
   CHECK_EQ_U(stats_of(t.caching).failed_allocs, 1);
   // With b and the medium block freed, neither hole holds 20 MiB: both idle segments go
   // back, the one idle longer first, to make room.
@@ -251,10 +279,9 @@ static void test_memory_limit(void) {
   c = alloc_ok(t.caching, 20 * MiB);
   devbuf_allocator_stats_t s = stats_of(t.caching);
   CHECK_EQ_U(s.system_frees, 2);
-  CHECK_EQ_U(s.reserved, 37 * MiB);
-  CHECK_PICTURE(
-      t.caching,
-      "large 15728640: A15728640 | small 2097152: A512 F2096640 | large 20971520: A20971520");
+  CHECK_EQ_U(s.reserved, 38 * MiB);
+  CHECK_PICTURE(t.caching, "large 16777216: A15728640 F1048576 | small 2097152: A512 F2096640 | "
+                           "large 20971520: A20971520");
   devbuf_allocator_free(t.caching, &a);
   devbuf_allocator_free(t.caching, &c);
   devbuf_allocator_free(t.caching, &small);
@@ -572,6 +599,7 @@ int main(void) {
   RUN(test_share_coalesce_split);
   RUN(test_power_of_two_bins);
   RUN(test_medium_segments);
+  RUN(test_segments_under_a_limit);
   RUN(test_worked_orders);
   RUN(test_limits_give_back_idle_segments);
   RUN(test_memory_limit);

@@ -105,10 +105,11 @@ typedef struct segment_policy {
   size_t small_max;      // requests up to this share small segments ...
   size_t small_segment;  // ... of this size
   size_t medium_max;     // requests up to this come from medium segments ...
-  size_t medium_segment; // ... of this size; larger ones round to the page
-  unsigned burst_shift;  // until the first free, a medium segment holds at least
-                         // the pool's reserved bytes >> this (0: off) ...
-  size_t burst_blocks;   // ... but at most this many of the largest request so far
+  size_t medium_segment; // ... of this size; larger ones round to large_round
+  size_t large_round;
+  unsigned burst_shift; // until the first free, a medium segment holds at least
+                        // the pool's reserved bytes >> this (0: off) ...
+  size_t burst_blocks;  // ... but at most this many of the largest request so far
 } segment_policy;
 
 // Per-thread figures and small-block bins. Counters are written only by the owning thread

@@ -1,9 +1,9 @@
 // The caching allocator: requests, limits, statistics, lifetime.
 //
 // Sizes round to 512 bytes (to the page between one and 16 pages where pages are at most
-// 32 KiB, so that thread bins serve them). A request first tries the calling thread's bins
-// (small blocks, no lock: tcache.c), then the best fit in its pool in the thread's shard,
-// then in the other shards, and only then takes a new segment from upstream (its size from
+// 32 KiB and thread bins are on, so that they serve them). A request first tries the calling
+// thread's bins (small blocks, no lock: tcache.c), then the best fit in its pool in the thread's
+// shard, then in the other shards, and only then takes a new segment from upstream (its size from
 // policy.c). Blocks split on allocation and coalesce on release (pool.c). Under a limit,
 // whole idle segments go back upstream, the longest idle first.
 #include "caching.h"
@@ -21,10 +21,13 @@ static inline shard *my_shard(caching_allocator *self) {
 
 bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out) {
   size_t page = self->policy.page;
-  size_t granule =
-      size > self->small_limit && self->small_limit == page && size <= TCACHE_MAX_PAGES * page
-          ? page
-          : GRANULE;
+  // Whole pages only where thread bins take them: under a limit and in growable segments
+  // the bins hold nothing, and a page per block of a few KiB is memory for nothing.
+  size_t granule = size > self->small_limit && self->small_limit == page &&
+                           size <= TCACHE_MAX_PAGES * page &&
+                           atomic_load_explicit(&self->bins_allowed, memory_order_relaxed)
+                       ? page
+                       : GRANULE;
   size_t padded;
   if (devbuf__add_overflows(size, granule - 1, &padded)) return false;
   *out = padded & ~(granule - 1);
@@ -161,7 +164,8 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
     uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
     uint64_t room = !limit ? UINT64_MAX : limit > reserved ? limit - reserved : 0;
     uint64_t pool_reserved = atomic_load_explicit(&self->pool_reserved[pool], memory_order_relaxed);
-    bool burst = !atomic_load_explicit(&self->freed_any, memory_order_relaxed);
+    // Segments grow with the pool until the first free, and never under a limit (policy.c).
+    bool burst = !limit && !atomic_load_explicit(&self->freed_any, memory_order_relaxed);
     size_t largest = atomic_load_explicit(&self->largest_request, memory_order_relaxed);
     size_t bytes =
         devbuf__policy_segment_size(&self->policy, pool, size, pool_reserved, burst, largest, room);

@@ -1,6 +1,8 @@
 // Segment sizes. The shape follows PyTorch's CUDA caching allocator, whose figures the
 // traces compare against: requests of at most 1 MiB share 2 MiB segments, those up to
-// 10 MiB share 20 MiB segments, larger ones get a segment of their own rounded to the page.
+// 10 MiB share 20 MiB segments, larger ones get a segment of their own rounded to 2 MiB (or
+// the page, where larger): a slightly larger request later still fits such a segment, which
+// on the traces at a 4 KiB page decided whether a program fitted under a limit.
 //
 // One rule differs. A program first builds what it keeps (weights, gradients, optimizer
 // state) and only then starts to free. While nothing has been freed, the medium segments
@@ -10,7 +12,10 @@
 // them slow), and what the last one leaves over when the first free ends the burst is at
 // most an eighth of the pool and four of the program's largest blocks; the allocations
 // after it fill it first (best fit takes free bytes before any new segment). Requests above
-// 10 MiB that find no free block keep segments of their own.
+// 10 MiB that find no free block keep segments of their own. Under a memory limit the rule
+// is off (the caller passes `burst` false): near a limit memory counts for more than a
+// system call, and the tails of the grown segments, split by later requests, are what made
+// requests fail at limits PyTorch's allocator met (trace_variants.py, docs/allocator.md).
 #include "caching.h"
 
 #define MIB ((size_t)1 << 20)
@@ -21,6 +26,7 @@ void devbuf__policy_init(segment_policy *policy, size_t page) {
   policy->small_segment = caching_round_up(2 * MIB, page);
   policy->medium_max = 10 * MIB;
   policy->medium_segment = caching_round_up(20 * MIB, page);
+  policy->large_round = page > 2 * MIB ? page : 2 * MIB;
   policy->burst_shift = 3;
   policy->burst_blocks = 4;
 }
@@ -37,7 +43,7 @@ size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_
   bool medium = pool == POOL_LARGE && size <= policy->medium_max;
   size_t chosen = pool == POOL_SMALL ? policy->small_segment
                   : medium           ? policy->medium_segment
-                                     : least;
+                                     : caching_round_up(size, policy->large_round);
   if (medium && burst && policy->burst_shift) {
     size_t grown = caching_round_up((size_t)(pool_reserved >> policy->burst_shift), policy->page);
     size_t cap = largest_request > SIZE_MAX / policy->burst_blocks
