@@ -351,6 +351,8 @@ typedef enum devbuf_block_state {
   DEVBUF_BLOCK_IN_FLIGHT = 2,     // released while submitted work still uses it: only work
                                   // ordered after that work may take it
   DEVBUF_BLOCK_THREAD_CACHED = 3, // free, kept in one thread's bin for its next request
+  DEVBUF_BLOCK_UNMAPPED = 4,      // free addresses of a growable segment with no memory
+                                  // behind them (given back, or never mapped)
 } devbuf_block_state;
 
 typedef struct devbuf_snapshot_block {
@@ -365,7 +367,8 @@ typedef struct devbuf_snapshot_segment {
   const char *pool; // "small" or "large" (which requests it serves)
   size_t block_count;
   // In address order; their sizes add up to `size`, whatever other threads do meanwhile (of a
-  // growable segment, `size` is what is mapped, and a block being mapped shows that part).
+  // growable segment, `size` runs to its highest mapped byte: what it holds is `size` less
+  // its unmapped blocks).
   const devbuf_snapshot_block_t *blocks;
 } devbuf_snapshot_segment_t;
 

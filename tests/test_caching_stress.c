@@ -132,9 +132,13 @@ static void check_against_model(void) {
   CHECK_OK(devbuf_allocator_snapshot(caching, &snapshot));
   uint64_t reserved = 0;
   size_t missing = 0;
-  for (size_t s = 0; s < snapshot->segment_count; s++)
-    reserved += snapshot->segments[s].size; // growable: mapped
-  for (size_t i = 0; i < n; i++) {          // each live block is an active block of its segment
+  for (size_t s = 0; s < snapshot->segment_count; s++) {
+    reserved += snapshot->segments[s].size;
+    for (size_t b = 0; b < snapshot->segments[s].block_count; b++) // growable: what is mapped
+      if (snapshot->segments[s].blocks[b].state == DEVBUF_BLOCK_UNMAPPED)
+        reserved -= snapshot->segments[s].blocks[b].size;
+  }
+  for (size_t i = 0; i < n; i++) { // each live block is an active block of its segment
     bool found = false;
     for (size_t s = 0; s < snapshot->segment_count && !found; s++) {
       const devbuf_snapshot_segment_t *segment = &snapshot->segments[s];

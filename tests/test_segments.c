@@ -21,12 +21,14 @@ static char state_letter(devbuf_block_state state) {
     return 'I';
   case DEVBUF_BLOCK_THREAD_CACHED:
     return 'T';
+  case DEVBUF_BLOCK_UNMAPPED:
+    return 'U';
   }
   return '?';
 }
 
 // The snapshot as text: "small 2097152: A1048576 F1048576 | large ..." (A active, F free,
-// I in flight, T thread-cached), segments in creation order.
+// I in flight, T thread-cached, U unmapped), segments in creation order.
 static void render(devbuf_allocator_t *caching, char *out, size_t capacity) {
   devbuf_allocator_snapshot_t *snapshot = NULL;
   CHECK_OK(devbuf_allocator_snapshot(caching, &snapshot));

@@ -12,7 +12,7 @@ from ._errors import DevbufError, InvalidArgumentError, check, count
 from ._native import BUFFER_ZERO, AllocatorStats, CachingOptions, DeviceInfo, Owned, P, Snapshot, lib
 
 _KINDS = {1: "cpu", 2: "opencl", 3: "cuda"}
-_BLOCK_STATES = {0: "free", 1: "active", 2: "in_flight", 3: "thread_cached"}
+_BLOCK_STATES = {0: "free", 1: "active", 2: "in_flight", 3: "thread_cached", 4: "unmapped"}
 
 # Allocators that new buffers of a device come from while a trace is recorded (by spec: every
 # Device object of one device shares them).
@@ -176,7 +176,7 @@ class Device(Owned):
     def snapshot(self) -> list[dict[str, Any]]:
         """Every segment the caching allocator holds, with its blocks: a list of
         {"serial", "address", "size", "pool", "blocks": [{"offset", "size", "state"}]}, state
-        one of "free", "active", "in_flight", "thread_cached"."""
+        one of "free", "active", "in_flight", "thread_cached", "unmapped"."""
         out = ctypes.POINTER(Snapshot)()
         check(lib.devbuf_allocator_snapshot(self._caching, ctypes.byref(out)))
         try:

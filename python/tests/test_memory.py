@@ -34,7 +34,7 @@ def test_snapshot_shows_every_block(cpu):
     assert pictures and all(s["pool"] in ("small", "large") for s in pictures)
     for segment in pictures:
         assert sum(b["size"] for b in segment["blocks"]) == segment["size"]
-        assert {b["state"] for b in segment["blocks"]} <= {"free", "active", "in_flight", "thread_cached"}
+        assert {b["state"] for b in segment["blocks"]} <= {"free", "active", "in_flight", "thread_cached", "unmapped"}
     address = keep.device_ptr
     assert any(s["address"] + b["offset"] == address and b["state"] == "active"
                for s in pictures for b in s["blocks"])

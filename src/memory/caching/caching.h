@@ -63,6 +63,10 @@ typedef struct devbuf__in_flight {
   struct devbuf__in_flight *next, *prev;
 } devbuf__in_flight;
 
+typedef struct devbuf__map_range {
+  size_t offset, size;
+} devbuf__map_range;
+
 typedef struct csegment {
   devbuf_memory_t upstream; // what the upstream allocator handed out
   size_t size;
@@ -76,12 +80,13 @@ typedef struct csegment {
   struct csegment *next, *prev; // the shard's segments, newest first
   struct csegment *idle_newer, *idle_older; // the shard's idle segments
   bool idle;
-  // Growable segments (growable.c): reserved addresses, memory behind [0, mapped) only,
-  // mapped in ranges whose sizes `chunks` lists in address order (unmapped last first).
+  // Growable segments (growable.c): reserved addresses with memory behind the ranges
+  // `maps` lists (each one map call, given back whole; in address order, disjoint).
   bool growable;
-  size_t mapped;
-  size_t *chunks;
-  size_t chunk_count, chunk_capacity;
+  size_t mapped;   // bytes mapped in all
+  size_t frontier; // the end of the highest mapped range; 0 while none
+  devbuf__map_range *maps;
+  size_t map_count, map_capacity;
 } csegment;
 
 typedef struct cpool {
@@ -213,11 +218,11 @@ size_t devbuf__pool_largest(const cpool *pool);
 // host memory for it; a message is set).
 bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool);
 // Maps what a block just carved from a growable segment needs, within the memory limit
-// (unmapping free ends of growable segments to make room); the block stays the caller's
+// (unmapping free ranges of growable segments to make room); the block stays the caller's
 // either way; *out_grew: whether it mapped (a system allocation). Takes the shard's lock.
 devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, bool *out_grew);
-// Unmaps the free end of one growable segment that has some (of any shard); false if none
-// has. With `all`, of every one, as far as each goes.
+// Unmaps the free ranges (each within one free block) of one growable segment that has
+// some (of any shard); false if none has. With `all`, of every one.
 bool devbuf__growable_shrink(caching_allocator *self, bool all);
 // The bytes of a growable segment's block that have memory behind them.
 size_t devbuf__growable_mapped_part(const cblock *block);

@@ -1,11 +1,15 @@
 // Growable segments: each pool of a shard is one segment in reserved address space. Blocks
 // are carved from it like from any segment (best fit, split, coalesce); memory stands
-// behind its first `mapped` bytes only, mapped as the highest block needs it, in ranges
-// as large as that need (rounded to the page) and at least a 32nd of what is mapped (up to
-// 2 MiB), so that what is reserved follows what the program's blocks reach. Under a limit, and at
-// clear_cache, the free end goes back range by range, last first. Nothing is unmapped
-// otherwise: a loop that fits makes no system call after its first pass.
+// behind the ranges the segment maps as its blocks need them. Past the highest range a
+// block maps at least a 32nd of what is mapped (up to 2 MiB), so that a segment that grows
+// makes few calls; a block in an interior hole maps just the pages it lacks. Each range is
+// one map call and goes back whole (CUDA unmaps only what one call mapped): under a limit,
+// and at clear_cache, every range that lies within one free block goes back, interior
+// holes too. Nothing is unmapped otherwise: a loop that fits makes no system call after
+// its first pass.
 #include "caching.h"
+
+#include <string.h>
 
 // Addresses per growable segment: 1 TiB, or a quarter as much again and again where the
 // address space is short (a sanitizer's layout, an address-space limit), down to 4 GiB.
@@ -38,16 +42,39 @@ bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool) {
   return ok;
 }
 
-static bool push_chunk(csegment *segment, size_t size) {
-  if (segment->chunk_count == segment->chunk_capacity) {
-    size_t capacity = segment->chunk_capacity ? 2 * segment->chunk_capacity : 16;
-    size_t *grown = devbuf__realloc(segment->chunks, capacity * sizeof *grown);
-    if (!grown) return false;
-    segment->chunks = grown;
-    segment->chunk_capacity = capacity;
+// The index of the first range that ends after `offset`.
+static size_t first_ending_after(const csegment *segment, size_t offset) {
+  size_t low = 0, high = segment->map_count;
+  while (low < high) {
+    size_t middle = low + (high - low) / 2;
+    const devbuf__map_range *r = &segment->maps[middle];
+    if (r->offset + r->size <= offset)
+      low = middle + 1;
+    else
+      high = middle;
   }
-  segment->chunks[segment->chunk_count++] = size;
+  return low;
+}
+
+static bool insert_range(csegment *segment, size_t index, size_t offset, size_t size) {
+  if (segment->map_count == segment->map_capacity) {
+    size_t capacity = segment->map_capacity ? 2 * segment->map_capacity : 16;
+    devbuf__map_range *grown = devbuf__realloc(segment->maps, capacity * sizeof *grown);
+    if (!grown) return false;
+    segment->maps = grown;
+    segment->map_capacity = capacity;
+  }
+  memmove(&segment->maps[index + 1], &segment->maps[index],
+          (segment->map_count - index) * sizeof *segment->maps);
+  segment->maps[index] = (devbuf__map_range){offset, size};
+  segment->map_count++;
   return true;
+}
+
+static void remove_range(csegment *segment, size_t index) {
+  memmove(&segment->maps[index], &segment->maps[index + 1],
+          (segment->map_count - index - 1) * sizeof *segment->maps);
+  segment->map_count--;
 }
 
 // Reserves `bytes` against the memory limit; false if they do not fit.
@@ -63,80 +90,112 @@ static bool reserve_bytes(caching_allocator *self, size_t bytes) {
   }
 }
 
+// The first stretch of [from, to) that no range covers, as *gap_start, *gap_end and the
+// index a range for it takes; false when all of it is mapped.
+static bool first_gap(const csegment *segment, size_t from, size_t to, size_t *gap_start,
+                      size_t *gap_end, size_t *index) {
+  size_t i = first_ending_after(segment, from), at = from;
+  while (i < segment->map_count && segment->maps[i].offset <= at && at < to) {
+    at = segment->maps[i].offset + segment->maps[i].size;
+    i++;
+  }
+  if (at >= to) return false;
+  *gap_start = at;
+  *gap_end = i < segment->map_count && segment->maps[i].offset < to ? segment->maps[i].offset : to;
+  *index = i;
+  return true;
+}
+
 devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, bool *out_grew) {
   *out_grew = false;
   csegment *segment = block->segment;
   shard *s = segment->shard;
-  size_t end = block->offset + block->size;
+  size_t page = self->policy.page;
+  size_t from = block->offset & ~(page - 1);
   for (;;) {
     pthread_mutex_lock(&s->lock);
-    size_t target = caching_round_up(end, self->policy.page);
-    if (target > segment->size) target = segment->size;
-    if (target <= segment->mapped) {
+    size_t to = caching_round_up(block->offset + block->size, page);
+    if (to > segment->size) to = segment->size;
+    size_t start, end, index;
+    if (!first_gap(segment, from, to, &start, &end, &index)) {
       pthread_mutex_unlock(&s->lock);
       return DEVBUF_OK;
     }
-    // At least a 32nd of what is mapped, up to a small segment's worth (2 MiB): on a 4 KiB
-    // page one map call per small step would be thousands of calls for what 2 MiB steps do
-    // in hundreds, while a whole 2 MiB over a working set of a few MiB would hold far more
-    // than the blocks reach. Steps grow with the segment: what is mapped and never reached
-    // stays under a 32nd, and a segment reaches 64 MiB in at most 32 ln(64 MiB / page)
-    // calls (some 300 on a 4 KiB page), then grows 2 MiB or more a call.
-    size_t need = target - segment->mapped;
-    size_t least = caching_round_up(segment->mapped / 32, self->policy.page);
-    if (least > self->policy.small_segment) least = self->policy.small_segment;
-    if (need < least)
-      need = segment->mapped + least > segment->size ? segment->size - segment->mapped : least;
+    size_t need = end - start;
+    if (index == segment->map_count) {
+      // Past every range: at least a 32nd of what is mapped, up to a small segment's worth
+      // (2 MiB). On a 4 KiB page one call per small step would be thousands of calls for
+      // what 2 MiB steps do in hundreds, while a whole 2 MiB over a working set of a few
+      // MiB would hold far more than the blocks reach. Steps grow with the segment: what is
+      // mapped and never reached stays under a 32nd, and a segment reaches 64 MiB in at
+      // most 32 ln(64 MiB / page) calls (some 300 on a 4 KiB page).
+      size_t least = caching_round_up(segment->mapped / 32, page);
+      if (least > self->policy.small_segment) least = self->policy.small_segment;
+      if (need < least) need = start + least > segment->size ? segment->size - start : least;
+    }
     if (!reserve_bytes(self, need)) {
       pthread_mutex_unlock(&s->lock);
-      if (devbuf__growable_shrink(self, false)) continue; // room made elsewhere: again
+      if (devbuf__growable_shrink(self, false)) continue; // room made: again
       return devbuf__error(DEVBUF_OUT_OF_MEMORY,
                            "mapping %zu more bytes for a block of %zu is over the memory limit",
                            need, block->size);
     }
-    bool pushed = push_chunk(segment, need);
+    bool recorded = insert_range(segment, index, start, need);
     devbuf_status status =
-        pushed ? self->upstream->ops->map(self->upstream, &segment->upstream, segment->mapped, need)
-               : devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record a mapping");
+        recorded ? self->upstream->ops->map(self->upstream, &segment->upstream, start, need)
+                 : devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record a mapping");
     if (status != DEVBUF_OK) {
-      if (pushed) segment->chunk_count--;
+      if (recorded) remove_range(segment, index);
       atomic_fetch_sub(&self->reserved, need);
       pthread_mutex_unlock(&s->lock);
-      // The system may refuse while other growable segments hold free ends: those first.
-      if (status == DEVBUF_OUT_OF_MEMORY && pushed && devbuf__growable_shrink(self, false))
+      // The system may refuse while growable segments hold free ranges: those first.
+      if (status == DEVBUF_OUT_OF_MEMORY && recorded && devbuf__growable_shrink(self, false))
         continue;
       return status;
     }
     *out_grew = true;
     segment->mapped += need;
+    if (start + need > segment->frontier) segment->frontier = start + need;
     atomic_fetch_add(&self->pool_reserved[segment->pool], need);
     atomic_fetch_add(&self->system_allocs, 1);
-    pthread_mutex_unlock(&s->lock);
-    return DEVBUF_OK;
+    pthread_mutex_unlock(&s->lock); // and on to the block's next gap, if any
   }
 }
 
-// Unmaps the segment's free end, whole ranges only; the bytes given back. Caller holds the
-// shard's lock.
+static bool overlaps_in_flight(const csegment *segment, size_t offset, size_t size) {
+  for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
+    if (r->offset < offset + size && offset < r->offset + r->size) return true;
+  return false;
+}
+
+static void unmap_range(caching_allocator *self, csegment *segment, devbuf__map_range range) {
+  self->upstream->ops->unmap(self->upstream, &segment->upstream, range.offset, range.size);
+  segment->mapped -= range.size;
+  atomic_fetch_sub(&self->reserved, range.size);
+  atomic_fetch_sub(&self->pool_reserved[segment->pool], range.size);
+  atomic_fetch_add(&self->system_frees, 1);
+}
+
+// Unmaps every range that lies within one free block (and under no work still in flight);
+// the bytes given back. Caller holds the shard's lock.
 static size_t shrink_segment(caching_allocator *self, csegment *segment) {
-  const cblock *last = segment->first;
-  while (last->after) last = last->after;
-  size_t keep = atomic_load_explicit(&last->state, memory_order_relaxed) == BLOCK_FREE
-                    ? last->offset
-                    : segment->size;
-  for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) // work may still use those
-    if (r->offset + r->size > keep) keep = r->offset + r->size;
-  size_t freed = 0;
-  while (segment->chunk_count &&
-         segment->mapped - segment->chunks[segment->chunk_count - 1] >= keep) {
-    size_t size = segment->chunks[--segment->chunk_count];
-    segment->mapped -= size;
-    self->upstream->ops->unmap(self->upstream, &segment->upstream, segment->mapped, size);
-    freed += size;
-    atomic_fetch_add(&self->system_frees, 1);
+  const cblock *block = segment->first;
+  size_t kept = 0, freed = 0;
+  for (size_t i = 0; i < segment->map_count; i++) {
+    devbuf__map_range range = segment->maps[i];
+    while (block && block->offset + block->size <= range.offset) block = block->after;
+    bool idle = block && atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_FREE &&
+                block->offset + block->size >= range.offset + range.size &&
+                !overlaps_in_flight(segment, range.offset, range.size);
+    if (idle) {
+      unmap_range(self, segment, range);
+      freed += range.size;
+    } else {
+      segment->maps[kept++] = range;
+    }
   }
-  atomic_fetch_sub(&self->reserved, freed);
-  atomic_fetch_sub(&self->pool_reserved[segment->pool], freed);
+  segment->map_count = kept;
+  segment->frontier = kept ? segment->maps[kept - 1].offset + segment->maps[kept - 1].size : 0;
   return freed;
 }
 
@@ -153,22 +212,27 @@ bool devbuf__growable_shrink(caching_allocator *self, bool all) {
 }
 
 size_t devbuf__growable_mapped_part(const cblock *block) {
-  size_t mapped = block->segment->mapped;
-  return block->offset >= mapped                ? 0
-         : block->offset + block->size > mapped ? mapped - block->offset
-                                                : block->size;
+  const csegment *segment = block->segment;
+  size_t from = block->offset, to = block->offset + block->size, covered = 0;
+  for (size_t i = first_ending_after(segment, from);
+       i < segment->map_count && segment->maps[i].offset < to; i++) {
+    size_t low = segment->maps[i].offset > from ? segment->maps[i].offset : from;
+    size_t high = segment->maps[i].offset + segment->maps[i].size;
+    covered += (high < to ? high : to) - low;
+  }
+  return covered;
 }
 
 void devbuf__growable_release(caching_allocator *self, csegment *segment) {
-  while (segment->chunk_count) {
-    size_t size = segment->chunks[--segment->chunk_count];
-    segment->mapped -= size;
-    self->upstream->ops->unmap(self->upstream, &segment->upstream, segment->mapped, size);
-    atomic_fetch_sub(&self->reserved, size);
+  while (segment->map_count) {
+    devbuf__map_range range = segment->maps[--segment->map_count];
+    self->upstream->ops->unmap(self->upstream, &segment->upstream, range.offset, range.size);
+    segment->mapped -= range.size;
+    atomic_fetch_sub(&self->reserved, range.size);
     atomic_fetch_add(&self->system_frees, 1);
   }
   atomic_fetch_sub(&self->segments, 1);
   self->upstream->ops->unreserve(self->upstream, &segment->upstream);
-  devbuf__free(segment->chunks);
+  devbuf__free(segment->maps);
   devbuf__free(segment);
 }

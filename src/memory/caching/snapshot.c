@@ -65,6 +65,25 @@ static bool add_free(picture *p, const csegment *segment, const cblock *block) {
   return true;
 }
 
+// A free block of any segment: of a growable one, cut where its mapped ranges start and
+// end, the stretches between them unmapped.
+static bool add_free_mapped(picture *p, const csegment *segment, const cblock *block) {
+  if (!segment->growable) return add_free(p, segment, block);
+  size_t at = block->offset, end = block->offset + block->size;
+  for (size_t i = 0; i < segment->map_count && at < end; i++) {
+    size_t low = segment->maps[i].offset, high = low + segment->maps[i].size;
+    if (high <= at) continue;
+    if (low >= end) break;
+    if (low > at && !add_block(p, at, low - at, DEVBUF_BLOCK_UNMAPPED)) return false;
+    cblock mapped = *block;
+    mapped.offset = low > at ? low : at;
+    mapped.size = (high < end ? high : end) - mapped.offset;
+    if (!add_free(p, segment, &mapped)) return false;
+    at = mapped.offset + mapped.size;
+  }
+  return at >= end || add_block(p, at, end - at, DEVBUF_BLOCK_UNMAPPED);
+}
+
 static bool add_segment(picture *p, const csegment *segment) {
   if (p->public.segment_count == p->segment_capacity) {
     size_t capacity = p->segment_capacity ? 2 * p->segment_capacity : 16;
@@ -74,16 +93,15 @@ static bool add_segment(picture *p, const csegment *segment) {
     p->segment_capacity = capacity;
   }
   size_t first = p->block_count;
-  size_t size =
-      segment->growable ? segment->mapped : segment->size; // a growable one: what is mapped
+  // A growable segment shows its addresses up to its highest mapped byte, and its free
+  // bytes that have no memory behind them as unmapped.
+  size_t size = segment->growable ? segment->frontier : segment->size;
   for (const cblock *block = segment->first; block && block->offset < size; block = block->after) {
     block_state state = atomic_load_explicit(&block->state, memory_order_relaxed);
-    cblock mapped_part = *block;
-    if (segment->growable) mapped_part.size = devbuf__growable_mapped_part(block);
-    // A block is handed out before the memory behind its end is mapped (another thread may
-    // be mapping it now): what a growable segment shows is what is mapped of it.
-    bool ok = state == BLOCK_FREE ? add_free(p, segment, &mapped_part)
-                                  : add_block(p, block->offset, mapped_part.size,
+    cblock part = *block;
+    if (part.offset + part.size > size) part.size = size - part.offset;
+    bool ok = state == BLOCK_FREE ? add_free_mapped(p, segment, &part)
+                                  : add_block(p, part.offset, part.size,
                                               state == BLOCK_BINNED ? DEVBUF_BLOCK_THREAD_CACHED
                                                                     : DEVBUF_BLOCK_ACTIVE);
     if (!ok) return false;
