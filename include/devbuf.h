@@ -236,7 +236,9 @@ typedef struct devbuf_memory {
 // Optionally (all four or none), address space for growable segments: reserve `size`
 // bytes of addresses with no memory behind them (out_reservation->size may be smaller),
 // map memory behind [offset, offset + size) of a reservation (offsets and sizes are whole
-// pages), unmap exactly a range mapped before, and unreserve once nothing is mapped.
+// pages), unmap whole pages that are mapped (any part of what one map call mapped, or parts
+// of several adjacent ones: an implementation that keeps a handle per map call maps page
+// by page, as devbuf's CUDA backend does), and unreserve once nothing is mapped.
 typedef struct devbuf_allocator_vtable {
   devbuf_status (*alloc)(void *ctx, size_t size, devbuf_memory_t *out_memory);
   void (*free)(void *ctx, const devbuf_memory_t *memory);
@@ -285,8 +287,10 @@ typedef struct devbuf_caching_options {
   uint64_t page_size;
   // Growable segments (read at creation and by configure; set_options ignores it): each
   // pool is one segment in reserved address space that maps memory as it grows (in steps
-  // of at least a 32nd of what it maps, up to 2 MiB) and unmaps its free end under a limit
-  // and at clear_cache, like PyTorch's expandable segments. UNSUPPORTED at creation when the
+  // of at least a 32nd of what it maps, up to 2 MiB; into interior holes, just the pages a
+  // block lacks) and unmaps free pages, interior ones too: under a limit, at clear_cache,
+  // and before a mapping would hold over 1/50 more than the most the blocks ever used (as
+  // PyTorch's expandable segments, with a ceiling). UNSUPPORTED at creation when the
   // upstream cannot map memory into reserved addresses (the CPU's raw allocator can, and a
   // user's allocator with reserve/map/unmap/unreserve).
   uint32_t growable; // nonzero: on
@@ -294,7 +298,7 @@ typedef struct devbuf_caching_options {
 
 // A caching allocator over `upstream`: segments from upstream (requests up to 1 MiB share
 // 2 MiB segments, up to 10 MiB share 20 MiB ones, larger ones get their own, rounded to
-// the page), blocks carved by best fit on (size, address), split on allocation and
+// 2 MiB or the page), blocks carved by best fit on (size, address), split on allocation and
 // coalesced on release; sizes round to 512 bytes; limits give back whole idle segments,
 // the longest idle first (docs/allocator.md). `upstream` is retained. Thread-safe.
 // Speed: while no limit is set, each thread keeps a few released small blocks in its own

@@ -482,11 +482,10 @@ static void test_growable_segments(void) {
   CHECK_EQ_U(stats_of(caching).system_allocs, 3);
   devbuf_allocator_free(caching, &again);
   devbuf_allocator_free(caching, &next);
-  devbuf_allocator_clear_cache(
-      caching); // the large segment's free end goes, in the ranges it came in
+  devbuf_allocator_clear_cache(caching); // the large segment's free pages go, in one call
   s = stats_of(caching);
   CHECK_EQ_U(s.reserved, 4096);
-  CHECK_EQ_U(s.system_frees, 2);
+  CHECK_EQ_U(s.system_frees, 1);
   CHECK_PICTURE(caching, "small 4096: A1024 F3072 | large 0:");
   devbuf_allocator_free(caching, &small);
   devbuf_allocator_release(caching);
@@ -520,6 +519,55 @@ static void test_growable_segments(void) {
 }
 
 // Released blocks of exactly 128 KiB .. 1 MiB stay in the thread's bins, one of each size:
+// Free pages in the interior of a growable segment go back too: under a limit, whatever
+// part of a mapping they are; and without one, before mapping would take the segment over
+// 1/50 above the most its blocks ever used. What stays mapped keeps its bytes.
+static void test_growable_holes_go_back(void) {
+  devbuf_device_t *device = NULL;
+  devbuf_allocator_t *raw = NULL, *caching = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  devbuf_caching_options_t options = cpu_page;
+  options.growable = 1;
+  for (int with_limit = 0; with_limit < 2; with_limit++) {
+    CHECK_OK(devbuf_caching_allocator_create(raw, &options, &caching));
+    devbuf_memory_t a = alloc_ok(caching, 8 * MiB), b = alloc_ok(caching, 8 * MiB);
+    devbuf_memory_t c = alloc_ok(caching, 8 * MiB);
+    memset(a.host, 1, a.size);
+    memset(c.host, 3, c.size);
+    CHECK_EQ_U(stats_of(caching).reserved, 24 * MiB);
+    devbuf_allocator_free(caching, &b);
+    devbuf_memory_t d;
+    if (with_limit) {
+      devbuf_caching_options_t limited = options;
+      limited.memory_limit = 20 * MiB; // b's pages go, though mapped beside a's and c's
+      CHECK_OK(devbuf_caching_allocator_set_options(caching, &limited));
+      CHECK_EQ_U(stats_of(caching).reserved, 16 * MiB);
+      CHECK_PICTURE(caching, "large 25165824: A8388608 U8388608 A8388608");
+      d = alloc_ok(caching, 4 * MiB); // into the hole: only its own pages are mapped
+      CHECK((char *)d.host == (char *)a.host + 8 * MiB);
+      CHECK_EQ_U(stats_of(caching).reserved, 20 * MiB);
+      CHECK_PICTURE(caching, "large 25165824: A8388608 A4194304 U4194304 A8388608");
+    } else {
+      // 12 MiB does not fit the hole: mapping it past c would hold 36 MiB for 28 in use,
+      // so the hole goes back first.
+      d = alloc_ok(caching, 12 * MiB);
+      CHECK_EQ_U(stats_of(caching).reserved, 28 * MiB);
+      CHECK_PICTURE(caching, "large 37748736: A8388608 U8388608 A8388608 A12582912");
+    }
+    CHECK_EQ_U(stats_of(caching).system_frees, 1);
+    memset(d.host, 4, d.size);
+    for (size_t i = 0; i < a.size; i += 4096)
+      CHECK(((unsigned char *)a.host)[i] == 1 && ((unsigned char *)c.host)[i] == 3);
+    devbuf_allocator_free(caching, &a);
+    devbuf_allocator_free(caching, &c);
+    devbuf_allocator_free(caching, &d);
+    devbuf_allocator_release(caching);
+  }
+  devbuf_allocator_release(raw);
+  devbuf_device_release(device);
+}
+
 // the next request of that size takes it back without a lock; a second goes to the pool.
 static void test_power_of_two_bins(void) {
   test_allocators t = test_allocators_open(&cpu_page);
@@ -609,6 +657,7 @@ int main(void) {
   RUN(test_thread_bins_before_new_memory);
   RUN(test_over_any_upstream);
   RUN(test_growable_segments);
+  RUN(test_growable_holes_go_back);
   RUN(test_peak_reserved);
   RUN(test_growable_snapshot_while_allocating);
   return CHECK_EXIT();

@@ -98,6 +98,7 @@ static void cuda_close(devbuf_device_t *device) {
   pthread_mutex_destroy(&state->staging_lock);
   pthread_mutex_destroy(&state->events_lock);
   pthread_mutex_destroy(&state->mappings_lock);
+  devbuf__free(state->pages); // empty: every growable segment unmapped all it mapped
   pthread_mutex_destroy(&state->builtins_lock);
   if (state->context) state->cu->cuDevicePrimaryCtxRelease(state->id);
   devbuf__free(state);

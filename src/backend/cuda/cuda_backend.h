@@ -26,8 +26,9 @@ typedef struct devbuf__cuda_device {
   pthread_mutex_t events_lock;
   CUevent spare_events[256]; // events of retired work, for the next items (cuda_queue.c)
   size_t spare_count;
-  pthread_mutex_t mappings_lock; // the physical memory behind growable segments (cuda_vmm.c)
-  struct devbuf__cuda_mapping *mappings;
+  pthread_mutex_t mappings_lock;   // the physical memory behind growable segments (cuda_vmm.c):
+  struct devbuf__cuda_page *pages; // an open-addressing table of mapped pages by address
+  size_t page_capacity, page_count;
 } devbuf__cuda_device;
 
 static inline devbuf__cuda_device *devbuf__cuda_of(const devbuf_device_t *device) {

@@ -224,6 +224,10 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
 // Unmaps the free ranges (each within one free block) of one growable segment that has
 // some (of any shard); false if none has. With `all`, of every one.
 bool devbuf__growable_shrink(caching_allocator *self, bool all);
+// Unmaps free pages of growable segments, the highest of each segment first, until `wanted`
+// bytes went back (or, without `every_segment`, one segment's as far as they go); false if
+// nothing went back.
+bool devbuf__growable_shrink_by(caching_allocator *self, size_t wanted, bool every_segment);
 // The bytes of a growable segment's block that have memory behind them.
 size_t devbuf__growable_mapped_part(const cblock *block);
 // Unmaps everything and gives the addresses back (the allocator's end).
@@ -231,6 +235,8 @@ void devbuf__growable_release(caching_allocator *self, csegment *segment);
 
 // ---- caching_allocator.c
 bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out);
+// The bytes handed out, summed over threads.
+uint64_t devbuf__caching_active(caching_allocator *self);
 // Frees a block into its segment's shard; then, with `may_give_back`, idle segments go back
 // upstream while a limit is exceeded. With it false nothing calls upstream, for callers
 // that hold the thread caches' global lock.

@@ -54,6 +54,8 @@ static thread_sums sum_threads(caching_allocator *self) {
   return sums;
 }
 
+uint64_t devbuf__caching_active(caching_allocator *self) { return sum_threads(self).active; }
+
 // Called when a thread's active figure passes its own last observation: while one thread
 // allocates at a time this keeps peak exact; when several race, a sum may miss a moment.
 void devbuf__caching_observe_peak(caching_allocator *self) {

@@ -1,12 +1,14 @@
 // Growable segments: each pool of a shard is one segment in reserved address space. Blocks
 // are carved from it like from any segment (best fit, split, coalesce); memory stands
-// behind the ranges the segment maps as its blocks need them. Past the highest range a
-// block maps at least a 32nd of what is mapped (up to 2 MiB), so that a segment that grows
-// makes few calls; a block in an interior hole maps just the pages it lacks. Each range is
-// one map call and goes back whole (CUDA unmaps only what one call mapped): under a limit,
-// and at clear_cache, every range that lies within one free block goes back, interior
-// holes too. Nothing is unmapped otherwise: a loop that fits makes no system call after
-// its first pass.
+// behind the stretches the segment maps as its blocks need them (`maps`, merged where they
+// touch). Past the highest mapped byte a block maps at least a 32nd of what is mapped (up
+// to 2 MiB), so that a segment that grows makes few calls; a block in an interior hole maps
+// just the pages it lacks. Under a limit, and at clear_cache, the whole pages of every
+// free block go back, interior holes too (the upstream unmaps any part of what it mapped;
+// devbuf's CUDA backend maps page by page for that); and before a mapping would take the
+// allocator over 1/50 above the most its blocks ever used, as many of the highest free
+// pages as keep it under that. A loop that fits stays under its own first peak, so it
+// makes no system call after its first pass.
 #include "caching.h"
 
 #include <string.h>
@@ -15,6 +17,8 @@
 // address space is short (a sanitizer's layout, an address-space limit), down to 4 GiB.
 #define RESERVATION_MOST  ((size_t)1 << 40)
 #define RESERVATION_LEAST ((size_t)1 << 32)
+// Mapped bytes stay within 1/GROWABLE_SLACK over the most the blocks ever used (below).
+#define GROWABLE_SLACK    50
 
 bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool) {
   pthread_mutex_lock(&s->lock);
@@ -71,6 +75,22 @@ static bool insert_range(csegment *segment, size_t index, size_t offset, size_t 
   return true;
 }
 
+// Joins the stretch at `index` with the neighbours it touches.
+static void merge_around(csegment *segment, size_t index) {
+  devbuf__map_range *maps = segment->maps;
+  if (index + 1 < segment->map_count &&
+      maps[index].offset + maps[index].size == maps[index + 1].offset) {
+    maps[index].size += maps[index + 1].size;
+    memmove(&maps[index + 1], &maps[index + 2], (segment->map_count - index - 2) * sizeof *maps);
+    segment->map_count--;
+  }
+  if (index > 0 && maps[index - 1].offset + maps[index - 1].size == maps[index].offset) {
+    maps[index - 1].size += maps[index].size;
+    memmove(&maps[index], &maps[index + 1], (segment->map_count - index - 1) * sizeof *maps);
+    segment->map_count--;
+  }
+}
+
 static void remove_range(csegment *segment, size_t index) {
   memmove(&segment->maps[index], &segment->maps[index + 1],
           (segment->map_count - index - 1) * sizeof *segment->maps);
@@ -112,6 +132,7 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
   shard *s = segment->shard;
   size_t page = self->policy.page;
   size_t from = block->offset & ~(page - 1);
+  bool shrunk = false;
   for (;;) {
     pthread_mutex_lock(&s->lock);
     size_t to = caching_round_up(block->offset + block->size, page);
@@ -120,6 +141,23 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
     if (!first_gap(segment, from, to, &start, &end, &index)) {
       pthread_mutex_unlock(&s->lock);
       return DEVBUF_OK;
+    }
+    // Memory counts for more than a system call, but a loop that fits should make none
+    // after its first pass. So pages go back before mapping only where the mapping would
+    // take the segment's allocator over 1/50 above the most its blocks ever used, and only
+    // as many as keep it under that (the highest free pages first, once per request).
+    if (!shrunk) {
+      uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
+      uint64_t most = atomic_load_explicit(&self->peak, memory_order_relaxed);
+      uint64_t active = devbuf__caching_active(self);
+      if (most < active) most = active;
+      uint64_t ceiling = most + most / GROWABLE_SLACK;
+      if (reserved + (end - start) > ceiling && reserved > active) {
+        shrunk = true;
+        pthread_mutex_unlock(&s->lock);
+        devbuf__growable_shrink_by(self, (size_t)(reserved + (end - start) - ceiling), true);
+        continue;
+      }
     }
     size_t need = end - start;
     if (index == segment->map_count) {
@@ -154,6 +192,7 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
       return status;
     }
     *out_grew = true;
+    merge_around(segment, index);
     segment->mapped += need;
     if (start + need > segment->frontier) segment->frontier = start + need;
     atomic_fetch_add(&self->pool_reserved[segment->pool], need);
@@ -162,53 +201,86 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
   }
 }
 
-static bool overlaps_in_flight(const csegment *segment, size_t offset, size_t size) {
-  for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
-    if (r->offset < offset + size && offset < r->offset + r->size) return true;
-  return false;
-}
-
-static void unmap_range(caching_allocator *self, csegment *segment, devbuf__map_range range) {
-  self->upstream->ops->unmap(self->upstream, &segment->upstream, range.offset, range.size);
-  segment->mapped -= range.size;
-  atomic_fetch_sub(&self->reserved, range.size);
-  atomic_fetch_sub(&self->pool_reserved[segment->pool], range.size);
-  atomic_fetch_add(&self->system_frees, 1);
-}
-
-// Unmaps every range that lies within one free block (and under no work still in flight);
-// the bytes given back. Caller holds the shard's lock.
-static size_t shrink_segment(caching_allocator *self, csegment *segment) {
-  const cblock *block = segment->first;
-  size_t kept = 0, freed = 0;
-  for (size_t i = 0; i < segment->map_count; i++) {
-    devbuf__map_range range = segment->maps[i];
-    while (block && block->offset + block->size <= range.offset) block = block->after;
-    bool idle = block && atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_FREE &&
-                block->offset + block->size >= range.offset + range.size &&
-                !overlaps_in_flight(segment, range.offset, range.size);
-    if (idle) {
-      unmap_range(self, segment, range);
-      freed += range.size;
+// Unmaps what is mapped of [from, to) (whole pages, no block uses them); the bytes.
+static size_t unmap_stretch(caching_allocator *self, csegment *segment, size_t from, size_t to) {
+  size_t freed = 0;
+  for (size_t i = first_ending_after(segment, from);
+       i < segment->map_count && segment->maps[i].offset < to;) {
+    devbuf__map_range *r = &segment->maps[i];
+    size_t low = r->offset > from ? r->offset : from;
+    size_t high = r->offset + r->size < to ? r->offset + r->size : to;
+    size_t end = r->offset + r->size;
+    // What stays of the stretch: the part before `low`, and the part after `high`.
+    if (low > r->offset && high < end) {
+      if (!insert_range(segment, i + 1, high, end - high)) break; // no host memory: keep it
+      r = &segment->maps[i];
+      r->size = low - r->offset;
+      i++;
+    } else if (low > r->offset) {
+      r->size = low - r->offset;
+      i++;
+    } else if (high < end) {
+      r->offset = high;
+      r->size = end - high;
     } else {
-      segment->maps[kept++] = range;
+      memmove(r, r + 1, (segment->map_count - i - 1) * sizeof *r);
+      segment->map_count--;
     }
+    self->upstream->ops->unmap(self->upstream, &segment->upstream, low, high - low);
+    segment->mapped -= high - low;
+    freed += high - low;
+    atomic_fetch_add(&self->system_frees, 1);
   }
-  segment->map_count = kept;
+  return freed;
+}
+
+// Unmaps the whole pages of [from, to) that no work in flight may still use.
+static size_t unmap_free(caching_allocator *self, csegment *segment, size_t from, size_t to) {
+  size_t page = self->policy.page;
+  from = caching_round_up(from, page);
+  to &= ~(page - 1);
+  if (from >= to) return 0;
+  for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
+    if (r->offset < to && from < r->offset + r->size)
+      return unmap_free(self, segment, from, r->offset) +
+             unmap_free(self, segment, r->offset + r->size, to);
+  return unmap_stretch(self, segment, from, to);
+}
+
+// Unmaps the whole pages of free blocks, the highest first, until `wanted` bytes went back
+// (SIZE_MAX: all of them); the bytes given back. Caller holds the shard's lock.
+static size_t shrink_segment(caching_allocator *self, csegment *segment, size_t wanted) {
+  const cblock *block = segment->first;
+  while (block && block->after && block->after->offset < segment->frontier) block = block->after;
+  size_t freed = 0;
+  for (; block && freed < wanted; block = block->before)
+    if (atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_FREE)
+      freed += unmap_free(self, segment, block->offset, block->offset + block->size);
+  size_t kept = segment->map_count;
   segment->frontier = kept ? segment->maps[kept - 1].offset + segment->maps[kept - 1].size : 0;
+  atomic_fetch_sub(&self->reserved, freed);
+  atomic_fetch_sub(&self->pool_reserved[segment->pool], freed);
   return freed;
 }
 
 bool devbuf__growable_shrink(caching_allocator *self, bool all) {
-  bool any = false;
-  for (int i = 0; i < SHARD_COUNT && (all || !any); i++) {
+  return devbuf__growable_shrink_by(self, all ? SIZE_MAX : 1, all);
+}
+
+bool devbuf__growable_shrink_by(caching_allocator *self, size_t wanted, bool every_segment) {
+  size_t freed = 0;
+  for (int i = 0; i < SHARD_COUNT && freed < wanted; i++) {
     shard *s = &self->shards[i];
     pthread_mutex_lock(&s->lock);
-    for (int p = 0; p < POOL_COUNT && (all || !any); p++)
-      if (s->growing[p] && shrink_segment(self, s->growing[p])) any = true;
+    for (int p = 0; p < POOL_COUNT && freed < wanted; p++)
+      if (s->growing[p]) {
+        size_t got = shrink_segment(self, s->growing[p], every_segment ? wanted - freed : SIZE_MAX);
+        freed += got;
+        if (got && !every_segment) wanted = 0; // one segment's free pages, as far as they go
+      }
     pthread_mutex_unlock(&s->lock);
   }
-  return any;
+  return freed > 0;
 }
 
 size_t devbuf__growable_mapped_part(const cblock *block) {
