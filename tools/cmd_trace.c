@@ -95,7 +95,7 @@ static void print_json(const char *path, const char *spec, devbuf_tool_policy po
 int devbuf_cmd_trace(int argc, char **argv) {
   const char *path = NULL, *spec = "cpu", *html_path = NULL, *subcommand = NULL;
   devbuf_caching_options_t options = {0};
-  int json = 0, pass_count = 1, least_limit = 0;
+  int json = 0, pass_count = 1, least_limit = 0, cuda_device = 0;
   devbuf_tool_policy policy = DEVBUF_TOOL_POLICY_DEVBUF;
   for (int i = 1; i < argc; i++) {
     char safe[256];
@@ -122,6 +122,14 @@ int devbuf_cmd_trace(int argc, char **argv) {
       least_limit = 1;
     } else if (strcmp(argv[i], "--growable") == 0 && subcommand[0] == 'r') {
       options.growable = 1;
+    } else if (strcmp(argv[i], "--cuda-device") == 0) {
+      char *end = NULL;
+      long number = i + 1 < argc ? strtol(argv[++i], &end, 10) : -1;
+      if (!end || *end || number < 0 || number > 1023)
+        return devbuf_tool_misuse("trace",
+                                  "--cuda-device takes a device number from 0 to 1023, not '%s'",
+                                  DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
+      cuda_device = (int)number;
     } else if (strcmp(argv[i], "--passes") == 0 && subcommand[0] == 'r') {
       char *end = NULL;
       long count = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
@@ -159,9 +167,10 @@ int devbuf_cmd_trace(int argc, char **argv) {
   // A PyTorch snapshot is converted into a temporary trace that replay and view read.
   devbuf_tool_snapshot snapshot = {.trace_path = ""};
   int is_snapshot = devbuf_tool_is_snapshot(path);
-  if (is_snapshot && devbuf_tool_snapshot_open("trace", path, &snapshot)) return 1;
+  if (is_snapshot && devbuf_tool_snapshot_open("trace", path, cuda_device, &snapshot)) return 1;
   const char *trace = is_snapshot ? snapshot.trace_path : path;
-  devbuf_tool_trace_extras extras = {.snapshot = is_snapshot ? &snapshot.figures : NULL};
+  devbuf_tool_trace_extras extras = {.snapshot = is_snapshot ? &snapshot.figures : NULL,
+                                     .cuda_device = cuda_device};
   devbuf_device_t *device = NULL;
   int opened = devbuf_tool_open_device("trace", spec, &device);
   if (opened) {

@@ -769,8 +769,9 @@ int devbuf_tool_is_snapshot(const char *path) {
   return devbuf_pickle_sniff(head, got);
 }
 
-int devbuf_tool_snapshot_open(const char *command, const char *path, devbuf_tool_snapshot *out) {
-  *out = (devbuf_tool_snapshot){.trace_path = ""};
+int devbuf_tool_snapshot_open(const char *command, const char *path, int device,
+                              devbuf_tool_snapshot *out) {
+  *out = (devbuf_tool_snapshot){.trace_path = "", .device = device};
   char why[1024] = "", safe[1024];
   uint8_t *data = NULL;
   struct stat info;
@@ -796,12 +797,17 @@ int devbuf_tool_snapshot_open(const char *command, const char *path, devbuf_tool
     }
   }
   if (!why[0] &&
-      devbuf_snapshot_convert(data, (size_t)info.st_size, path, 0, DEVBUF_SNAPSHOT_DEFAULT_FRAMES,
-                              trace, &out->figures, why, sizeof why) == 0 &&
+      devbuf_snapshot_convert(data, (size_t)info.st_size, path, device,
+                              DEVBUF_SNAPSHOT_DEFAULT_FRAMES, trace, &out->figures, why,
+                              sizeof why) == 0 &&
       fflush(trace) != 0)
     snprintf(why, sizeof why, "cannot write the trace: %s", strerror(errno));
   if (trace && fclose(trace) != 0 && !why[0])
     snprintf(why, sizeof why, "cannot write the trace: %s", strerror(errno));
+  // Device 0 may have run nothing (an empty snapshot replays empty); another device that
+  // shows nothing was most likely mistyped.
+  if (!why[0] && device > 0 && !out->figures.events && !out->figures.segments_at_start)
+    snprintf(why, sizeof why, "it records no event and no segment of CUDA device %d", device);
   free(data);
   if (!why[0]) return 0;
   char safe_why[2048];

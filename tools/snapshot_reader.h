@@ -48,15 +48,19 @@ int devbuf_snapshot_convert(const uint8_t *data, size_t size, const char *source
 // A snapshot converted into a temporary trace file for the tool's commands.
 typedef struct devbuf_tool_snapshot {
   char trace_path[4096]; // the trace, under $TMPDIR (or /tmp); "" when none
+  int device;            // the CUDA device whose allocations it holds
   devbuf_snapshot_figures figures;
 } devbuf_tool_snapshot;
 
 // Whether the file at `path` starts as a pickle of protocol 2 to 5 (a file that cannot be
 // read is not one: the trace reader then says why).
 int devbuf_tool_is_snapshot(const char *path);
-// Converts the snapshot at `path` (device 0, DEVBUF_SNAPSHOT_DEFAULT_FRAMES frames) into a
-// temporary file: 0, or 1 with "devbuf COMMAND: PATH: why" printed on stderr.
-int devbuf_tool_snapshot_open(const char *command, const char *path, devbuf_tool_snapshot *out);
+// Converts the allocations of CUDA device `device` in the snapshot at `path`
+// (DEVBUF_SNAPSHOT_DEFAULT_FRAMES frames) into a temporary file: 0, or 1 with
+// "devbuf COMMAND: PATH: why" printed on stderr (also where it records nothing of a device
+// other than 0).
+int devbuf_tool_snapshot_open(const char *command, const char *path, int device,
+                              devbuf_tool_snapshot *out);
 // Removes the temporary file. Safe on a snapshot never opened (zeroed).
 void devbuf_tool_snapshot_close(devbuf_tool_snapshot *snapshot);
 

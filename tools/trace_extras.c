@@ -41,12 +41,12 @@ void devbuf_tool_trace_extras_text(const devbuf_tool_trace_extras *extras, FILE 
   char peak[96], end[96];
   if (s)
     fprintf(out,
-            "PyTorch's caching allocator in this run (the snapshot's own events, device 0):\n"
+            "PyTorch's caching allocator in this run (the snapshot's own events, device %d):\n"
             "  peak reserved   %s from the first recorded allocation on\n"
             "  %" PRIu64 " system allocations (%" PRIu64 " segments held at the start, %" PRIu64
             " made, %" PRIu64 " freed); %s reserved at the end\n",
-            size_text(s->cca_peak_reserved, peak, sizeof peak), s->cca_system_allocs,
-            s->segments_at_start, s->cca_segment_allocs, s->cca_segment_frees,
+            extras->cuda_device, size_text(s->cca_peak_reserved, peak, sizeof peak),
+            s->cca_system_allocs, s->segments_at_start, s->cca_segment_allocs, s->cca_segment_frees,
             size_text(s->cca_reserved_at_end, end, sizeof end));
   if (extras->least_limits) {
     fprintf(out, "least memory limit under which nothing is refused (bisection over replays):\n");
@@ -59,14 +59,14 @@ void devbuf_tool_trace_extras_json(const devbuf_tool_trace_extras *extras, FILE 
   const devbuf_snapshot_figures *s = extras->snapshot;
   if (s)
     fprintf(out,
-            ", \"snapshot\": {\"device\": 0, \"events\": %" PRIu64
+            ", \"snapshot\": {\"device\": %d, \"events\": %" PRIu64
             ", \"cca_peak_reserved_bytes\": %" PRId64 ", \"cca_system_allocs\": %" PRIu64
             ", \"cca_reserved_at_end_bytes\": %" PRId64 ", \"segments_at_start\": %" PRIu64
             ", \"reserved_at_start_bytes\": %" PRId64 ", \"cca_segment_allocs\": %" PRIu64
             ", \"cca_segment_frees\": %" PRIu64 "}",
-            s->events, s->cca_peak_reserved, s->cca_system_allocs, s->cca_reserved_at_end,
-            s->segments_at_start, s->reserved_at_start, s->cca_segment_allocs,
-            s->cca_segment_frees);
+            extras->cuda_device, s->events, s->cca_peak_reserved, s->cca_system_allocs,
+            s->cca_reserved_at_end, s->segments_at_start, s->reserved_at_start,
+            s->cca_segment_allocs, s->cca_segment_frees);
   if (extras->least_limits)
     fprintf(out,
             ", \"least_limit_bytes\": {\"devbuf\": %" PRIu64 ", \"cca\": %" PRIu64

@@ -13,6 +13,7 @@
 
 typedef struct devbuf_tool_trace_extras {
   const devbuf_snapshot_figures *snapshot; // NULL for a plain trace
+  int cuda_device;                         // the snapshot's device whose figures they are
   bool least_limits;                       // measured: the two below
   devbuf_tool_least_limit devbuf, cca;
 } devbuf_tool_trace_extras;

@@ -127,6 +127,17 @@ for policy in ("devbuf", "cca"):
 text = run(tool, "trace", "replay", real)
 expect(text.returncode == 0 and b"PyTorch's caching allocator in this run" in text.stdout
        and b"least memory limit" in text.stdout, f"replay's text: {text.stdout} {text.stderr}")
+# --cuda-device picks a GPU of the snapshot: 0 is the default; one it records nothing of is
+# refused by name, replay and view alike.
+again = run(tool, "trace", "replay", real, "--cuda-device", "0")
+expect(again.returncode == 0 and again.stdout == text.stdout, f"--cuda-device 0: {again.stderr}")
+for command in (["replay"], ["view", "-o", os.path.join(scratch, "none.html")]):
+    other = run(tool, "trace", *command, real, "--cuda-device", "1")
+    expect(other.returncode == 1 and b"no event and no segment of CUDA device 1" in other.stderr,
+           f"{command[0]} --cuda-device 1: {other.stderr}")
+bad = run(tool, "trace", "replay", real, "--cuda-device", "-1")
+expect(bad.returncode == 2 and b"--cuda-device takes a device number" in bad.stderr,
+       f"--cuda-device -1: {bad.stderr}")
 page = os.path.join(scratch, "real.html")
 viewed = run(tool, "trace", "view", real, "-o", page)
 html = open(page, encoding="utf-8").read() if viewed.returncode == 0 else ""
