@@ -49,6 +49,8 @@ void bench_touch(volatile unsigned char *p, size_t size);
 void bench_alloc(const bench_config *config);
 void bench_copy(const bench_config *config);
 void bench_threads(const bench_config *config);
+// Alloc + free pairs on 1 and 2 threads: devbuf, the buffer path, the system allocators.
+void bench_pairs(const bench_config *config);
 void bench_queue(const bench_config *config);
 void bench_load(const bench_config *config);
 // Real allocation traces replayed against PyTorch's figures (memory figures, no timing).

@@ -62,4 +62,5 @@ void bench_threads(const bench_config *config) {
   bench_figure("threads", "2 threads against 1", dual / single, "x", dual / single >= 1.5);
   printf("   2 threads  %7.2f  %5.2fx  %s (target >= 1.5x)\n\n", dual / 1e6, dual / single,
          dual / single >= 1.5 ? "met" : "MISSED");
+  bench_pairs(config);
 }
