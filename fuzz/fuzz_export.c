@@ -1,8 +1,8 @@
 // libFuzzer target: exports received from a hostile process. The input is a message (a
 // header whose every field comes from the input) sent with 0 to 3 descriptors (a real memory
-// file, a lease or a pidfd, a pipe) over a Unix socket. Receiving either refuses with every
-// descriptor closed, or yields an export whose import refuses or maps a buffer whose every byte can
-// be read, and whose release unmaps it.
+// file, a lease or a pidfd, a second memory file or a pipe) over a Unix socket. Receiving either
+// refuses with every descriptor closed, or yields an export whose import refuses or maps a buffer
+// whose every byte can be read, and whose release unmaps it.
 #include "../src/core/core.h"
 
 #include <stdint.h>
@@ -16,12 +16,13 @@
 #define MEMORY_BYTES (1u << 16)
 
 static devbuf_device_t *cpu;
-static int memory = -1, process = -1, pipe_ends[2] = {-1, -1};
+static int memory = -1, sleepers = -1, process = -1, pipe_ends[2] = {-1, -1};
 
 static void set_up(void) {
   if (cpu) return;
   if (devbuf_device_open("cpu", &cpu) != DEVBUF_OK ||
       devbuf__memory_file_create("fuzz", MEMORY_BYTES, &memory) != DEVBUF_OK ||
+      devbuf__memory_file_create("fuzz-sleepers", 4096, &sleepers) != DEVBUF_OK ||
       (process = devbuf__process_watch(getpid())) < 0 || pipe(pipe_ends) != 0)
     abort();
 }
@@ -46,7 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   int hold = -1, watch = -1;
   if (devbuf__lease_create(&hold, &watch) != DEVBUF_OK) abort();
-  int fds[3] = {choice & 0x80 ? pipe_ends[0] : memory, as_event ? process : hold, pipe_ends[1]};
+  int fds[3] = {choice & 0x80 ? pipe_ends[0] : memory, as_event ? process : hold,
+                choice & 0x08 ? pipe_ends[1] : sleepers};
   size_t fd_count = choice & 3;
   size_t sent = size < sizeof header ? size : sizeof header;
   int sockets[2];

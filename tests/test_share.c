@@ -7,10 +7,14 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -182,6 +186,68 @@ static int role_signal(int socket, const char *then) {
   write_byte(socket, 'k');
   read_byte(socket); // until the other side has seen it
   if (strcmp(then, "release") != 0) devbuf_event_release(event);
+  return CHECK_EXIT();
+}
+
+static uint64_t now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+static void sleep_ns(long ns) {
+  struct timespec pause_for = {ns / 1000000000, ns % 1000000000};
+  nanosleep(&pause_for, NULL);
+}
+
+#define TIMED_RAISES 7
+
+// Exports an event; each time the other side says it waits, raises the event 30 ms later
+// (long after the waiter stopped spinning: it sleeps) and sends when it raised.
+static int role_signal_timed(int socket) {
+  devbuf_event_t *event = NULL;
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_event_create(0, &event));
+  CHECK_OK(devbuf_event_export(event, &shared));
+  CHECK_OK(devbuf_export_send(shared, socket));
+  devbuf_export_free(shared);
+  for (uint64_t k = 1; k <= TIMED_RAISES; k++) {
+    CHECK(read_byte(socket) == 'w');
+    sleep_ns(30000000);
+    uint64_t raised = now_ns();
+    CHECK_OK(devbuf_event_signal(event, k));
+    CHECK(write(socket, &raised, sizeof raised) == (ssize_t)sizeof raised);
+  }
+  read_byte(socket); // until the other side has seen it
+  devbuf_event_release(event);
+  return CHECK_EXIT();
+}
+
+// A hostile importer: it maps the sleepers' word of the event it receives and scribbles on
+// it (mostly "nobody sleeps", sometimes all ones, and it punches the page out of the file)
+// until told to stop. It also tries to cut the file and to seal it against the others.
+static int role_scribble_sleepers(int socket) {
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_export_receive(socket, &shared));
+  if (!shared) return 1;
+  int fd = shared->fds[DEVBUF__EXPORT_SLEEPERS];
+  _Atomic uint32_t *word = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  CHECK(word != MAP_FAILED);
+  if (word == MAP_FAILED) return 1;
+  CHECK(ftruncate(fd, 0) != 0);        // sealed against shrinking: the exporter never faults
+  CHECK(ftruncate(fd, 1u << 20) != 0); // and growing
+  CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) != 0); // would keep others from mapping it
+  write_byte(socket, check_failures ? 'F' : 'r');
+  for (unsigned round = 0;; round++) {
+    atomic_store(word, round % 8 == 7 ? UINT32_MAX : 0);
+    if (round % 64 == 0) fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096);
+    char stop = 0;
+    if (recv(socket, &stop, 1, MSG_DONTWAIT) == 1) break;
+    sleep_ns(20000);
+  }
+  munmap(word, 4096);
+  devbuf_export_free(shared);
+  write_byte(socket, check_failures ? 'F' : 'k');
   return CHECK_EXIT();
 }
 
@@ -416,12 +482,14 @@ static void test_hostile_exporter_lowers_value(void) {
   page->pid = (int32_t)getpid();
   atomic_store(&page->value, 10);
   CHECK_OK(devbuf__lock_reopened(page_fd, &locked)); // the exporter's "alive" lock
+  int sleepers_fd = -1;
+  CHECK_OK(devbuf__memory_file_create("forged-sleepers", 4096, &sleepers_fd));
   devbuf__export_header event = valid_header(4096);
   event.kind = DEVBUF_EXPORT_EVENT;
-  int self = devbuf__process_watch(getpid()), fds[2] = {page_fd, self};
+  int self = devbuf__process_watch(getpid()), fds[3] = {page_fd, self, sleepers_fd};
   devbuf_export_t *got = NULL;
   devbuf_event_t *imported = NULL;
-  CHECK_OK(deliver(&event, sizeof event, fds, 2, &got));
+  CHECK_OK(deliver(&event, sizeof event, fds, 3, &got));
   CHECK_OK(devbuf_event_import(got, &imported));
   devbuf_export_free(got);
   if (imported) {
@@ -438,7 +506,149 @@ static void test_hostile_exporter_lowers_value(void) {
   munmap(page, 4096);
   close(locked);
   close(page_fd);
+  close(sleepers_fd);
   close(self);
+}
+
+// An importer that follows the sleepers' protocol by hand (src/exec/event_share.c): counted
+// in, the value and the change count read again, then a futex wait of 10 s on the count.
+typedef struct hand_sleeper {
+  forged_timeline *page;
+  _Atomic uint32_t *sleepers;
+  uint64_t target, took_ns;
+} hand_sleeper;
+
+static void *sleep_by_hand(void *context) {
+  hand_sleeper *sleeper = context;
+  forged_timeline *page = sleeper->page;
+  uint64_t start = now_ns();
+  for (;;) {
+    uint32_t seen = atomic_load(&page->changes);
+    uint64_t published = atomic_load(&page->value);
+    if (published >= sleeper->target || now_ns() - start > 30000000000u) break;
+    atomic_fetch_add(sleeper->sleepers, 1);
+    if (atomic_load(&page->value) == published && atomic_load(&page->changes) == seen) {
+      struct timespec limit = {10, 0};
+      syscall(SYS_futex, (uint32_t *)&page->changes, FUTEX_WAIT, seen, &limit, NULL, 0);
+    }
+    atomic_fetch_sub(sleeper->sleepers, 1);
+  }
+  sleeper->took_ns = now_ns() - start;
+  return NULL;
+}
+
+// A raise wakes an importer that said it sleeps, at once: without that wake the importer above
+// sleeps its whole 10 s. A raise while nobody sleeps leaves the change count alone.
+static void test_sleeping_importer_is_woken(void) {
+  devbuf_event_t *event = NULL;
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_event_create(0, &event));
+  CHECK_OK(devbuf_event_export(event, &shared));
+  if (!shared) return;
+  forged_timeline *page =
+      mmap(NULL, 4096, PROT_READ, MAP_SHARED, shared->fds[DEVBUF__EXPORT_MEMORY], 0);
+  _Atomic uint32_t *sleepers =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, shared->fds[DEVBUF__EXPORT_SLEEPERS], 0);
+  devbuf_export_free(shared);
+  CHECK(page != MAP_FAILED && sleepers != MAP_FAILED);
+  if (page == MAP_FAILED || sleepers == MAP_FAILED) return;
+  uint32_t changes = atomic_load(&page->changes);
+  CHECK_OK(devbuf_event_signal(event, 1));
+  CHECK_EQ_U(atomic_load(&page->value), 1);
+  CHECK_EQ_U(atomic_load(&page->changes), changes);
+
+  hand_sleeper sleeper = {.page = page, .sleepers = sleepers, .target = 2};
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, sleep_by_hand, &sleeper) == 0);
+  for (int tries = 0; tries < 5000 && atomic_load(sleepers) == 0; tries++) sleep_ns(1000000);
+  sleep_ns(20000000); // in its futex wait by now (were it not, the raise's count stops it)
+  CHECK_OK(devbuf_event_signal(event, 2));
+  pthread_join(thread, NULL);
+  CHECK(sleeper.took_ns < 5000000000u);
+  CHECK_EQ_U(atomic_load(sleepers), 0);
+  munmap(page, 4096);
+  munmap(sleepers, 4096);
+  devbuf_event_release(event);
+}
+
+static int by_value(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+// Host waits in another process sleep once they have spun; each raise wakes them at once.
+// Without the wake they would notice at the end of their 20 ms slice (the raises come 30 ms
+// after the wait began, about 10 ms into a slice).
+static void test_sleeping_waits_wake_at_once(void) {
+  int socket = -1;
+  pid_t child = start_with_socket("signal-timed", &socket);
+  devbuf_event_t *event = receive_event(socket);
+  uint64_t latency[TIMED_RAISES] = {0};
+  for (uint64_t k = 1; event && k <= TIMED_RAISES; k++) {
+    write_byte(socket, 'w');
+    CHECK_OK(devbuf_event_wait(event, k, 10000000000u));
+    uint64_t woken = now_ns(), raised = 0;
+    CHECK(read(socket, &raised, sizeof raised) == (ssize_t)sizeof raised);
+    latency[k - 1] = woken > raised ? woken - raised : 0;
+  }
+  qsort(latency, TIMED_RAISES, sizeof *latency, by_value);
+  if (latency[TIMED_RAISES / 2] >= 5000000u)
+    fprintf(stderr, "woken %.2f ms after the raise (median of %d)\n",
+            latency[TIMED_RAISES / 2] / 1e6, TIMED_RAISES);
+  CHECK(latency[TIMED_RAISES / 2] < 5000000u);
+  write_byte(socket, 'k');
+  CHECK_EQ_U(reap(child), 0);
+  close(socket);
+  devbuf_event_release(event);
+}
+
+typedef struct honest_waits {
+  devbuf_event_t *event;
+  uint64_t first, count;
+  int failed;
+} honest_waits;
+
+static void *wait_honestly(void *context) {
+  honest_waits *waits = context;
+  for (uint64_t k = waits->first; k < waits->first + waits->count; k++)
+    if (devbuf_event_wait(waits->event, k, 2000000000u) != DEVBUF_OK) waits->failed++;
+  return NULL;
+}
+
+// A hostile importer scribbles on the sleepers' word: the exporter's raises neither hang nor
+// fault, and an honest importer's sleeping waits still end (woken, or with their slice).
+static void test_hostile_importer_scribbles_sleepers(void) {
+  devbuf_event_t *event = NULL, *honest = NULL;
+  CHECK_OK(devbuf_event_create(0, &event));
+  int socket = -1;
+  pid_t child = start_with_socket("scribble-sleepers", &socket);
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_event_export(event, &shared));
+  CHECK_OK(devbuf_export_send(shared, socket));
+  devbuf_export_free(shared);
+  CHECK_OK(devbuf_event_export(event, &shared));
+  CHECK_OK(devbuf_event_import(shared, &honest)); // in this process: the same pages
+  devbuf_export_free(shared);
+  CHECK(read_byte(socket) == 'r');
+  if (!honest) return;
+  uint64_t start = now_ns(), raises = 100000;
+  for (uint64_t k = 1; k <= raises; k++) CHECK_OK(devbuf_event_signal(event, k));
+  CHECK(now_ns() - start < 10000000000u);
+  honest_waits waits = {.event = honest, .first = raises + 1, .count = 10};
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, wait_honestly, &waits) == 0);
+  for (uint64_t k = waits.first; k < waits.first + waits.count; k++) {
+    sleep_ns(5000000);
+    CHECK_OK(devbuf_event_signal(event, k));
+  }
+  pthread_join(thread, NULL);
+  CHECK_EQ_U(waits.failed, 0);
+  write_byte(socket, 's');
+  CHECK(read_byte(socket) == 'k');
+  CHECK_EQ_U(reap(child), 0);
+  close(socket);
+  devbuf_event_release(honest);
+  devbuf_event_release(event);
 }
 
 static void test_hostile_messages(void) {
@@ -448,7 +658,8 @@ static void test_hostile_messages(void) {
   CHECK_OK(devbuf__memory_file_create("test", segment, &memory));
   CHECK_OK(devbuf__lease_create(&hold, &watch));
   CHECK(pipe(pipe_ends) == 0);
-  int both[2] = {memory, hold}, three[3] = {memory, hold, pipe_ends[0]};
+  int both[2] = {memory, hold}, three[3] = {memory, hold, pipe_ends[0]},
+      four[4] = {memory, hold, pipe_ends[0], pipe_ends[1]};
   devbuf__export_header h = valid_header(segment);
 
   EXPECT_REFUSED(with_magic(h, "devbufX9"), both, 2, DEVBUF_FORMAT_ERROR, "does not start with");
@@ -484,7 +695,8 @@ static void test_hostile_messages(void) {
   devbuf_export_free(got_packet);
   close(packets[0]), close(packets[1]);
   EXPECT_REFUSED(h, NULL, 0, DEVBUF_FORMAT_ERROR, "0 descriptors came");
-  EXPECT_REFUSED(h, three, 3, DEVBUF_FORMAT_ERROR, "too many descriptors");
+  EXPECT_REFUSED(h, three, 3, DEVBUF_FORMAT_ERROR, "3 descriptors came, 2 belong");
+  EXPECT_REFUSED(h, four, 4, DEVBUF_FORMAT_ERROR, "too many descriptors");
   EXPECT_REFUSED(h, both, 0, DEVBUF_FORMAT_ERROR, "0 descriptors"); // fds never sent
   devbuf_export_t *got = NULL;
   CHECK_STATUS(deliver(&h, sizeof h / 2, both, 2, &got), DEVBUF_IO_ERROR); // cut short
@@ -523,21 +735,46 @@ static void test_hostile_messages(void) {
   devbuf__export_header event = h;
   event.kind = DEVBUF_EXPORT_EVENT;
   devbuf_event_t *imported = NULL;
-  CHECK_OK(deliver(&event, sizeof event, both, 2, &got)); // a lease where the pidfd belongs
+  EXPECT_REFUSED(event, both, 2, DEVBUF_FORMAT_ERROR, "2 descriptors came, 3 belong");
+  int lease_as_pidfd[3] = {memory, hold, memory};
+  CHECK_OK(deliver(&event, sizeof event, lease_as_pidfd, 3, &got)); // a lease for the pidfd
   CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("does not watch the exporting process");
   devbuf_export_free(got);
-  int self = devbuf__process_watch(getpid()), with_self[2] = {memory, self};
+  int self = devbuf__process_watch(getpid()), with_self[3] = {memory, self, memory};
   CHECK(self >= 0);
-  CHECK_OK(deliver(&event, sizeof event, with_self, 2, &got)); // a page of zeros
+  CHECK_OK(deliver(&event, sizeof event, with_self, 3, &got)); // a page of zeros
   CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("not a devbuf timeline");
   devbuf_export_free(got);
   event.pid = 1; // a pidfd of this process, claimed to be another's
-  CHECK_OK(deliver(&event, sizeof event, with_self, 2, &got));
+  CHECK_OK(deliver(&event, sizeof event, with_self, 3, &got));
   CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("does not watch the exporting process 1");
   devbuf_export_free(got);
+  event.pid = (int32_t)getpid(); // a timeline, with sleepers' words that cannot be written
+  int timeline = -1, sealed = -1;
+  CHECK_OK(devbuf__memory_file_create("timeline", 4096, &timeline));
+  CHECK_OK(devbuf__memory_file_create("sealed", 4096, &sealed));
+  char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, timeline, 0);
+  CHECK(page != MAP_FAILED);
+  if (page != MAP_FAILED) {
+    memcpy(page, "devbufE2", 8);
+    memcpy(page + offsetof(forged_timeline, pid), &event.pid, sizeof event.pid);
+    munmap(page, 4096);
+  }
+  CHECK_OK(devbuf__memory_file_seal(sealed, true));
+  int piped_sleepers[3] = {timeline, self, pipe_ends[0]};
+  CHECK_OK(deliver(&event, sizeof event, piped_sleepers, 3, &got));
+  CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("not a memory file");
+  devbuf_export_free(got);
+  int read_only_sleepers[3] = {timeline, self, sealed};
+  CHECK_OK(deliver(&event, sizeof event, read_only_sleepers, 3, &got));
+  CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("cannot be mapped to write");
+  devbuf_export_free(got);
+  close(timeline), close(sealed);
   CHECK(buffer == NULL && imported == NULL);
 
   CHECK_OK(deliver(&h, sizeof h, both, 2, &got)); // the honest one imports
@@ -582,7 +819,11 @@ int main(int argc, char **argv) {
     int socket = atoi(argv[2]), status = 1;
     if (strcmp(argv[1], "hold-and-write") == 0) status = role_hold_and_write(socket);
     if (strcmp(argv[1], "wait-then-read") == 0) status = role_wait_then_read(socket);
-    if (strncmp(argv[1], "signal-", 7) == 0) status = role_signal(socket, argv[1] + 7);
+    if (strcmp(argv[1], "signal-timed") == 0)
+      status = role_signal_timed(socket);
+    else if (strncmp(argv[1], "signal-", 7) == 0)
+      status = role_signal(socket, argv[1] + 7);
+    if (strcmp(argv[1], "scribble-sleepers") == 0) status = role_scribble_sleepers(socket);
     devbuf_device_release(device);
     return status;
   }
@@ -593,6 +834,9 @@ int main(int argc, char **argv) {
   RUN(test_exec_release_and_failure);
   RUN(test_hostile_messages);
   RUN(test_hostile_exporter_lowers_value);
+  RUN(test_sleeping_importer_is_woken);
+  RUN(test_sleeping_waits_wake_at_once);
+  RUN(test_hostile_importer_scribbles_sleepers);
   RUN(test_refusals);
   devbuf_device_release(device);
   return CHECK_EXIT();

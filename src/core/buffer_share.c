@@ -211,7 +211,7 @@ devbuf_status devbuf_buffer_export(devbuf_buffer_t *buffer, devbuf_export_t **ou
   for (size_t i = 0; i < buffer->ndim; i++) header.shape[i] = buffer->shape[i];
   // The lease is the export's until it is sent: should this fail, its watch stays with the
   // storage and sees it end.
-  return devbuf__export_new(&header, memory_fd, hold, out_export);
+  return devbuf__export_new(&header, (int[]){memory_fd, hold}, out_export);
 }
 
 // ---- import -------------------------------------------------------------------------------

@@ -179,7 +179,7 @@ size_t devbuf__host_access_count(devbuf__storage *storage, const devbuf_buffer_t
 
 // ---- other processes (export.c, buffer_share.c) ----
 
-#define DEVBUF__EXPORT_MAGIC "devbufX1" // eight bytes: the wire format's name and version
+#define DEVBUF__EXPORT_MAGIC "devbufX2" // eight bytes: the wire format's name and version
 
 // What an export says, as it travels (host byte order: the processes share a machine).
 typedef struct devbuf__export_header {
@@ -196,19 +196,23 @@ typedef struct devbuf__export_header {
   unsigned char device_uuid[16]; // buffers: the device that holds the memory (0s: any of its kind)
 } devbuf__export_header;
 
-// The descriptors of an export: a buffer's memory and its lease; an event's shared page
-// and a pidfd of the exporting process.
-enum { DEVBUF__EXPORT_MEMORY, DEVBUF__EXPORT_LEASE, DEVBUF__EXPORT_FDS };
+// The descriptors of an export: a buffer's memory and its lease; an event's shared page, a
+// pidfd of the exporting process and the word where importers say they sleep.
+enum { DEVBUF__EXPORT_MEMORY, DEVBUF__EXPORT_LEASE, DEVBUF__EXPORT_SLEEPERS, DEVBUF__EXPORT_FDS };
 #define DEVBUF__EXPORT_PROCESS DEVBUF__EXPORT_LEASE
+// How many descriptors an export of `kind` carries: 2 for a buffer, 3 for an event.
+static inline size_t devbuf__export_fd_count(uint32_t kind) {
+  return kind == DEVBUF_EXPORT_EVENT ? 3 : 2;
+}
 
 struct devbuf_export {
   devbuf__export_header header;
   int fds[DEVBUF__EXPORT_FDS]; // -1 once gone (sent or imported)
 };
 
-// A new export of `header` holding `memory_fd` and `lease_fd`, which it closes when freed;
-// on failure they are closed here.
-devbuf_status devbuf__export_new(const devbuf__export_header *header, int memory_fd, int lease_fd,
+// A new export of `header` holding its kind's descriptors (devbuf__export_fd_count), which it
+// closes when freed; on failure they are closed here.
+devbuf_status devbuf__export_new(const devbuf__export_header *header, const int *fds,
                                  devbuf_export_t **out);
 // Takes descriptor `which` out of the export (-1 once taken: an export is imported once).
 int devbuf__export_take_fd(devbuf_export_t *shared, int which);

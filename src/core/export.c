@@ -7,16 +7,16 @@
 #include <string.h>
 #include <unistd.h>
 
-devbuf_status devbuf__export_new(const devbuf__export_header *header, int memory_fd, int lease_fd,
+devbuf_status devbuf__export_new(const devbuf__export_header *header, const int *fds,
                                  devbuf_export_t **out) {
+  size_t count = devbuf__export_fd_count(header->kind);
   devbuf_export_t *shared = devbuf__malloc(sizeof *shared);
   if (!shared) {
-    devbuf__close_fds((int[]){memory_fd, lease_fd}, 2);
+    devbuf__close_fds(fds, count);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an export");
   }
   shared->header = *header;
-  shared->fds[DEVBUF__EXPORT_MEMORY] = memory_fd;
-  shared->fds[DEVBUF__EXPORT_LEASE] = lease_fd;
+  for (size_t i = 0; i < DEVBUF__EXPORT_FDS; i++) shared->fds[i] = i < count ? fds[i] : -1;
   *out = shared;
   return DEVBUF_OK;
 }
@@ -41,17 +41,18 @@ int devbuf_export_pid(const devbuf_export_t *shared) { return shared ? shared->h
 
 devbuf_status devbuf_export_send(devbuf_export_t *shared, int socket) {
   if (!shared) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "export is NULL");
-  for (size_t i = 0; i < DEVBUF__EXPORT_FDS; i++)
+  size_t count = devbuf__export_fd_count(shared->header.kind);
+  for (size_t i = 0; i < count; i++)
     if (shared->fds[i] < 0)
       return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                            "this export was sent or imported already: export again");
   bool fds_sent = false;
   devbuf_status status = devbuf__send_with_fds(socket, &shared->header, sizeof shared->header,
-                                               shared->fds, DEVBUF__EXPORT_FDS, &fds_sent);
+                                               shared->fds, count, &fds_sent);
   // Once the descriptors went they are the peer's, even when the rest of the message failed:
   // sending them again would hand out a second lease.
   if (status == DEVBUF_OK || fds_sent)
-    for (size_t i = 0; i < DEVBUF__EXPORT_FDS; i++) close(devbuf__export_take_fd(shared, (int)i));
+    for (size_t i = 0; i < count; i++) close(devbuf__export_take_fd(shared, (int)i));
   return status;
 }
 
@@ -114,18 +115,18 @@ devbuf_status devbuf_export_receive(int socket, devbuf_export_t **out_export) {
   if (!out_export) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_export is NULL");
   *out_export = NULL;
   devbuf__export_header header;
-  int fds[DEVBUF__EXPORT_FDS] = {-1, -1};
+  int fds[DEVBUF__EXPORT_FDS] = {-1, -1, -1};
   size_t count = 0;
   devbuf_status status =
       devbuf__receive_with_fds(socket, &header, sizeof header, fds, DEVBUF__EXPORT_FDS, &count);
   if (status != DEVBUF_OK) return status;
   status = check_header(&header);
-  if (status == DEVBUF_OK && count != DEVBUF__EXPORT_FDS)
-    status = devbuf__error(DEVBUF_FORMAT_ERROR, "export: %zu descriptors came, %d belong to it",
-                           count, DEVBUF__EXPORT_FDS);
+  if (status == DEVBUF_OK && count != devbuf__export_fd_count(header.kind))
+    status = devbuf__error(DEVBUF_FORMAT_ERROR, "export: %zu descriptors came, %zu belong to it",
+                           count, devbuf__export_fd_count(header.kind));
   if (status != DEVBUF_OK) {
     devbuf__close_fds(fds, count);
     return status;
   }
-  return devbuf__export_new(&header, fds[0], fds[1], out_export);
+  return devbuf__export_new(&header, fds, out_export);
 }

@@ -15,6 +15,7 @@ devbuf_status devbuf_event_create(uint64_t initial, devbuf_event_t **out_event) 
   if (!event) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event");
   devbuf__ref_init(&event->refs, 1);
   atomic_init(&event->value, initial);
+  atomic_init(&event->interest, 0);
   devbuf__mutex_init(&event->lock);
   pthread_condattr_t attributes;
   pthread_condattr_init(&attributes);
@@ -47,12 +48,15 @@ devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
   if (!watch) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to watch an event");
   *watch = (devbuf__event_watch){value, reached, context, NULL};
   pthread_mutex_lock(&event->lock);
+  atomic_fetch_add(&event->interest, 1); // before the value: a raise after it takes the lock
   devbuf_status now = event->failure;
-  bool ready = atomic_load_explicit(&event->value, memory_order_acquire) >= value;
+  bool ready = atomic_load(&event->value) >= value;
   if (!ready && now == DEVBUF_OK) {
     watch->next = event->watches;
     event->watches = watch;
     watch = NULL;
+  } else {
+    atomic_fetch_sub(&event->interest, 1);
   }
   pthread_mutex_unlock(&event->lock);
   if (!watch && devbuf__event_is_imported(event)) devbuf__event_share_follow(event);
@@ -69,12 +73,32 @@ void devbuf_event_release(devbuf_event_t *event) {
   devbuf__free(event);
 }
 
+static void wake_interested(devbuf_event_t *event, uint64_t value);
+
+// Lock-free while nothing in this process blocks on or watches the event: a signal to another
+// process (or to a spinning waiter) is then an atomic raise and the exported page's update.
+// Raisers race only upwards (compare-and-swap), so two of them never lower the value.
 void devbuf__event_raise(devbuf_event_t *event, uint64_t value) {
+  // An exported event's page goes first: another process waits for it, while this one's
+  // waiters and watches are counted below. The page has a compare-and-swap of its own.
+  struct devbuf__event_share *share = atomic_load(&event->share);
+  if (share && !event->imported) devbuf__event_share_raised(share, value);
+  uint64_t current = atomic_load_explicit(&event->value, memory_order_relaxed);
+  while (value > current && !atomic_compare_exchange_weak(&event->value, &current, value)) {
+  }
+  // A first export may have come meanwhile. It sets `share` and then publishes the value, and
+  // this raise stores the value and then reads `share` (all seq_cst): one of them publishes.
+  if (!share && DEVBUF_UNLIKELY((share = atomic_load(&event->share)) != NULL))
+    devbuf__event_share_raised(share, value);
+  // Waits and watches count in before they look at the value.
+  if (DEVBUF_UNLIKELY(atomic_load(&event->interest) != 0)) wake_interested(event, value);
+}
+
+// Off the lock-free path, so that it stays short.
+__attribute__((noinline)) static void wake_interested(devbuf_event_t *event, uint64_t value) {
   devbuf__event_watch *reached = NULL;
+  uint32_t called = 0;
   pthread_mutex_lock(&event->lock);
-  if (value > atomic_load_explicit(&event->value, memory_order_relaxed))
-    atomic_store_explicit(&event->value, value, memory_order_release);
-  if (event->share) devbuf__event_share_publish(event);
   if (event->waiters) pthread_cond_broadcast(&event->reached);
   for (devbuf__event_watch **link = &event->watches; *link;) {
     devbuf__event_watch *watch = *link;
@@ -82,10 +106,12 @@ void devbuf__event_raise(devbuf_event_t *event, uint64_t value) {
       *link = watch->next;
       watch->next = reached;
       reached = watch;
+      called++;
     } else {
       link = &watch->next;
     }
   }
+  if (called) atomic_fetch_sub(&event->interest, called);
   pthread_mutex_unlock(&event->lock);
   notify(reached, DEVBUF_OK); // outside the lock: a watch may call into a driver
 }
@@ -106,6 +132,9 @@ void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char 
   pthread_cond_broadcast(&event->reached);
   devbuf__event_watch *all = event->watches;
   event->watches = NULL;
+  uint32_t called = 0;
+  for (devbuf__event_watch *watch = all; watch; watch = watch->next) called++;
+  if (called) atomic_fetch_sub(&event->interest, called);
   pthread_mutex_unlock(&event->lock);
   notify(all, event->failure);
 }
@@ -118,9 +147,8 @@ void devbuf__event_interrupt(devbuf_event_t *event) {
 
 devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
-  devbuf_status signallable = devbuf__event_signallable(event);
-  if (signallable != DEVBUF_OK) return signallable;
-  uint64_t current = atomic_load(&event->value);
+  if (devbuf__event_is_imported(event)) return devbuf__event_signallable(event);
+  uint64_t current = atomic_load_explicit(&event->value, memory_order_relaxed);
   if (value < current)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "event value %llu is below the current %llu: timelines only grow",
@@ -165,8 +193,9 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
   struct timespec deadline = forever ? (struct timespec){0} : deadline_after(timeout_ns);
   devbuf_status status = DEVBUF_OK;
   pthread_mutex_lock(&event->lock);
+  atomic_fetch_add(&event->interest, 1); // before the value: a raise after it takes the lock
   for (;;) {
-    if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) break;
+    if (atomic_load(&event->value) >= value) break;
     if (event->failure != DEVBUF_OK) {
       status = devbuf__error(event->failure, "%s", event->message);
       break;
@@ -188,6 +217,7 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
       break;
     }
   }
+  atomic_fetch_sub(&event->interest, 1);
   pthread_mutex_unlock(&event->lock);
   return status;
 }

@@ -7,6 +7,12 @@
 // when the exporter dies, the event fails instead of leaving its waiters hanging. A pid lives
 // on across exec, so the exporter also holds a lock on the page's file through a descriptor
 // exec closes; the watcher asks after both.
+//
+// A raise wakes the page's futex only when someone sleeps on it. The sealed page cannot say
+// so, so the export carries a second, small memory file that every importer maps to write:
+// a waiter counts itself there before it sleeps. The exporter only ever reads that word, and
+// a wrong count costs it at most a needless wake; a hostile importer that lowers it costs the
+// other importers at most the slice they sleep anyway (LIVENESS_CHECK_NS), never a hang.
 #include "queue.h"
 
 #include <errno.h>
@@ -19,6 +25,7 @@
 
 #define TIMELINE_MAGIC    "devbufE2"
 #define TIMELINE_BYTES    4096
+#define SLEEPERS_BYTES    4096
 #define LIVENESS_CHECK_NS 20000000u // how often a watcher asks whether the exporter lives
 #define SPIN_CHECKS       2000      // as local waits spin before they sleep
 
@@ -38,11 +45,20 @@ typedef struct shared_timeline {
   char message[256];
 } shared_timeline;
 
+// Written by importers (and anyone they hand the descriptor to): the exporter trusts nothing
+// in it but "nobody sleeps" when it reads 0.
+typedef struct shared_sleepers {
+  _Atomic uint32_t count; // waits asleep (or about to be) on the page's `changes`
+} shared_sleepers;
+
 typedef struct devbuf__event_share {
   shared_timeline *page;
+  shared_sleepers *sleepers;
   bool imported;
   pid_t owner;      // the process that made this record: a forked child leaves it alone
+  unsigned epoch;   // the owner's fork epoch: cheaper to compare than getpid() on each raise
   int fd;           // the page's memory file (exporter: duplicated for each export)
+  int sleepers_fd;  // the sleepers' memory file (exporter: duplicated for each export)
   int alive;        // exporter: the page file locked through an open exec closes
   int process;      // importer: a pidfd of the exporter
   pid_t pid;        // importer: the exporter's pid
@@ -54,11 +70,6 @@ typedef struct devbuf__event_share {
   pthread_t watcher;
 } devbuf__event_share;
 
-bool devbuf__event_is_imported(const devbuf_event_t *event) {
-  devbuf__event_share *share = atomic_load_explicit(&event->share, memory_order_acquire);
-  return share && share->imported;
-}
-
 devbuf_status devbuf__event_signallable(const devbuf_event_t *event) {
   if (!devbuf__event_is_imported(event)) return DEVBUF_OK;
   return devbuf__error(DEVBUF_INVALID_ARGUMENT,
@@ -67,23 +78,49 @@ devbuf_status devbuf__event_signallable(const devbuf_event_t *event) {
                        (int)event->share->pid);
 }
 
+// Failure and the end are rare: they wake whoever sleeps, whatever the sleepers' word says.
 static void page_changed(shared_timeline *page) {
   atomic_fetch_add(&page->changes, 1);
   devbuf__shared_wake(&page->changes);
 }
 
+// Raisers race without a lock: the page's value only goes up, as the event's does.
+static void page_raise(shared_timeline *page, uint64_t value) {
+  uint64_t current = atomic_load_explicit(&page->value, memory_order_relaxed);
+  while (value > current && !atomic_compare_exchange_weak(&page->value, &current, value)) {
+  }
+}
+
+static bool publishes(const devbuf__event_share *share) { // not a mirror, nor a forked child's copy
+  return !share->imported && share->epoch == devbuf__epoch();
+}
+
 void devbuf__event_share_publish(devbuf_event_t *event) {
   devbuf__event_share *share = event->share;
-  if (share->imported || share->owner != getpid()) return; // a mirror, or a forked child's copy
+  if (!publishes(share)) return;
   shared_timeline *page = share->page;
   if (atomic_load(&page->state) != TIMELINE_LIVE) return; // what importers saw last stays
-  atomic_store(&page->value, atomic_load(&event->value));
+  page_raise(page, atomic_load(&event->value));
   if (event->failure != DEVBUF_OK) {
     page->failure = (uint32_t)event->failure;
     memcpy(page->message, event->message, sizeof page->message);
     atomic_store(&page->state, TIMELINE_FAILED);
   }
   page_changed(page);
+}
+
+// The waker's half of the sleepers' protocol (sleep_on_page has the sleeper's): the value is
+// stored before the sleepers' word is read, and a sleeper counts itself in before it reads the
+// value again (all seq_cst). So either this read sees the sleeper, which is then woken, or the
+// sleeper sees the value and does not sleep. With nobody asleep, a raise is one atomic
+// operation on the page's line and a read of the sleepers': the change count, another
+// operation on that line, moves only for sleepers.
+void devbuf__event_share_raised(devbuf__event_share *share, uint64_t value) {
+  if (!publishes(share)) return;
+  shared_timeline *page = share->page;
+  if (atomic_load_explicit(&page->state, memory_order_relaxed) != TIMELINE_LIVE) return;
+  page_raise(page, value);
+  if (atomic_load(&share->sleepers->count) != 0) page_changed(page);
 }
 
 void devbuf__event_share_follow(devbuf_event_t *event) {
@@ -94,7 +131,7 @@ void devbuf__event_share_follow(devbuf_event_t *event) {
 
 void devbuf__event_share_end(devbuf_event_t *event) {
   devbuf__event_share *share = event->share;
-  bool own = share->owner == getpid(); // a forked child has no watcher, and no say on the page
+  bool own = share->epoch == devbuf__epoch(); // a forked child has no watcher, nor say on the page
   if (share->imported) {
     // Watch callbacks run on the watcher and never drop the event's last reference, so this
     // never runs there.
@@ -113,7 +150,9 @@ void devbuf__event_share_end(devbuf_event_t *event) {
     close(share->alive);
   }
   close(share->fd);
+  close(share->sleepers_fd);
   munmap(share->page, TIMELINE_BYTES);
+  munmap(share->sleepers, SLEEPERS_BYTES);
   devbuf__free(share);
 }
 
@@ -183,21 +222,38 @@ static bool reached(devbuf_event_t *event, const shared_timeline *page, uint64_t
   uint64_t local = atomic_load_explicit(&event->value, memory_order_acquire);
   if (local >= value) return true;
   uint64_t published = atomic_load_explicit(&page->value, memory_order_acquire);
-  if (published > local) devbuf__event_raise(event, published);
+  if (published > local) { // as devbuf__event_raise does for an import, without the call
+    while (published > local && !atomic_compare_exchange_weak(&event->value, &local, published)) {
+    }
+    if (atomic_load(&event->interest) != 0) devbuf__event_raise(event, published);
+  }
   return published >= value;
 }
 
-devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns) {
+// The sleeper's half of the protocol (devbuf__event_share_raised has the waker's): counted in
+// before the value is read again, so a raise this read misses sees the sleeper, and moves the
+// change count and wakes it. `seen` and `published` are the change count and the value the
+// caller read before it looked at the value (in that order). Another importer may lower the
+// count: the wait then ends with its slice, as it would if the exporter went quiet.
+static void sleep_on_page(devbuf__event_share *share, uint32_t seen, uint64_t published,
+                          uint32_t poked, uint64_t slice_ns) {
+  shared_timeline *page = share->page;
+  atomic_fetch_add(&share->sleepers->count, 1);
+  if (atomic_load(&page->value) == published && atomic_load(&page->changes) == seen)
+    devbuf__shared_wait_either(&page->changes, seen, &share->pokes, poked, slice_ns);
+  atomic_fetch_sub(&share->sleepers->count, 1);
+}
+
+// The wait once spinning is over: kept out of the spin's function, whose frame then stays small.
+__attribute__((noinline)) static devbuf_status wait_sleeping(devbuf_event_t *event, uint64_t value,
+                                                             uint64_t timeout_ns) {
   devbuf__event_share *share = event->share;
   const shared_timeline *page = share->page;
-  for (int spin = 0; spin < SPIN_CHECKS && timeout_ns; spin++) {
-    if (reached(event, page, value)) return DEVBUF_OK;
-    devbuf__cpu_pause();
-  }
   uint64_t start = devbuf__now_ns();
   unsigned waited_slices = 0;
   for (devbuf_status failed;;) {
     uint32_t seen = atomic_load(&page->changes), poked = atomic_load(&share->pokes);
+    uint64_t published = atomic_load(&page->value);
     if (reached(event, page, value)) return DEVBUF_OK;
     if (atomic_load(&page->state) != TIMELINE_LIVE)
       mirror(event, share);
@@ -211,19 +267,22 @@ devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, ui
                            (unsigned long long)value, (unsigned long long)timeout_ns);
     uint64_t slice =
         timeout_ns - waited < LIVENESS_CHECK_NS ? timeout_ns - waited : LIVENESS_CHECK_NS;
-    devbuf__shared_wait_either((_Atomic uint32_t *)&page->changes, seen, &share->pokes, poked,
-                               slice);
+    sleep_on_page(share, seen, published, poked, slice);
   }
+}
+
+devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns) {
+  const shared_timeline *page = event->share->page;
+  for (int spin = 0; spin < SPIN_CHECKS && timeout_ns; spin++) {
+    if (reached(event, page, value)) return DEVBUF_OK;
+    devbuf__cpu_pause();
+  }
+  return wait_sleeping(event, value, timeout_ns);
 }
 
 // Whether something in this process waits on the local event (a queue's watch, a blocked
 // wait): only then does the watcher wake for every change.
-static bool followed(devbuf_event_t *event) {
-  pthread_mutex_lock(&event->lock);
-  bool waited_on = event->watches || event->waiters;
-  pthread_mutex_unlock(&event->lock);
-  return waited_on;
-}
+static bool followed(devbuf_event_t *event) { return atomic_load(&event->interest) != 0; }
 
 static void *watch_timeline(void *context) {
   devbuf_event_t *event = context;
@@ -232,9 +291,10 @@ static void *watch_timeline(void *context) {
   for (;;) {
     // The words first: a poke after this load ends the wait below at once.
     uint32_t seen = atomic_load(changes), poked = atomic_load(&share->pokes);
+    uint64_t published = atomic_load(&share->page->value);
     if (atomic_load(&share->stop) || mirror(event, share) || check_exporter(event, share)) break;
     if (followed(event))
-      devbuf__shared_wait_either(changes, seen, &share->pokes, poked, LIVENESS_CHECK_NS);
+      sleep_on_page(share, seen, published, poked, LIVENESS_CHECK_NS);
     else // until a wait begins, or to ask after the exporter again
       devbuf__shared_wait(&share->pokes, poked, LIVENESS_CHECK_NS);
   }
@@ -274,48 +334,78 @@ static devbuf_status map_timeline(const devbuf_export_t *shared, shared_timeline
   return DEVBUF_OK;
 }
 
+// The export's sleepers' word, mapped to write. Its sender can neither shrink the file under
+// the mapping (sealed) nor make this process trust what it reads there.
+static devbuf_status map_sleepers(const devbuf_export_t *shared, shared_sleepers **out) {
+  int fd = shared->fds[DEVBUF__EXPORT_SLEEPERS];
+  devbuf_status status = devbuf__memory_file_check(fd, SLEEPERS_BYTES, "an imported event");
+  if (status != DEVBUF_OK) return status;
+  shared_sleepers *sleepers = mmap(NULL, SLEEPERS_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (sleepers == MAP_FAILED)
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "an imported event: its sleepers' memory file cannot be mapped to "
+                         "write: %s",
+                         strerror(errno));
+  *out = sleepers;
+  return DEVBUF_OK;
+}
+
 devbuf_status devbuf_event_import(devbuf_export_t *shared, devbuf_event_t **out_event) {
   if (!shared || !out_event)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "export or out_event is NULL");
   *out_event = NULL;
   if (shared->header.kind != DEVBUF_EXPORT_EVENT)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "the export is a buffer, not an event");
-  if (shared->fds[DEVBUF__EXPORT_MEMORY] < 0 || shared->fds[DEVBUF__EXPORT_PROCESS] < 0)
+  if (shared->fds[DEVBUF__EXPORT_MEMORY] < 0 || shared->fds[DEVBUF__EXPORT_PROCESS] < 0 ||
+      shared->fds[DEVBUF__EXPORT_SLEEPERS] < 0)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "this export was imported or sent already: each export is imported once");
   shared_timeline *page = NULL;
+  shared_sleepers *sleepers = NULL;
   pid_t pid = 0;
   devbuf_status status = map_timeline(shared, &page, &pid);
   if (status != DEVBUF_OK) return status;
+  status = map_sleepers(shared, &sleepers);
+  if (status != DEVBUF_OK) {
+    munmap(page, TIMELINE_BYTES);
+    return status;
+  }
   devbuf__event_share *share = devbuf__calloc(1, sizeof *share);
   devbuf_event_t *event = NULL;
   status = share ? devbuf_event_create(0, &event)
                  : devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to import an event");
   if (status == DEVBUF_OK) {
     *share = (devbuf__event_share){.page = page,
+                                   .sleepers = sleepers,
                                    .imported = true,
                                    .owner = getpid(),
+                                   .epoch = devbuf__epoch(),
                                    .fd = shared->fds[DEVBUF__EXPORT_MEMORY],
+                                   .sleepers_fd = shared->fds[DEVBUF__EXPORT_SLEEPERS],
                                    .alive = -1,
                                    .process = shared->fds[DEVBUF__EXPORT_PROCESS],
                                    .pid = pid};
     atomic_init(&share->stop, false);
     atomic_init(&share->pokes, 0);
     event->share = share;
+    event->imported = true;
     mirror(event, share); // waits see the value at once
     if (pthread_create(&share->watcher, NULL, watch_timeline, event) != 0) {
       event->share = NULL;
+      event->imported = false;
       devbuf_event_release(event);
       status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no thread to watch an imported event");
     }
   }
   if (status != DEVBUF_OK) {
     munmap(page, TIMELINE_BYTES);
+    munmap(sleepers, SLEEPERS_BYTES);
     devbuf__free(share);
     return status;
   }
-  devbuf__export_take_fd(shared, DEVBUF__EXPORT_MEMORY); // both the watcher's now
+  devbuf__export_take_fd(shared, DEVBUF__EXPORT_MEMORY); // all the watcher's now
   devbuf__export_take_fd(shared, DEVBUF__EXPORT_PROCESS);
+  devbuf__export_take_fd(shared, DEVBUF__EXPORT_SLEEPERS);
   *out_event = event;
   return DEVBUF_OK;
 }
@@ -338,20 +428,34 @@ static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share
   share = devbuf__calloc(1, sizeof *share);
   if (!share) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to share an event");
   share->owner = getpid();
+  share->epoch = devbuf__epoch();
+  share->page = MAP_FAILED;
+  share->sleepers = MAP_FAILED;
+  share->fd = share->sleepers_fd = share->alive = -1;
   devbuf_status status = devbuf__memory_file_create("devbuf-event", TIMELINE_BYTES, &share->fd);
-  if (status != DEVBUF_OK) {
-    devbuf__free(share);
-    return status;
+  if (status == DEVBUF_OK) {
+    share->page = mmap(NULL, TIMELINE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, share->fd, 0);
+    status = share->page == MAP_FAILED
+                 ? devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping an event's shared page failed")
+                 : devbuf__memory_file_seal(share->fd, true); // importers map it to read only
   }
-  share->alive = -1;
-  share->page = mmap(NULL, TIMELINE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, share->fd, 0);
-  status = share->page == MAP_FAILED
-               ? devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping an event's shared page failed")
-               : devbuf__memory_file_seal(share->fd, true); // importers map it to read only
   if (status == DEVBUF_OK) status = devbuf__lock_reopened(share->fd, &share->alive);
+  if (status == DEVBUF_OK)
+    status =
+        devbuf__memory_file_create("devbuf-event-sleepers", SLEEPERS_BYTES, &share->sleepers_fd);
+  if (status == DEVBUF_OK) {
+    share->sleepers =
+        mmap(NULL, SLEEPERS_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, share->sleepers_fd, 0);
+    // Importers map it to write; sealing the seals keeps any of them from sealing it against
+    // the others' writable mappings.
+    status = share->sleepers == MAP_FAILED
+                 ? devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping an event's sleepers' word failed")
+                 : devbuf__memory_file_seal(share->sleepers_fd, false);
+  }
   if (status != DEVBUF_OK) {
     if (share->page != MAP_FAILED) munmap(share->page, TIMELINE_BYTES);
-    close(share->fd);
+    if (share->sleepers != MAP_FAILED) munmap(share->sleepers, SLEEPERS_BYTES);
+    devbuf__close_fds((int[]){share->fd, share->sleepers_fd, share->alive}, 3);
     devbuf__free(share);
     return status;
   }
@@ -360,14 +464,16 @@ static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share
   pthread_mutex_lock(&event->lock);
   devbuf__event_share *raced = event->share;
   if (!raced) {
-    atomic_store_explicit(&event->share, share, memory_order_release);
+    // seq_cst, as a lock-free raise's load of `share`: either that raise publishes to the
+    // page, or this publish reads its value.
+    atomic_store(&event->share, share);
     devbuf__event_share_publish(event); // what the event is now
   }
   pthread_mutex_unlock(&event->lock);
   if (raced) { // another thread exported it first
     munmap(share->page, TIMELINE_BYTES);
-    close(share->fd);
-    close(share->alive);
+    munmap(share->sleepers, SLEEPERS_BYTES);
+    devbuf__close_fds((int[]){share->fd, share->sleepers_fd, share->alive}, 3);
     devbuf__free(share);
     share = raced;
   }
@@ -403,14 +509,15 @@ devbuf_status devbuf_event_export(devbuf_event_t *event, devbuf_export_t **out_e
   devbuf__event_share *share = NULL;
   devbuf_status status = share_for_export(event, &share);
   int fd = status == DEVBUF_OK ? fcntl(share->fd, F_DUPFD_CLOEXEC, 0) : -1;
-  if (status == DEVBUF_OK && fd < 0)
+  int sleepers = fd >= 0 ? fcntl(share->sleepers_fd, F_DUPFD_CLOEXEC, 0) : -1;
+  if (status == DEVBUF_OK && sleepers < 0)
     status =
         devbuf__error(DEVBUF_IO_ERROR, "no descriptor for an event export: %s", strerror(errno));
   if (status != DEVBUF_OK) {
-    close(process);
+    devbuf__close_fds((int[]){process, fd}, 2);
     return status;
   }
   devbuf__export_header header = {.kind = DEVBUF_EXPORT_EVENT, .pid = (int32_t)getpid()};
   memcpy(header.magic, DEVBUF__EXPORT_MAGIC, sizeof header.magic);
-  return devbuf__export_new(&header, fd, process, out_export);
+  return devbuf__export_new(&header, (int[]){fd, process, sleepers}, out_export);
 }

@@ -190,7 +190,11 @@ struct devbuf_event {
   pthread_mutex_t lock;
   pthread_cond_t reached;
   atomic_uint_least64_t value;
-  size_t waiters;        // under lock
+  size_t waiters; // under lock
+  // Waits between their first look at the value and their last, and watches not yet called:
+  // each counts itself here before it looks at the value, so a raise that reads 0 after
+  // raising the value knows nobody needs the lock's wake-up (seq_cst on both sides).
+  _Atomic uint32_t interest;
   devbuf_status failure; // under lock; OK while healthy
   char message[256];
   devbuf__event_watch *watches; // under lock
@@ -198,15 +202,20 @@ struct devbuf_event {
   // importer's watcher mirrors it. Set once: by an export under the lock, by an import before
   // the event is handed out. NULL for most events.
   struct devbuf__event_share *_Atomic share;
+  bool imported; // follows another process's event: set before an import hands it out
 };
 
 // ---- events shared with other processes (event_share.c) ----
 // An exported event's change (value or failure) reaches its importers; caller holds the lock.
 void devbuf__event_share_publish(devbuf_event_t *event);
+// An exported event is raised to `value`: its page follows, without the event's lock.
+void devbuf__event_share_raised(struct devbuf__event_share *share, uint64_t value);
 // The event goes: importers learn the exporter's end, or this importer's watcher stops.
 void devbuf__event_share_end(devbuf_event_t *event);
 // Whether the event follows another process's, and so may not be signalled here.
-bool devbuf__event_is_imported(const devbuf_event_t *event);
+static inline bool devbuf__event_is_imported(const devbuf_event_t *event) {
+  return event->imported;
+}
 // INVALID_ARGUMENT for an imported event (its exporter signals it), OK otherwise.
 devbuf_status devbuf__event_signallable(const devbuf_event_t *event);
 // devbuf_event_wait on an imported event.
