@@ -62,6 +62,15 @@ static void print_figures(FILE *out, const bench_config *config) {
   figure_count = figure_capacity = 0;
 }
 
+void bench_size_label(size_t size, char *out, size_t capacity) {
+  if (size >= (1 << 20))
+    snprintf(out, capacity, "%zu MiB", size >> 20);
+  else if (size >= 1024)
+    snprintf(out, capacity, "%zu KiB", size >> 10);
+  else
+    snprintf(out, capacity, "%zu B", size);
+}
+
 uint64_t bench_now_ns(void) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);

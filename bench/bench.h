@@ -40,6 +40,8 @@ void bench_figure(const char *section, const char *name, double value, const cha
                   int target_met);
 
 uint64_t bench_now_ns(void);
+// "256 B", "4 KiB", "64 MiB": a size as the tables print it.
+void bench_size_label(size_t size, char *out, size_t capacity);
 double bench_median(double *values, int count);
 
 // Writes one byte in every page of [p, p + size) and the last byte, so that every page is

@@ -61,15 +61,6 @@ static double time_devbuf_buffer(devbuf_allocator_t *allocator, size_t size, siz
   return (double)(bench_now_ns() - start) / (double)iterations;
 }
 
-static void print_size(size_t size) {
-  if (size >= (1 << 20))
-    printf("%6zu MiB", size >> 20);
-  else if (size >= 1024)
-    printf("%6zu KiB", size >> 10);
-  else
-    printf("%6zu B  ", size);
-}
-
 void bench_alloc(const bench_config *config) {
   bench_malloc mallocs[BENCH_MALLOC_COUNT];
   bench_find_mallocs(mallocs);
@@ -82,7 +73,7 @@ void bench_alloc(const bench_config *config) {
   printf("== alloc + write every page + free, steady state: ns per cycle ==\n");
   for (int m = 1; m < BENCH_MALLOC_COUNT; m++)
     if (mallocs[m].missing) printf("   (%s skipped: %s)\n", mallocs[m].name, mallocs[m].missing);
-  printf("%10s %10s %10s %10s %10s %10s %9s %10s  %s\n", "size", "devbuf", "dv-buffer", "glibc",
+  printf("   %-7s %10s %10s %10s %10s %10s %9s %10s  %s\n", "size", "devbuf", "dv-buffer", "glibc",
          "jemalloc", "mimalloc", "x glibc", "x fastest", "target");
   for (size_t s = 0; s < size_count; s++) {
     size_t size = sizes[s], iterations = iterations_for(size, config->quick);
@@ -100,8 +91,9 @@ void bench_alloc(const bench_config *config) {
       if (!mallocs[m].missing && (fastest == 0 || malloc_ns[m] < fastest)) fastest = malloc_ns[m];
     }
     double vs_glibc = malloc_ns[BENCH_GLIBC] / devbuf_ns, vs_fastest = fastest / devbuf_ns;
-    print_size(size);
-    printf(" %10.1f %10.1f %10.1f", devbuf_ns, buffer_ns, malloc_ns[BENCH_GLIBC]);
+    char size_text[32];
+    bench_size_label(size, size_text, sizeof size_text);
+    printf("   %-7s %10.1f %10.1f %10.1f", size_text, devbuf_ns, buffer_ns, malloc_ns[BENCH_GLIBC]);
     for (int m = 1; m < BENCH_MALLOC_COUNT; m++) {
       if (mallocs[m].missing)
         printf(" %10s", "-");

@@ -85,15 +85,6 @@ static double time_pairs(pair_job model, int threads) {
   return failed ? -1 : (double)slowest / (double)model.iterations;
 }
 
-static void size_label(size_t size, char *out, size_t capacity) {
-  if (size >= (1 << 20))
-    snprintf(out, capacity, "%zu MiB", size >> 20);
-  else if (size >= 1024)
-    snprintf(out, capacity, "%zu KiB", size >> 10);
-  else
-    snprintf(out, capacity, "%zu B", size);
-}
-
 static void print_cell(double ns) {
   if (ns < 0)
     printf(" %9s", "-");
@@ -136,7 +127,7 @@ void bench_pairs(const bench_config *config) {
       }
       if (threads == 1) single_buffer = median[1];
       char label[32];
-      size_label(sizes[s], label, sizeof label);
+      bench_size_label(sizes[s], label, sizeof label);
       printf("   %-9s %7d", label, threads);
       for (int c = 0; c < 2 + BENCH_MALLOC_COUNT; c++) print_cell(median[c]);
       double against = median[0] / fastest, buffer_over = median[1] / median[0];
