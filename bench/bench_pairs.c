@@ -97,7 +97,7 @@ void bench_pairs(const bench_config *config) {
   bench_find_mallocs(mallocs);
   devbuf_allocator_t *allocator = devbuf_device_allocator(config->device);
   int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
-  size_t iterations = config->quick ? 200000 : 1000000;
+  size_t iterations = config->quick ? 50000 : 1000000;
   static const size_t sizes[] = {256, 4096, 1 << 20};
   printf("== alloc + write a byte + free, ns per pair per thread: 1 thread, then 2 at once ==\n");
   for (int m = 0; m < BENCH_MALLOC_COUNT; m++)

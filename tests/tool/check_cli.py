@@ -211,7 +211,7 @@ paged = json.loads(run("trace", "replay", big, "--json").stdout)
 expect(paged["page_bytes"] == 4096 and paged["peak_reserved_bytes"] == 15 << 21, "trace replay at the CPU's page")
 paged = json.loads(run("trace", "replay", big, "--page", str(4 << 20), "--json").stdout)
 expect(paged["page_bytes"] == 4 << 20 and paged["peak_reserved_bytes"] == 8 << 22, "trace replay --page 4 MiB")
-result = run("bench", "--only", "threads", "--runs", "1", "--json")
+result = run("bench", "--only", "threads", "--quick", "--runs", "1", "--json")
 benched = json.loads(result.stdout)
 expect(result.returncode == 0 and benched["device"] == "cpu" and
        all({"section", "name", "value", "unit"} <= set(f) for f in benched["figures"]) and benched["figures"],
