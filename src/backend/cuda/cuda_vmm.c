@@ -120,6 +120,11 @@ devbuf_status devbuf__cuda_map(devbuf_device_t *device, const devbuf_memory_t *r
   if (status != DEVBUF_OK) return status;
   CUdeviceptr at = reservation->device + offset;
   size_t page = device->page_size, done = 0;
+  if (offset % page || size % page) // a caching allocator told a smaller page_size
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: mapping %zu bytes at offset %zu of a growable segment: both must "
+                         "be whole %zu-byte pages",
+                         device->spec, size, offset, page);
   CUmemAllocationProp prop = device_memory(state);
   const char *step = NULL;
   CUresult code = CUDA_SUCCESS;

@@ -80,8 +80,9 @@ typedef struct csegment {
   struct csegment *next, *prev; // the shard's segments, newest first
   struct csegment *idle_newer, *idle_older; // the shard's idle segments
   bool idle;
-  // Growable segments (growable.c): reserved addresses with memory behind the ranges
-  // `maps` lists (each one map call, given back whole; in address order, disjoint).
+  // Growable segments (growable.c): reserved addresses with memory behind the stretches
+  // `maps` lists (in address order, disjoint, merged where they touch; any whole pages of
+  // them may go back).
   bool growable;
   size_t mapped;   // bytes mapped in all
   size_t frontier; // the end of the highest mapped range; 0 while none
@@ -111,10 +112,10 @@ typedef struct segment_policy {
   size_t small_segment;  // ... of this size
   size_t medium_max;     // requests up to this come from medium segments ...
   size_t medium_segment; // ... of this size; larger ones round to large_round
-  size_t large_round;
-  unsigned burst_shift; // until the first free, a medium segment holds at least
-                        // the pool's reserved bytes >> this (0: off) ...
-  size_t burst_blocks;  // ... but at most this many of the largest request so far
+  size_t large_round;    // 2 MiB, or the page where larger
+  unsigned burst_shift;  // until the first free, a medium segment holds at least
+                         // the pool's reserved bytes >> this (0: off) ...
+  size_t burst_blocks;   // ... but at most this many of the largest request so far
 } segment_policy;
 
 // Per-thread figures and small-block bins. Counters are written only by the owning thread
