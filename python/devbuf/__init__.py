@@ -20,11 +20,13 @@ from ._errors import (CancelledError, DeviceFailureError, DevbufError, DevbufIOE
                       ReadOnlyError, SizeMismatchError, SizeOverflowError, TypeMismatchError, UnavailableError,
                       UnsupportedError)
 from ._files import TensorFile, load, save
+from ._native import CPU_KERNEL, KernelArgs
+from ._program import Program
 from ._queue import Event, Queue
 
 __all__ = [
     "__version__", "Buffer", "HostAccess", "Device", "devices", "from_dlpack", "dtypes", "TensorFile", "load",
-    "save", "Event", "Queue", "DevbufError", "InvalidArgumentError", "OutOfMemoryError", "SizeOverflowError",
+    "save", "Event", "Queue", "Program", "CPU_KERNEL", "KernelArgs", "DevbufError", "InvalidArgumentError", "OutOfMemoryError", "SizeOverflowError",
     "OutOfRangeError", "TypeMismatchError", "SizeMismatchError", "NotAllocatedError", "NotCpuAccessibleError",
     "ReadOnlyError", "InUseError", "HostAccessOpenError", "UnavailableError", "DevbufTimeoutError",
     "DevbufIOError", "FormatError", "DeviceFailureError", "UnsupportedError", "NotFoundError",

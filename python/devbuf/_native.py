@@ -83,6 +83,29 @@ class MetadataEntry(ctypes.Structure):
     _fields_ = [("key", c_char_p), ("value", c_char_p)]
 
 
+class Use(ctypes.Structure):
+    _fields_ = [("buffer", P), ("access", c_int)]
+
+
+class Launch(ctypes.Structure):
+    _fields_ = [("dims", ctypes.c_uint), ("global_", c_size_t * 3), ("local", c_size_t * 3)]
+
+
+class Arg(ctypes.Structure):
+    _fields_ = [("data", P), ("size", c_size_t)]
+
+
+class KernelArgs(ctypes.Structure):
+    """What a CPU kernel receives (devbuf_kernel_args_t)."""
+
+    _fields_ = [("data", POINTER(P)), ("sizes", POINTER(c_size_t)), ("count", c_size_t), ("scalars", P),
+                ("scalars_size", c_size_t)]
+
+
+# A CPU kernel (devbuf_cpu_kernel_fn): returns a devbuf status, 0 for success.
+CPU_KERNEL = ctypes.CFUNCTYPE(c_int, POINTER(KernelArgs))
+
+
 LOAD_COPY = 1
 LOAD_ONE_ALLOCATION = 2
 BUFFER_ZERO = 1
@@ -173,6 +196,14 @@ _SIGNATURES = {
     "devbuf_queue_finish": (c_int, P),
     "devbuf_queue_set_depth": (c_int, P, c_uint64, c_uint32),
     "devbuf_queue_cancel": (c_int, P),
+    "devbuf_queue_submit": (c_int, P, P, POINTER(Use), c_size_t, P, c_size_t),
+    "devbuf_queue_host_task": (c_int, P, P, POINTER(Use), c_size_t, P, c_size_t),
+    "devbuf_queue_launch": (c_int, P, P, c_char_p, POINTER(Launch), POINTER(Use), c_size_t, POINTER(Arg),
+                            c_size_t),
+    "devbuf_program_build": (c_int, P, c_char_p, c_char_p, POINTER(P)),
+    "devbuf_program_retain": (P, P),
+    "devbuf_program_release": (None, P),
+    "devbuf_set_error": (c_int, c_int, c_char_p),
     "devbuf_queue_status": (c_int, P),
     # weight files
     "devbuf_safetensors_load": (c_int, P, c_char_p, POINTER(LoadOptions), POINTER(P)),

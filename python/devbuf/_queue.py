@@ -1,21 +1,25 @@
 """Queues of device work and events (timelines)."""
 from __future__ import annotations
 
+import atexit
+import collections
 import ctypes
 import math
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from . import _dtypes
+from . import _dtypes, _ext, _work
 from ._buffer import Buffer
-from ._errors import InvalidArgumentError, check, count
-from ._native import Owned, P, lib
+from ._errors import ERRORS, DevbufError, InvalidArgumentError, check, count
+from ._native import CPU_KERNEL, Owned, P, lib
 
 if TYPE_CHECKING:
     from ._device import Device
+    from ._program import Program
 
 _FOREVER = 2**64 - 1
 _TIMEOUT = 13
+_INVALID_ARGUMENT = 1
 
 
 class Event(Owned):
@@ -64,20 +68,54 @@ class Event(Owned):
         return f"<devbuf.Event value={self.value}>"
 
 
+# Work from Python runs through the C module's trampoline (devbuf/_ext: tasks.c), which
+# reports failures with the library's devbuf_set_error and stops entering the interpreter at
+# exit.
+_ext.tasks_init(ctypes.cast(lib.devbuf_set_error, ctypes.c_void_p).value or 0,
+                {name: code for code, name in enumerate(
+                    (lib.devbuf_status_name(i) or b"").decode() for i in range(len(ERRORS) + 1))})
+atexit.register(_ext.tasks_close)
+_ext.launch_init(ctypes.cast(lib.devbuf_queue_launch, ctypes.c_void_p).value or 0, Buffer)
+
+# Tasks of closed queues that may still run: (an event the queue signals once they have
+# retired, or None when nothing can tell, their Tasks).
+_orphans: list[tuple[Event | None, list[Any]]] = []
+
+
+def _let_orphans_go() -> None:
+    if _orphans:
+        _orphans[:] = [(event, tasks) for event, tasks in _orphans
+                       if event is None or (event.value < 1 and lib.devbuf_event_status(event._handle) == 0)]
+
+
 class Queue(Owned):
     """An in-order queue of work on one device. Each submission declares what it reads and
     writes; work on other queues touching the same bytes is ordered after it, and host
     access that would race with it is refused or waits."""
 
-    __slots__ = ("_handle", "device", "__weakref__")
+    __slots__ = ("_handle", "device", "_tasks", "_task_serial", "__weakref__")
 
     def __init__(self, device: Device):
+        self._handle = None
+        # Work that holds Python objects (host tasks, ctypes kernels), by serial, oldest
+        # first: each is kept until it has run, or until finish or cancel has retired it.
+        self._tasks: collections.deque[tuple[int, Any]] = collections.deque()
+        self._task_serial = 0
         out = P()
         check(lib.devbuf_queue_create(device._handle, ctypes.byref(out)))
         self._handle = out.value
         self.device = device
 
     _release = lib.devbuf_queue_release  # close(): submitted work still runs
+
+    def close(self) -> None:
+        """Drops the queue (submitted work still runs)."""
+        handle = getattr(self, "_handle", None)
+        tasks = getattr(self, "_tasks", None)
+        if handle and tasks:
+            _orphan(handle, [task for _, task in tasks])
+            tasks.clear()
+        super().close()
 
     def set_depth(self, max_items: int, *, refuse_when_full: bool = False) -> None:
         """Bounds the work the queue holds (0: no bound; new queues hold 4096 items). A
@@ -120,16 +158,124 @@ class Queue(Owned):
         check(lib.devbuf_queue_wait(self._handle, event._handle, count(value, "value")))
 
     def finish(self) -> None:
-        """Waits until all submitted work has completed; raises the queue's failure."""
-        check(lib.devbuf_queue_finish(self._handle))
+        """Waits until all submitted work has completed; raises the queue's failure (with
+        the exception of the host task that failed it as its cause)."""
+        mark = self._task_serial
+        status = lib.devbuf_queue_finish(self._handle)
+        _check_with_cause(status, self._let_go(mark))
 
     def cancel(self) -> None:
         """Drops the work not started yet (its events fail with CANCELLED)."""
-        check(lib.devbuf_queue_cancel(self._handle))
+        mark = self._task_serial
+        status = lib.devbuf_queue_cancel(self._handle)
+        self._let_go(mark)
+        check(status)
+
+    # ---- kernels and host tasks ----------------------------------------------------------
+    def launch(self, program: Program, name: str, grid: int | tuple[int, ...], local: Any = None, *,
+               uses: Any = (), args: Any = ()) -> None:
+        """Launches kernel `name` of `program` (built for this queue's device) over a grid
+        of global size `grid` (an int, or 1 to 3 ints) with local size `local` (None: the
+        driver's choice). Its arguments are the uses' buffers, [(buffer, "r" | "w" | "rw"),
+        ...], then the scalars `args`: numpy scalars, ctypes scalars, or (number, dtype)
+        pairs. Ordered like every submission."""
+        from ._program import Program
+
+        if not isinstance(program, Program):
+            raise TypeError(f"launch: program is a devbuf.Program, not {type(program).__name__} "
+                            "(CPU kernels go through Queue.submit)")
+        kernel = program._name(name)
+        status = _ext.launch(self._handle, program._handle, kernel, grid, local, uses, args)
+        if status is not NotImplemented:
+            check(status)
+            return
+        launch = _work.launch_grid(grid, local, "launch")
+        use_array, use_count, _, _ = _work.uses_array(uses, "launch")
+        arg_array, arg_count, blob = _work.launch_args(args, "launch")
+        check(lib.devbuf_queue_launch(self._handle, program._h, kernel, ctypes.byref(launch), use_array,
+                                      use_count, arg_array, arg_count))
+        del blob  # the library copied the scalars
+
+    def submit(self, kernel: Any, *, uses: Any = (), args: Any = ()) -> None:
+        """Runs a CPU kernel (a C function, devbuf_cpu_kernel_fn) on the queue's worker
+        over `uses`, [(buffer, "r" | "w" | "rw"), ...]: a ctypes function of the type
+        devbuf.CPU_KERNEL, or the address (an int) of one, such as a numba cfunc's. `args`
+        are its scalars (numpy or ctypes scalars, (number, dtype) pairs, ctypes structures,
+        bytes), laid out as the fields of a C structure, in order."""
+        use_array, use_count, _, _ = _work.uses_array(uses, "submit")
+        scalars = _work.packed_scalars(args, "submit")
+        if isinstance(kernel, int) and not isinstance(kernel, bool):
+            if kernel <= 0:
+                raise InvalidArgumentError(f"submit: kernel address {kernel:#x} is not a function's")
+            check(lib.devbuf_queue_submit(self._handle, kernel, use_array, use_count, scalars, len(scalars)))
+            return
+        if not isinstance(kernel, ctypes._CFuncPtr):
+            raise TypeError(f"submit: kernel is a ctypes function (devbuf.CPU_KERNEL) or a function's address, not "
+                            f"{type(kernel).__name__} (a Python callable goes to Queue.host_task)")
+        address = ctypes.cast(kernel, ctypes.c_void_p).value or 0
+        self._submit_task(lib.devbuf_queue_submit, _ext.Task(address, kernel, ()), use_array, use_count, scalars)
+
+    def host_task(self, task: Callable[..., Any], *, uses: Any = ()) -> None:
+        """Runs `task`, a Python callable, on the queue's worker in queue order (after the
+        work submitted before it has completed, before the work submitted after it starts),
+        on a queue of any device, with the GIL taken there. It gets one argument per use: a
+        memoryview of the use's bytes (typed and shaped where Python has a format for the
+        dtype; read-only for "r"), or None where the CPU cannot address the memory. The
+        views are valid during the call only: a task that keeps one fails. An exception
+        fails the queue like a failing kernel; its message reaches the queue's events and
+        finish() raises with the exception as the cause."""
+        if not callable(task):
+            raise TypeError(f"host_task: task is a callable, not {type(task).__name__}")
+        use_array, use_count, buffers, modes = _work.uses_array(uses, "host_task")
+        views = tuple((_dtypes.FORMATS.get(buffer.dtype), tuple(buffer.shape), mode == "r")
+                      for buffer, mode in zip(buffers, modes))
+        self._submit_task(lib.devbuf_queue_host_task, _ext.Task(0, task, views), use_array, use_count, b"")
+
+    def _submit_task(self, submit: Any, task: Any, use_array: Any, use_count: int, scalars: bytes) -> None:
+        """Submits work that holds Python objects through the trampoline, and keeps `task`
+        until it has run."""
+        data = task.header + scalars
+        check(submit(self._handle, _ext.TRAMPOLINE, use_array, use_count, data, len(data)))
+        tasks = self._tasks
+        while tasks and tasks[0][1].done:
+            tasks.popleft()
+        self._task_serial += 1
+        tasks.append((self._task_serial, task))
+        _let_orphans_go()
+
+    def _let_go(self, mark: int) -> BaseException | None:
+        """Lets go of the tasks submitted up to serial `mark` (finish or cancel has retired
+        them all); the first exception one of them raised."""
+        cause = None
+        tasks = self._tasks
+        while tasks and tasks[0][0] <= mark:
+            task = tasks.popleft()[1]
+            if cause is None and task.exception is not None:
+                cause = task.exception
+        return cause
 
     def check(self) -> None:
         """Raises the failure that stopped the queue, if any."""
         check(lib.devbuf_queue_status(self._handle))
 
 
-__all__ = ["Event", "Queue"]
+def _check_with_cause(status: int, cause: BaseException | None) -> None:
+    try:
+        check(status)
+    except DevbufError as error:
+        if cause is None:
+            raise
+        raise error from cause
+
+
+def _orphan(handle: int, tasks: list[Any]) -> None:
+    """Keeps the Tasks of a queue that is being dropped until its work has retired."""
+    event = Event()
+    if lib.devbuf_queue_signal(handle, event._handle, 1) == 0:
+        _orphans.append((event, tasks))
+    elif lib.devbuf_queue_finish(handle) == _INVALID_ARGUMENT:
+        _orphans.append((None, tasks))  # dropped by its own work: nothing can wait here
+    _let_orphans_go()
+
+
+__all__ = ["Event", "Queue", "CPU_KERNEL"]

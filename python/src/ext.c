@@ -9,8 +9,8 @@
 //   shares the one export it holds), so that the access ends only once no memoryview or
 //   array made from it is left, as the last view goes, calling libdevbuf's functions
 //   directly (no Python code runs while a buffer is released).
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+// - Work from Python on a queue's worker thread (tasks.c), and kernel launches (launch.c).
+#include "ext.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -206,6 +206,25 @@ static void host_memory_dealloc(PyObject *object) {
 }
 
 static PyBufferProcs host_memory_buffer = {host_memory_getbuffer, host_memory_releasebuffer};
+static PyTypeObject host_memory_type;
+
+PyObject *devbuf_ext_memory_new(void *address, Py_ssize_t size, int readonly) {
+  HostMemory *memory = PyObject_New(HostMemory, &host_memory_type);
+  if (!memory) return NULL;
+  memory->address = address;
+  memory->size = size;
+  memory->readonly = readonly;
+  memory->closed = 0;
+  memory->exports = 0;
+  memory->end_access = NULL;
+  memory->release = NULL;
+  memory->buffer = NULL;
+  return (PyObject *)memory;
+}
+
+Py_ssize_t devbuf_ext_memory_exports(PyObject *memory) { return ((HostMemory *)memory)->exports; }
+
+void devbuf_ext_memory_close(PyObject *memory) { ((HostMemory *)memory)->closed = 1; }
 
 static PyTypeObject host_memory_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf._ext.HostMemory",
@@ -288,16 +307,11 @@ static PyObject *access_enter(PyObject *object, PyObject *unused) {
   int status;
   Py_BEGIN_ALLOW_THREADS status = self->open(self->buffer, &data, &size); // may wait for work
   Py_END_ALLOW_THREADS if (status != 0) return raise_status(self, status);
-  HostMemory *memory = PyObject_New(HostMemory, &host_memory_type);
+  HostMemory *memory = (HostMemory *)devbuf_ext_memory_new(data, (Py_ssize_t)size, self->readonly);
   if (!memory) { // nothing owns the access yet: end it here
     self->end_access(self->buffer, data);
     return NULL;
   }
-  memory->address = data;
-  memory->size = (Py_ssize_t)size;
-  memory->readonly = self->readonly;
-  memory->closed = 0;
-  memory->exports = 0;
   memory->end_access = self->end_access; // from here on, dropping `memory` ends the access
   memory->release = self->release;
   memory->buffer = self->retain(self->buffer);
@@ -427,6 +441,10 @@ PyMODINIT_FUNC PyInit__ext(void) {
   if (PyType_Ready(&host_memory_type) < 0 || PyType_Ready(&access_type) < 0) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
+  if (devbuf_ext_add_tasks(m) < 0 || devbuf_ext_add_launch(m) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
   Py_INCREF(&access_type);
   if (PyModule_AddObject(m, "Access", (PyObject *)&access_type) < 0) {
     Py_DECREF(&access_type);
