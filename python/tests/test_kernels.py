@@ -345,4 +345,4 @@ def test_exit_with_tasks_queued_and_running_is_clean():
         print("exiting", flush=True)
     """)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["exiting", "ran"]
+    assert done.stdout.split() == ["exiting", "ran"] and done.stderr == ""
