@@ -122,6 +122,26 @@ def test_a_launch_the_driver_refuses_names_the_kernel(opencl):
         q.finish()
 
 
+def test_cuda_program_from_an_image_and_a_launch_on_the_stand_in_driver():
+    """cuda:0 through tests/fake_cuda.c (kernels are C functions there; any image loads):
+    a binary image as bytes, uses and scalars in the driver's parameter layout."""
+    fake = os.environ.get("DEVBUF_FAKE_CUDA")
+    if not fake:
+        pytest.skip("DEVBUF_FAKE_CUDA (the stand-in CUDA driver, set by ctest) is not set")
+    done = run_python("""
+        import numpy as np, devbuf
+        gpu = devbuf.Device("cuda:0")
+        program = devbuf.Program(gpu, bytes([0x7f, 0x45, 0x4c, 0x46, 0, 1, 2]))  # an image with NUL bytes
+        x = gpu.asbuffer(np.arange(8, dtype=np.float32))
+        out = gpu.zeros(8)
+        with gpu.queue() as q:
+            q.launch(program, "scale", 8, uses=[(out, "w"), (x, "r")], args=[np.float32(2.5), (6, "uint64")])
+        print(np.frombuffer(out.to_bytes(), np.float32).tolist())
+    """, DEVBUF_CUDA_LIBRARY=fake)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == str([i * 2.5 for i in range(6)] + [0.0, 0.0])
+
+
 # ---- CPU kernels -----------------------------------------------------------------------------
 
 
@@ -326,8 +346,8 @@ def test_a_closed_queue_still_runs_its_tasks(cpu):
     assert alive() is None
 
 
-def run_python(code):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+def run_python(code, **environment):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **environment)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
                           timeout=60)
 
