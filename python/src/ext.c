@@ -418,10 +418,12 @@ static PyTypeObject access_type = {
 
 // ---- the module ------------------------------------------------------------------------
 
+PyObject *devbuf_ext_layouts(PyObject *self, PyObject *unused); // layouts.c
 static PyMethodDef methods[] = {
     {"wrap", wrap, METH_VARARGS, "wrap(address, versioned) -> a DLPack capsule owning the tensor"},
     {"peek", peek, METH_O, "peek(capsule) -> (address, versioned) of an unconsumed DLPack capsule"},
     {"consume", consume, METH_O, "consume(capsule): mark the capsule's tensor as taken"},
+    {"layouts", devbuf_ext_layouts, METH_NOARGS, "{structure: (sizeof, {field: offsetof})}"},
     {NULL, NULL, 0, NULL},
 };
 
