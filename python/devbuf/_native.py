@@ -1,5 +1,10 @@
 """libdevbuf through ctypes: the library, its structures and its functions' signatures.
 
+Every function the package calls has its signature in _SIGNATURES, and `lib` has no other
+functions: ctypes would call an unlisted one as returning int, cutting pointers to 32 bits.
+python/tests/test_binding.py holds the table, the structures' layouts and _UNBOUND against
+include/devbuf.h.
+
 ctypes releases the GIL around every call into the library, so waits and copies let other
 Python threads run. The library is the package's own copy (installed beside this file);
 DEVBUF_LIBRARY names another one (a build tree's, for tests).
@@ -24,8 +29,6 @@ def _find_library() -> str:
             return os.path.join(here, name)
     raise ImportError(f"devbuf: libdevbuf.so is not in {here} (reinstall the package, or set DEVBUF_LIBRARY)")
 
-
-lib = ctypes.CDLL(_find_library())
 
 class DeviceInfo(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("version", c_char_p), ("global_memory", c_uint64),
@@ -189,7 +192,7 @@ _SIGNATURES = {
     "devbuf_event_status": (c_int, P),
     "devbuf_queue_create": (c_int, P, POINTER(P)),
     "devbuf_queue_release": (None, P),
-    "devbuf_queue_fill": (c_int, P, P, c_char_p, c_size_t),
+    "devbuf_queue_fill": (c_int, P, P, P, c_size_t),
     "devbuf_queue_copy": (c_int, P, P, P),
     "devbuf_queue_signal": (c_int, P, P, c_uint64),
     "devbuf_queue_wait": (c_int, P, P, c_uint64),
@@ -217,10 +220,81 @@ _SIGNATURES = {
     "devbuf_safetensors_write": (c_int, c_char_p, POINTER(NamedBuffer), c_size_t, POINTER(MetadataEntry), c_size_t),
 }
 
-for _name, (_restype, *_argtypes) in _SIGNATURES.items():
-    _function = getattr(lib, _name)
-    _function.restype = _restype
-    _function.argtypes = _argtypes
+# Header functions the package does not call, and why; the test fails on a header function
+# in neither table.
+_UNBOUND = {
+    # the package reaches these through other calls, or has no use for them
+    "devbuf_allocator_device": "not exposed",
+    "devbuf_buffer_allocator": "the package never asks a buffer for its allocator",
+    "devbuf_buffer_count": "not exposed (the shape gives it)",
+    "devbuf_buffer_is_empty": "not exposed (Buffer.nbytes gives it)",
+    "devbuf_buffer_synchronize": "Device.synchronize; Buffer.wait waits for its own work",
+    "devbuf_buffer_view_as": "Buffer.view then Buffer.reshape",
+    "devbuf_device_allocator_for": "no memory kinds in the Python API yet",
+    "devbuf_dtype_bytes": "not exposed",
+    "devbuf_dtype_dlpack": "devbuf_buffer_to_dlpack sets the DLPack dtype",
+    "devbuf_event_retain": "an Event owns one reference",
+    "devbuf_queue_device": "not exposed (a Queue is made from its Device)",
+    "devbuf_queue_retain": "a Queue owns one reference",
+    "devbuf_tensor_file_data_size": "not exposed",
+    "devbuf_tensor_file_header_size": "not exposed",
+    "devbuf_tensor_file_metadata_get": "TensorFile.metadata reads them all",
+    "devbuf_safetensors_inspect": "load is the Python API's only reader",
+    "devbuf_safetensors_parse": "load is the Python API's only reader",
+    # typed host access: Buffer.read/write hand out memoryviews over contents instead
+    "devbuf_buffer_as_array": "memoryviews over contents",
+    "devbuf_buffer_as_array_mut": "memoryviews over contents",
+    "devbuf_buffer_as_slice": "memoryviews over contents",
+    "devbuf_buffer_item": "memoryviews over contents",
+    "devbuf_buffer_unsynchronized_ptr": "unordered host writes have no safe Python form",
+    "devbuf_buffer_device_handle": "device_ptr is enough until OpenCL interop needs the cl_mem",
+    # user allocators and adaptors: C callbacks that Python would have to run on any thread
+    "devbuf_allocator_create": "a Python allocator would run under other threads' locks",
+    "devbuf_allocator_alloc": "raw allocations: buffers are the Python API's memory",
+    "devbuf_allocator_free": "raw allocations: buffers are the Python API's memory",
+    "devbuf_caching_allocator_create": "Device's own caching allocator only",
+    "devbuf_device_raw_allocator": "Device's own caching allocator only",
+    "devbuf_stats_adaptor_create": "the caching allocator's statistics are exposed instead",
+    "devbuf_fault_adaptor_create": "fault injection is for the C tests",
+    "devbuf_fault_adaptor_arm": "fault injection is for the C tests",
+    "devbuf_fault_adaptor_fired": "fault injection is for the C tests",
+    "devbuf_trace_replay": "replays are the devbuf tool's (tools/)",
+    "devbuf_trace_replay_observed": "replays are the devbuf tool's (tools/)",
+    "devbuf_set_host_memory_hooks": "process-wide, before any other call: not for a Python module",
+    # sharing between processes: no Python API yet
+    "devbuf_buffer_export": "no process sharing in the Python API yet",
+    "devbuf_buffer_import": "no process sharing in the Python API yet",
+    "devbuf_event_export": "no process sharing in the Python API yet",
+    "devbuf_event_import": "no process sharing in the Python API yet",
+    "devbuf_export_free": "no process sharing in the Python API yet",
+    "devbuf_export_kind_of": "no process sharing in the Python API yet",
+    "devbuf_export_pid": "no process sharing in the Python API yet",
+    "devbuf_export_receive": "no process sharing in the Python API yet",
+    "devbuf_export_reclaim": "no process sharing in the Python API yet",
+    "devbuf_export_send": "no process sharing in the Python API yet",
+}
+
+
+class _Library:
+    """The library's functions that _SIGNATURES lists, each with its signature set, as
+    attributes; any other name raises AttributeError instead of becoming ctypes' default
+    function returning int."""
+
+    def __init__(self, path: str, signatures: dict[str, tuple[Any, ...]]):
+        self._path = path
+        cdll = ctypes.CDLL(path)
+        for name, (restype, *argtypes) in signatures.items():
+            function = getattr(cdll, name)
+            function.restype = restype
+            function.argtypes = argtypes
+            setattr(self, name, function)
+
+    def __getattr__(self, name: str) -> Any:  # only for names __init__ did not set
+        raise AttributeError(f"{name} is not in devbuf._native._SIGNATURES: add its signature there "
+                             f"(name: (restype, *argtypes), as include/devbuf.h declares it) to call it")
+
+
+lib = _Library(_find_library(), _SIGNATURES)
 
 
 _Self = TypeVar("_Self", bound="Owned")
