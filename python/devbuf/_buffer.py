@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from . import _dtypes, _ext
 from ._errors import DevbufError, HostAccessOpenError, InvalidArgumentError, check, count
@@ -57,7 +57,7 @@ class Buffer(Owned):
     # ---- facts -------------------------------------------------------------------------
     @property
     def dtype(self) -> str:
-        return _dtypes.NAMES[lib.devbuf_buffer_dtype(self._h)]
+        return _dtypes.NAMES[int(lib.devbuf_buffer_dtype(self._h))]
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -286,11 +286,11 @@ _PyBytes_AsString.argtypes = [ctypes.py_object]
 
 def _new_bytes(size: int) -> bytes:
     """A new bytes object of `size` bytes for the library to fill (nothing else sees it yet)."""
-    return _PyBytes_FromStringAndSize(None, size)
+    return cast(bytes, _PyBytes_FromStringAndSize(None, size))
 
 
 def _bytes_address(data: bytes) -> int:
-    return _PyBytes_AsString(data)
+    return cast(int, _PyBytes_AsString(data))
 
 
 class _host_bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from . import _dtypes
 from ._buffer import Buffer, _host_bytes, iter_dims
@@ -45,7 +45,7 @@ class Device(Owned):
     # ---- facts -------------------------------------------------------------------------
     @property
     def spec(self) -> str:
-        return lib.devbuf_device_spec(self._handle).decode()
+        return str(lib.devbuf_device_spec(self._handle).decode())
 
     @property
     def kind(self) -> str:
@@ -53,7 +53,7 @@ class Device(Owned):
 
     @property
     def name(self) -> str:
-        return lib.devbuf_device_name(self._handle).decode(errors="replace")
+        return str(lib.devbuf_device_name(self._handle).decode(errors="replace"))
 
     @property
     def page_size(self) -> int:
@@ -90,7 +90,7 @@ class Device(Owned):
         """The allocator new buffers come from, retained (a trace may end meanwhile)."""
         with _tracing_lock:
             stack = _tracing.get(self.spec)
-            return lib.devbuf_allocator_retain(stack[-1] if stack else lib.devbuf_device_allocator(self._handle))
+            return cast(int, lib.devbuf_allocator_retain(stack[-1] if stack else lib.devbuf_device_allocator(self._handle)))
 
     def _new(self, shape: Any, dtype: Any, flags: int) -> Buffer:
         dims = list(iter_dims(shape))
@@ -159,7 +159,7 @@ class Device(Owned):
     # ---- memory ------------------------------------------------------------------------
     @property
     def _caching(self) -> int:
-        return lib.devbuf_device_allocator(self._handle)
+        return cast(int, lib.devbuf_device_allocator(self._handle))
 
     def memory_stats(self) -> dict[str, float]:
         """The caching allocator's statistics: active, peak, reserved, cached,

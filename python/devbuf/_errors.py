@@ -112,7 +112,7 @@ ERRORS: dict[str, type[DevbufError]] = {
 
 
 def status_name(status: int) -> str:
-    return lib.devbuf_status_name(status).decode()
+    return str(lib.devbuf_status_name(status).decode())
 
 
 def error(status: int) -> DevbufError:
@@ -130,7 +130,7 @@ def check(status: int) -> None:
 def count(value: object, what: str) -> int:
     """`value` as a non-negative integer below 2**64, or InvalidArgumentError naming it."""
     try:
-        number = int(value)  # type: ignore[call-overload]
+        number: int = int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"{what} {value!r} is not an integer") from None
     if number != value or not 0 <= number < 2**64:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from ._buffer import Buffer
 from ._device import Device
@@ -13,7 +13,7 @@ from ._native import (LOAD_COPY, LOAD_ONE_ALLOCATION, SELECT_TENSOR, LoadOptions
                       P, TensorInfo, lib)
 
 
-class TensorFile(Owned, Mapping):
+class TensorFile(Owned, Mapping[str, Buffer]):
     """The tensors of a safetensors file by name, in file order. On the CPU each tensor is
     a zero-copy, read-only view of one mapping of the file (pages are read when first
     touched); elsewhere each is a copy in device memory. Buffers handed out outlive the
@@ -131,7 +131,7 @@ def _as_buffer(value: Any, from_dlpack: Any) -> Buffer:
         return value.view(0, value.nbytes)
     if hasattr(value, "__dlpack__"):
         try:
-            return from_dlpack(value)  # zero-copy where it can be
+            return cast(Buffer, from_dlpack(value))  # zero-copy where it can be
         except (DevbufError, BufferError, TypeError):
             pass
     return Device("cpu").asbuffer(value)  # a copy (strided arrays in C order)
