@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import keyword
 import os
 import re
 
@@ -329,10 +330,10 @@ def signature_mismatches(header, signatures):
             problems.append(f"{name}: not declared in include/devbuf.h")
             continue
         _, result, parameters, variadic = header.functions[name]
-        if variadic:
-            problems.append(f"{name}: variadic; ctypes cannot bind it with argtypes (list it in _UNBOUND)")
+        # A variadic function's argtypes are its fixed parameters (ctypes passes the rest as given).
         if len(argtypes) != len(parameters):
-            problems.append(f"{name}: the header has {len(parameters)} arguments, _SIGNATURES {len(argtypes)}")
+            fixed = " fixed" if variadic else ""
+            problems.append(f"{name}: the header has {len(parameters)}{fixed} arguments, _SIGNATURES {len(argtypes)}")
             continue
         why = mismatch(result, restype)
         if why:
@@ -359,7 +360,9 @@ def layout_mismatches(header, layouts, mirrors):
         size, offsets = layouts[cname]
         fields = header.structs[cname]
         header_names = [field for field, _ in fields]
-        mirror_fields = [entry[:2] for entry in mirror._fields_]
+        # A field named by a Python keyword takes a trailing underscore ("global_").
+        mirror_fields = [(entry[0][:-1] if keyword.iskeyword(entry[0][:-1]) else entry[0], entry[1])
+                         for entry in mirror._fields_]
         if list(offsets) != header_names:
             problems.append(f"{cname}: python/src/layouts.c lists {list(offsets)}, the header {header_names}")
         if [field for field, _ in mirror_fields] != header_names:
@@ -368,8 +371,8 @@ def layout_mismatches(header, layouts, mirrors):
             continue
         if ctypes.sizeof(mirror) != size:
             problems.append(f"{cname}: {mirror.__name__} is {ctypes.sizeof(mirror)} bytes, C's {size}")
-        for (field, ctype), (_, pytype) in zip(fields, mirror_fields):
-            offset = getattr(mirror, field).offset
+        for (field, ctype), (_, pytype), entry in zip(fields, mirror_fields, mirror._fields_):
+            offset = getattr(mirror, entry[0]).offset
             if field in offsets and offset != offsets[field]:
                 problems.append(f"{cname}.{field}: at {offset} in {mirror.__name__}, at {offsets[field]} in C")
             why = mismatch(ctype, pytype, mirrors)
@@ -460,7 +463,8 @@ def test_lib_has_only_the_table_functions():
     ("devbuf_device_info", (ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_native.AllocatorStats)),
      "argument 2: devbuf_device_info_t* is POINTER(DeviceInfo), not POINTER(AllocatorStats)"),
     ("devbuf_status_name", (ctypes.c_char_p, ctypes.c_double), "argument 1: devbuf_status is c_int, not c_double"),
-    ("devbuf_set_error", (ctypes.c_int, ctypes.c_int, ctypes.c_char_p), "variadic"),
+    ("devbuf_set_error", (ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int),
+     "the header has 2 fixed arguments, _SIGNATURES 3"),
     ("devbuf_no_such_function", (None,), "not declared in include/devbuf.h"),
 ])
 def test_a_drifting_signature_fails(header, name, entry, expected):
