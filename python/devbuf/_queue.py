@@ -209,7 +209,7 @@ class Queue(Owned):
                 raise InvalidArgumentError(f"submit: kernel address {kernel:#x} is not a function's")
             check(lib.devbuf_queue_submit(self._handle, kernel, use_array, use_count, scalars, len(scalars)))
             return
-        if not isinstance(kernel, ctypes._CFuncPtr):
+        if not isinstance(kernel, ctypes._CFuncPtr):  # type: ignore[attr-defined]  # every CFUNCTYPE's base
             raise TypeError(f"submit: kernel is a ctypes function (devbuf.CPU_KERNEL) or a function's address, not "
                             f"{type(kernel).__name__} (a Python callable goes to Queue.host_task)")
         address = ctypes.cast(kernel, ctypes.c_void_p).value or 0

@@ -106,7 +106,9 @@ def launch_grid(grid: Any, local: Any, where: str) -> Any:
     if len(sizes) != len(dims):
         raise InvalidArgumentError(f"{where}: local {tuple(sizes)} has {len(sizes)} dimensions, the grid "
                                    f"{tuple(dims)} {len(dims)}")
-    padded = lambda values: list(values) + [0] * (3 - len(values))  # noqa: E731
+    def padded(values: tuple[int, ...] | list[int]) -> list[int]:
+        return list(values) + [0] * (3 - len(values))
+
     return Launch.from_buffer_copy(_LAUNCH.pack(len(dims), *padded(dims), *padded(sizes)))
 
 

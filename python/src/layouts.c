@@ -112,6 +112,13 @@ static const member members[] = {
     SIZE(devbuf_arg_t),
     FIELD(devbuf_arg_t, data),
     FIELD(devbuf_arg_t, size),
+
+    SIZE(devbuf_kernel_args_t),
+    FIELD(devbuf_kernel_args_t, data),
+    FIELD(devbuf_kernel_args_t, sizes),
+    FIELD(devbuf_kernel_args_t, count),
+    FIELD(devbuf_kernel_args_t, scalars),
+    FIELD(devbuf_kernel_args_t, scalars_size),
 };
 
 // {structure: (sizeof, {field: offsetof})}. Rows of one structure follow its SIZE row.

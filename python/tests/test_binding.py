@@ -37,6 +37,7 @@ MIRRORS = {
     "devbuf_use_t": _native.Use,
     "devbuf_launch_t": _native.Launch,
     "devbuf_arg_t": _native.Arg,
+    "devbuf_kernel_args_t": _native.KernelArgs,
 }
 
 # C scalar types and the one ctypes class each must be bound as (enums are int).
@@ -523,6 +524,8 @@ def _stub_names():
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             module.add(node.name)
+        elif isinstance(node, ast.AnnAssign):
+            module.add(node.target.id)
         if isinstance(node, ast.ClassDef):
             classes[node.name] = {item.name if isinstance(item, ast.FunctionDef) else item.target.id
                                   for item in node.body if isinstance(item, (ast.FunctionDef, ast.AnnAssign))}
