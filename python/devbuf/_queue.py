@@ -94,8 +94,14 @@ class Queue(Owned):
         self.finish()
 
     def fill(self, buffer: Buffer, pattern: Any) -> None:
-        """Fills `buffer` with a repeated pattern: bytes, or a number written as one
-        element of the buffer's dtype."""
+        """Fills `buffer` with a repeated pattern: bytes (any bytes-like object), or a number
+        (Python's or numpy's) written as one element of the buffer's dtype."""
+        from ._errors import wrong_type
+
+        if not isinstance(buffer, Buffer):
+            raise wrong_type("buffer", buffer, "a devbuf.Buffer")
+        if getattr(pattern, "ndim", None) == 0 and hasattr(pattern, "item"):
+            pattern = pattern.item()  # a numpy scalar: its value, written as the buffer's dtype
         if isinstance(pattern, (int, float, bool)):
             fmt = _dtypes.STRUCT_FORMATS.get(buffer.dtype)
             if fmt is None:
@@ -104,7 +110,10 @@ class Queue(Owned):
                 pattern = struct.pack("<" + fmt, pattern)
             except struct.error as wrong:
                 raise InvalidArgumentError(f"{pattern!r} is not a {buffer.dtype}: {wrong}") from None
-        data = bytes(pattern)
+        try:
+            data = memoryview(pattern).tobytes()
+        except TypeError:
+            raise wrong_type("pattern", pattern, "bytes (a bytes-like object) or a number") from None
         check(lib.devbuf_queue_fill(self._handle, buffer._h, data, len(data)))
 
     def copy(self, dst: Buffer, src: Buffer) -> None:
