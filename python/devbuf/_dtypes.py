@@ -109,7 +109,9 @@ def _code_of_numpy(dtype: Any, given: Any, what: str) -> int:
     """The code of a numpy dtype (or one shaped like it), refusing byte orders and types
     devbuf lacks by name."""
     kind, size, byteorder, called = str(dtype.kind), int(dtype.itemsize), str(dtype.byteorder), str(dtype.name)
-    spelled = short_repr(given) if given is dtype else f"{short_repr(given)} (numpy's {dtype.str})"
+    spelled = short_repr(given)
+    if given is not dtype or called not in spelled:
+        spelled += f" (numpy's {called}, {dtype.str})"
     if byteorder == ">" or (byteorder == "=" and sys.byteorder != "little"):
         raise InvalidArgumentError(f"{what} {spelled} is big-endian: devbuf's dtypes are little-endian "
                                    f"(give '<{str(dtype.str)[1:]}', or convert the data with .astype)")

@@ -155,9 +155,10 @@ def count(value: object, what: str) -> int:
     except TypeError:
         if not isinstance(value, numbers.Real):
             raise wrong_type(what, value, "an integer") from None
-        if not float(value).is_integer():
+        real = float(value)
+        if not real.is_integer():
             raise InvalidArgumentError(f"{what} {value!r} is not an integer") from None
-        number = int(value)
+        number = int(real)
     if not 0 <= number < 2**64:
         raise InvalidArgumentError(f"{what} {value!r}: give an integer from 0 to 2**64 - 1")
     return number

@@ -158,6 +158,7 @@ def _as_buffer(name: str, value: Any, from_dlpack: Any) -> Buffer:
 def _path(path: Any) -> str | bytes:
     """A file path (str, bytes or os.PathLike), or ArgumentTypeError naming it."""
     try:
-        return os.fspath(path)
+        where: str | bytes = os.fspath(path)
     except TypeError:
         raise wrong_type("path", path, "a file path (str, bytes or os.PathLike)") from None
+    return where
