@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import ctypes
+import math
+import operator
+import warnings
 from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from . import _dtypes, _ext
-from ._errors import DevbufError, HostAccessOpenError, InvalidArgumentError, check, count
+from ._errors import (DevbufError, HostAccessOpenError, InvalidArgumentError, OutOfRangeError, check, count,
+                      short_repr, wrong_type)
 from ._native import DLPACK_READ_ONLY, Owned, P, lib
 
 if TYPE_CHECKING:
@@ -129,34 +133,71 @@ class Buffer(Owned):
         return int(lib.devbuf_buffer_open_accesses(self._h))
 
     def __repr__(self) -> str:
+        """<devbuf.Buffer float32[4, 6] on cpu id=... handle=... offset=0 size=96 lazy>: the
+        dtype, shape and device first, then the library's other facts (its description)."""
         if not self._handle:
             return "<devbuf.Buffer (closed)>"
-        text = ctypes.create_string_buffer(256)
+        text = ctypes.create_string_buffer(lib.devbuf_buffer_describe(self._handle, None, 0) + 1)
         lib.devbuf_buffer_describe(self._handle, text, len(text))
-        return f"<devbuf.Buffer {text.value.decode(errors='replace')}>"
+        described = text.value.decode(errors="replace")
+        # The description reads "Buffer(id=... device=cpu dtype=float32 shape=[4,6] ...)":
+        # what the head already says is left out of the tail.
+        inner = described.removeprefix("Buffer(").removesuffix(")")
+        extras = " ".join(word for word in inner.split() if not word.startswith(("device=", "dtype=", "shape=")))
+        spec = lib.devbuf_device_spec(lib.devbuf_buffer_device(self._handle)).decode()
+        return f"<devbuf.Buffer {self.dtype}[{', '.join(map(str, self.shape))}] on {spec} {extras}>"
 
     # ---- views -------------------------------------------------------------------------
-    def view(self, offset: int, size: int) -> Buffer:
-        """`size` bytes at byte `offset`, same dtype (both whole elements)."""
+    def __getitem__(self, key: Any) -> Buffer:
+        """A view, indexed as numpy indexes an array: buf[i] and buf[a:b] count rows (elements
+        of the first axis), so for shape (4, 6) buf[1] has shape (6,) and buf[1:3] (2, 6);
+        negative indices count from the end, slices clip, an integer out of range raises
+        IndexError (devbuf.OutOfRangeError). Tuples of leading integers then one slice
+        (buf[1, 2:4], buf[..., :]) work too. A view is contiguous, so a step other than 1,
+        or a selection that skips elements (buf[:, 0]), is refused (InvalidArgumentError).
+        Byte offsets: byte_view()."""
+        start, size, shape = _select(self.shape, key)
+        element_bits = _dtypes.bits(lib.devbuf_buffer_dtype(self._h))
+        if (start * element_bits) % 8 or (size * element_bits) % 8:
+            raise InvalidArgumentError(f"buf[{_key_text(key)}] starts or ends inside a byte of {self.dtype} "
+                                       f"elements ({element_bits} bits each): views take whole bytes")
+        with self.byte_view(start * element_bits // 8, size * element_bits // 8) as flat:
+            return flat.reshape(shape)
+
+    def __iter__(self) -> Iterator[Buffer]:
+        """The views of the rows (buf[0], buf[1], ...), as iterating a numpy array gives."""
+        shape = self.shape
+        if not shape:
+            raise TypeError("iteration over a 0-d buffer: it has no rows")
+        return (self[i] for i in range(shape[0]))
+
+    def byte_view(self, offset: int, nbytes: int) -> Buffer:
+        """A 1-d view of `nbytes` bytes at byte `offset` of this view (both whole elements),
+        same dtype, sharing the storage: the view by bytes, where indexing counts elements."""
         out = P()
-        check(lib.devbuf_buffer_view(self._h, count(offset, "offset"), count(size, "size"), ctypes.byref(out)))
+        check(lib.devbuf_buffer_view(self._h, count(offset, "offset"), count(nbytes, "nbytes"), ctypes.byref(out)))
         return Buffer._own(out.value, self._export_read_only)
 
-    def __getitem__(self, key: slice) -> Buffer:
-        """A view by a slice of bytes: buf[16:64] is the bytes 16 to 63 (whole elements)."""
-        if not isinstance(key, slice):
-            raise TypeError("index a Buffer with a slice of bytes, such as buf[0:16]")
-        start, stop, step = key.indices(self.nbytes)
-        if step != 1:
-            raise InvalidArgumentError(f"a view is contiguous: step {step} is not 1")
-        return self.view(start, max(stop - start, 0))
+    def _alias(self) -> Buffer:
+        """Another handle to the same bytes, dtype and shape (its own reference)."""
+        with self.byte_view(0, self.nbytes) as flat:
+            return flat.reshape(self.shape)
 
-    def reshape(self, shape: tuple[int, ...] | list[int], dtype: Any = None) -> Buffer:
-        """The same bytes seen with another shape (and dtype); the byte size must match."""
+    def view(self, offset: int, size: int) -> Buffer:
+        """Deprecated: byte_view(offset, size), its old name. Where numpy's arr.view(dtype)
+        reinterprets the dtype, this takes bytes, so the byte method has a name that says so."""
+        warnings.warn("Buffer.view(offset, size) is Buffer.byte_view(offset, nbytes) now; index buf[a:b] "
+                      "counts rows, as numpy does", DeprecationWarning, stacklevel=2)
+        return self.byte_view(offset, size)
+
+    def reshape(self, shape: Any, dtype: Any = None) -> Buffer:
+        """The same bytes seen with another shape (an integer or a sequence of them) and
+        dtype (any spelling numpy takes; default this one's); the byte size must match."""
         code = _dtypes.code_of(dtype) if dtype is not None else lib.devbuf_buffer_dtype(self._h)
-        dims = (ctypes.c_size_t * max(len(shape), 1))(*[count(d, "dimension") for d in shape])
+        dims_list = shape_dims(shape)
+        array = (ctypes.c_size_t * max(len(dims_list), 1))(*dims_list)
         out = P()
-        check(lib.devbuf_buffer_reshape(self._h, code, dims, len(shape), ctypes.byref(out)))
+        check(lib.devbuf_buffer_reshape(self._h, code, array, len(dims_list), ctypes.byref(out)))
         return Buffer._own(out.value, self._export_read_only)
 
     # ---- copies ------------------------------------------------------------------------
@@ -166,7 +207,8 @@ class Buffer(Owned):
         if isinstance(source, Buffer):
             check(lib.devbuf_buffer_copy_from(self._h, source._h))
             return
-        with _host_bytes(source) as (address, size):
+        accepted = "a devbuf.Buffer or a bytes-like object (bytes, a numpy array)"
+        with _host_bytes(source, "source", accepted) as (address, size):
             check(lib.devbuf_buffer_copyin(self._h, address, size))
 
     def to_bytes(self) -> bytes:
@@ -178,9 +220,9 @@ class Buffer(Owned):
 
     def copy(self, device: Device | str | None = None) -> Buffer:
         """A new buffer (on `device`, default this one's) holding a copy of these bytes."""
-        from ._device import Device
+        from ._device import as_device
 
-        target = self.device if device is None else device if isinstance(device, Device) else Device(device)
+        target = self.device if device is None else as_device(device)
         out = target.empty(self.shape, self.dtype)
         out.copy_from(self)
         return out
@@ -243,7 +285,7 @@ class Buffer(Owned):
     def read_only_export(self) -> Buffer:
         """A view of the same bytes whose DLPack exports are read-only: numpy.from_dlpack of
         it gives a read-only array that holds a read access (other readers may go on)."""
-        view = self.view(0, self.nbytes)
+        view = self._alias()
         view._export_read_only = True
         return view
 
@@ -295,10 +337,13 @@ def _bytes_address(data: bytes) -> int:
 
 class _host_bytes:
     """The address and size of a bytes-like object's bytes (C-contiguous ones in place;
-    others copied into C order first) for the duration of a `with` block."""
+    others copied into C order first) for the duration of a `with` block. Anything else
+    raises ArgumentTypeError naming the argument (`what`) and what it takes (`accepted`)."""
 
-    def __init__(self, source: Any):
+    def __init__(self, source: Any, what: str, accepted: str):
         self._source = source
+        self._what = what
+        self._accepted = accepted
         self._keep: Any = None
 
     def __enter__(self) -> tuple[int | None, int]:
@@ -306,7 +351,10 @@ class _host_bytes:
         if isinstance(source, bytes):
             self._keep = source
             return (_bytes_address(source) if source else None), len(source)
-        view = memoryview(source)
+        try:
+            view = memoryview(source)
+        except TypeError:
+            raise wrong_type(self._what, source, self._accepted) from None
         if not view.c_contiguous:
             data = view.tobytes()
             self._keep = data
@@ -328,6 +376,92 @@ class _host_bytes:
         self._keep = None
 
 
-def iter_dims(shape: Any) -> Iterator[int]:
-    for dim in ((shape,) if isinstance(shape, int) else shape):
-        yield count(dim, f"shape {shape!r}: dimension")
+def shape_dims(shape: Any, what: str = "shape") -> list[int]:
+    """A shape's dimensions: an integer (one dimension) or a sequence of integers."""
+    if hasattr(shape, "__index__"):
+        return [count(shape, what)]
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise wrong_type(what, shape, "an integer or a sequence of integers, such as (4, 6)")
+    return [count(dim, f"{what} {short_repr(shape)}: dimension") for dim in shape]
+
+
+# ---- indexing --------------------------------------------------------------------------------
+_NOT_CONTIGUOUS = "views are contiguous bytes (numpy can copy other selections: np.from_dlpack(buf)[...])"
+
+
+def _select(shape: tuple[int, ...], key: Any) -> tuple[int, int, tuple[int, ...]]:
+    """The first element, the element count and the shape of a numpy index into a
+    C-contiguous array of `shape`, where what it selects is contiguous."""
+    items = key if isinstance(key, tuple) else (key,)
+    text = _key_text(key)
+    for item in items:
+        if item is None or item is Ellipsis or isinstance(item, slice):
+            continue
+        if isinstance(item, bool) or str(getattr(getattr(item, "dtype", None), "kind", "")) == "b":
+            raise InvalidArgumentError(f"buf[{text}]: a boolean index is a mask; {_NOT_CONTIGUOUS}")
+        if not hasattr(item, "__index__"):
+            if not isinstance(item, (str, bytes)) and (hasattr(item, "__len__") or hasattr(item, "__array__")):
+                raise InvalidArgumentError(f"buf[{text}]: an index array gathers elements; {_NOT_CONTIGUOUS}")
+            raise wrong_type("index", item, "integers, slices with step 1, ... or None, or a tuple of them")
+    if sum(item is Ellipsis for item in items) > 1:
+        raise InvalidArgumentError(f"buf[{text}]: an index takes one ellipsis ('...') at most")
+    indexed = sum(item is not None and item is not Ellipsis for item in items)
+    if indexed > len(shape):
+        what = "a 0-d buffer has no axis to index" if not shape else \
+            f"too many indices for a {len(shape)}-d buffer (shape {shape})"
+        raise OutOfRangeError(f"buf[{text}]: {what}")
+    rest = (slice(None),) * (len(shape) - indexed)
+    if any(item is Ellipsis for item in items):
+        at = next(i for i, item in enumerate(items) if item is Ellipsis)
+        items = items[:at] + rest + items[at + 1:]
+    else:
+        items = items + rest
+    strides = [math.prod(shape[axis + 1:]) for axis in range(len(shape))]
+    start, runs, axis = 0, 1, 0  # runs: how many separate rows the axes kept so far select
+    out: list[int] = []
+    for item in items:
+        if item is None:
+            out.append(1)
+            continue
+        size, stride = shape[axis], strides[axis]
+        if isinstance(item, slice):
+            try:
+                first, stop, step = item.indices(size)
+            except TypeError:
+                raise wrong_type("slice bound", item, "integers or None") from None
+            if step != 1:
+                raise InvalidArgumentError(f"buf[{text}]: the slice {_item_text(item)} is not contiguous (step "
+                                           f"{step}); {_NOT_CONTIGUOUS}")
+            length = max(stop - first, 0)
+            if runs > 1 and (first, length) != (0, size):
+                raise InvalidArgumentError(f"buf[{text}] is not contiguous: it takes part of axis {axis} in each "
+                                           f"of {runs} rows; {_NOT_CONTIGUOUS}")
+            start += first * stride
+            runs *= length
+            out.append(length)
+        else:
+            index = operator.index(item)
+            if not -size <= index < size:
+                raise OutOfRangeError(f"buf[{text}]: index {index} is out of range for axis {axis} of size {size}")
+            if runs > 1:
+                raise InvalidArgumentError(f"buf[{text}] is not contiguous: it takes one element of axis {axis} "
+                                           f"in each of {runs} rows; {_NOT_CONTIGUOUS}")
+            start += (index % size) * stride
+        axis += 1
+    elements = math.prod(out)
+    # An empty selection's start may lie past the end (buf[4:, 1] of 4 rows): any start will do.
+    return (start if elements else min(start, math.prod(shape))), elements, tuple(out)
+
+
+def _item_text(item: Any) -> str:
+    if item is Ellipsis:
+        return "..."
+    if isinstance(item, slice):
+        bounds = ":".join("" if bound is None else str(bound) for bound in (item.start, item.stop))
+        return bounds if item.step is None else f"{bounds}:{item.step}"
+    return short_repr(item)
+
+
+def _key_text(key: Any) -> str:
+    """An index as it was written between the brackets, for messages."""
+    return ", ".join(map(_item_text, key)) if isinstance(key, tuple) else _item_text(key)

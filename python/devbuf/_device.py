@@ -7,8 +7,8 @@ import threading
 from typing import Any, Iterator, cast
 
 from . import _dtypes
-from ._buffer import Buffer, _host_bytes, iter_dims
-from ._errors import DevbufError, InvalidArgumentError, check, count
+from ._buffer import Buffer, _host_bytes, shape_dims
+from ._errors import DevbufError, InvalidArgumentError, check, count, wrong_type
 from ._native import BUFFER_ZERO, AllocatorStats, CachingOptions, DeviceInfo, Owned, P, Snapshot, lib
 
 _KINDS = {1: "cpu", 2: "opencl", 3: "cuda"}
@@ -30,8 +30,10 @@ class Device(Owned):
     def __init__(self, spec: str | Device = "cpu"):
         if isinstance(spec, Device):
             spec = spec.spec
+        if not isinstance(spec, str):
+            raise wrong_type("spec", spec, 'a device spec ("cpu", "opencl:0", "cuda:0") or a devbuf.Device')
         out = P()
-        check(lib.devbuf_device_open(str(spec).encode(), ctypes.byref(out)))
+        check(lib.devbuf_device_open(spec.encode(), ctypes.byref(out)))
         self._handle = out.value
 
     @classmethod
@@ -93,19 +95,21 @@ class Device(Owned):
             return cast(int, lib.devbuf_allocator_retain(stack[-1] if stack else lib.devbuf_device_allocator(self._handle)))
 
     def _new(self, shape: Any, dtype: Any, flags: int) -> Buffer:
-        dims = list(iter_dims(shape))
-        array = (ctypes.c_size_t * max(len(dims), 1))(*dims)
+        dims_list = shape_dims(shape)
+        array = (ctypes.c_size_t * max(len(dims_list), 1))(*dims_list)
         code = _dtypes.code_of(dtype)
         out = P()
         allocator = self._allocator()
         try:
-            check(lib.devbuf_buffer_new(allocator, code, array, len(dims), flags, ctypes.byref(out)))
+            check(lib.devbuf_buffer_new(allocator, code, array, len(dims_list), flags, ctypes.byref(out)))
         finally:
             lib.devbuf_allocator_release(allocator)
         return Buffer._own(out.value)
 
     def empty(self, shape: Any, dtype: Any = "float32") -> Buffer:
-        """A buffer of `shape` and `dtype` whose memory is taken on first use."""
+        """A buffer of `shape` (an integer or a sequence of them) and `dtype` (any spelling
+        numpy takes: "float32", np.float32, "<f4", or devbuf's own names such as "bfloat16")
+        whose memory is taken on first use."""
         return self._new(shape, dtype, 0)
 
     def zeros(self, shape: Any, dtype: Any = "float32") -> Buffer:
@@ -115,7 +119,7 @@ class Device(Owned):
     def asbuffer(self, data: Any, dtype: Any = None, shape: Any = None) -> Buffer:
         """A new buffer on this device holding a copy of `data`: a Buffer, anything with
         __dlpack__ on the CPU (numpy, torch), or a bytes-like object (dtype and shape from
-        its format, or as given)."""
+        its format, or as given). `dtype` and `shape` as empty() takes them."""
         source = None
         if isinstance(data, Buffer):
             source = data
@@ -130,9 +134,13 @@ class Device(Owned):
                 except TypeError:
                     raise refused from None
         if source is None:
-            view = memoryview(data)
+            try:
+                view = memoryview(data)
+            except TypeError:
+                raise wrong_type("data", data, "a devbuf.Buffer, an array with __dlpack__ (numpy, torch) or a "
+                                 "bytes-like object") from None
             known = _FORMAT_TO_DTYPE.get(view.format.lstrip("@=<"))
-            name = dtype if dtype is not None else known or "uint8"
+            name = _dtypes.name_of(dtype) if dtype is not None else known or "uint8"
             if shape is not None:
                 dims = shape
             elif dtype is None and known:
@@ -143,7 +151,7 @@ class Device(Owned):
                     raise InvalidArgumentError(f"{view.nbytes} bytes are not a whole number of {name} elements")
                 dims = ((view.nbytes * 8) // element_bits,)
             out = self.empty(dims, name)
-            with _host_bytes(data) as (address, size):
+            with _host_bytes(data, "data", "a bytes-like object") as (address, size):
                 check(lib.devbuf_buffer_copyin(out._h, address, size))
             return out
         out = self.empty(source.shape if shape is None else shape, source.dtype if dtype is None else dtype)
@@ -240,6 +248,15 @@ def _limit(value: int | None, name: str) -> int:
 
 _FORMAT_TO_DTYPE = {fmt: name for name, fmt in _dtypes.FORMATS.items()}
 _FORMAT_TO_DTYPE.update({"l": "int64", "L": "uint64", "c": "uint8"})
+
+
+def as_device(value: Device | str, what: str = "device") -> Device:
+    """A Device, or one opened by spec; ArgumentTypeError naming `what` for anything else."""
+    if isinstance(value, Device):
+        return value
+    if not isinstance(value, str):
+        raise wrong_type(what, value, 'a devbuf.Device or a device spec ("cpu", "opencl:0", "cuda:0")')
+    return Device(value)
 
 
 def devices() -> list[Device]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from . import _ext
 from ._buffer import Buffer
-from ._errors import check
+from ._errors import check, wrong_type
 from ._native import P, lib
 
 # The newest DLPack devbuf reads (it takes any 1.x).
@@ -20,8 +20,11 @@ def from_dlpack(source: Any) -> Buffer:
     read-only flag) give read-only buffers. Strided (non-compact) sources and dtypes devbuf
     lacks raise devbuf.UnsupportedError naming the field."""
     if isinstance(source, Buffer):
-        return source.view(0, source.nbytes)
+        return source._alias()
     capsule = source
+    if not hasattr(source, "__dlpack__") and type(source).__name__ != "PyCapsule":
+        raise wrong_type("source", source, "an object with __dlpack__ (a numpy array, a torch tensor), a DLPack "
+                         "capsule or a devbuf.Buffer")
     if hasattr(source, "__dlpack__"):
         try:
             capsule = source.__dlpack__(max_version=MAX_VERSION)

@@ -2,6 +2,9 @@
 also derived from the built-in exception a Python user would catch for it."""
 from __future__ import annotations
 
+import numbers
+import operator
+
 from ._native import lib
 
 
@@ -24,6 +27,12 @@ class DevbufError(Exception):
 
 class InvalidArgumentError(DevbufError, ValueError):
     status = "INVALID_ARGUMENT"
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of a type the call does not take. A TypeError, as Python's own calls
+    raise, and an InvalidArgumentError, as the library would say: code that catches
+    either sees it. The message names the argument and what it accepts."""
 
 
 class OutOfMemoryError(DevbufError, MemoryError):
@@ -127,12 +136,29 @@ def check(status: int) -> None:
         raise error(status)
 
 
+def short_repr(value: object, limit: int = 60) -> str:
+    """repr(value), cut short: messages name values, and an array's repr can be long."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def wrong_type(what: str, value: object, accepted: str) -> ArgumentTypeError:
+    """The error for argument `what` given `value` of a type it does not take."""
+    return ArgumentTypeError(f"{what} {short_repr(value)} ({type(value).__name__}): give {accepted}")
+
+
 def count(value: object, what: str) -> int:
-    """`value` as a non-negative integer below 2**64, or InvalidArgumentError naming it."""
+    """`value` as a non-negative integer below 2**64: ArgumentTypeError naming it when it is
+    no number, InvalidArgumentError when it is a number out of range or with a fraction."""
     try:
-        number: int = int(value)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"{what} {value!r} is not an integer") from None
-    if number != value or not 0 <= number < 2**64:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        if not isinstance(value, numbers.Real):
+            raise wrong_type(what, value, "an integer") from None
+        real = float(value)
+        if not real.is_integer():
+            raise InvalidArgumentError(f"{what} {value!r} is not an integer") from None
+        number = int(real)
+    if not 0 <= number < 2**64:
         raise InvalidArgumentError(f"{what} {value!r}: give an integer from 0 to 2**64 - 1")
     return number

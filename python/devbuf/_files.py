@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Iterator, cast
 
 from ._buffer import Buffer
-from ._device import Device
-from ._errors import DevbufError, InvalidArgumentError, NotFoundError, check
+from ._device import Device, as_device
+from ._errors import DevbufError, InvalidArgumentError, NotFoundError, check, wrong_type
 from ._native import (LOAD_COPY, LOAD_ONE_ALLOCATION, SELECT_TENSOR, LoadOptions, MetadataEntry, NamedBuffer, Owned,
                       P, TensorInfo, lib)
 
@@ -91,15 +91,22 @@ def load(path: str | os.PathLike[str], device: Device | str = "cpu", *, copy: bo
     on the CPU. names: only these tensors are loaded (the others are not read, and the
     TensorFile holds only these). one_allocation=True puts the copies in one allocation of
     the device's memory, each tensor aligned."""
-    target = device if isinstance(device, Device) else Device(device)
+    where = _path(path)
+    target = as_device(device)
     flags = (LOAD_COPY if copy else 0) | (LOAD_ONE_ALLOCATION if one_allocation else 0)
     options = LoadOptions(flags=flags)
     if names is not None:
-        wanted = {name.encode() for name in names}
+        if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+            raise wrong_type("names", names, "an iterable of tensor names (str), such as [\"embed.weight\"]")
+        listed = list(names)
+        for name in listed:
+            if not isinstance(name, str):
+                raise wrong_type("a tensor name in names", name, "a str")
+        wanted = {name.encode() for name in listed}
         options.select = SELECT_TENSOR(lambda context, index, info: int(info.contents.name in wanted))
     out = P()
-    check(lib.devbuf_safetensors_load(target._handle, os.fsencode(path), ctypes.byref(options), ctypes.byref(out)))
-    return TensorFile(out.value, os.fspath(path))
+    check(lib.devbuf_safetensors_load(target._handle, os.fsencode(where), ctypes.byref(options), ctypes.byref(out)))
+    return TensorFile(out.value, os.fsdecode(where))
 
 
 def save(path: str | os.PathLike[str], tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> None:
@@ -108,30 +115,50 @@ def save(path: str | os.PathLike[str], tensors: Mapping[str, Any], metadata: Map
     old file or the whole new one."""
     from ._dlpack import from_dlpack
 
+    where = _path(path)
+    if not isinstance(tensors, Mapping):
+        raise wrong_type("tensors", tensors, "a mapping of names (str) to Buffers or arrays, such as a dict")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise wrong_type("metadata", metadata, "a mapping of str to str, or None")
     buffers = []
     try:
         for name, value in tensors.items():
             if not isinstance(name, str):
-                raise InvalidArgumentError(f"tensor names are strings, not {name!r}")
-            buffers.append((name, _as_buffer(value, from_dlpack)))
+                raise wrong_type("a tensor name in tensors", name, "a str")
+            buffers.append((name, _as_buffer(name, value, from_dlpack)))
         named = (NamedBuffer * max(len(buffers), 1))(*[NamedBuffer(n.encode(), b._h) for n, b in buffers])
         entries = list((metadata or {}).items())
         for key, value in entries:
             if not isinstance(key, str) or not isinstance(value, str):
-                raise InvalidArgumentError(f"metadata maps strings to strings, not {key!r}: {value!r}")
+                raise wrong_type(f"metadata entry {key!r}", value if isinstance(key, str) else key,
+                                 "str keys and str values")
         meta = (MetadataEntry * max(len(entries), 1))(*[MetadataEntry(k.encode(), v.encode()) for k, v in entries])
-        check(lib.devbuf_safetensors_write(os.fsencode(path), named, len(buffers), meta, len(entries)))
+        check(lib.devbuf_safetensors_write(os.fsencode(where), named, len(buffers), meta, len(entries)))
     finally:
         for _, buffer in buffers:
             buffer.close()
 
 
-def _as_buffer(value: Any, from_dlpack: Any) -> Buffer:
+def _as_buffer(name: str, value: Any, from_dlpack: Any) -> Buffer:
     if isinstance(value, Buffer):
-        return value.view(0, value.nbytes)
+        return value._alias()
     if hasattr(value, "__dlpack__"):
         try:
             return cast(Buffer, from_dlpack(value))  # zero-copy where it can be
         except (DevbufError, BufferError, TypeError):
             pass
+    try:
+        memoryview(value)
+    except TypeError:
+        raise wrong_type(f"tensor {name!r}", value, "a devbuf.Buffer, an array with __dlpack__ (numpy, torch) "
+                         "or a bytes-like object") from None
     return Device("cpu").asbuffer(value)  # a copy (strided arrays in C order)
+
+
+def _path(path: Any) -> str | bytes:
+    """A file path (str, bytes or os.PathLike), or ArgumentTypeError naming it."""
+    try:
+        where: str | bytes = os.fspath(path)
+    except TypeError:
+        raise wrong_type("path", path, "a file path (str, bytes or os.PathLike)") from None
+    return where

@@ -5,7 +5,7 @@ import ctypes
 from typing import Any
 
 from ._device import Device
-from ._errors import InvalidArgumentError, check
+from ._errors import ArgumentTypeError, InvalidArgumentError, check
 from ._native import Owned, P, lib
 
 
@@ -22,16 +22,16 @@ class Program(Owned):
     def __init__(self, device: Device | str, source: str | bytes, options: str = ""):
         self._handle = None
         if not isinstance(device, (Device, str)):
-            raise TypeError(f"device is a devbuf.Device or a spec such as 'opencl:0', not {type(device).__name__}")
+            raise ArgumentTypeError(f"device is a devbuf.Device or a spec such as 'opencl:0', not {type(device).__name__}")
         if isinstance(source, str):
             data = source.encode()
         elif isinstance(source, (bytes, bytearray, memoryview)):
             data = bytes(source)
         else:
-            raise TypeError("source is OpenCL C or PTX text (str), or a cubin/fatbin image (bytes), "
+            raise ArgumentTypeError("source is OpenCL C or PTX text (str), or a cubin/fatbin image (bytes), "
                             f"not {type(source).__name__}")
         if not isinstance(options, str):
-            raise TypeError(f"options is a str of compiler options, not {type(options).__name__}")
+            raise ArgumentTypeError(f"options is a str of compiler options, not {type(options).__name__}")
         self.device = device if isinstance(device, Device) else Device(device)
         self._names: dict[str, bytes] = {}
         out = P()
@@ -51,7 +51,7 @@ class Program(Owned):
         encoded = self._names.get(name)
         if encoded is None:
             if not isinstance(name, str):
-                raise TypeError(f"the kernel's name is a str, not {type(name).__name__}")
+                raise ArgumentTypeError(f"the kernel's name is a str, not {type(name).__name__}")
             encoded = self._names[name] = name.encode()
         return encoded
 

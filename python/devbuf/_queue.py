@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _dtypes, _ext, _work
 from ._buffer import Buffer
-from ._errors import ERRORS, DevbufError, InvalidArgumentError, check, count
+from ._errors import ERRORS, ArgumentTypeError, DevbufError, InvalidArgumentError, check, count, wrong_type
 from ._native import CPU_KERNEL, Owned, P, lib
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ class Event(Owned):
         target = count(value, "value")
         if timeout is None or timeout == math.inf:
             nanoseconds = _FOREVER
+        elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise wrong_type("timeout", timeout, "seconds (a number), or None to wait forever")
         elif not timeout >= 0:  # negative, or NaN
             raise InvalidArgumentError(f"timeout {timeout}: give seconds >= 0, or None to wait forever")
         else:
@@ -132,8 +134,12 @@ class Queue(Owned):
         self.finish()
 
     def fill(self, buffer: Buffer, pattern: Any) -> None:
-        """Fills `buffer` with a repeated pattern: bytes, or a number written as one
-        element of the buffer's dtype."""
+        """Fills `buffer` with a repeated pattern: bytes (any bytes-like object), or a number
+        (Python's or numpy's) written as one element of the buffer's dtype."""
+        if not isinstance(buffer, Buffer):
+            raise wrong_type("buffer", buffer, "a devbuf.Buffer")
+        if getattr(pattern, "ndim", None) == 0 and hasattr(pattern, "item"):
+            pattern = pattern.item()  # a numpy scalar: its value, written as the buffer's dtype
         if isinstance(pattern, (int, float, bool)):
             fmt = _dtypes.STRUCT_FORMATS.get(buffer.dtype)
             if fmt is None:
@@ -142,19 +148,29 @@ class Queue(Owned):
                 pattern = struct.pack("<" + fmt, pattern)
             except struct.error as wrong:
                 raise InvalidArgumentError(f"{pattern!r} is not a {buffer.dtype}: {wrong}") from None
-        data = bytes(pattern)
+        try:
+            data = memoryview(pattern).tobytes()
+        except TypeError:
+            raise wrong_type("pattern", pattern, "bytes (a bytes-like object) or a number") from None
         check(lib.devbuf_queue_fill(self._handle, buffer._h, data, len(data)))
 
     def copy(self, dst: Buffer, src: Buffer) -> None:
         """Copies `src` into `dst` (equal byte sizes)."""
+        for name, value in (("dst", dst), ("src", src)):
+            if not isinstance(value, Buffer):
+                raise wrong_type(name, value, "a devbuf.Buffer")
         check(lib.devbuf_queue_copy(self._handle, dst._h, src._h))
 
     def signal(self, event: Event, value: int) -> None:
         """Signals `value` on `event` once the work submitted before has completed."""
+        if not isinstance(event, Event):
+            raise wrong_type("event", event, "a devbuf.Event")
         check(lib.devbuf_queue_signal(self._handle, event._handle, count(value, "value")))
 
     def wait(self, event: Event, value: int) -> None:
         """Holds the work submitted after this until `event` reaches `value`."""
+        if not isinstance(event, Event):
+            raise wrong_type("event", event, "a devbuf.Event")
         check(lib.devbuf_queue_wait(self._handle, event._handle, count(value, "value")))
 
     def finish(self) -> None:
@@ -182,7 +198,7 @@ class Queue(Owned):
         from ._program import Program
 
         if not isinstance(program, Program):
-            raise TypeError(f"launch: program is a devbuf.Program, not {type(program).__name__} "
+            raise ArgumentTypeError(f"launch: program is a devbuf.Program, not {type(program).__name__} "
                             "(CPU kernels go through Queue.submit)")
         kernel = program._name(name)
         status = _ext.launch(self._handle, program._handle, kernel, grid, local, uses, args)
@@ -210,7 +226,7 @@ class Queue(Owned):
             check(lib.devbuf_queue_submit(self._handle, kernel, use_array, use_count, scalars, len(scalars)))
             return
         if not isinstance(kernel, ctypes._CFuncPtr):  # type: ignore[attr-defined]  # every CFUNCTYPE's base
-            raise TypeError(f"submit: kernel is a ctypes function (devbuf.CPU_KERNEL) or a function's address, not "
+            raise ArgumentTypeError(f"submit: kernel is a ctypes function (devbuf.CPU_KERNEL) or a function's address, not "
                             f"{type(kernel).__name__} (a Python callable goes to Queue.host_task)")
         address = ctypes.cast(kernel, ctypes.c_void_p).value or 0
         self._submit_task(lib.devbuf_queue_submit, _ext.Task(address, kernel, ()), use_array, use_count, scalars)
@@ -225,7 +241,7 @@ class Queue(Owned):
         fails the queue like a failing kernel; its message reaches the queue's events and
         finish() raises with the exception as the cause."""
         if not callable(task):
-            raise TypeError(f"host_task: task is a callable, not {type(task).__name__}")
+            raise ArgumentTypeError(f"host_task: task is a callable, not {type(task).__name__}")
         use_array, use_count, buffers, modes = _work.uses_array(uses, "host_task")
         views = tuple((_dtypes.FORMATS.get(buffer.dtype), tuple(buffer.shape), mode == "r")
                       for buffer, mode in zip(buffers, modes))

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from . import _dtypes
 from ._buffer import Buffer
-from ._errors import InvalidArgumentError
+from ._errors import ArgumentTypeError, InvalidArgumentError
 from ._native import Arg, Launch, Use
 
 _ACCESS = {"r": 1, "w": 2, "rw": 3}
@@ -22,11 +22,11 @@ def uses_array(uses: Any, where: str) -> tuple[Any, int, tuple[Buffer, ...], tup
     """The devbuf_use_t array of `uses` ([(buffer, "r" | "w" | "rw"), ...]), its length, the
     buffers and their modes."""
     if isinstance(uses, (str, bytes)) or not isinstance(uses, Sequence):
-        raise TypeError(f"{where}: uses is a list of (buffer, 'r' | 'w' | 'rw') pairs, not {type(uses).__name__}")
+        raise ArgumentTypeError(f"{where}: uses is a list of (buffer, 'r' | 'w' | 'rw') pairs, not {type(uses).__name__}")
     buffers, modes = [], []
     for i, use in enumerate(uses):
         if not (isinstance(use, tuple) and len(use) == 2 and isinstance(use[0], Buffer)):
-            raise TypeError(f"{where}: uses[{i}] is {use!r}: give (buffer, 'r' | 'w' | 'rw')")
+            raise ArgumentTypeError(f"{where}: uses[{i}] is {use!r}: give (buffer, 'r' | 'w' | 'rw')")
         if use[1] not in _ACCESS:
             raise InvalidArgumentError(f"{where}: uses[{i}] has access {use[1]!r}: give 'r', 'w' or 'rw'")
         buffers.append(use[0])
@@ -42,13 +42,13 @@ def scalar_bytes(value: Any, where: str) -> tuple[bytes, int]:
     """The bytes of one scalar argument and their C alignment: a numpy scalar, a ctypes
     object, (value, dtype), or bytes as they are."""
     if isinstance(value, Buffer):
-        raise TypeError(f"{where} is a Buffer: buffers go in uses=, in the order the kernel takes them")
+        raise ArgumentTypeError(f"{where} is a Buffer: buffers go in uses=, in the order the kernel takes them")
     if type(value) in _PLAIN_NUMBERS:  # numpy's float64 is a float too, with a dtype
-        raise TypeError(f"{where} is {value!r}, which has no dtype: give a numpy scalar (numpy.int32({value!r})) "
+        raise ArgumentTypeError(f"{where} is {value!r}, which has no dtype: give a numpy scalar (numpy.int32({value!r})) "
                         f"or a pair ({value!r}, 'int32')")
     if isinstance(value, tuple):
         if len(value) != 2 or not isinstance(value[0], _PLAIN_NUMBERS):
-            raise TypeError(f"{where} is {value!r}: a pair is (number, dtype), such as (5, 'int32')")
+            raise ArgumentTypeError(f"{where} is {value!r}: a pair is (number, dtype), such as (5, 'int32')")
         number, dtype = value
         name = _dtypes.NAMES[_dtypes.code_of(dtype)]
         fmt = _dtypes.STRUCT_FORMATS.get(name)
@@ -69,7 +69,7 @@ def scalar_bytes(value: Any, where: str) -> tuple[bytes, int]:
             raise InvalidArgumentError(f"{where} is big-endian ({dtype}): give it in little-endian order")
         data = tobytes()
         return data, min(max(int(getattr(dtype, "alignment", len(data))), 1), 16)
-    raise TypeError(f"{where} is a {type(value).__name__}: give a numpy scalar, a ctypes scalar or structure, "
+    raise ArgumentTypeError(f"{where} is a {type(value).__name__}: give a numpy scalar, a ctypes scalar or structure, "
                     "a pair (number, dtype), or bytes")
 
 
@@ -115,14 +115,14 @@ def launch_grid(grid: Any, local: Any, where: str) -> Any:
 def _dims(value: Any, what: str) -> tuple[int, ...]:
     values = (value,) if isinstance(value, int) else value
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not 1 <= len(values) <= 3:
-        raise TypeError(f"{what} is {value!r}: give an int or 1 to 3 ints")
+        raise ArgumentTypeError(f"{what} is {value!r}: give an int or 1 to 3 ints")
     for size in values:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise TypeError(f"{what} is {value!r}: sizes are ints >= 0")
+            raise ArgumentTypeError(f"{what} is {value!r}: sizes are ints >= 0")
     return tuple(values)
 
 
 def _sequence(values: Any, where: str, name: str) -> Sequence[Any]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise TypeError(f"{where}: {name} is a list, not {type(values).__name__}")
+        raise ArgumentTypeError(f"{where}: {name} is a list, not {type(values).__name__}")
     return values

@@ -98,7 +98,7 @@ def test_dtypes_numpy_lacks_are_refused_by_numpy(cpu):
 def test_views_both_ways(cpu):
     array = np.arange(24, dtype=np.float32)
     buffer = cpu.asbuffer(array)
-    view = buffer[16:48]  # bytes 16..47: elements 4..11
+    view = buffer[4:12]  # elements 4..11: bytes 16..47
     assert view.shape == (8,) and view.offset == 16 and view.storage_id == buffer.storage_id
     np.testing.assert_array_equal(np.from_dlpack(view), array[4:12])
     sliced = devbuf.from_dlpack(array[6:10])  # a contiguous numpy view: zero-copy

@@ -45,7 +45,7 @@ def test_launch_runs_the_kernel_with_each_kind_of_scalar(opencl):
         q.launch(program, "add", 8, uses=[(x, "rw")], args=[np.float32(0.5)])
         q.launch(program, "add", (8,), uses=[(x, "rw")], args=[(1.0, "float32")])
         q.launch(program, "add", [8], local=[4], uses=[(x, "rw")], args=[ctypes.c_float(2.0)])
-        q.launch(program, "add", 8, uses=[(x, "rw")], args=[(0.25, "float32")])
+        q.launch(program, "add", 8, uses=[(x, "rw")], args=[(0.25, np.float32)])
     np.testing.assert_array_equal(host_array(x), np.arange(8, dtype=np.float32) + 3.75)
 
 
@@ -366,3 +366,15 @@ def test_exit_with_tasks_queued_and_running_is_clean():
     """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["exiting", "ran"] and done.stderr == ""
+
+
+def test_queue_and_event_arguments_name_themselves(cpu):
+    q, x = cpu.queue(), cpu.zeros(4)
+    with pytest.raises(devbuf.ArgumentTypeError, match=r"src b'abcd' \(bytes\): give a devbuf.Buffer"):
+        q.copy(x, b"abcd")
+    with pytest.raises(devbuf.ArgumentTypeError, match=r"event 3 \(int\): give a devbuf.Event"):
+        q.signal(3, 1)
+    with pytest.raises(devbuf.ArgumentTypeError, match="event None"):
+        q.wait(None, 1)
+    with pytest.raises(devbuf.ArgumentTypeError, match="timeout '5' .*seconds"):
+        devbuf.Event().wait(1, timeout="5")

@@ -19,7 +19,7 @@ def churn(cpu, count):
     for i in range(count):
         buffer = cpu.zeros((64,), "float32")
         buffer.to_bytes()
-        view = buffer[0:128]
+        view = buffer[0:32]
         del view, buffer
 
 
