@@ -294,19 +294,18 @@ class Callable:
         self.ran.set()
 
 
-def held_back(cpu):
-    """A queue held at an event, and the event."""
+def task_held_back(cpu):
+    """A queue held at an event with a host task behind it that only the queue references:
+    the queue, the event, the task's `ran` flag and a weak reference to the task."""
     q, gate = cpu.queue(), devbuf.Event()
     q.wait(gate, 1)
-    return q, gate
+    task = Callable()
+    q.host_task(task)
+    return q, gate, task.ran, weakref.ref(task)
 
 
 def test_a_task_is_kept_until_it_has_run(cpu):
-    q, gate = held_back(cpu)
-    task = Callable()
-    ran, alive = task.ran, weakref.ref(task)
-    q.host_task(task)
-    del task
+    q, gate, ran, alive = task_held_back(cpu)
     gc.collect()
     assert alive() is not None
     gate.signal(1)
@@ -317,22 +316,14 @@ def test_a_task_is_kept_until_it_has_run(cpu):
 
 
 def test_a_cancelled_task_is_let_go(cpu):
-    q, gate = held_back(cpu)
-    task = Callable()
-    ran, alive = task.ran, weakref.ref(task)
-    q.host_task(task)
-    del task
+    q, gate, ran, alive = task_held_back(cpu)
     q.cancel()
     gc.collect()
     assert alive() is None and not ran.is_set()
 
 
 def test_a_closed_queue_still_runs_its_tasks(cpu):
-    q, gate = held_back(cpu)
-    task = Callable()
-    ran, alive = task.ran, weakref.ref(task)
-    q.host_task(task)
-    del task
+    q, gate, ran, alive = task_held_back(cpu)
     q.close()
     gc.collect()
     assert alive() is not None
