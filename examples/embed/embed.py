@@ -83,6 +83,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="sentences per batch (default 32, at most 4096)")
     parser.add_argument("--json", action="store_true",
                         help="one JSON document: texts, token ids, embeddings, memory, seconds")
+    # Diagnostic, as devbuf-embed's: the same submissions and buffers, every kernel empty.
+    parser.add_argument("--empty-kernels", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("input", metavar="FILE", help="one UTF-8 sentence per line; - reads standard input")
     return parser.parse_args(argv)
 
@@ -392,7 +394,7 @@ def main(argv: list[str]) -> int:
     cpu_device = device.info["processor"] == "cpu"
     with open(KERNELS) as f:
         source = f.read()
-    program = devbuf.Program(device, source, f"-DEMBED_EMPTY=0 -DEMBED_CPU_DEVICE={int(cpu_device)}")
+    program = devbuf.Program(device, source, f"-DEMBED_EMPTY={int(o.empty_kernels)} -DEMBED_CPU_DEVICE={int(cpu_device)}")
 
     # As devbuf-embed: from the first sentence's tokenization to the last embedding read back.
     start = time.perf_counter()
