@@ -170,33 +170,39 @@ class Forward:
         return self.device.empty((self.capacity, cols), "float32")
 
     def launch(self, name: str, grid: tuple[int, ...], local: tuple[int, ...] | None, uses: list[tuple[Any, str]],
-               scalars: tuple[int, ...] = ()) -> None:
-        u32 = self.np.uint32
-        self.q.launch(self.program, name, grid, local, uses=uses, args=[u32(s) for s in scalars])
+               scalars: list[Any] | tuple[()] = ()) -> None:
+        self.q.launch(self.program, name, grid, local, uses=uses, args=scalars)
 
-    def linear(self, out: Any, inp: Any, w: Any, bias: Any, mask: Any, rows: int, n: int, k: int, gelu: bool) -> None:
+    def scalars(self, *values: int) -> list[Any]:
+        # The kernels' scalars are uint; made once per batch (a numpy scalar costs ~1 us).
+        return [self.np.uint32(value) for value in values]
+
+    def linear(self, out: Any, inp: Any, w: Any, bias: Any, mask: Any, rows: int, n: int, scalars: list[Any]) -> None:
         uses = [(out, "w"), (inp, "r"), (w, "r"), (bias, "r"), (mask, "r")]
         if self.cpu_device:
-            self.launch("linear", (n // 4, (rows + 3) // 4), None, uses, (rows, n, k, int(gelu)))
+            self.launch("linear", (n // 4, (rows + 3) // 4), None, uses, scalars)
         else:
-            self.launch("linear", (n // 4, (rows + 63) // 64 * 16), (16, 16), uses, (rows, n, k, int(gelu)))
+            self.launch("linear", (n // 4, (rows + 63) // 64 * 16), (16, 16), uses, scalars)
 
     def __call__(self, ids: Any, mask: Any, embeddings: Any, seqs: int, tokens: int) -> None:
         m, rows = self.m, seqs * tokens
+        square = self.scalars(rows, HIDDEN, HIDDEN, 0)  # rows, n, k, gelu
+        up, down = self.scalars(rows, PART, HIDDEN, 1), self.scalars(rows, HIDDEN, PART)
+        per_token = self.scalars(tokens)
         h = self.activation(HIDDEN)
         self.launch("embed_tokens", (128 * rows,), (128,),
                     [(h, "w"), (ids, "r"), (m.word, "r"), (m.position, "r"), (m.type, "r"), (m.norm_g, "r"),
-                     (m.norm_b, "r"), (mask, "r")], (tokens, VOCAB))
+                     (m.norm_b, "r"), (mask, "r")], self.scalars(tokens, VOCAB))
         for w in m.layers:
             q, key, v = self.activation(HIDDEN), self.activation(HIDDEN), self.activation(HIDDEN)
             for out, name in ((q, "query"), (key, "key"), (v, "value")):
-                self.linear(out, h, w[name + "_w"], w[name + "_b"], mask, rows, HIDDEN, HIDDEN, False)
+                self.linear(out, h, w[name + "_w"], w[name + "_b"], mask, rows, HIDDEN, square)
             ctx = self.activation(HIDDEN)
             self.launch("attention", ((tokens + 63) // 64 * 64, seqs * HEADS), (64, 1),
-                        [(ctx, "w"), (q, "r"), (key, "r"), (v, "r"), (mask, "r")], (tokens,))
+                        [(ctx, "w"), (q, "r"), (key, "r"), (v, "r"), (mask, "r")], per_token)
             q.close(), key.close(), v.close()  # released in flight: the next activations reuse them
             a = self.activation(HIDDEN)
-            self.linear(a, ctx, w["out_w"], w["out_b"], mask, rows, HIDDEN, HIDDEN, False)
+            self.linear(a, ctx, w["out_w"], w["out_b"], mask, rows, HIDDEN, square)
             ctx.close()
             h1 = self.activation(HIDDEN)
             self.launch("add_norm", (128 * rows,), (128,),
@@ -204,21 +210,20 @@ class Forward:
             a.close(), h.close()
             f = [self.activation(PART) for _ in range(FFN_PARTS)]
             for p in range(FFN_PARTS):
-                self.linear(f[p], h1, w["up_w_part"][p], w["up_b_part"][p], mask, rows, PART, HIDDEN, True)
+                self.linear(f[p], h1, w["up_w_part"][p], w["up_b_part"][p], mask, rows, PART, up)
             o = self.activation(HIDDEN)
             uses = [(o, "w"), *((part, "r") for part in f), (w["down_w"], "r"), (w["down_b"], "r"), (mask, "r")]
             if self.cpu_device:
-                self.launch("linear_parts", (HIDDEN // 4, (rows + 3) // 4), None, uses, (rows, HIDDEN, PART))
+                self.launch("linear_parts", (HIDDEN // 4, (rows + 3) // 4), None, uses, down)
             else:
-                self.launch("linear_parts", (HIDDEN // 4, (rows + 63) // 64 * 16), (16, 16), uses,
-                            (rows, HIDDEN, PART))
+                self.launch("linear_parts", (HIDDEN // 4, (rows + 63) // 64 * 16), (16, 16), uses, down)
             for part in f:
                 part.close()
             h = self.activation(HIDDEN)
             self.launch("add_norm", (128 * rows,), (128,),
                         [(h, "w"), (o, "r"), (h1, "r"), (w["norm2_g"], "r"), (w["norm2_b"], "r"), (mask, "r")])
             o.close(), h1.close()
-        self.launch("pool", (128 * seqs,), (128,), [(embeddings, "w"), (h, "r"), (mask, "r")], (tokens,))
+        self.launch("pool", (128 * seqs,), (128,), [(embeddings, "w"), (h, "r"), (mask, "r")], per_token)
         h.close()
 
 
