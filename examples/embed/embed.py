@@ -399,7 +399,8 @@ def main(argv: list[str]) -> int:
     cpu_device = device.info["processor"] == "cpu"
     with open(KERNELS) as f:
         source = f.read()
-    program = devbuf.Program(device, source, f"-DEMBED_EMPTY={int(o.empty_kernels)} -DEMBED_CPU_DEVICE={int(cpu_device)}")
+    options = f"-DEMBED_EMPTY={int(o.empty_kernels)} -DEMBED_CPU_DEVICE={int(cpu_device)}"
+    program = devbuf.Program(device, source, options)
 
     # As devbuf-embed: from the first sentence's tokenization to the last embedding read back.
     start = time.perf_counter()

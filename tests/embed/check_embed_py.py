@@ -5,9 +5,10 @@ same embeddings (measured: the same bits, both run the same kernels with the sam
 asked: max abs difference <= 1e-6 and cosine >= 0.999999 per sentence), the same memory
 figures (same allocator, same requests in the same order), and cosine >= 0.9999 with
 sentence-transformers' embeddings (tests/data/embed/reference.safetensors, as check_embed.py
-asks on opencl:0). Then the text output on a subset at other batch sizes and from standard
-input, and the exits: 1 naming a missing model folder, an unreadable input or a device
-that is not OpenCL; 2 for a usage error.
+asks on opencl:0); the same documents on tests/data/embed/invalid_utf8.txt. Then the text
+output on a subset at other batch sizes and from standard input, and the exits: 1 naming a
+missing model folder, an unreadable input or a device that is not OpenCL; 2 for a usage
+error.
 
 usage: check_embed_py.py EMBED_PY DEVBUF_EMBED MODEL_DIR DEVICE
 Runs embed.py with this Python (the package on PYTHONPATH); exits 77 (skip) where the
@@ -112,6 +113,16 @@ if got.shape == reference.shape:
     expect(lowest >= MIN_REFERENCE_COSINE, f"min cosine with the reference {lowest:.9f} below {MIN_REFERENCE_COSINE}")
 else:
     expect(False, f"embeddings {got.shape}, reference {reference.shape}")
+
+# Ill-formed UTF-8: the same replaced texts (JSON escapes included) and ids.
+invalid = os.path.join(data, "invalid_utf8.txt")
+c_out, py_out = both(["--json", invalid])
+c_doc, py_doc = json.loads(c_out), json.loads(py_out)
+expect([(s["text"], s["ids"]) for s in py_doc["sentences"]] == [(s["text"], s["ids"]) for s in c_doc["sentences"]],
+       "invalid_utf8.txt: texts or ids differ from devbuf-embed's")
+compare(f"{device} invalid_utf8.txt --json", [s["embedding"] for s in c_doc["sentences"]],
+        [s["embedding"] for s in py_doc["sentences"]])
+expect(strip(c_out) == strip(py_out), "invalid_utf8.txt: the documents (but seconds) differ")
 
 with tempfile.TemporaryDirectory() as scratch:
     # The text output at other batch shapes, from a file and from standard input.
