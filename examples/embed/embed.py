@@ -107,10 +107,6 @@ def read_lines(path: str) -> list[bytes]:
 
 # ---- the model ---------------------------------------------------------------------------
 
-def byte_view(buffer: Any, offset: int, size: int) -> Any:
-    # Buffer.view may be renamed byte_view: either takes bytes.
-    return (getattr(buffer, "byte_view", None) or buffer.view)(offset, size)
-
 
 class Model:
     """The weights the model uses, each checked for dtype and shape, on the device in one
@@ -134,9 +130,9 @@ class Model:
         for layer in range(LAYERS):
             weights = {key: tensors[f"encoder.layer.{layer}.{name}"] for key, (name, _) in LAYER_TENSORS.items()}
             # The feed-forward layer's parts: views of the rows of its first matrix and bias.
-            weights["up_w_part"] = [byte_view(weights["up_w"], p * PART * HIDDEN * 4, PART * HIDDEN * 4)
+            weights["up_w_part"] = [weights["up_w"].byte_view(p * PART * HIDDEN * 4, PART * HIDDEN * 4)
                                     for p in range(FFN_PARTS)]
-            weights["up_b_part"] = [byte_view(weights["up_b"], p * PART * 4, PART * 4) for p in range(FFN_PARTS)]
+            weights["up_b_part"] = [weights["up_b"].byte_view(p * PART * 4, PART * 4) for p in range(FFN_PARTS)]
             self.layers.append(weights)
         self.weight_bytes = sum(buffer.nbytes for buffer in tensors.values())
 
@@ -290,9 +286,9 @@ def embed_all(devbuf: Any, np: Any, device: Any, program: Any, model: Model, cpu
             sequence = sequences[order[s.first + i]]
             ids[i, :len(sequence)] = sequence
             mask[i, :len(sequence)] = 1.0
-        s.ids = byte_view(s.io, at[0], rows * 4).reshape((rows,), "int32")
-        s.mask = byte_view(s.io, at[1], rows * 4).reshape((rows,), "float32")
-        s.embeddings = byte_view(s.io, at[2], s.seqs * HIDDEN * 4).reshape((s.seqs * HIDDEN,), "float32")
+        s.ids = s.io.byte_view(at[0], rows * 4).reshape((rows,), "int32")
+        s.mask = s.io.byte_view(at[1], rows * 4).reshape((rows,), "float32")
+        s.embeddings = s.io.byte_view(at[2], s.seqs * HIDDEN * 4).reshape((s.seqs * HIDDEN,), "float32")
         # The package has no host-visible staging memory nor copies from the CPU on a
         # device's queue: a host write (devbuf-embed's own path on devices without
         # host-visible memory). The slot's previous batch has been read back, so it does
