@@ -378,6 +378,8 @@ class _host_bytes:
 
 def shape_dims(shape: Any, what: str = "shape") -> list[int]:
     """A shape's dimensions: an integer (one dimension) or a sequence of integers."""
+    if type(shape) in (tuple, list) and all(type(dim) is int and 0 <= dim < 2**64 for dim in shape):
+        return list(shape)  # the usual case, without building the messages below
     if hasattr(shape, "__index__"):
         return [count(shape, what)]
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):

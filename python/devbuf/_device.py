@@ -99,6 +99,10 @@ class Device(Owned):
         array = (ctypes.c_size_t * max(len(dims_list), 1))(*dims_list)
         code = _dtypes.code_of(dtype)
         out = P()
+        if not _tracing:  # no trace anywhere: the device's own allocator, which the device holds
+            check(lib.devbuf_buffer_new(lib.devbuf_device_allocator(self._handle), code, array, len(dims_list),
+                                        flags, ctypes.byref(out)))
+            return Buffer._own(out.value)
         allocator = self._allocator()
         try:
             check(lib.devbuf_buffer_new(allocator, code, array, len(dims_list), flags, ctypes.byref(out)))
@@ -235,6 +239,8 @@ class Device(Owned):
         finally:
             with _tracing_lock:
                 _tracing[spec].remove(tracer)
+                if not _tracing[spec]:
+                    del _tracing[spec]  # an empty _tracing lets new buffers skip the lookup
             lib.devbuf_allocator_release(tracer)  # buffers made meanwhile hold it until they go
 
 
