@@ -207,10 +207,9 @@ class Queue(Owned):
             return
         launch = _work.launch_grid(grid, local, "launch")
         use_array, use_count, _, _ = _work.uses_array(uses, "launch")
-        arg_array, arg_count, blob = _work.launch_args(args, "launch")
+        arg_array, arg_count, _scalar_bytes = _work.launch_args(args, "launch")  # held over the call
         check(lib.devbuf_queue_launch(self._handle, program._h, kernel, ctypes.byref(launch), use_array,
                                       use_count, arg_array, arg_count))
-        del blob  # the library copied the scalars
 
     def submit(self, kernel: Any, *, uses: Any = (), args: Any = ()) -> None:
         """Runs a CPU kernel (a C function, devbuf_cpu_kernel_fn) on the queue's worker

@@ -14,8 +14,6 @@ from ._native import Arg, Launch, Use
 
 _ACCESS = {"r": 1, "w": 2, "rw": 3}
 _PLAIN_NUMBERS = (bool, int, float)
-_LAUNCH = struct.Struct("@I3N3N")  # devbuf_launch_t: dims, global[3], local[3]
-assert _LAUNCH.size == ctypes.sizeof(Launch)
 
 
 def uses_array(uses: Any, where: str) -> tuple[Any, int, tuple[Buffer, ...], tuple[str, ...]]:
@@ -106,10 +104,12 @@ def launch_grid(grid: Any, local: Any, where: str) -> Any:
     if len(sizes) != len(dims):
         raise InvalidArgumentError(f"{where}: local {tuple(sizes)} has {len(sizes)} dimensions, the grid "
                                    f"{tuple(dims)} {len(dims)}")
-    def padded(values: tuple[int, ...] | list[int]) -> list[int]:
-        return list(values) + [0] * (3 - len(values))
+    return Launch(len(dims), _three(dims), _three(sizes))
 
-    return Launch.from_buffer_copy(_LAUNCH.pack(len(dims), *padded(dims), *padded(sizes)))
+
+def _three(sizes: tuple[int, ...]) -> Any:
+    """A size_t[3] of 1 to 3 sizes, 0 after them."""
+    return (ctypes.c_size_t * 3)(*sizes, *(0,) * (3 - len(sizes)))
 
 
 def _dims(value: Any, what: str) -> tuple[int, ...]:
