@@ -136,6 +136,8 @@ extern const devbuf__backend devbuf__backend_cuda;
 // A device: what its backend fills in when it opens it, and what the layers above keep of
 // it (the registry and synchronization are core/device.c's, the allocators the memory
 // layer's). Backends get it to read and fill their own fields.
+#define DEVBUF__HOLD_LINES 8
+
 struct devbuf_device {
   devbuf__refcount refs; // external references; 0 destroys (under registry lock)
   // devbuf_device_release, given as data by core/device.c: layers below the devices (the
@@ -171,6 +173,18 @@ struct devbuf_device {
   pthread_mutex_t work_lock;               // with work_idle: synchronize's wait
   pthread_cond_t work_idle;
   devbuf__spinlock submit_lock; // one submission at a time records its uses (submit.c)
+  // Holds on the device by the storages of its own allocators and by queued work (core.h),
+  // counted apart from `refs` on one of several cache lines chosen by the thread: threads
+  // that make and drop buffers each write a line of their own. A line's count may go
+  // below 0 (a thread drops what another took); their sum is what is held. The device goes
+  // once `refs` and that sum are both 0 (core/device.c), and its record is kept for the next
+  // device to open (a thread that dropped the last hold still reads `unreferenced`).
+  struct {
+    atomic_llong count;
+    char apart[64 - sizeof(atomic_llong)]; // no two counts on one line (of 64 bytes)
+  } holds[DEVBUF__HOLD_LINES];
+  atomic_bool unreferenced; // `refs` reached 0 while holds were left: each drop checks
+  bool open;                // in the registry (not a kept record)
 };
 
 // A reference to a device for the layers below it (see `release` above).

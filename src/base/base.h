@@ -38,6 +38,16 @@ void devbuf__free(void *pointer);
 bool devbuf__host_memory_hooked(void);
 // A new id, never 0 and never handed out before in this process (ids.c).
 uint64_t devbuf__next_id(void);
+// Two new ids at once: the returned one and the one after it.
+uint64_t devbuf__next_id_pair(void);
+// A small number of the calling thread's, handed out in turn as threads first ask: spreads
+// per-thread counters over cache lines (ids.c).
+extern _Thread_local unsigned devbuf__thread_number __attribute__((tls_model("initial-exec")));
+unsigned devbuf__thread_number_slow(void);
+static inline unsigned devbuf__thread_index(void) {
+  unsigned number = devbuf__thread_number;
+  return DEVBUF_LIKELY(number) ? number : devbuf__thread_number_slow();
+}
 
 // Records the library makes and drops for every buffer (storage records, buffer handles):
 // each thread keeps up to RECORD_CACHE_DEPTH freed ones of each kind for its next, so that

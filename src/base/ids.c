@@ -23,14 +23,31 @@ __attribute__((constructor)) static void ids_init(void) {
 // taken before a fork belongs to the parent's process id: the child takes its own.
 #define ID_BLOCK 256
 
-static _Thread_local uint64_t next_id, block_end;
-static _Thread_local unsigned block_epoch;
+#define INITIAL_EXEC __attribute__((tls_model("initial-exec"))) // no call to reach them
+static _Thread_local uint64_t next_id INITIAL_EXEC, block_end INITIAL_EXEC;
+static _Thread_local unsigned block_epoch INITIAL_EXEC;
 
-uint64_t devbuf__next_id(void) {
-  if (DEVBUF_UNLIKELY(next_id == block_end || block_epoch != devbuf__epoch())) {
+static uint64_t take_ids(uint64_t count) {
+  if (DEVBUF_UNLIKELY(block_end - next_id < count || block_epoch != devbuf__epoch())) {
     next_id = atomic_fetch_add_explicit(&id_counter, ID_BLOCK, memory_order_relaxed);
     block_end = next_id + ID_BLOCK;
     block_epoch = devbuf__epoch();
   }
-  return next_id++;
+  uint64_t first = next_id;
+  next_id += count;
+  return first;
+}
+
+uint64_t devbuf__next_id(void) { return take_ids(1); }
+
+uint64_t devbuf__next_id_pair(void) { return take_ids(2); }
+
+_Thread_local unsigned devbuf__thread_number INITIAL_EXEC;
+static atomic_uint thread_numbers;
+
+unsigned devbuf__thread_number_slow(void) {
+  unsigned number = atomic_fetch_add_explicit(&thread_numbers, 1, memory_order_relaxed) + 1;
+  if (number == 0) number = atomic_fetch_add_explicit(&thread_numbers, 1, memory_order_relaxed) + 1;
+  devbuf__thread_number = number;
+  return number;
 }

@@ -27,7 +27,7 @@ typedef struct record_cache {
   bool registered; // with the key whose destructor empties the cache at thread exit
 } record_cache;
 
-static _Thread_local record_cache cache;
+static _Thread_local record_cache cache __attribute__((tls_model("initial-exec")));
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 

@@ -28,6 +28,14 @@ static inline bool devbuf__ref_drop(devbuf__refcount *ref) {
   return atomic_fetch_sub_explicit(&ref->count, 1, memory_order_acq_rel) == 1;
 }
 
+// devbuf__ref_drop for objects that no one retains without holding a reference already
+// (no lookup finds them): a sole holder sees the count at 1 and skips the locked
+// instruction, as no other thread can raise it meanwhile.
+static inline bool devbuf__ref_drop_held(devbuf__refcount *ref) {
+  if (atomic_load_explicit(&ref->count, memory_order_acquire) == 1) return true;
+  return devbuf__ref_drop(ref);
+}
+
 // Drops one reference unless it is the last; false leaves the last one to the caller, who
 // drops it with devbuf__ref_drop under whatever lock makes the destruction safe.
 static inline bool devbuf__ref_drop_unless_last(devbuf__refcount *ref) {

@@ -4,6 +4,22 @@
 #include <stdio.h>
 #include <string.h>
 
+static void buffer_init(devbuf_buffer_t *buffer, uint64_t id, devbuf__storage *storage,
+                        size_t offset, size_t size, devbuf_dtype dtype, const size_t *shape,
+                        size_t ndim) {
+  devbuf__ref_init(&buffer->refs, 1);
+  buffer->handle_id = id;
+  buffer->storage = storage;
+  buffer->offset = offset;
+  buffer->size = size;
+  buffer->dtype = dtype;
+  buffer->ndim = ndim;
+  if (ndim == 1)
+    buffer->shape[0] = shape[0];
+  else if (ndim)
+    memcpy(buffer->shape, shape, ndim * sizeof *shape);
+}
+
 devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_t size,
                                   devbuf_dtype dtype, const size_t *shape, size_t ndim,
                                   devbuf_buffer_t **out) {
@@ -12,14 +28,7 @@ devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_
     devbuf__storage_release(storage);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer handle");
   }
-  devbuf__ref_init(&buffer->refs, 1);
-  buffer->handle_id = devbuf__next_id();
-  buffer->storage = storage;
-  buffer->offset = offset;
-  buffer->size = size;
-  buffer->dtype = dtype;
-  buffer->ndim = ndim;
-  if (ndim) memcpy(buffer->shape, shape, ndim * sizeof *shape);
+  buffer_init(buffer, devbuf__next_id(), storage, offset, size, dtype, shape, ndim);
   *out = buffer;
   return DEVBUF_OK;
 }
@@ -38,7 +47,10 @@ devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtyp
   devbuf__storage *storage;
   status = devbuf__storage_create(allocator, NULL, bytes, flags, &storage);
   if (status != DEVBUF_OK) return status;
-  return devbuf__buffer_wrap(storage, 0, bytes, dtype, shape, ndim, out_buffer);
+  devbuf_buffer_t *buffer = &storage->first_handle;
+  buffer_init(buffer, buffer->handle_id, storage, 0, bytes, dtype, shape, ndim);
+  *out_buffer = buffer;
+  return DEVBUF_OK;
 }
 
 devbuf_status devbuf_buffer_allocate(devbuf_allocator_t *allocator, devbuf_dtype dtype,
@@ -127,11 +139,12 @@ devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer) {
 }
 
 void devbuf_buffer_release(devbuf_buffer_t *buffer) {
-  if (!buffer || !devbuf__ref_drop(&buffer->refs)) return;
+  if (!buffer || !devbuf__ref_drop_held(&buffer->refs)) return;
   devbuf__storage *storage = buffer->storage;
   devbuf__host_access_close_handle(storage, buffer); // so that no record names it
-  devbuf__storage_release(storage);
-  devbuf__record_free(DEVBUF__RECORD_BUFFER, buffer);
+  bool own_record = buffer != &storage->first_handle;
+  devbuf__storage_release(storage); // may free the record that holds the first handle
+  if (own_record) devbuf__record_free(DEVBUF__RECORD_BUFFER, buffer);
 }
 
 devbuf_status devbuf_buffer_ensure_allocated(devbuf_buffer_t *buffer) {

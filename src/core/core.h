@@ -23,6 +23,16 @@ typedef struct devbuf__host_access {
   struct devbuf__host_access *next;
 } devbuf__host_access;
 
+struct devbuf_buffer {
+  devbuf__refcount refs;
+  uint64_t handle_id;
+  struct devbuf__storage *storage; // one reference held per handle
+  size_t offset, size;             // bytes within the storage
+  devbuf_dtype dtype;
+  size_t ndim;
+  size_t shape[DEVBUF_MAX_NDIM];
+};
+
 typedef struct devbuf__storage {
   devbuf__refcount refs;         // handles that use it
   uint64_t id;                   // the storage id shared by all views
@@ -52,23 +62,34 @@ typedef struct devbuf__storage {
   size_t lease_count, lease_capacity;
   devbuf__host_access *accesses; // open host accesses
   atomic_size_t open_accesses;   // length of `accesses` (read without the lock)
+  // The handle a new buffer is made with lives in its storage's record: one record to take
+  // and give back per buffer, not two. Its bytes outlive the handle until the record goes.
+  struct devbuf_buffer first_handle;
 } devbuf__storage;
+
+// A hold on the device for a storage of one of its own allocators, or for queued work
+// (backend.h): no cache line that other threads write. The device stays while held.
+static inline void devbuf__device_hold(devbuf_device_t *device) {
+  atomic_fetch_add_explicit(&device->holds[devbuf__thread_index() % DEVBUF__HOLD_LINES].count, 1,
+                            memory_order_relaxed);
+}
+// The device's last reference went while holds were left: whoever drops the last hold
+// destroys it (core/device.c).
+void devbuf__device_drop_unreferenced(devbuf_device_t *device);
+static inline void devbuf__device_unhold(devbuf_device_t *device) {
+  // Sequentially consistent with the store of `unreferenced` and the sum of the holds
+  // after it (device.c): either this drop sees the flag or that sum sees the drop.
+  atomic_fetch_sub_explicit(&device->holds[devbuf__thread_index() % DEVBUF__HOLD_LINES].count, 1,
+                            memory_order_seq_cst);
+  if (DEVBUF_UNLIKELY(atomic_load_explicit(&device->unreferenced, memory_order_seq_cst)))
+    devbuf__device_drop_unreferenced(device);
+}
 
 // Whether the CPU can address the storage's memory.
 static inline bool devbuf__storage_host_accessible(const devbuf__storage *storage) {
   return storage->allocator ? devbuf__allocator_host_accessible(storage->allocator)
                             : storage->device->host_accessible;
 }
-
-struct devbuf_buffer {
-  devbuf__refcount refs;
-  uint64_t handle_id;
-  devbuf__storage *storage; // one reference held per handle
-  size_t offset, size;      // bytes within the storage
-  devbuf_dtype dtype;
-  size_t ndim;
-  size_t shape[DEVBUF_MAX_NDIM];
-};
 
 devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_device_t *device,
                                      size_t size, uint32_t flags, devbuf__storage **out);

@@ -2,6 +2,7 @@
 #include "core.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,14 +126,37 @@ static devbuf_status embedded_allocator(devbuf_device_t *device, devbuf_memory_k
   return devbuf__caching_allocator_create(raw, &no_limits, DEVBUF__EMBEDDED, out);
 }
 
+// Records of destroyed devices, for the next to open (under registry_lock): a thread that
+// dropped a device's last hold reads its `unreferenced` flag after the drop, which may
+// have let another thread destroy it, so a device's record is never given back.
+static devbuf_device_t *kept_records;
+
+static void keep_record_locked(devbuf_device_t *device) {
+  device->next_open = kept_records;
+  kept_records = device;
+}
+
+static devbuf_device_t *new_record_locked(void) {
+  devbuf_device_t *device = kept_records;
+  if (!device) return devbuf__calloc(1, sizeof *device);
+  kept_records = device->next_open;
+  // A thread that dropped the old device's last hold may still load `unreferenced`: it is
+  // written atomically, and the record's other fields are cleared as calloc clears them.
+  memset(device, 0, offsetof(devbuf_device_t, holds));
+  device->open = false;
+  atomic_store(&device->unreferenced, false);
+  return device;
+}
+
 static devbuf_status device_create(const backend_entry *entry, int index, devbuf_device_t **out) {
-  devbuf_device_t *device = devbuf__calloc(1, sizeof *device);
+  devbuf_device_t *device = new_record_locked();
   if (!device) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a device object");
   devbuf__ref_init(&device->refs, 1);
   device->release = devbuf_device_release;
   atomic_init(&device->mapped_bytes, 0);
   atomic_init(&device->pending_work, 0);
   atomic_init(&device->sync_waiters, 0);
+  for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) atomic_init(&device->holds[i].count, 0);
   devbuf__mutex_init(&device->work_lock);
   atomic_init(&device->submit_lock.held, false);
   pthread_cond_init(&device->work_idle, NULL);
@@ -144,7 +168,7 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
     snprintf(device->spec, sizeof device->spec, "%s:%d", entry->prefix, index);
   devbuf_status status = entry->backend->open(device, index);
   if (status != DEVBUF_OK) {
-    devbuf__free(device);
+    keep_record_locked(device);
     return status;
   }
   status = embedded_allocator(device, DEVBUF_MEMORY_DEVICE, &device->allocator);
@@ -163,9 +187,10 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
       devbuf__allocator_destroy(device->host_allocator);
     if (device->allocator) devbuf__allocator_destroy(device->allocator);
     if (entry->backend->close) entry->backend->close(device);
-    devbuf__free(device);
+    keep_record_locked(device);
     return status;
   }
+  device->open = true;
   *out = device;
   return DEVBUF_OK;
 }
@@ -183,6 +208,7 @@ devbuf_status devbuf_device_open(const char *spec, devbuf_device_t **out_device)
   for (devbuf_device_t *device = open_devices; device; device = device->next_open) {
     if (device->backend == entry->backend && device->index == index) {
       devbuf__ref_retain(&device->refs);
+      atomic_store(&device->unreferenced, false); // if only holds kept it
       pthread_mutex_unlock(&registry_lock);
       *out_device = device;
       return DEVBUF_OK;
@@ -204,23 +230,24 @@ devbuf_device_t *devbuf_device_retain(devbuf_device_t *device) {
   return device;
 }
 
-void devbuf_device_release(devbuf_device_t *device) {
-  if (!device) return;
-  // Dropping a reference that is not the last needs no lock (buffers do it constantly).
-  if (devbuf__ref_drop_unless_last(&device->refs)) return;
-  // The last one: the registry lock makes "drop it" and "find the device in the registry"
-  // one step, so device_open never hands out a device that is being destroyed.
-  pthread_mutex_lock(&registry_lock);
-  if (!devbuf__ref_drop(&device->refs)) {
-    pthread_mutex_unlock(&registry_lock);
-    return;
-  }
+static long long holds_sum(devbuf_device_t *device) {
+  long long sum = 0;
+  for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) sum += atomic_load(&device->holds[i].count);
+  return sum;
+}
+
+// Destroys a device no one refers to or holds any more: takes it out of the registry (whose
+// lock the caller holds, and which this releases), so that device_open never hands it out
+// again, then lets go of what it has, and keeps the record.
+static void device_destroy_locked(devbuf_device_t *device) {
   for (devbuf_device_t **link = &open_devices; *link; link = &(*link)->next_open) {
     if (*link == device) {
       *link = device->next_open;
       break;
     }
   }
+  device->open = false;
+  atomic_store(&device->unreferenced, false);
   pthread_mutex_unlock(&registry_lock);
   if (device->shareable_allocator) devbuf__allocator_destroy(device->shareable_allocator);
   if (device->managed_allocator && device->managed_allocator != device->allocator)
@@ -231,7 +258,40 @@ void devbuf_device_release(devbuf_device_t *device) {
   if (device->backend->close) device->backend->close(device);
   pthread_cond_destroy(&device->work_idle);
   pthread_mutex_destroy(&device->work_lock);
-  devbuf__free(device);
+  pthread_mutex_lock(&registry_lock);
+  keep_record_locked(device);
+  pthread_mutex_unlock(&registry_lock);
+}
+
+void devbuf_device_release(devbuf_device_t *device) {
+  if (!device) return;
+  // Dropping a reference that is not the last needs no lock.
+  if (devbuf__ref_drop_unless_last(&device->refs)) return;
+  // The last one: the registry lock makes "drop it" and "find the device in the registry"
+  // one step, so device_open never hands out a device that is being destroyed.
+  pthread_mutex_lock(&registry_lock);
+  if (!devbuf__ref_drop(&device->refs)) {
+    pthread_mutex_unlock(&registry_lock);
+    return;
+  }
+  // Sequentially consistent with each drop of a hold and its load of the flag after it.
+  atomic_store(&device->unreferenced, true);
+  if (holds_sum(device) != 0) { // the last hold's drop sees the flag and destroys it
+    pthread_mutex_unlock(&registry_lock);
+    return;
+  }
+  device_destroy_locked(device);
+}
+
+void devbuf__device_drop_unreferenced(devbuf_device_t *device) {
+  pthread_mutex_lock(&registry_lock);
+  // Another drop may have destroyed it first, and the record may hold a newer device now.
+  if (device->open && atomic_load(&device->unreferenced) && atomic_load(&device->refs.count) == 0 &&
+      holds_sum(device) == 0) {
+    device_destroy_locked(device);
+    return;
+  }
+  pthread_mutex_unlock(&registry_lock);
 }
 
 devbuf_device_kind devbuf_device_kind_of(const devbuf_device_t *device) {
