@@ -34,12 +34,8 @@ void *devbuf__malloc(size_t size);
 void *devbuf__calloc(size_t count, size_t size);
 void *devbuf__realloc(void *pointer, size_t size);
 void devbuf__free(void *pointer);
-// Whether the program set host memory hooks (devbuf_set_host_memory_hooks).
-bool devbuf__host_memory_hooked(void);
 // A new id, never 0 and never handed out before in this process (ids.c).
 uint64_t devbuf__next_id(void);
-// Two new ids at once: the returned one and the one after it.
-uint64_t devbuf__next_id_pair(void);
 // A small number of the calling thread's, handed out in turn as threads first ask: spreads
 // per-thread counters over cache lines (ids.c).
 extern _Thread_local unsigned devbuf__thread_number __attribute__((tls_model("initial-exec")));
@@ -59,8 +55,51 @@ typedef enum devbuf__record_kind {
   DEVBUF__RECORD_BUFFER,
   DEVBUF__RECORD_KINDS,
 } devbuf__record_kind;
-void *devbuf__record_alloc(devbuf__record_kind kind, size_t size);
-void devbuf__record_free(devbuf__record_kind kind, void *record);
+#if defined(__SANITIZE_ADDRESS__)
+#define DEVBUF__RECORD_CACHE 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DEVBUF__RECORD_CACHE 0
+#endif
+#endif
+#ifndef DEVBUF__RECORD_CACHE
+#define DEVBUF__RECORD_CACHE 1
+#endif
+#define DEVBUF__RECORD_CACHE_DEPTH 32
+typedef struct devbuf__record_cache {
+  void *head[DEVBUF__RECORD_KINDS]; // each record's first word links to the next
+  unsigned count[DEVBUF__RECORD_KINDS];
+  bool registered; // with the key whose destructor empties the cache at thread exit
+} devbuf__record_cache;
+extern _Thread_local devbuf__record_cache devbuf__records
+    __attribute__((tls_model("initial-exec")));
+// Whether the program set host memory hooks (devbuf_set_host_memory_hooks; host_alloc.c).
+extern atomic_bool devbuf__host_hooks_set;
+void *devbuf__record_alloc_slow(devbuf__record_kind kind, size_t size);
+void devbuf__record_free_slow(devbuf__record_kind kind, void *record);
+
+static inline void *devbuf__record_alloc(devbuf__record_kind kind, size_t size) {
+  void *record = DEVBUF__RECORD_CACHE ? devbuf__records.head[kind] : NULL;
+  if (DEVBUF_LIKELY(record) &&
+      !atomic_load_explicit(&devbuf__host_hooks_set, memory_order_relaxed)) {
+    devbuf__records.head[kind] = *(void **)record;
+    devbuf__records.count[kind]--;
+    return record;
+  }
+  return devbuf__record_alloc_slow(kind, size);
+}
+
+static inline void devbuf__record_free(devbuf__record_kind kind, void *record) {
+  if (DEVBUF__RECORD_CACHE && DEVBUF_LIKELY(record && devbuf__records.registered) &&
+      devbuf__records.count[kind] < DEVBUF__RECORD_CACHE_DEPTH &&
+      !atomic_load_explicit(&devbuf__host_hooks_set, memory_order_relaxed)) {
+    *(void **)record = devbuf__records.head[kind];
+    devbuf__records.head[kind] = record;
+    devbuf__records.count[kind]++;
+    return;
+  }
+  devbuf__record_free_slow(kind, record);
+}
 
 // ---- fork (fork.c) ----------------------------------------------------------------------
 // A layer's part in a fork: `prepare` takes the locks a child could meet (hooks run by
@@ -85,6 +124,24 @@ void devbuf__fork_hook_add(const devbuf__fork_hook *hook);
 extern atomic_uint devbuf__process_epoch;
 static inline unsigned devbuf__epoch(void) {
   return atomic_load_explicit(&devbuf__process_epoch, memory_order_relaxed);
+}
+
+// Two new ids at once: the returned one and the one after it. Each thread takes ids in
+// blocks (of the epoch it took them in), so that making objects on many threads does not
+// pass one counter's cache line between them.
+typedef struct devbuf__id_block {
+  uint64_t next, end;
+  unsigned epoch;
+} devbuf__id_block;
+extern _Thread_local devbuf__id_block devbuf__ids __attribute__((tls_model("initial-exec")));
+uint64_t devbuf__next_ids_slow(uint64_t count);
+static inline uint64_t devbuf__next_id_pair(void) {
+  devbuf__id_block *ids = &devbuf__ids;
+  if (DEVBUF_UNLIKELY(ids->end - ids->next < 2 || ids->epoch != devbuf__epoch()))
+    return devbuf__next_ids_slow(2);
+  uint64_t first = ids->next;
+  ids->next += 2;
+  return first;
 }
 
 // ---- files (file_open.c) ----------------------------------------------------------------
@@ -202,8 +259,19 @@ static inline uint64_t devbuf__now_ns(void) {
 static inline bool devbuf__mul_overflows(size_t a, size_t b, size_t *out) {
   return __builtin_mul_overflow(a, b, out);
 }
+
 static inline bool devbuf__add_overflows(size_t a, size_t b, size_t *out) {
   return __builtin_add_overflow(a, b, out);
+}
+
+// Bytes per element of each dtype; 0 for those of fewer bits than a byte (dtype.c).
+extern const uint8_t devbuf__dtype_whole_bytes[DEVBUF_DTYPE_COUNT];
+// The bytes of one dimension of `extent` elements of a whole-byte dtype that stay within
+// INT64_MAX (as every buffer's must); false for anything else, which the general
+// devbuf__shape_bytes decides (core.h).
+static inline bool devbuf__one_dimension_bytes(devbuf_dtype dtype, size_t extent, size_t *out) {
+  size_t element = (unsigned)dtype < DEVBUF_DTYPE_COUNT ? devbuf__dtype_whole_bytes[dtype] : 0;
+  return element && !devbuf__mul_overflows(extent, element, out) && *out <= (uint64_t)INT64_MAX;
 }
 
 // Raises an atomic maximum to `value` (statistics' peaks).

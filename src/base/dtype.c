@@ -42,6 +42,13 @@ static const char *const dtype_names[DEVBUF_DTYPE_COUNT] = {
     [DEVBUF_FLOAT4_E2M1] = "float4_e2m1",
 };
 
+const uint8_t devbuf__dtype_whole_bytes[DEVBUF_DTYPE_COUNT] = {
+#define DEVBUF_DTYPE_BYTES_(id, nbits, code, dlbits, st) \
+  [DEVBUF_##id] = (nbits) % 8 ? 0 : (nbits) / 8,
+    DEVBUF_DTYPE_TABLE(DEVBUF_DTYPE_BYTES_)
+#undef DEVBUF_DTYPE_BYTES_
+};
+
 static bool dtype_valid(devbuf_dtype dtype) { return (unsigned)dtype < DEVBUF_DTYPE_COUNT; }
 
 const char *devbuf_dtype_name(devbuf_dtype dtype) {
@@ -99,15 +106,6 @@ devbuf_status devbuf_dtype_bytes(devbuf_dtype dtype, size_t count, size_t *out_b
 
 devbuf_status devbuf__shape_bytes(devbuf_dtype dtype, const size_t *shape, size_t ndim,
                                   size_t *out_bytes, size_t *out_count) {
-  // The common case first (one dimension of whole bytes), in a few instructions.
-  size_t bytes;
-  if (ndim == 1 && shape && dtype_valid(dtype) && dtype_table[dtype].bits % 8 == 0 &&
-      !devbuf__mul_overflows(shape[0], dtype_table[dtype].bits / 8, &bytes) &&
-      bytes <= (uint64_t)INT64_MAX) {
-    if (out_bytes) *out_bytes = bytes;
-    if (out_count) *out_count = shape[0];
-    return DEVBUF_OK;
-  }
   if (!dtype_valid(dtype))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
   if (ndim > DEVBUF_MAX_NDIM)
@@ -121,7 +119,7 @@ devbuf_status devbuf__shape_bytes(devbuf_dtype dtype, const size_t *shape, size_
       return devbuf__error(DEVBUF_OVERFLOW, "shape overflows size_t at dimension %zu (extent %zu)",
                            i, shape[i]);
   }
-  bytes = 0;
+  size_t bytes = 0;
   devbuf_status status = devbuf_dtype_bytes(dtype, count, &bytes);
   if (status != DEVBUF_OK) return status;
   // Strides (devbuf_array_t, DLPack) and file offsets are signed 64-bit: every element

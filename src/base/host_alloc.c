@@ -6,11 +6,11 @@
 #include <stdlib.h>
 
 static devbuf_host_memory_hooks_t hooks;
-static atomic_bool hooked; // read on every call: libc's functions unless set
+atomic_bool devbuf__host_hooks_set; // read on every call: libc's functions unless set
 
 devbuf_status devbuf_set_host_memory_hooks(const devbuf_host_memory_hooks_t *new_hooks) {
   if (!new_hooks) {
-    atomic_store(&hooked, false);
+    atomic_store(&devbuf__host_hooks_set, false);
     return DEVBUF_OK;
   }
   if (!new_hooks->malloc || !new_hooks->calloc || !new_hooks->realloc || !new_hooks->free)
@@ -20,32 +20,30 @@ devbuf_status devbuf_set_host_memory_hooks(const devbuf_host_memory_hooks_t *new
                          : !new_hooks->calloc  ? "calloc"
                          : !new_hooks->realloc ? "realloc"
                                                : "free");
-  atomic_store(&hooked,
+  atomic_store(&devbuf__host_hooks_set,
                false); // no call uses `hooks` while it changes (single-threaded by contract)
   hooks = *new_hooks;
-  atomic_store(&hooked, true);
+  atomic_store(&devbuf__host_hooks_set, true);
   return DEVBUF_OK;
 }
 
 void *devbuf__malloc(size_t size) {
-  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.malloc(hooks.ctx, size)
-                                                             : malloc(size);
+  return atomic_load_explicit(&devbuf__host_hooks_set, memory_order_acquire)
+             ? hooks.malloc(hooks.ctx, size)
+             : malloc(size);
 }
 void *devbuf__calloc(size_t count, size_t size) {
-  return atomic_load_explicit(&hooked, memory_order_acquire) ? hooks.calloc(hooks.ctx, count, size)
-                                                             : calloc(count, size);
+  return atomic_load_explicit(&devbuf__host_hooks_set, memory_order_acquire)
+             ? hooks.calloc(hooks.ctx, count, size)
+             : calloc(count, size);
 }
 void *devbuf__realloc(void *pointer, size_t size) {
-  return atomic_load_explicit(&hooked, memory_order_acquire)
+  return atomic_load_explicit(&devbuf__host_hooks_set, memory_order_acquire)
              ? hooks.realloc(hooks.ctx, pointer, size)
              : realloc(pointer, size);
 }
-bool devbuf__host_memory_hooked(void) {
-  return atomic_load_explicit(&hooked, memory_order_relaxed);
-}
-
 void devbuf__free(void *pointer) {
-  if (atomic_load_explicit(&hooked, memory_order_acquire))
+  if (atomic_load_explicit(&devbuf__host_hooks_set, memory_order_acquire))
     hooks.free(hooks.ctx, pointer);
   else
     free(pointer);

@@ -18,31 +18,27 @@ __attribute__((constructor)) static void ids_init(void) {
   pthread_atfork(NULL, NULL, seed_with_process);
 }
 
-// Each thread takes ids in blocks, so that making objects on many threads does not pass one
-// counter's cache line between them (ids stay unique, not ordered across threads). A block
-// taken before a fork belongs to the parent's process id: the child takes its own.
+_Thread_local devbuf__id_block devbuf__ids __attribute__((tls_model("initial-exec")));
+
+// A block of ids taken before a fork belongs to the parent's process id: the child takes
+// its own.
 #define ID_BLOCK 256
 
-#define INITIAL_EXEC __attribute__((tls_model("initial-exec"))) // no call to reach them
-static _Thread_local uint64_t next_id INITIAL_EXEC, block_end INITIAL_EXEC;
-static _Thread_local unsigned block_epoch INITIAL_EXEC;
-
-static uint64_t take_ids(uint64_t count) {
-  if (DEVBUF_UNLIKELY(block_end - next_id < count || block_epoch != devbuf__epoch())) {
-    next_id = atomic_fetch_add_explicit(&id_counter, ID_BLOCK, memory_order_relaxed);
-    block_end = next_id + ID_BLOCK;
-    block_epoch = devbuf__epoch();
+uint64_t devbuf__next_ids_slow(uint64_t count) {
+  devbuf__id_block *ids = &devbuf__ids;
+  if (ids->end - ids->next < count || ids->epoch != devbuf__epoch()) {
+    ids->next = atomic_fetch_add_explicit(&id_counter, ID_BLOCK, memory_order_relaxed);
+    ids->end = ids->next + ID_BLOCK;
+    ids->epoch = devbuf__epoch();
   }
-  uint64_t first = next_id;
-  next_id += count;
+  uint64_t first = ids->next;
+  ids->next += count;
   return first;
 }
 
-uint64_t devbuf__next_id(void) { return take_ids(1); }
+uint64_t devbuf__next_id(void) { return devbuf__next_ids_slow(1); }
 
-uint64_t devbuf__next_id_pair(void) { return take_ids(2); }
-
-_Thread_local unsigned devbuf__thread_number INITIAL_EXEC;
+_Thread_local unsigned devbuf__thread_number __attribute__((tls_model("initial-exec")));
 static atomic_uint thread_numbers;
 
 unsigned devbuf__thread_number_slow(void) {

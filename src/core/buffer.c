@@ -33,19 +33,22 @@ devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_
   return DEVBUF_OK;
 }
 
-devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtype,
-                                const size_t *shape, size_t ndim, uint32_t flags,
-                                devbuf_buffer_t **out_buffer) {
+// A new buffer, its storage not allocated yet.
+static inline devbuf_status buffer_make(devbuf_allocator_t *allocator, devbuf_dtype dtype,
+                                        const size_t *shape, size_t ndim, uint32_t flags,
+                                        devbuf_buffer_t **out_buffer) {
   if (!allocator || !out_buffer)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_buffer is NULL");
   if (flags & ~(uint32_t)DEVBUF_BUFFER_ZERO)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown buffer flags 0x%x",
                          flags & ~(unsigned)DEVBUF_BUFFER_ZERO);
   size_t bytes;
-  devbuf_status status = devbuf__shape_bytes(dtype, shape, ndim, &bytes, NULL);
-  if (status != DEVBUF_OK) return status;
+  if (!(ndim == 1 && shape && devbuf__one_dimension_bytes(dtype, shape[0], &bytes))) {
+    devbuf_status status = devbuf__shape_bytes(dtype, shape, ndim, &bytes, NULL);
+    if (status != DEVBUF_OK) return status;
+  }
   devbuf__storage *storage;
-  status = devbuf__storage_create(allocator, NULL, bytes, flags, &storage);
+  devbuf_status status = devbuf__storage_create(allocator, NULL, bytes, flags, &storage);
   if (status != DEVBUF_OK) return status;
   devbuf_buffer_t *buffer = &storage->first_handle;
   buffer_init(buffer, buffer->handle_id, storage, 0, bytes, dtype, shape, ndim);
@@ -53,12 +56,18 @@ devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtyp
   return DEVBUF_OK;
 }
 
+devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtype,
+                                const size_t *shape, size_t ndim, uint32_t flags,
+                                devbuf_buffer_t **out_buffer) {
+  return buffer_make(allocator, dtype, shape, ndim, flags, out_buffer);
+}
+
 devbuf_status devbuf_buffer_allocate(devbuf_allocator_t *allocator, devbuf_dtype dtype,
                                      const size_t *shape, size_t ndim, uint32_t flags,
                                      devbuf_buffer_t **out_buffer) {
   if (!out_buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_buffer is NULL");
-  devbuf_buffer_t *buffer;
-  devbuf_status status = devbuf_buffer_new(allocator, dtype, shape, ndim, flags, &buffer);
+  devbuf_buffer_t *buffer = NULL;
+  devbuf_status status = buffer_make(allocator, dtype, shape, ndim, flags, &buffer);
   if (status != DEVBUF_OK) return status;
   status = devbuf__storage_allocate_private(buffer->storage); // the handle is not out yet
   if (status != DEVBUF_OK) {

@@ -167,6 +167,13 @@ devbuf_status devbuf_buffer_unsynchronized_ptr(devbuf_buffer_t *buffer, void **o
   devbuf_status status = prepare_host(buffer, true, "unsynchronized_ptr", &data);
   if (status != DEVBUF_OK) return status;
   // Only a previous owner's work on reused memory is waited for: the caller orders its own.
+  // Memory that inherited such work got its tracker before it was allocated (which
+  // prepare_host saw), so without one there is nothing to wait for, and no lock to take.
+  if (!atomic_load_explicit(&buffer->storage->hazard, memory_order_acquire)) {
+    *out_data = data;
+    if (out_size) *out_size = buffer->size;
+    return DEVBUF_OK;
+  }
   struct devbuf__hazard *hazard = NULL;
   devbuf__byte_range range = {buffer->offset, buffer->size, true};
   status = devbuf__storage_lock_idle(buffer->storage, &range, 1, DEVBUF__OWN_IGNORE,

@@ -56,8 +56,9 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
 }
 
 // Frees the record itself (its memory has been handed on or given back).
+// The record's lock is not destroyed: it is free here, and a reused record makes it again
+// from the initializer (on glibc, destroying a free mutex only marks its bytes).
 static void storage_free_record(devbuf__storage *storage) {
-  pthread_mutex_destroy(&storage->lock);
   if (DEVBUF_UNLIKELY(storage->inherited)) { // reused bytes whose earlier work it waited for
     for (size_t i = 0; i < storage->inherited_count; i++)
       devbuf__fence_release(storage->inherited[i]);
@@ -88,7 +89,7 @@ static void storage_finalize(void *context) {
     storage->release_external(storage);
   else if (storage->allocator && storage->size &&
            atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED)
-    devbuf_allocator_free(storage->allocator, &storage->memory);
+    devbuf__allocator_free_known(storage->allocator, &storage->memory);
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
   if (hazard) devbuf__hazard_destroy(hazard);
   storage_free_record(storage);
@@ -168,7 +169,7 @@ static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
   devbuf_status status =
       ordered ? devbuf__caching_alloc_ordered(storage->allocator, storage->size, inherit_work,
                                               storage, &storage->memory)
-              : devbuf_allocator_alloc(storage->allocator, storage->size, &storage->memory);
+              : devbuf__allocator_alloc_known(storage->allocator, storage->size, &storage->memory);
   if (status != DEVBUF_OK) return status;
   if (storage->inherited_count && !devbuf__storage_hazard_locked(storage))
     wait_inherited_now(storage);
