@@ -143,7 +143,7 @@ void bench_pairs(const bench_config *config) {
         printf(", buffer %.2fx (pair %.2fx: buffer / pair %.2fx)", buffer_factor, pair_factor,
                buffer_factor / pair_factor);
       printf("\n");
-      char figure[96];
+      char figure[128];
       snprintf(figure, sizeof figure, "%s %d thread%s: devbuf / fastest system allocator", label,
                threads, threads == 1 ? "" : "s");
       bench_figure("threads", figure, against, "x", against <= 1.0);
