@@ -157,8 +157,9 @@ static void *stress_worker(void *arg) {
       }
       if (devbuf_buffer_copy_from(copy, *mine) != DEVBUF_OK) stress_error("copy_from");
       if (devbuf_buffer_copyout(copy, scratch, size) != DEVBUF_OK) stress_error("copyout of copy");
+      unsigned char tag = tag_of(*mine);
       for (size_t i = 0; i < size; i++)
-        if (scratch[i] != tag_of(*mine)) {
+        if (scratch[i] != tag) {
           stress_error("copy_from produced other bytes");
           break;
         }

@@ -250,11 +250,7 @@ void devbuf__caching_enforce_limits(caching_allocator *self);
 void devbuf__tcache_init_bins(caching_allocator *self);
 // The bin of blocks of `size` rounded bytes (bin_count when none).
 uint32_t devbuf__tcache_bin_of(const caching_allocator *self, size_t size);
-// The hot path: an allocation served from the calling thread's bins, counted; false when
-// the shared path must serve it.
-bool devbuf__tcache_alloc(caching_allocator *self, size_t requested, devbuf_memory_t *out);
-// The hot path: a release kept in the calling thread's bins, counted; false otherwise.
-bool devbuf__tcache_free(caching_allocator *self, cblock *block);
+// The hot path, devbuf__tcache_alloc and devbuf__tcache_free, is inline: tcache_hot.h.
 // The calling thread's cache for `self` with pending flush requests obeyed, created or
 // adopted on first use; NULL only when no host memory is left for one.
 tcache *devbuf__tcache_get(caching_allocator *self);

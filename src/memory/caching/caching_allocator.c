@@ -6,7 +6,7 @@
 // shard, then in the other shards, and only then takes a new segment from upstream (its size from
 // policy.c). Blocks split on allocation and coalesce on release (pool.c). Under a limit,
 // whole idle segments go back upstream, the longest idle first.
-#include "caching.h"
+#include "tcache_hot.h"
 
 #include <string.h>
 

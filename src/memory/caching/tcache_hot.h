@@ -1,0 +1,82 @@
+// The thread bins' hot path (tcache.c has the rest): inline, so that the caching
+// allocator's alloc and free serve a binned block without another call.
+#ifndef DEVBUF_TCACHE_HOT_H
+#define DEVBUF_TCACHE_HOT_H
+
+#include "caching.h"
+
+#define TCACHE_SLOTS 4 // allocators a thread keeps a cache for at once; [0] is the latest
+
+typedef struct devbuf__tcache_slot {
+  uint64_t allocator_id; // caching_allocator.id; 0: free
+  tcache *cache;
+} devbuf__tcache_slot;
+
+// initial-exec: the hot path reads these with one instruction, not a __tls_get_addr call.
+extern _Thread_local devbuf__tcache_slot devbuf__tcache_slots[TCACHE_SLOTS]
+    __attribute__((tls_model("initial-exec")));
+
+// The power-of-two bin of a block of `size` bytes (above classed_limit), or bin_count.
+static inline uint32_t pow2_bin_of(const caching_allocator *self, size_t size) {
+  if (size & (size - 1)) return (uint32_t)self->bin_count;
+  size_t bin = self->pow2_base + (unsigned)__builtin_ctzll(size) - self->pow2_first_shift;
+  return bin < self->bin_count ? (uint32_t)bin : (uint32_t)self->bin_count;
+}
+
+// The calling thread's cache when the hot path may use its bins; NULL sends it the slow way.
+static inline tcache *hot_cache(caching_allocator *self) {
+  if (DEVBUF_UNLIKELY(devbuf__tcache_slots[0].allocator_id != self->id)) return NULL;
+  tcache *cache = devbuf__tcache_slots[0].cache;
+  if (DEVBUF_UNLIKELY(!cache->bins_on ||
+                      atomic_load_explicit(&self->flush_epoch, memory_order_relaxed) !=
+                          cache->seen_epoch))
+    return NULL;
+  return cache;
+}
+
+static inline void bin_count_add(tcache *cache, size_t bin, uint32_t delta) {
+  atomic_store_explicit(&cache->bin_count[bin],
+                        atomic_load_explicit(&cache->bin_count[bin], memory_order_relaxed) + delta,
+                        memory_order_relaxed);
+}
+
+static inline bool devbuf__tcache_alloc(caching_allocator *self, size_t requested,
+                                        devbuf_memory_t *out) {
+  tcache *cache = hot_cache(self);
+  if (!cache || requested > self->bin_size[self->bin_count - 1]) return false;
+  size_t bin;
+  if (requested <= self->small_limit)
+    bin = (requested + GRANULE - 1) / GRANULE - 1;
+  else if (DEVBUF_LIKELY(requested <= self->classed_limit))
+    bin = self->small_classes + ((requested + self->policy.page - 1) >> self->page_shift) - 2;
+  else if ((bin = pow2_bin_of(self, (requested + GRANULE - 1) & ~(size_t)(GRANULE - 1))) ==
+           self->bin_count)
+    return false;
+  cblock *block = cache->bins[bin];
+  if (!block) return false;
+  cache->bins[bin] = block->bin_next;
+  atomic_store_explicit(&block->state, BLOCK_ACTIVE, memory_order_relaxed);
+  bin_count_add(cache, bin, (uint32_t)-1);
+  tcache_add(&cache->bin_hits, 1);
+  devbuf__caching_poison(block, POISON_HANDED_OUT); // binned blocks are never in flight
+  caching_hand_out(self, cache, block, out);
+  return true;
+}
+
+static inline bool devbuf__tcache_free(caching_allocator *self, cblock *block) {
+  tcache *cache = hot_cache(self);
+  uint32_t bin = block->bin;
+  if (!cache || bin >= self->bin_count ||
+      atomic_load_explicit(&cache->bin_count[bin], memory_order_relaxed) >= self->bin_capacity[bin])
+    return false;
+  tcache_add(&cache->live, (uint64_t)-1);
+  tcache_add(&cache->active, (uint64_t)0 - block->size);
+  block->released_at = cache->release_seq++;
+  atomic_store_explicit(&block->state, BLOCK_BINNED, memory_order_relaxed);
+  block->bin_next = cache->bins[bin];
+  cache->bins[bin] = block;
+  bin_count_add(cache, bin, 1);
+  return true;
+}
+
+#endif // DEVBUF_TCACHE_HOT_H
