@@ -93,11 +93,32 @@ static inline bool devbuf__storage_host_accessible(const devbuf__storage *storag
 
 devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_device_t *device,
                                      size_t size, uint32_t flags, devbuf__storage **out);
-void devbuf__storage_release(devbuf__storage *storage);
-devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage);
+// Drops a reference; the last one gives the memory back (or in flight) and the record.
+void devbuf__storage_last_release(devbuf__storage *storage);
+static inline void devbuf__storage_release(devbuf__storage *storage) {
+  if (storage && devbuf__ref_drop_held(&storage->refs)) devbuf__storage_last_release(storage);
+}
+devbuf_status devbuf__storage_allocate_now(devbuf__storage *storage);
+static inline devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage) {
+  if (DEVBUF_LIKELY(atomic_load_explicit(&storage->state, memory_order_acquire) ==
+                    DEVBUF__ALLOCATED))
+    return DEVBUF_OK;
+  return devbuf__storage_allocate_now(storage);
+}
 // Allocates the memory of a storage no other thread can reach yet (just made), without
 // taking its lock.
-devbuf_status devbuf__storage_allocate_private(devbuf__storage *storage);
+devbuf_status devbuf__storage_allocate_private_slow(devbuf__storage *storage);
+static inline devbuf_status devbuf__storage_allocate_private(devbuf__storage *storage) {
+  devbuf_allocator_t *allocator = storage->allocator;
+  // Plain memory (no zeroing, not shareable) first, in as few steps as can be.
+  if (DEVBUF_UNLIKELY(!storage->size || storage->flags ||
+                      allocator->memory_kind == DEVBUF_MEMORY_SHAREABLE))
+    return devbuf__storage_allocate_private_slow(storage);
+  devbuf_status status = devbuf__allocator_alloc_known(allocator, storage->size, &storage->memory);
+  if (status == DEVBUF_OK)
+    atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
+  return status;
+}
 // For submitted work: may reuse memory whose earlier work is still pending (ordered after it).
 devbuf_status devbuf__storage_ensure_allocated_for_work(devbuf__storage *storage);
 // The storage's hazard tracker, made if needed; NULL when out of memory. Caller holds

@@ -110,8 +110,7 @@ static void wait_inherited_now(devbuf__storage *storage) {
   storage->inherited_count = 0;
 }
 
-void devbuf__storage_release(devbuf__storage *storage) {
-  if (!storage || !devbuf__ref_drop_held(&storage->refs)) return;
+void devbuf__storage_last_release(devbuf__storage *storage) {
   if (storage->accesses) devbuf__host_access_close_all(storage);   // left open by released handles
   if (storage->lease_count) devbuf__storage_prune_leases(storage); // importers that are done
   devbuf__hazard *hazard = atomic_load(&storage->hazard);
@@ -197,14 +196,14 @@ static devbuf_status ensure_allocated(devbuf__storage *storage, bool for_work) {
   return status;
 }
 
-devbuf_status devbuf__storage_allocate_private(devbuf__storage *storage) {
+devbuf_status devbuf__storage_allocate_private_slow(devbuf__storage *storage) {
   devbuf_status status = allocate_locked(storage, false); // no other thread can take the lock
   if (status == DEVBUF_OK)
     atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
   return status;
 }
 
-devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *storage) {
+devbuf_status devbuf__storage_allocate_now(devbuf__storage *storage) {
   return ensure_allocated(storage, false);
 }
 
