@@ -4,6 +4,7 @@
 // message that says why; none hangs (an alarm turns a hang into a failure).
 #include "check.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@ static const char *const call_names[CALLS] = {"queue_finish", "queue_cancel", "d
                                               "queue_finish", "copyout"};
 static devbuf_status seen[CALLS];
 static char seen_message[CALLS][512];
+static pthread_t ran_on; // the thread that ran the last call
 
 // Makes one of the calls from inside running work; what it answered goes to seen[].
 static devbuf_status call_inside(const devbuf_kernel_args_t *args) {
@@ -60,6 +62,7 @@ static devbuf_status call_inside(const devbuf_kernel_args_t *args) {
   }
   seen[call] = status;
   snprintf(seen_message[call], sizeof seen_message[call], "%s", devbuf_last_error());
+  ran_on = pthread_self();
   return DEVBUF_OK; // the work itself succeeds: the refusal is the call's, not the queue's
 }
 
@@ -71,20 +74,27 @@ static devbuf_status nothing(const devbuf_kernel_args_t *args) {
 typedef devbuf_status (*submit_fn)(devbuf_queue_t *, devbuf_cpu_kernel_fn, const devbuf_use_t *,
                                    size_t, const void *, size_t);
 
-static void run_calls(submit_fn submit, const char *how) {
+// With `gated`, the worker runs each call once everything of its round is submitted (the
+// later work too); without, the worker sleeps when it is submitted, and the thread that
+// then finishes the queue may run it itself (*on_finisher counts how often it did).
+static void run_calls(submit_fn submit, const char *how, bool gated, int *on_finisher) {
   for (int call = 0; call < CALLS; call++) {
-    seen[call] = DEVBUF_UNSUPPORTED; // never an answer of these calls
+    if (!gated && call == WAIT_LATER_WORK) continue; // the later work may come after it ran
+    seen[call] = DEVBUF_UNSUPPORTED;                 // never an answer of these calls
     devbuf_use_t use = {used, DEVBUF_ACCESS_READ_WRITE};
     size_t use_count = call == WAIT_LATER_WORK ? 0 : 1;
     devbuf_event_t *gate = NULL;
     CHECK_OK(devbuf_event_create(0, &gate));
-    // The call runs only once everything of this round is submitted (the later work too).
-    CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+    if (gated)
+      CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+    else
+      usleep(2000); // the worker goes to sleep
     CHECK_OK(submit(queue, call_inside, &use, use_count, &call, sizeof call));
     if (call == WAIT_LATER_WORK) // work behind the caller in its own queue uses the buffer
       CHECK_OK(devbuf_queue_submit(queue, nothing, &use, 1, NULL, 0));
     CHECK_OK(devbuf_event_signal(gate, 1));
     CHECK_OK(devbuf_queue_finish(queue));
+    if (on_finisher && pthread_equal(ran_on, pthread_self())) ++*on_finisher;
     devbuf_event_release(gate);
     bool refused = call != FINISH_OTHER_QUEUE && call != COPYOUT_UNUSED;
     if (refused) {
@@ -121,8 +131,26 @@ static void teardown(void) {
   devbuf_device_release(device);
 }
 
-static void test_from_cpu_kernel(void) { run_calls(devbuf_queue_submit, "CPU kernel"); }
-static void test_from_host_task(void) { run_calls(devbuf_queue_host_task, "host task"); }
+static void test_from_cpu_kernel(void) { run_calls(devbuf_queue_submit, "CPU kernel", true, NULL); }
+static void test_from_host_task(void) {
+  run_calls(devbuf_queue_host_task, "host task", true, NULL);
+}
+
+// devbuf_queue_finish runs what it finds queued behind a sleeping worker on its own thread:
+// the work is refused the same waits there, and the thread's own waits stay its own after.
+static void test_run_by_finish(void) {
+  int on_finisher = 0;
+  for (int round = 0; round < 10; round++) {
+    run_calls(devbuf_queue_submit, "CPU kernel run by finish", false, &on_finisher);
+    run_calls(devbuf_queue_host_task, "host task run by finish", false, &on_finisher);
+  }
+  // Each round submits to a sleeping worker and finishes at once: the finishing thread
+  // claims the queue before the worker wakes nearly always (only a scheduler that runs
+  // the woken worker first, every time, would leave this at 0).
+  CHECK(on_finisher > 0);
+  CHECK_OK(devbuf_queue_finish(queue)); // not refused: this thread is no queue's worker now
+  CHECK_OK(devbuf_buffer_wait(used));
+}
 
 // The same calls from the host, once the work is done, answer OK: the refusal is only
 // for the worker's own thread.
@@ -138,6 +166,7 @@ int main(void) {
   setup();
   RUN(test_from_cpu_kernel);
   RUN(test_from_host_task);
+  RUN(test_run_by_finish);
   RUN(test_from_host_thread);
   teardown();
   return CHECK_EXIT();

@@ -418,18 +418,50 @@ static bool take_more(devbuf_queue_t *queue) {
   return true;
 }
 
-// Sleeps until something is submitted or the queue is released; false when released and
-// drained. The submitter reads worker_idle after pushing, the worker reads incoming after
-// raising it (both sequentially consistent), so one of them sees the other.
+static bool claim_runner(devbuf_queue_t *queue) {
+  bool free = false;
+  return atomic_compare_exchange_strong(&queue->runner, &free, true);
+}
+
+// Sleeps until something is submitted or the queue is released, letting a thread in
+// devbuf_queue_finish run the queue's items meanwhile; false when released and drained.
+// The submitter reads worker_idle after pushing, the worker reads incoming after raising it
+// (both sequentially consistent), so one of them sees the other. The worker runs again
+// only once it holds `runner`: a finishing thread that holds it signals when it lets go.
 static bool wait_for_work(devbuf_queue_t *queue) {
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->worker_idle, true);
-  while (!atomic_load(&queue->incoming) && !queue->released)
+  atomic_store(&queue->runner, false);
+  while (!((atomic_load(&queue->incoming) || queue->released) && claim_runner(queue)))
     pthread_cond_wait(&queue->work_available, &queue->lock);
   atomic_store(&queue->worker_idle, false);
   bool more = atomic_load(&queue->incoming) != NULL;
   pthread_mutex_unlock(&queue->lock);
   return more;
+}
+
+// devbuf_queue_finish on a queue whose worker sleeps: this thread runs what is queued, as
+// the worker would (waits refused alike), and lets the worker go on with what comes after.
+static void run_here(devbuf_queue_t *queue) {
+  devbuf_queue_t *outer_queue = devbuf__worker_queue;
+  devbuf_device_t *outer_device = devbuf__worker_device;
+  devbuf__worker_queue = queue;
+  devbuf__worker_device = queue->device;
+  devbuf__work *batch[BATCH];
+  while (queue->taken || take_more(queue)) {
+    size_t count = 0;
+    while (queue->taken && count < BATCH) {
+      batch[count++] = queue->taken;
+      queue->taken = queue->taken->next;
+    }
+    run_batch(queue, batch, count);
+  }
+  devbuf__worker_queue = outer_queue;
+  devbuf__worker_device = outer_device;
+  pthread_mutex_lock(&queue->lock);
+  atomic_store(&queue->runner, false);
+  if (atomic_load(&queue->incoming) || queue->released) pthread_cond_signal(&queue->work_available);
+  pthread_mutex_unlock(&queue->lock);
 }
 
 static void *worker_main(void *arg) {
@@ -480,6 +512,7 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   atomic_init(&queue->incoming, NULL);
   atomic_init(&queue->submitted, 0);
   atomic_init(&queue->worker_idle, false);
+  atomic_init(&queue->runner, true); // the worker's until it first sleeps
   atomic_init(&queue->completed, 0);
   atomic_init(&queue->drain_waiters, 0);
   atomic_init(&queue->depth, DEVBUF_QUEUE_DEFAULT_DEPTH);
@@ -613,6 +646,12 @@ devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
   if (usable != DEVBUF_OK) return usable;
   if (DEVBUF_UNLIKELY(devbuf__worker_queue == queue))
     return devbuf__refuse_self_wait("queue_finish");
+  // A sleeping worker would have to be woken and then wake this thread: two sleeps and wakes
+  // of some microseconds each, where the work itself may take less (an MPI call on a few
+  // KiB). Device queues are left to their worker, which feeds the driver.
+  if (!queue->device_queue && atomic_load(&queue->worker_idle) && atomic_load(&queue->incoming) &&
+      claim_runner(queue))
+    run_here(queue);
   pthread_mutex_lock(&queue->lock);
   wait_drained_locked(queue);
   devbuf_status status = queue->failure == DEVBUF_OK ? DEVBUF_OK : failure_locked(queue);

@@ -92,7 +92,11 @@ struct devbuf_queue {
   atomic_uint_least64_t completed_seen;
   atomic_bool worker_idle; // the worker waits (or is about to) on work_available
   char apart_from_incoming[CACHE_LINE];
-  devbuf__work *taken, *taken_tail; // the worker's: taken, not yet run, oldest first
+  // The thread that takes and runs items holds `runner`: the worker, but while it sleeps a
+  // thread in devbuf_queue_finish of a queue with no device queue of its own, which runs
+  // what is queued itself instead of waking the worker and sleeping until it is done.
+  atomic_bool runner;
+  devbuf__work *taken, *taken_tail; // the runner's: taken, not yet run, oldest first
   pthread_mutex_t lock;             // the fields below, unless marked atomic
   bool released;                    // no references left: the worker exits once drained
   bool worker_frees;                // ... and frees the queue itself (release did not join)
