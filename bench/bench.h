@@ -54,6 +54,7 @@ void bench_threads(const bench_config *config);
 // Alloc + free pairs on 1 and 2 threads: devbuf, the buffer path, the system allocators.
 void bench_pairs(const bench_config *config);
 void bench_queue(const bench_config *config);
+void bench_queue_ring(const bench_config *config); // queue items against ring-buffer queues
 void bench_load(const bench_config *config);
 // Real allocation traces replayed against PyTorch's figures (memory figures, no timing).
 void bench_traces(const bench_config *config);

@@ -221,6 +221,7 @@ void bench_queue(const bench_config *config) {
     printf("   devbuf, 2 queues          %8.1f  every item waits for the other queue: +%.1f ns per "
            "wait\n\n",
            t, t - o);
+    bench_queue_ring(config);
     size_t fill_bytes = 256;
     devbuf_buffer_t *target = NULL;
     if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &fill_bytes, 1, 0, &target) == DEVBUF_OK)

@@ -795,15 +795,16 @@ DEVBUF_API devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue);
 DEVBUF_API devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel,
                                              const devbuf_use_t *uses, size_t use_count,
                                              const void *scalars, size_t scalars_size);
-// Host work in the queue, on any device: `task` runs on the queue's worker thread, on the
-// CPU, in queue order: after the queue's earlier work has completed on the device, before
-// its later work starts; its uses are tracked and refused like a kernel's, so work of
-// other queues that conflicts with them is ordered around it. It gets each use's host
-// address where the CPU can address the memory, NULL where it cannot (device memory: take
-// its address with devbuf_buffer_device_ptr for a library that reads it, such as a
-// CUDA-aware MPI). What it returns fails the queue as a kernel's would. This is how a
-// communication call (MPI_Allreduce) sits between the kernel that writes its input and
-// the one that reads its output without a synchronize. On the CPU it is devbuf_queue_submit.
+// Host work in the queue, on any device: `task` runs on the queue's worker thread (on the
+// CPU's queues, or on the thread in devbuf_queue_finish, below), one at a time, in queue
+// order: after the queue's earlier work has completed on the device, before its later work
+// starts; its uses are tracked and refused like a kernel's, so work of other queues that
+// conflicts with them is ordered around it. It gets each use's host address where the CPU
+// can address the memory, NULL where it cannot (device memory: take its address with
+// devbuf_buffer_device_ptr for a library that reads it, such as a CUDA-aware MPI). What it
+// returns fails the queue as a kernel's would. This is how a communication call
+// (MPI_Allreduce) sits between the kernel that writes its input and the one that reads its
+// output without a synchronize. On the CPU it is devbuf_queue_submit.
 DEVBUF_API devbuf_status devbuf_queue_host_task(devbuf_queue_t *queue, devbuf_cpu_kernel_fn task,
                                                 const devbuf_use_t *uses, size_t use_count,
                                                 const void *scalars, size_t scalars_size);
@@ -851,7 +852,10 @@ DEVBUF_API devbuf_status devbuf_queue_signal(devbuf_queue_t *queue, devbuf_event
 DEVBUF_API devbuf_status devbuf_queue_wait(devbuf_queue_t *queue, devbuf_event_t *event,
                                            uint64_t value);
 // Waits on the host until every submitted work item has completed; returns the queue's
-// failure, if any.
+// failure, if any. On the CPU's queues, when the queue's worker sleeps, the calling thread
+// runs what is queued itself, in order, one item at a time as the worker would (and with the
+// same waits refused to it), instead of waking the worker and sleeping until it is done:
+// kernels and host tasks must not count on running on one particular thread.
 DEVBUF_API devbuf_status devbuf_queue_finish(devbuf_queue_t *queue);
 // Drops the work not yet started (its events fail with CANCELLED) and waits for the item
 // that is running. The queue stays usable.

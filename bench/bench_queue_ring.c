@@ -1,0 +1,137 @@
+// Queue items against ring-buffer queues: 256-byte fills of one buffer submitted to a devbuf
+// queue, and the same memsets through two minimal pthread queues over a ring of slots (a
+// mutex, a condition variable each way): one signals its worker on every push, the other
+// only when the worker sleeps. Each side submits every item and then waits for the last;
+// ns per item, the faster ring as the reference.
+#include "bench.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_RUNS   101
+#define RING_SLOTS 4096 // as deep as a devbuf queue by default
+#define FILL_BYTES 256
+
+typedef struct ring_fill {
+  unsigned char *target;
+  unsigned char pattern;
+} ring_fill;
+
+typedef struct ring_queue {
+  pthread_mutex_t lock;
+  pthread_cond_t not_empty, not_full, drained;
+  ring_fill slots[RING_SLOTS];
+  size_t head, tail; // pushed, popped (running counts)
+  bool worker_sleeps, stop, signal_always;
+  pthread_t worker;
+} ring_queue;
+
+static void *ring_worker(void *arg) {
+  ring_queue *q = arg;
+  pthread_mutex_lock(&q->lock);
+  for (;;) {
+    while (q->head == q->tail && !q->stop) {
+      q->worker_sleeps = true;
+      pthread_cond_wait(&q->not_empty, &q->lock);
+      q->worker_sleeps = false;
+    }
+    if (q->head == q->tail) break;
+    ring_fill fill = q->slots[q->tail % RING_SLOTS];
+    pthread_mutex_unlock(&q->lock);
+    memset(fill.target, fill.pattern, FILL_BYTES);
+    pthread_mutex_lock(&q->lock);
+    if (q->head - q->tail++ == RING_SLOTS) pthread_cond_signal(&q->not_full);
+    if (q->head == q->tail) pthread_cond_broadcast(&q->drained);
+  }
+  pthread_mutex_unlock(&q->lock);
+  return NULL;
+}
+
+static double time_ring(size_t items, unsigned char *target, bool signal_always) {
+  static ring_queue q; // the ring is too large for the stack
+  memset(&q, 0, sizeof q);
+  q.signal_always = signal_always;
+  pthread_mutex_init(&q.lock, NULL);
+  pthread_cond_init(&q.not_empty, NULL);
+  pthread_cond_init(&q.not_full, NULL);
+  pthread_cond_init(&q.drained, NULL);
+  pthread_create(&q.worker, NULL, ring_worker, &q);
+  uint64_t start = bench_now_ns();
+  for (size_t i = 0; i < items; i++) {
+    pthread_mutex_lock(&q.lock);
+    while (q.head - q.tail == RING_SLOTS) pthread_cond_wait(&q.not_full, &q.lock);
+    q.slots[q.head++ % RING_SLOTS] = (ring_fill){target, (unsigned char)i};
+    if (q.signal_always || q.worker_sleeps) pthread_cond_signal(&q.not_empty);
+    pthread_mutex_unlock(&q.lock);
+  }
+  pthread_mutex_lock(&q.lock);
+  while (q.head != q.tail) pthread_cond_wait(&q.drained, &q.lock);
+  q.stop = true;
+  pthread_cond_signal(&q.not_empty);
+  pthread_mutex_unlock(&q.lock);
+  uint64_t elapsed = bench_now_ns() - start;
+  pthread_join(q.worker, NULL);
+  pthread_cond_destroy(&q.drained);
+  pthread_cond_destroy(&q.not_full);
+  pthread_cond_destroy(&q.not_empty);
+  pthread_mutex_destroy(&q.lock);
+  return (double)elapsed / (double)items;
+}
+
+static double time_devbuf_fills(devbuf_queue_t *queue, devbuf_buffer_t *target, size_t items) {
+  uint64_t start = bench_now_ns();
+  for (size_t i = 0; i < items; i++) {
+    unsigned char pattern = (unsigned char)i;
+    if (devbuf_queue_fill(queue, target, &pattern, 1) != DEVBUF_OK) return -1;
+  }
+  if (devbuf_queue_finish(queue) != DEVBUF_OK) return -1;
+  return (double)(bench_now_ns() - start) / (double)items;
+}
+
+void bench_queue_ring(const bench_config *config) {
+  size_t items = config->quick ? 20000 : 200000;
+  int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
+  size_t bytes = FILL_BYTES;
+  devbuf_queue_t *queue = NULL;
+  devbuf_buffer_t *target = NULL;
+  void *ring_target = NULL;
+  if (devbuf_queue_create(config->device, &queue) != DEVBUF_OK ||
+      devbuf_buffer_allocate(devbuf_device_allocator(config->device), DEVBUF_UINT8, &bytes, 1, 0,
+                             &target) != DEVBUF_OK ||
+      devbuf_buffer_unsynchronized_ptr(target, &ring_target, NULL) != DEVBUF_OK) {
+    printf("== queue items against rings skipped: %s ==\n\n", devbuf_last_error());
+    devbuf_buffer_release(target);
+    devbuf_queue_release(queue);
+    return;
+  }
+  // The rings fill the buffer's own bytes (the CPU's), so both sides write the same memory.
+  double always[MAX_RUNS], sleeper[MAX_RUNS], ours[MAX_RUNS], ratio[MAX_RUNS];
+  bool failed = false;
+  for (int r = 0; r < runs && !failed; r++) {
+    always[r] = time_ring(items, ring_target, true);
+    sleeper[r] = time_ring(items, ring_target, false);
+    ours[r] = time_devbuf_fills(queue, target, items);
+    failed = ours[r] < 0;
+    double faster = always[r] < sleeper[r] ? always[r] : sleeper[r];
+    ratio[r] = ours[r] / faster;
+  }
+  if (failed) {
+    printf("== queue items against rings failed: %s ==\n\n", devbuf_last_error());
+  } else {
+    double a = bench_median(always, runs), s = bench_median(sleeper, runs),
+           o = bench_median(ours, runs), x = bench_median(ratio, runs);
+    printf("== %zu fills of %d bytes queued, then waited for: ns per item ==\n", items, FILL_BYTES);
+    printf("   ring, signals every push  %8.1f\n", a);
+    printf("   ring, signals a sleeper   %8.1f\n", s);
+    printf("   devbuf queue              %8.1f  %5.2fx the faster ring (median of the runs' "
+           "ratios)  %s (target <= 1.2x)\n\n",
+           o, x, x <= 1.2 ? "met" : "MISSED");
+    bench_figure("queue", "ring signalling every push, per fill", a, "ns", -1);
+    bench_figure("queue", "ring signalling a sleeper, per fill", s, "ns", -1);
+    bench_figure("queue", "devbuf queue, per fill", o, "ns", -1);
+    bench_figure("queue", "devbuf queue / the faster ring, per fill", x, "x", x <= 1.2);
+  }
+  devbuf_buffer_release(target);
+  devbuf_queue_release(queue);
+}
