@@ -116,9 +116,10 @@ static void mark_done(devbuf_queue_t *queue, devbuf__work **items, size_t count)
     if (work->status != DEVBUF_OK && work->kind == DEVBUF__WORK_SIGNAL) fail_signal(queue, work);
     atomic_store(&work->fence.done, true); // seq_cst: ordered before the load of waiters below
     if (atomic_load(&work->waiters)) {
-      pthread_mutex_lock(&work->lock);
-      pthread_cond_broadcast(&work->completed);
-      pthread_mutex_unlock(&work->lock);
+      devbuf__parking *place = devbuf__work_parking(work);
+      pthread_mutex_lock(&place->lock);
+      pthread_cond_broadcast(&place->completed);
+      pthread_mutex_unlock(&place->lock);
     }
     devbuf__work_unref(work, &recycled);
   }
@@ -243,7 +244,7 @@ static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void
 // What the device does for a fill, copy, launch or C kernel, as data.
 static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait_count,
                              void **out_event) {
-  devbuf_queue_t *queue = work->queue;
+  devbuf_queue_t *queue = work->fence.queue;
   devbuf__op op; // only what its kind reads is set (a whole initialiser costs every item)
   op.operands = work->operands;
   op.operand_count = work->use_count;
@@ -291,7 +292,7 @@ static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait
 // CPU's operations), or enqueued on the device queue, leaving the driver's event for
 // items that depend on it.
 static devbuf_status run(devbuf__work *work) {
-  devbuf_queue_t *queue = work->queue;
+  devbuf_queue_t *queue = work->fence.queue;
   devbuf_device_t *device = queue->device;
   void *stack_waits[16], **waits = stack_waits;
   if (queue->device_queue && work->dep_count > 16 &&

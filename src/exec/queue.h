@@ -36,12 +36,9 @@ struct devbuf__work {
   devbuf__fence fence; // first: what trackers hold; refs: the queue's, plus one per dependent
   bool pooled;         // a fixed-size item that returns to the pool
   devbuf__work_kind kind;
-  devbuf_queue_t *queue;
   struct devbuf__work *next; // the queue's FIFO
-  pthread_mutex_t lock;      // with `completed`: dependents that block
-  pthread_cond_t completed;
   // fence.done: set (release) once retired; status is final then
-  atomic_size_t waiters; // threads blocked on `completed`
+  atomic_uint waiters; // threads blocked on its parking place (devbuf__work_parking)
   devbuf_status status;
   atomic_bool cancel;             // a WAIT item is asked to stop waiting
   void *_Atomic device_event;     // device queues: the driver's event once enqueued
@@ -125,6 +122,15 @@ static inline bool devbuf__queue_may_be_full(const devbuf_queue_t *queue) {
 }
 
 // ---- work items (work.c) ----
+
+// Where threads block until a work item completes, and where a WAIT item's gate is handed
+// to cancel: a few lock and condition pairs that every item shares, by its address. A
+// pair of its own would add 88 bytes to every item for waits that few items see.
+typedef struct devbuf__parking {
+  pthread_mutex_t lock;
+  pthread_cond_t completed; // broadcast when an item with waiters here completes
+} devbuf__parking;
+devbuf__parking *devbuf__work_parking(const devbuf__work *work);
 
 // The work item whose fence a tracker or storage holds (every fence is a work item's).
 static inline devbuf__work *devbuf__work_of(devbuf__fence *fence) {

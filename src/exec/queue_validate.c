@@ -18,7 +18,7 @@ void devbuf__queue_validate_taken(const devbuf_queue_t *queue, devbuf__work *con
                                   size_t count) {
   for (size_t i = 0; i < count; i++) {
     const devbuf__work *work = batch[i];
-    if (work->queue != queue) broken("an item in another queue's FIFO", work, 0);
+    if (work->fence.queue != queue) broken("an item in another queue's FIFO", work, 0);
     if (atomic_load(&work->fence.done)) broken("an item taken to run is done already", work, 0);
     if (atomic_load(&work->fence.refs.count) == 0)
       broken("an item taken to run has no reference", work, 0);
@@ -47,7 +47,7 @@ void devbuf__queue_validate_retiring(const devbuf_queue_t *queue, devbuf__work *
                                      size_t count) {
   for (size_t i = 0; i < count; i++) {
     const devbuf__work *work = items[i];
-    if (work->queue != queue) broken("a queue retires another queue's item", work, 0);
+    if (work->fence.queue != queue) broken("a queue retires another queue's item", work, 0);
     if (atomic_load(&work->fence.done)) broken("an item retires twice", work, 0);
     for (size_t u = 0; u < work->use_count; u++)
       if (work->uses[u].hazard)

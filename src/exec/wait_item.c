@@ -58,9 +58,10 @@ static devbuf_status wait_at_gate(devbuf__work *work, wait_gate *gate, void *eve
   devbuf__ref_init(&gate->refs, 2);
   gate->attached = true;
   gate->opened = false;
-  pthread_mutex_lock(&work->lock);
+  devbuf__parking *place = devbuf__work_parking(work); // where cancel looks for the gate
+  pthread_mutex_lock(&place->lock);
   work->gate = gate;
-  pthread_mutex_unlock(&work->lock);
+  pthread_mutex_unlock(&place->lock);
   if (atomic_load(&work->cancel)) gate_open(gate); // cancel came before the gate was there
   if (devbuf__event_watch_value(work->event, work->value, gate_reached, gate) != DEVBUF_OK) {
     gate_open(gate); // nothing would open it: the host waits instead (outcome)
@@ -68,9 +69,9 @@ static devbuf_status wait_at_gate(devbuf__work *work, wait_gate *gate, void *eve
   }
   devbuf__device_done passed = {event, "an event wait", DEVBUF_OK};
   devbuf_status status = device->backend->complete(device, gate->device_queue, &passed, 1);
-  pthread_mutex_lock(&work->lock);
+  pthread_mutex_lock(&place->lock);
   work->gate = NULL;
-  pthread_mutex_unlock(&work->lock);
+  pthread_mutex_unlock(&place->lock);
   pthread_mutex_lock(&gate->lock);
   if (!gate->opened)
     device->backend->gate_open(device, gate->device_queue, gate->backend_gate); // never left parked
@@ -104,7 +105,8 @@ devbuf_status devbuf__wait_item_run(devbuf__work *work, devbuf_device_t *device,
 
 void devbuf__wait_item_cancel(devbuf__work *work) {
   devbuf__event_interrupt(work->event); // a wait on the host checks work->cancel again
-  pthread_mutex_lock(&work->lock);
+  devbuf__parking *place = devbuf__work_parking(work);
+  pthread_mutex_lock(&place->lock);
   if (work->gate) gate_open(work->gate);
-  pthread_mutex_unlock(&work->lock);
+  pthread_mutex_unlock(&place->lock);
 }

@@ -35,9 +35,26 @@ devbuf__work *devbuf__work_retain(devbuf__work *work) {
 
 static void work_destroy(devbuf__work *work) {
   devbuf__free(work->deps);
-  pthread_cond_destroy(&work->completed);
-  pthread_mutex_destroy(&work->lock);
   devbuf__free(work);
+}
+
+#define PARKING_PLACES 64
+
+static struct {
+  devbuf__parking place;
+  char apart[64]; // neighbours' locks off each other's cache line
+} parking[PARKING_PLACES];
+
+__attribute__((constructor)) static void parking_init(void) {
+  for (size_t i = 0; i < PARKING_PLACES; i++) {
+    devbuf__mutex_init(&parking[i].place.lock);
+    pthread_cond_init(&parking[i].place.completed, NULL);
+  }
+}
+
+devbuf__parking *devbuf__work_parking(const devbuf__work *work) {
+  uintptr_t address = (uintptr_t)work;
+  return &parking[(address >> 6 ^ address >> 12) % PARKING_PLACES].place;
 }
 
 static const devbuf__fence_ops work_fence; // below, with the waits
@@ -160,8 +177,6 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
     atomic_init(&work->device_event, NULL);
     work->event_device = NULL;
     work->gate = NULL;
-    devbuf__mutex_init(&work->lock);
-    pthread_cond_init(&work->completed, NULL);
   }
   devbuf__ref_init(&work->fence.refs, 1);
   work->fence.ops = &work_fence;
@@ -171,7 +186,6 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
   atomic_init(&work->fence.done, false);
   atomic_init(&work->waiters, 0);
   work->kind = kind;
-  work->queue = queue;
   work->next = NULL;
   work->status = DEVBUF_OK;
   work->kernel = NULL;
@@ -196,11 +210,13 @@ devbuf_status devbuf__work_wait_done(devbuf__work *work) {
       devbuf__cpu_pause();
     }
   }
-  pthread_mutex_lock(&work->lock);
+  // Items that share the place wake this thread too: it looks at its own again.
+  devbuf__parking *place = devbuf__work_parking(work);
+  pthread_mutex_lock(&place->lock);
   atomic_fetch_add(&work->waiters, 1);
-  while (!atomic_load(&work->fence.done)) pthread_cond_wait(&work->completed, &work->lock);
+  while (!atomic_load(&work->fence.done)) pthread_cond_wait(&place->completed, &place->lock);
   atomic_fetch_sub(&work->waiters, 1);
-  pthread_mutex_unlock(&work->lock);
+  pthread_mutex_unlock(&place->lock);
   return work->status;
 }
 
