@@ -275,10 +275,10 @@ static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait
     op.kind = DEVBUF__OP_LAUNCH;
     op.program = work->program->backend_program;
     op.kernel_name = work->kernel_name;
-    op.launch = &work->launch;
+    op.launch = work->launch;
     op.arg_count = work->arg_count;
-    op.arg_sizes = work->scalars;
-    op.arg_bytes = (const size_t *)work->scalars + work->arg_count;
+    op.arg_sizes = (const size_t *)(work->launch + 1);
+    op.arg_bytes = op.arg_sizes + work->arg_count;
     break;
   default:
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "work item of kind %d is no device operation",

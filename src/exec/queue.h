@@ -33,28 +33,34 @@ typedef struct devbuf__work_use {
 } devbuf__work_use;
 
 struct devbuf__work {
-  devbuf__fence fence; // first: what trackers hold; refs: the queue's, plus one per dependent
-  bool pooled;         // a fixed-size item that returns to the pool
-  devbuf__work_kind kind;
+  devbuf__fence fence;       // first: what trackers hold; refs: the queue's, plus one per dependent
   struct devbuf__work *next; // the queue's FIFO
-  // fence.done: set (release) once retired; status is final then
-  atomic_uint waiters; // threads blocked on its parking place (devbuf__work_parking)
-  devbuf_status status;
-  atomic_bool cancel;             // a WAIT item is asked to stop waiting
-  void *_Atomic device_event;     // device queues: the driver's event once enqueued
-  devbuf_device_t *event_device;  // ... and its device (retained), which releases it
-  struct devbuf__wait_gate *gate; // a WAIT item's while it waits on a device (under lock)
-  devbuf__dep *deps;              // released once waited for
+  devbuf__work_kind kind;
+  devbuf_status status; // fence.done: set (release) once retired; status is final then
+  atomic_uint waiters;  // threads blocked on its parking place (devbuf__work_parking)
+  atomic_bool cancel;   // a WAIT item is asked to stop waiting
+  uint8_t pool;         // the pool it returns to (work.c), or none
+  devbuf__dep *deps;    // released once waited for
   size_t dep_count, dep_capacity;
-  devbuf_cpu_kernel_fn kernel;
-  devbuf_event_t *event; // SIGNAL and WAIT (retained)
-  uint64_t value;
+  void *_Atomic device_event;    // device queues: the driver's event once enqueued
+  devbuf_device_t *event_device; // ... and its device (retained), which releases it
+  union {                        // what its kind needs
+    devbuf_cpu_kernel_fn kernel; // KERNEL, HOST
+    struct {                     // SIGNAL, WAIT
+      devbuf_event_t *event;     // retained
+      uint64_t value;
+      struct devbuf__wait_gate *gate; // a WAIT item's while it waits on a device (under the
+                                      // lock of its parking place)
+    };
+    struct {                     // LAUNCH
+      devbuf_program_t *program; // retained
+      devbuf_launch_t *launch;   // at `scalars`, then the arguments' sizes, their bytes,
+      const char *kernel_name;   // and the name
+      size_t arg_count;
+    };
+  };
   void *scalars; // copied (kernel scalars, fill pattern; launch arguments)
   size_t scalars_size;
-  devbuf_program_t *program; // LAUNCH (retained)
-  const char *kernel_name;   // LAUNCH: inside `scalars`, after the arguments
-  devbuf_launch_t launch;    // LAUNCH
-  size_t arg_count;          // LAUNCH: sizes at `scalars`, then the bytes of each
   size_t use_count;
   devbuf__operand *operands; // the bytes of each use (in this allocation): a copy, as
                              // the storage may hand its memory on while the item waits
@@ -151,7 +157,8 @@ static inline void devbuf__work_unref(devbuf__work *work, devbuf__work **recycle
 void devbuf__work_pool_return(devbuf__work *recycled);
 // Waits on the host until `work` has retired; its status.
 devbuf_status devbuf__work_wait_done(devbuf__work *work);
-// A C kernel's arrays: the host address and the size of each use.
+// A C kernel's arrays (KERNEL and HOST items only): the host address and the size of each
+// use.
 static inline void **devbuf__work_data(devbuf__work *work) {
   return (void **)(work->operands + work->use_count);
 }

@@ -38,9 +38,11 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
   devbuf__storage *storage = buffer->storage;
   devbuf__work_use *slot = &work->uses[index];
   slot->hazard = NULL;
-  devbuf__work_data(work)[index] =
-      buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
-  devbuf__work_sizes(work)[index] = buffer->size;
+  if (work->kind == DEVBUF__WORK_KERNEL || work->kind == DEVBUF__WORK_HOST) {
+    devbuf__work_data(work)[index] =
+        buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
+    devbuf__work_sizes(work)[index] = buffer->size;
+  }
   work->operands[index] =
       (devbuf__operand){storage->memory, buffer->offset, buffer->size, storage->mapped};
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
@@ -203,7 +205,7 @@ devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *progr
   devbuf_status status =
       queue->device->backend->program_has_kernel(queue->device, program->backend_program, name);
   if (status != DEVBUF_OK) return status;
-  size_t bytes = arg_count * sizeof(size_t), name_size = strlen(name) + 1;
+  size_t bytes = sizeof *launch + arg_count * sizeof(size_t), name_size = strlen(name) + 1;
   for (size_t i = 0; i < arg_count; i++) {
     if (!args[i].data || !args[i].size)
       return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: argument %zu has no bytes", i);
@@ -213,7 +215,9 @@ devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *progr
   if (!work)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a launch with %zu uses",
                          use_count);
-  size_t *sizes = work->scalars;
+  work->launch = work->scalars;
+  *work->launch = *launch;
+  size_t *sizes = (size_t *)(work->launch + 1);
   char *bytes_at = (char *)(sizes + arg_count);
   for (size_t i = 0; i < arg_count; i++) {
     sizes[i] = args[i].size;
@@ -223,7 +227,6 @@ devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *progr
   memcpy(bytes_at, name, name_size);
   work->kernel_name = bytes_at;
   work->arg_count = arg_count;
-  work->launch = *launch;
   work->program = devbuf_program_retain(program);
   return submit(queue, work, uses);
 }

@@ -9,18 +9,24 @@
 #define SPIN_CHECKS 100 // checks of an item's flag before yielding ...
 #define YIELDS      64  // ... and yields before blocking
 
-// Small items (most of them) are recycled: a submission then costs no malloc, no free in
-// another thread, and no initialisation of the item's lock.
-#define POOL_USES     4
-#define POOL_SCALARS  64
+// Small items (most of them) are recycled: a submission then costs no malloc and no free
+// in another thread. Two pools by size: items of one use (a fill, a kernel over one buffer)
+// and items of up to four.
 #define POOL_CAPACITY 4096
-#define USE_BYTES \
-  (sizeof(devbuf__work_use) + sizeof(devbuf__operand) + sizeof(void *) + sizeof(size_t))
-#define POOL_ITEM_BYTES (sizeof(devbuf__work) + POOL_USES * USE_BYTES + POOL_SCALARS)
+#define USE_BYTES     (sizeof(devbuf__work_use) + sizeof(devbuf__operand))
+#define ARRAY_BYTES   (sizeof(void *) + sizeof(size_t)) // a C kernel's, per use
+enum { NOT_POOLED, POOL_ONE_USE, POOL_FOUR_USES, POOLS };
+static const size_t pool_uses[POOLS] = {0, 1, 4}, pool_scalars[POOLS] = {0, 16, 64};
+
+// The bytes of an item: the work, its uses and their operands, a C kernel's arrays, scalars.
+static size_t item_bytes(devbuf__work_kind kind, size_t use_count, size_t scalars_size) {
+  bool arrays = kind == DEVBUF__WORK_KERNEL || kind == DEVBUF__WORK_HOST;
+  return sizeof(devbuf__work) + use_count * (USE_BYTES + (arrays ? ARRAY_BYTES : 0)) + scalars_size;
+}
 
 static devbuf__spinlock pool_lock = DEVBUF__SPINLOCK_INITIALIZER;
-static devbuf__work *pool;
-static size_t pool_count;
+static devbuf__work *pool[POOLS];
+static size_t pool_count[POOLS];
 
 // The pool's lock is the innermost of all (taken under the submission lock and under
 // allocator locks, which release fences): its hook runs last of the prepare steps.
@@ -63,10 +69,10 @@ void devbuf__work_cleanup(devbuf__work *work, devbuf__work **recycled) {
   for (size_t i = 0; i < work->dep_count; i++)
     devbuf__work_unref(devbuf__work_of(work->deps[i].work), recycled);
   work->dep_count = 0;
-  devbuf_event_release(work->event);
-  work->event = NULL;
-  devbuf_program_release(work->program);
-  work->program = NULL;
+  if (work->kind == DEVBUF__WORK_SIGNAL || work->kind == DEVBUF__WORK_WAIT)
+    devbuf_event_release(work->event);
+  else if (work->kind == DEVBUF__WORK_LAUNCH)
+    devbuf_program_release(work->program);
   // CPU items never have a device event: a plain load keeps the locked exchange off their path.
   void *device_event =
       atomic_load_explicit(&work->device_event, memory_order_relaxed)
@@ -77,7 +83,7 @@ void devbuf__work_cleanup(devbuf__work *work, devbuf__work **recycled) {
     devbuf_device_release(work->event_device);
     work->event_device = NULL;
   }
-  if (work->pooled) {
+  if (work->pool != NOT_POOLED) {
     work->next = *recycled;
     *recycled = work;
   } else {
@@ -85,62 +91,76 @@ void devbuf__work_cleanup(devbuf__work *work, devbuf__work **recycled) {
   }
 }
 
-// Gives a list of cleaned items to the pool in one step; what does not fit is freed.
 #if DEVBUF_DEBUG_CHECKS
-// The pool holds as many items as it counts, all of them pooled and unreferenced; checked on
-// every 64th return. Caller holds pool_lock.
+// Each pool holds as many items as it counts, all of them its own and unreferenced; checked
+// on every 64th return. Caller holds pool_lock.
 static void validate_pool_locked(void) {
   static unsigned steps;
   if ((++steps & 63) != 0) return;
-  size_t length = 0;
-  for (const devbuf__work *work = pool; work; work = work->next) {
-    if (++length > pool_count || !work->pooled || atomic_load(&work->fence.refs.count) != 0) {
-      fprintf(stderr, "devbuf: work item pool invariant broken: %s\n",
-              length > pool_count ? "the pool is longer than its count"
-                                  : "a referenced or unpooled item in the pool");
+  for (int p = POOL_ONE_USE; p < POOLS; p++) {
+    size_t length = 0;
+    for (const devbuf__work *work = pool[p]; work; work = work->next) {
+      if (++length > pool_count[p] || work->pool != p ||
+          atomic_load(&work->fence.refs.count) != 0) {
+        fprintf(stderr, "devbuf: work item pool invariant broken: %s\n",
+                length > pool_count[p] ? "the pool is longer than its count"
+                                       : "a referenced or foreign item in the pool");
+        abort();
+      }
+    }
+    if (length != pool_count[p]) {
+      fprintf(stderr,
+              "devbuf: work item pool invariant broken: the pool is shorter than its count\n");
       abort();
     }
-  }
-  if (length != pool_count) {
-    fprintf(stderr,
-            "devbuf: work item pool invariant broken: the pool is shorter than its count\n");
-    abort();
   }
 }
 #else
 static inline void validate_pool_locked(void) {}
 #endif
 
+// Gives a list of cleaned items to their pools in one step; what does not fit is freed.
 void devbuf__work_pool_return(devbuf__work *recycled) {
   if (!recycled) return;
+  devbuf__work *surplus = NULL;
   devbuf__spin_lock(&pool_lock);
-  while (recycled && pool_count < POOL_CAPACITY) {
+  while (recycled) {
     devbuf__work *next = recycled->next;
-    recycled->next = pool;
-    pool = recycled;
-    pool_count++;
+    int p = recycled->pool;
+    if (pool_count[p] < POOL_CAPACITY) {
+      recycled->next = pool[p];
+      pool[p] = recycled;
+      pool_count[p]++;
+    } else {
+      recycled->next = surplus;
+      surplus = recycled;
+    }
     recycled = next;
   }
   validate_pool_locked();
   devbuf__spin_unlock(&pool_lock);
-  while (recycled) {
-    devbuf__work *next = recycled->next;
-    work_destroy(recycled);
-    recycled = next;
+  while (surplus) {
+    devbuf__work *next = surplus->next;
+    work_destroy(surplus);
+    surplus = next;
   }
 }
 
 void devbuf__work_pool_trim(void) {
+  devbuf__work *items[POOLS];
   devbuf__spin_lock(&pool_lock);
-  devbuf__work *items = pool;
-  pool = NULL;
-  pool_count = 0;
-  devbuf__spin_unlock(&pool_lock);
-  while (items) {
-    devbuf__work *next = items->next;
-    work_destroy(items);
-    items = next;
+  for (int p = 0; p < POOLS; p++) {
+    items[p] = pool[p];
+    pool[p] = NULL;
+    pool_count[p] = 0;
   }
+  devbuf__spin_unlock(&pool_lock);
+  for (int p = 0; p < POOLS; p++)
+    while (items[p]) {
+      devbuf__work *next = items[p]->next;
+      work_destroy(items[p]);
+      items[p] = next;
+    }
 }
 
 void devbuf__work_release(devbuf__work *work) {
@@ -149,34 +169,32 @@ void devbuf__work_release(devbuf__work *work) {
   devbuf__work_pool_return(recycled);
 }
 
-// Layout of one allocation: the work, its uses, their operands, a C kernel's address and
-// size arrays, scalars.
 devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count,
                                size_t scalars_size) {
-  size_t bytes = sizeof(devbuf__work) + use_count * USE_BYTES;
-  if (scalars_size > SIZE_MAX - bytes) return NULL;
-  bool poolable = use_count <= POOL_USES && scalars_size <= POOL_SCALARS;
+  if (scalars_size > SIZE_MAX - item_bytes(kind, use_count, 0)) return NULL;
+  size_t bytes = item_bytes(kind, use_count, scalars_size);
+  int p = NOT_POOLED;
+  for (int q = POOL_ONE_USE; q < POOLS && p == NOT_POOLED; q++)
+    if (use_count <= pool_uses[q] && scalars_size <= pool_scalars[q]) p = q;
   devbuf__work *work = NULL;
-  if (poolable) {
+  if (p != NOT_POOLED) {
+    bytes = item_bytes(DEVBUF__WORK_KERNEL, pool_uses[p], pool_scalars[p]); // any kind fits
     devbuf__spin_lock(&pool_lock);
-    work = pool;
+    work = pool[p];
     if (work) {
-      pool = work->next;
-      pool_count--;
+      pool[p] = work->next;
+      pool_count[p]--;
     }
     devbuf__spin_unlock(&pool_lock);
   }
   if (!work) { // every field is set below or before use: no need to clear the whole item
-    work = devbuf__malloc(poolable ? POOL_ITEM_BYTES : bytes + scalars_size);
+    work = devbuf__malloc(bytes);
     if (!work) return NULL;
-    work->pooled = poolable;
+    work->pool = (uint8_t)p;
     work->deps = NULL;
     work->dep_count = work->dep_capacity = 0;
-    work->event = NULL;
-    work->program = NULL;
     atomic_init(&work->device_event, NULL);
     work->event_device = NULL;
-    work->gate = NULL;
   }
   devbuf__ref_init(&work->fence.refs, 1);
   work->fence.ops = &work_fence;
@@ -188,12 +206,14 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
   work->kind = kind;
   work->next = NULL;
   work->status = DEVBUF_OK;
-  work->kernel = NULL;
+  work->event = NULL; // and the rest of what its kind needs
   work->value = 0;
+  work->gate = NULL;
+  work->arg_count = 0;
   work->use_count = use_count;
   work->operands = (devbuf__operand *)(work->uses + use_count);
   work->scalars_size = scalars_size;
-  work->scalars = (char *)work + bytes;
+  work->scalars = (char *)work + item_bytes(kind, use_count, 0);
   return work;
 }
 
