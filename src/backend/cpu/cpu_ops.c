@@ -9,6 +9,13 @@ static void *host_bytes(const devbuf__operand *operand) {
 }
 
 static void fill(void *data, size_t size, const void *pattern, size_t pattern_size) {
+  const unsigned char *bytes = pattern;
+  size_t same = 1;
+  while (same < pattern_size && bytes[same] == bytes[0]) same++;
+  if (same == pattern_size) { // one byte over and over (zeros, most often): one memset
+    memset(data, bytes[0], size);
+    return;
+  }
   memcpy(data, pattern, pattern_size);
   for (size_t done = pattern_size; done < size;) { // double the filled prefix each step
     size_t piece = done < size - done ? done : size - done;
