@@ -140,12 +140,12 @@ static devbuf__work *item_with_a_foreign_record(void) {
 
 static void take_a_corrupted_item(void) {
   devbuf__work *work = item_with_a_foreign_record();
-  devbuf__queue_validate_taken(work->queue, &work, 1);
+  devbuf__queue_validate_taken(work->fence.queue, &work, 1);
 }
 
 static void retire_a_tracked_item(void) {
   devbuf__work *work = item_with_a_foreign_record();
-  devbuf__queue_validate_retiring(work->queue, &work, 1);
+  devbuf__queue_validate_retiring(work->fence.queue, &work, 1);
 }
 
 static void test_broken_queue_items_abort(void) {
