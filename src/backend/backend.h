@@ -173,15 +173,16 @@ struct devbuf_device {
   pthread_mutex_t work_lock;               // with work_idle: synchronize's wait
   pthread_cond_t work_idle;
   devbuf__spinlock submit_lock; // one submission at a time records its uses (submit.c)
-  // Holds on the device by the storages of its own allocators and by queued work (core.h),
-  // counted apart from `refs` on one of several cache lines chosen by the thread: threads
-  // that make and drop buffers each write a line of their own. A line's count may go
-  // below 0 (a thread drops what another took); their sum is what is held. The device goes
-  // once `refs` and that sum are both 0 (core/device.c), and its record is kept for the next
-  // device to open (a thread that dropped the last hold still reads `unreferenced`).
+  // Holds on the device by the storages of its own allocators (core.h), counted apart from
+  // `refs` on one of several cache lines chosen by the thread: threads that make and drop
+  // buffers each write a line of their own. A thread may drop what another took, so each
+  // line counts holds taken and dropped, both only growing: what is held is all taken less
+  // all dropped, read dropped first (core/device.c). The device goes once `refs` and that
+  // are both 0, and its record is kept for the next device to open (a thread that dropped
+  // the last hold still reads `unreferenced`).
   struct {
-    atomic_llong count;
-    char apart[64 - sizeof(atomic_llong)]; // no two counts on one line (of 64 bytes)
+    atomic_uint_least64_t taken, dropped;
+    char apart[64 - 2 * sizeof(atomic_uint_least64_t)]; // no two lines' counts share one
   } holds[DEVBUF__HOLD_LINES];
   atomic_bool unreferenced; // `refs` reached 0 while holds were left: each drop checks
   bool open;                // in the registry (not a kept record)

@@ -70,7 +70,7 @@ typedef struct devbuf__storage {
 // A hold on the device for a storage of one of its own allocators, or for queued work
 // (backend.h): no cache line that other threads write. The device stays while held.
 static inline void devbuf__device_hold(devbuf_device_t *device) {
-  atomic_fetch_add_explicit(&device->holds[devbuf__thread_index() % DEVBUF__HOLD_LINES].count, 1,
+  atomic_fetch_add_explicit(&device->holds[devbuf__thread_index() % DEVBUF__HOLD_LINES].taken, 1,
                             memory_order_relaxed);
 }
 // The device's last reference went while holds were left: whoever drops the last hold
@@ -79,7 +79,7 @@ void devbuf__device_drop_unreferenced(devbuf_device_t *device);
 static inline void devbuf__device_unhold(devbuf_device_t *device) {
   // Sequentially consistent with the store of `unreferenced` and the sum of the holds
   // after it (device.c): either this drop sees the flag or that sum sees the drop.
-  atomic_fetch_sub_explicit(&device->holds[devbuf__thread_index() % DEVBUF__HOLD_LINES].count, 1,
+  atomic_fetch_add_explicit(&device->holds[devbuf__thread_index() % DEVBUF__HOLD_LINES].dropped, 1,
                             memory_order_seq_cst);
   if (DEVBUF_UNLIKELY(atomic_load_explicit(&device->unreferenced, memory_order_seq_cst)))
     devbuf__device_drop_unreferenced(device);

@@ -156,7 +156,10 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
   atomic_init(&device->mapped_bytes, 0);
   atomic_init(&device->pending_work, 0);
   atomic_init(&device->sync_waiters, 0);
-  for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) atomic_init(&device->holds[i].count, 0);
+  for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) {
+    atomic_init(&device->holds[i].taken, 0);
+    atomic_init(&device->holds[i].dropped, 0);
+  }
   devbuf__mutex_init(&device->work_lock);
   atomic_init(&device->submit_lock.held, false);
   pthread_cond_init(&device->work_idle, NULL);
@@ -230,10 +233,15 @@ devbuf_device_t *devbuf_device_retain(devbuf_device_t *device) {
   return device;
 }
 
-static long long holds_sum(devbuf_device_t *device) {
-  long long sum = 0;
-  for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) sum += atomic_load(&device->holds[i].count);
-  return sum;
+// Whether any hold is left. Every drop is read before any take: a hold is taken only by a
+// thread that holds the device otherwise (a reference, another hold), so each take that
+// came before a drop read here is seen by the reads of takes after it, and a sum read line
+// by line never shows 0 while a hold is left.
+static bool held(devbuf_device_t *device) {
+  uint64_t dropped = 0, taken = 0;
+  for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) dropped += atomic_load(&device->holds[i].dropped);
+  for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) taken += atomic_load(&device->holds[i].taken);
+  return taken != dropped;
 }
 
 // Destroys a device no one refers to or holds any more: takes it out of the registry (whose
@@ -276,7 +284,7 @@ void devbuf_device_release(devbuf_device_t *device) {
   }
   // Sequentially consistent with each drop of a hold and its load of the flag after it.
   atomic_store(&device->unreferenced, true);
-  if (holds_sum(device) != 0) { // the last hold's drop sees the flag and destroys it
+  if (held(device)) { // the last hold's drop sees the flag and destroys it
     pthread_mutex_unlock(&registry_lock);
     return;
   }
@@ -287,7 +295,7 @@ void devbuf__device_drop_unreferenced(devbuf_device_t *device) {
   pthread_mutex_lock(&registry_lock);
   // Another drop may have destroyed it first, and the record may hold a newer device now.
   if (device->open && atomic_load(&device->unreferenced) && atomic_load(&device->refs.count) == 0 &&
-      holds_sum(device) == 0) {
+      !held(device)) {
     device_destroy_locked(device);
     return;
   }

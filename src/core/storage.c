@@ -16,7 +16,7 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
   if (!storage)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer's storage record");
   // Each field is set one by one, every one but the first handle's (its maker sets those):
-  // clearing the record with memset took a string instruction that cost a third of a
+  // clearing the record with memset took a string instruction that cost over a quarter of a
   // buffer's allocate + release. The debug validators scribble over the record first, so
   // that a field added and not set here shows in the sanitizer suites. The lock comes from
   // the initializer, with no call (a mutex made by pthread_mutex_init is the same bytes).
