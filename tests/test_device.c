@@ -2,6 +2,8 @@
 // UNAVAILABLE with a reason, malformed specs are refused.
 #include "check.h"
 
+#include <pthread.h>
+
 static void test_open_cpu(void) {
   devbuf_device_t *a = NULL, *b = NULL;
   CHECK_OK(devbuf_device_open("cpu", &a));
@@ -36,6 +38,42 @@ static void test_allocator_keeps_device_alive(void) {
   devbuf_buffer_release(buffer);
 }
 
+static uint64_t system_allocations_of(devbuf_device_t *device) {
+  devbuf_allocator_stats_t stats;
+  CHECK_OK(devbuf_allocator_stats(devbuf_device_allocator(device), &stats));
+  return stats.system_allocs; // a fresh allocator has made none
+}
+
+static void *release_buffer(void *buffer) {
+  devbuf_buffer_release(buffer);
+  return NULL;
+}
+
+// Buffers hold their device without its reference count: the device's last reference going
+// leaves it alive while a buffer holds it (opening the spec again finds it, with what its
+// allocator did), and the last hold going, on another thread than the one that took it,
+// destroys it (opening again makes a new device: a fresh allocator that has done nothing).
+static void test_buffers_hold_the_device(void) {
+  size_t shape[] = {1024};
+  devbuf_device_t *device = NULL, *again = NULL;
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_FLOAT32, shape, 1, 0,
+                                  &buffer));
+  uint64_t made = system_allocations_of(device);
+  CHECK(made >= 1);
+  devbuf_device_release(device); // the buffer holds it
+  CHECK_OK(devbuf_device_open("cpu", &again));
+  CHECK(again == device && system_allocations_of(again) == made); // the same device, alive
+  devbuf_device_release(again);
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, release_buffer, buffer) == 0);
+  pthread_join(thread, NULL); // the last hold went there: the device went with it
+  CHECK_OK(devbuf_device_open("cpu", &again));
+  CHECK(system_allocations_of(again) == 0);
+  devbuf_device_release(again);
+}
+
 // Backends not built (cuda), and devices that do not exist (there are never 57 OpenCL
 // devices here; with no OpenCL at all the reason differs but the status is the same).
 static void test_unavailable_devices(void) {
@@ -65,6 +103,7 @@ static void test_malformed_specs(void) {
 int main(void) {
   RUN(test_open_cpu);
   RUN(test_allocator_keeps_device_alive);
+  RUN(test_buffers_hold_the_device);
   RUN(test_unavailable_devices);
   RUN(test_malformed_specs);
   return CHECK_EXIT();
