@@ -46,9 +46,9 @@ static inline unsigned devbuf__thread_index(void) {
 }
 
 // Records the library makes and drops for every buffer (storage records, buffer handles):
-// each thread keeps up to RECORD_CACHE_DEPTH freed ones of each kind for its next, so that
-// the allocate/release path calls no malloc and no free. Not while host memory hooks are set
-// (their allocations stay theirs), and not under AddressSanitizer (freed records stay
+// each thread keeps up to DEVBUF__RECORD_CACHE_DEPTH freed ones of each kind for its next, so
+// that the allocate/release path calls no malloc and no free. Not while host memory hooks are
+// set (their allocations stay theirs), and not under AddressSanitizer (freed records stay
 // poisoned). Contents uninitialised.
 typedef enum devbuf__record_kind {
   DEVBUF__RECORD_STORAGE,
