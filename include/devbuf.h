@@ -764,8 +764,8 @@ typedef struct devbuf_kernel_args {
 typedef devbuf_status (*devbuf_cpu_kernel_fn)(const devbuf_kernel_args_t *args);
 
 // Queues are bounded: a new queue holds at most DEVBUF_QUEUE_DEFAULT_DEPTH items submitted
-// and not yet retired (devbuf_queue_set_depth changes it). As many as the library's pool of
-// recycled work items: a producer held at the bound makes and frees no item.
+// and not yet retired (devbuf_queue_set_depth changes it). As many as each of the library's
+// pools of recycled work items: a producer held at the bound makes and frees no item.
 #define DEVBUF_QUEUE_DEFAULT_DEPTH 4096u
 enum {
   DEVBUF_QUEUE_FULL_REFUSES = 1u << 0, // a submission to a full queue refuses, never waits
