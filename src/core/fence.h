@@ -16,10 +16,10 @@ typedef struct devbuf__fence_ops {
 
 struct devbuf__fence {
   devbuf__refcount refs;
-  atomic_bool done; // set once, when the work has completed (or failed, or was cancelled)
   const devbuf__fence_ops *ops;
   devbuf_queue_t *queue; // whose order it keeps: later work of that queue needs no wait for it
   unsigned epoch;        // the process's (devbuf__epoch) when submitted
+  atomic_bool done;      // set once, when the work has completed (or failed, or was cancelled)
 };
 
 static inline devbuf__fence *devbuf__fence_retain(devbuf__fence *fence) {

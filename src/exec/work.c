@@ -27,6 +27,10 @@ static size_t item_bytes(devbuf__work_kind kind, size_t use_count, size_t scalar
 static devbuf__spinlock pool_lock = DEVBUF__SPINLOCK_INITIALIZER;
 static devbuf__work *pool[POOLS];
 static size_t pool_count[POOLS];
+// Items of each pool's size in existence (queued, running or in the pool): at most
+// POOL_CAPACITY. Beyond it (a producer far ahead of an unbounded queue) items are made to
+// their exact size and freed when done.
+static size_t pool_made[POOLS];
 
 // The pool's lock is the innermost of all (taken under the submission lock and under
 // allocator locks, which release fences): its hook runs last of the prepare steps.
@@ -40,6 +44,11 @@ devbuf__work *devbuf__work_retain(devbuf__work *work) {
 }
 
 static void work_destroy(devbuf__work *work) {
+  if (work->pool != NOT_POOLED) {
+    devbuf__spin_lock(&pool_lock);
+    pool_made[work->pool]--;
+    devbuf__spin_unlock(&pool_lock);
+  }
   devbuf__free(work->deps);
   devbuf__free(work);
 }
@@ -178,18 +187,29 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
     if (use_count <= pool_uses[q] && scalars_size <= pool_scalars[q]) p = q;
   devbuf__work *work = NULL;
   if (p != NOT_POOLED) {
-    bytes = item_bytes(DEVBUF__WORK_KERNEL, pool_uses[p], pool_scalars[p]); // any kind fits
     devbuf__spin_lock(&pool_lock);
     work = pool[p];
     if (work) {
       pool[p] = work->next;
       pool_count[p]--;
+    } else if (pool_made[p] < POOL_CAPACITY) {
+      pool_made[p]++; // made below, to the pool's size
+      bytes = item_bytes(DEVBUF__WORK_KERNEL, pool_uses[p], pool_scalars[p]); // any kind fits
+    } else {
+      p = NOT_POOLED;
     }
     devbuf__spin_unlock(&pool_lock);
   }
   if (!work) { // every field is set below or before use: no need to clear the whole item
     work = devbuf__malloc(bytes);
-    if (!work) return NULL;
+    if (!work) {
+      if (p != NOT_POOLED) {
+        devbuf__spin_lock(&pool_lock);
+        pool_made[p]--;
+        devbuf__spin_unlock(&pool_lock);
+      }
+      return NULL;
+    }
     work->pool = (uint8_t)p;
     work->deps = NULL;
     work->dep_count = work->dep_capacity = 0;
