@@ -180,7 +180,9 @@ void devbuf__work_release(devbuf__work *work) {
 
 devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count,
                                size_t scalars_size) {
-  if (scalars_size > SIZE_MAX - item_bytes(kind, use_count, 0)) return NULL;
+  if (use_count > (SIZE_MAX - sizeof(devbuf__work)) / (USE_BYTES + ARRAY_BYTES) ||
+      scalars_size > SIZE_MAX - item_bytes(kind, use_count, 0))
+    return NULL; // more than any memory holds
   size_t bytes = item_bytes(kind, use_count, scalars_size);
   int p = NOT_POOLED;
   for (int q = POOL_ONE_USE; q < POOLS && p == NOT_POOLED; q++)
