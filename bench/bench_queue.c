@@ -118,11 +118,12 @@ static double time_devbuf(devbuf_queue_t **queues, int queue_count, size_t items
 #if defined(__GLIBC__)
 static atomic_bool producer_done;
 
-// The queue's first item: holds the worker back until the producer is done, or 200 ms.
+// The queue's first item: holds the worker back until the producer is done (or 10 s, if it
+// never says so): every item submitted meanwhile is held at once.
 static devbuf_status hold_worker(const devbuf_kernel_args_t *args) {
   (void)args;
   struct timespec pause = {0, 1000000};
-  for (int waited = 0; waited < 200 && !atomic_load(&producer_done); waited++)
+  for (int waited = 0; waited < 10000 && !atomic_load(&producer_done); waited++)
     nanosleep(&pause, NULL);
   return DEVBUF_OK;
 }

@@ -8,6 +8,7 @@
 #include "../src/memory/caching/caching.h"
 
 #include <signal.h>
+#include <stddef.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,15 +107,21 @@ static const devbuf__fence_ops noop_ops = {fence_noop, fence_noop};
 
 static void corrupt_a_hazard_record(void) {
   devbuf__hazard *hazard = devbuf__hazard_create();
-  devbuf__fence fence = {.ops = &noop_ops};
-  devbuf__ref_init(&fence.refs, 1);
-  devbuf__record record = {.work = &fence, .offset = 64, .size = 64, .write = true};
+  static struct fenced_record { // as in a work item: the record finds the fence by its distance
+    devbuf__fence fence;
+    devbuf__record record;
+  } item;
+  item.fence = (devbuf__fence){.ops = &noop_ops, .queue = (devbuf_queue_t *)(uintptr_t)0x1000};
+  devbuf__ref_init(&item.fence.refs, 1);
+  item.record = (devbuf__record){.fence_distance = offsetof(struct fenced_record, record),
+                                 .offset = 64,
+                                 .size = 64,
+                                 .write = true};
   devbuf__dep *deps = NULL;
-  size_t count = 0, capacity = 0;
-  devbuf__hazard_add(hazard, &record, (devbuf_queue_t *)(uintptr_t)0x1000, &deps, &count,
-                     &capacity);
-  record.size = 4096;                     // now outside the range its list covers
-  devbuf__hazard_remove(hazard, &record); // validates first
+  uint32_t count = 0, capacity = 0;
+  devbuf__hazard_add(hazard, &item.record, item.fence.queue, &deps, &count, &capacity);
+  item.record.size = 4096;                     // now outside the range its list covers
+  devbuf__hazard_remove(hazard, &item.record); // validates first
 }
 
 static void test_broken_hazard_records_abort(void) {
@@ -126,15 +133,16 @@ static void test_broken_hazard_records_abort(void) {
 // A work item whose use is tracked by a record that is not its own, as the worker takes it;
 // and one that retires with its record still in a tracker.
 static devbuf__work *item_with_a_foreign_record(void) {
-  static devbuf__fence other;
   devbuf_device_t *cpu = NULL;
   devbuf_queue_t *queue = NULL;
   CHECK_OK(devbuf_device_open("cpu", &cpu));
   CHECK_OK(devbuf_queue_create(cpu, &queue));
   devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_FILL, 1, 4);
-  work->operands[0] = (devbuf__operand){.offset = 0, .size = 64};
-  work->uses[0].hazard = (devbuf__hazard *)(uintptr_t)0x1000; // never dereferenced
-  work->uses[0].record = (devbuf__record){.work = &other, .offset = 0, .size = 64};
+  devbuf__work_operands(work)[0] = (devbuf__operand){.offset = 0, .size = 64};
+  work->uses[0].record = (devbuf__record){.segment = (devbuf__segment *)(uintptr_t)0x1000,
+                                          .fence_distance = 8, // never dereferenced
+                                          .offset = 0,
+                                          .size = 64};
   return work;
 }
 

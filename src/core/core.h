@@ -125,13 +125,13 @@ devbuf_status devbuf__storage_ensure_allocated_for_work(devbuf__storage *storage
 // storage->lock.
 struct devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage);
 // Records a use of the storage's bytes by submitted work, `record` (its work's fence names
-// the queue), in the storage's tracker (made if needed; *out_hazard): the conflicting
-// work of other queues and the unfinished work of the bytes' earlier owners join the
-// dependency list. HOST_ACCESS_OPEN if an open host access races with it. On failure
-// *out_hazard is set if the record went in nonetheless (the caller removes it).
+// the queue), in the storage's tracker (made if needed; the record's segment names it): the
+// conflicting work of other queues and the unfinished work of the bytes' earlier owners join
+// the dependency list. HOST_ACCESS_OPEN if an open host access races with it. On failure the
+// record's segment is set if it went in nonetheless (the caller removes it).
 devbuf_status devbuf__storage_track_use(devbuf__storage *storage, struct devbuf__record *record,
-                                        struct devbuf__dep **deps, size_t *dep_count,
-                                        size_t *dep_capacity, struct devbuf__hazard **out_hazard);
+                                        struct devbuf__dep **deps, uint32_t *dep_count,
+                                        uint32_t *dep_capacity);
 // The queue whose worker thread this is, and its device (the exec layer sets them as the
 // worker starts; NULL on other threads). Work running here is that queue's, so a wait on
 // this thread for that queue's work (its own, or what the queue runs after it) would never

@@ -83,19 +83,20 @@ void devbuf__hazard_wake_locked(devbuf__hazard *hazard) {
   pthread_mutex_unlock(&hazard->sleep_lock);
 }
 
-bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__fence *work,
+bool devbuf__deps_push(devbuf__dep **deps, uint32_t *count, uint32_t *capacity, devbuf__fence *work,
                        bool order_only) {
-  for (size_t i = 0; i < *count; i++) {
+  for (uint32_t i = 0; i < *count; i++) {
     if ((*deps)[i].work == work) {
       (*deps)[i].order_only &= order_only; // a data dependency through any use is one
       return true;
     }
   }
   if (*count == *capacity) {
-    size_t grown_capacity = *capacity ? 2 * *capacity : 8;
+    if (*capacity > UINT32_MAX / 2) return false; // as no memory: each is another queue's work
+    uint32_t grown_capacity = *capacity ? 2 * *capacity : 8;
     devbuf__dep *grown = devbuf__malloc(grown_capacity * sizeof *grown);
     if (!grown) return false;
-    for (size_t i = 0; i < *count; i++) grown[i] = (*deps)[i];
+    for (uint32_t i = 0; i < *count; i++) grown[i] = (*deps)[i];
     devbuf__free(*deps);
     *deps = grown;
     *capacity = grown_capacity;
@@ -111,7 +112,7 @@ bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t 
                                        newest_overlap(&segment->reads, offset, size)};
     for (int k = 0; k < 2; k++) {
       if (!newest[k]) continue;
-      devbuf__fence *work = newest[k]->work;
+      devbuf__fence *work = devbuf__record_fence(newest[k]);
       bool known = false;
       for (size_t i = 0; i < *count && !known; i++) known = (*works)[i] == work;
       if (known) continue;
@@ -152,7 +153,8 @@ static size_t validate_list(const devbuf__segment *segment, const devbuf__record
     if (r->newer != newer) broken("a record's newer link does not point back", r);
     if (r->segment != segment || r->write != write)
       broken("a record sits in another queue's or kind's list", r);
-    if (!r->work) broken("a record without work", r);
+    if (!r->fence_distance || devbuf__record_fence(r)->queue != segment->queue)
+      broken("a record's work is not of its list's queue", r);
     if (r->offset < list->low || r->offset + r->size > list->high ||
         r->offset + r->size < r->offset)
       broken("a record lies outside the range its list covers", r);
@@ -167,6 +169,7 @@ static void debug_validate(devbuf__hazard *hazard) {
   if (hazard->records >= 64 && (++hazard->debug_steps & 63) != 0) return;
   size_t total = 0;
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
+    if (segment->hazard != hazard) broken("a segment of another tracker", NULL);
     total += validate_list(segment, &segment->reads, false) +
              validate_list(segment, &segment->writes, true);
     if (segment->reads.count + segment->writes.count)
@@ -188,12 +191,12 @@ static devbuf__segment *take_empty_segment(devbuf__hazard *hazard) {
   if (!taken) return NULL;
   devbuf__segment *segment = *taken;
   *taken = segment->next;
-  *segment = (devbuf__segment){.queue = NULL};
+  *segment = (devbuf__segment){.hazard = hazard};
   return segment;
 }
 
 bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue,
-                        devbuf__dep **deps, size_t *dep_count, size_t *dep_capacity) {
+                        devbuf__dep **deps, uint32_t *dep_count, uint32_t *dep_capacity) {
   devbuf__segment *own = NULL;
   for (devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
     if (segment->queue == queue) {
@@ -203,14 +206,18 @@ bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_q
     const devbuf__record *write = newest_overlap(&segment->writes, record->offset, record->size);
     const devbuf__record *read =
         record->write ? newest_overlap(&segment->reads, record->offset, record->size) : NULL;
-    if (write && !devbuf__deps_push(deps, dep_count, dep_capacity, write->work, false))
+    if (write &&
+        !devbuf__deps_push(deps, dep_count, dep_capacity, devbuf__record_fence(write), false))
       return false;
-    if (read && !devbuf__deps_push(deps, dep_count, dep_capacity, read->work, false)) return false;
+    if (read &&
+        !devbuf__deps_push(deps, dep_count, dep_capacity, devbuf__record_fence(read), false))
+      return false;
   }
   if (!own) {
     own = take_empty_segment(hazard);
     if (!own) own = devbuf__calloc(1, sizeof *own);
     if (!own) return false;
+    own->hazard = hazard;
     own->queue = queue;
     own->next = hazard->segments;
     hazard->segments = own;
@@ -240,6 +247,7 @@ void devbuf__hazard_remove_locked(devbuf__hazard *hazard, devbuf__record *record
   else
     list->newest = record->older;
   if (record->older) record->older->newer = record->newer;
+  record->segment = NULL;
   list->count--;
   if (--hazard->records == 0 && hazard->on_idle) {
     *out_on_idle = hazard->on_idle;

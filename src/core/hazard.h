@@ -7,6 +7,7 @@
 #include "fence.h"
 
 typedef struct devbuf__segment devbuf__segment;
+typedef struct devbuf__hazard devbuf__hazard;
 
 // Work of another queue that a work item must wait for. Work submitted through the same
 // storage is a data dependency: if it fails, what reads or overwrites its bytes fails too.
@@ -17,14 +18,20 @@ typedef struct devbuf__dep {
   bool order_only;
 } devbuf__dep;
 
-// One use of the memory by one submitted work item.
+// One use of the memory by one submitted work item, which holds the record in its own
+// allocation: the record finds the item's fence by its distance from it, a pointer less per
+// use (queued items are counted in hundreds of thousands).
 typedef struct devbuf__record {
-  devbuf__fence *work;
-  devbuf__segment *segment; // the records of the work's queue
+  devbuf__segment *segment; // the records of the work's queue; NULL while not in a tracker
   size_t offset, size;      // bytes of the memory
-  bool write;
   struct devbuf__record *newer, *older;
+  uint32_t fence_distance; // bytes from the work's fence to this record
+  bool write;
 } devbuf__record;
+
+static inline devbuf__fence *devbuf__record_fence(const devbuf__record *record) {
+  return (devbuf__fence *)(void *)((char *)(uintptr_t)record - record->fence_distance);
+}
 
 // The in-flight records of one queue, newest first, reads and writes apart: a read only
 // has to look among writes. Work of one queue runs in order, so only the newest
@@ -37,13 +44,14 @@ typedef struct devbuf__record_list {
 } devbuf__record_list;
 
 struct devbuf__segment {
+  devbuf__hazard *hazard; // the tracker it belongs to, for whoever holds one of its records
   devbuf_queue_t *queue;
   devbuf__record_list reads, writes;
   devbuf__segment *next;
 };
 
 // What every submission and retirement touches comes first, in one cache line.
-typedef struct devbuf__hazard {
+struct devbuf__hazard {
   devbuf__spinlock lock;     // every submission takes it for each use: kept cheap
   devbuf__segment *segments; // a queue's stays while empty: queues come back
   size_t records;
@@ -53,7 +61,7 @@ typedef struct devbuf__hazard {
   void (*on_idle)(void *ctx); // called once, unlocked, when records reach zero
   void *idle_ctx;
   unsigned debug_steps; // DEVBUF_DEBUG_CHECKS: changes since the last validation
-} devbuf__hazard;
+};
 
 devbuf__hazard *devbuf__hazard_create(void);
 void devbuf__hazard_destroy(devbuf__hazard *hazard);
@@ -74,7 +82,7 @@ void devbuf__hazard_wake_locked(devbuf__hazard *hazard);
 // Adds `record` for work on `queue` and appends to `deps` the newest conflicting record's
 // work of every other queue (data dependencies). False when no host memory is left.
 bool devbuf__hazard_add(devbuf__hazard *hazard, devbuf__record *record, devbuf_queue_t *queue,
-                        devbuf__dep **deps, size_t *dep_count, size_t *dep_capacity);
+                        devbuf__dep **deps, uint32_t *dep_count, uint32_t *dep_capacity);
 
 // Appends to `works` (retained, once each) the newest work of each queue whose records
 // overlap [offset, offset + size): what must complete before anything else uses those
@@ -83,7 +91,7 @@ bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t 
                             devbuf__fence ***works, size_t *count, size_t *capacity);
 // Appends `work` to `deps` (retained) unless it is there already; a data dependency wins
 // over an ordering-only one. False when no host memory is left.
-bool devbuf__deps_push(devbuf__dep **deps, size_t *count, size_t *capacity, devbuf__fence *work,
+bool devbuf__deps_push(devbuf__dep **deps, uint32_t *count, uint32_t *capacity, devbuf__fence *work,
                        bool order_only);
 
 // Removes a completed record; caller holds the lock. When the last record goes and an idle

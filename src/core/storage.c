@@ -226,15 +226,14 @@ devbuf__hazard *devbuf__storage_hazard_locked(devbuf__storage *storage) {
 
 // The record joins the tracker (whose lock the caller holds) with the work it conflicts with,
 // and the unfinished work of the bytes' earlier owners (but its own queue's) joins `deps`.
-// *out_hazard is set once the record is in the tracker, also when a later step fails: the
+// The record's segment is set once it is in the tracker, also when a later step fails: the
 // caller then takes it out again.
 static devbuf_status add_record(devbuf__storage *storage, devbuf__hazard *hazard,
-                                devbuf__record *record, devbuf__dep **deps, size_t *dep_count,
-                                size_t *dep_capacity, devbuf__hazard **out_hazard) {
-  devbuf_queue_t *queue = record->work->queue;
+                                devbuf__record *record, devbuf__dep **deps, uint32_t *dep_count,
+                                uint32_t *dep_capacity) {
+  devbuf_queue_t *queue = devbuf__record_fence(record)->queue;
   if (!devbuf__hazard_add(hazard, record, queue, deps, dep_count, dep_capacity))
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to track a use");
-  *out_hazard = hazard;
   for (size_t i = 0; i < storage->inherited_count; i++) {
     devbuf__fence *earlier = storage->inherited[i];
     if (earlier->queue == queue || devbuf__fence_done(earlier)) continue; // its queue orders it
@@ -245,8 +244,8 @@ static devbuf_status add_record(devbuf__storage *storage, devbuf__hazard *hazard
 }
 
 devbuf_status devbuf__storage_track_use(devbuf__storage *storage, devbuf__record *record,
-                                        devbuf__dep **deps, size_t *dep_count, size_t *dep_capacity,
-                                        devbuf__hazard **out_hazard) {
+                                        devbuf__dep **deps, uint32_t *dep_count,
+                                        uint32_t *dep_capacity) {
   // Fast path: a tracker and no open host access (accesses are opened holding the tracker's
   // lock, so under it the count cannot change). Otherwise under the storage's lock too.
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
@@ -266,8 +265,7 @@ devbuf_status devbuf__storage_track_use(devbuf__storage *storage, devbuf__record
     }
     devbuf__spin_lock(&hazard->lock);
   }
-  devbuf_status status =
-      add_record(storage, hazard, record, deps, dep_count, dep_capacity, out_hazard);
+  devbuf_status status = add_record(storage, hazard, record, deps, dep_count, dep_capacity);
   devbuf__spin_unlock(&hazard->lock);
   if (storage_locked) pthread_mutex_unlock(&storage->lock);
   return status;

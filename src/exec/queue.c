@@ -61,8 +61,7 @@ static void complete_on_device(devbuf_queue_t *queue, devbuf__work **items, size
 // One record out of its tracker, whose lock the caller holds.
 static void remove_use_locked(devbuf__hazard *hazard, devbuf__work_use *use,
                               void (**on_idle)(void *), void **idle_ctx) {
-  devbuf__hazard_remove_locked(hazard, &use->record, on_idle, idle_ctx);
-  use->hazard = NULL;
+  devbuf__hazard_remove_locked(hazard, &use->record, on_idle, idle_ctx); // leaves it untracked
 }
 
 // After a tracker's records of a run are out: its waiters wake, its lock goes, and a
@@ -85,10 +84,11 @@ static void remove_records(devbuf__work **items, size_t count) {
   for (size_t i = 0; i < count; i++) {
     for (size_t u = 0; u < items[i]->use_count; u++) {
       devbuf__work_use *use = &items[i]->uses[u];
-      if (!use->hazard) continue;
-      if (use->hazard != held) {
+      devbuf__hazard *hazard = devbuf__work_use_hazard(use);
+      if (!hazard) continue;
+      if (hazard != held) {
         if (held) end_removal(held, on_idle, idle_ctx);
-        held = use->hazard;
+        held = hazard;
         on_idle = NULL, idle_ctx = NULL;
         devbuf__spin_lock(&held->lock);
       }
@@ -205,7 +205,7 @@ static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, con
 // ---- execution (the worker thread) -----------------------------------------------------
 
 static void release_deps(devbuf__work *work) {
-  for (size_t i = 0; i < work->dep_count; i++) devbuf__fence_release(work->deps[i].work);
+  for (uint32_t i = 0; i < work->dep_count; i++) devbuf__fence_release(work->deps[i].work);
   work->dep_count = 0;
 }
 
@@ -218,7 +218,7 @@ static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void
                                size_t *wait_count) {
   devbuf_status failed = DEVBUF_OK;
   bool skip_order_only = device && device->backend->waits_pass_failure;
-  for (size_t i = 0; i < work->dep_count; i++) {
+  for (uint32_t i = 0; i < work->dep_count; i++) {
     devbuf__work *dep = devbuf__work_of(work->deps[i].work);
     devbuf_status dep_status;
     void *event = atomic_load_explicit(&dep->device_event, memory_order_acquire);
@@ -246,7 +246,7 @@ static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait
                              void **out_event) {
   devbuf_queue_t *queue = work->fence.queue;
   devbuf__op op; // only what its kind reads is set (a whole initialiser costs every item)
-  op.operands = work->operands;
+  op.operands = devbuf__work_operands(work);
   op.operand_count = work->use_count;
   op.waits = waits;
   op.wait_count = wait_count;
@@ -258,14 +258,14 @@ static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait
     // fall through
   case DEVBUF__WORK_KERNEL:
     args = (devbuf_kernel_args_t){devbuf__work_data(work), devbuf__work_sizes(work),
-                                  work->use_count, work->scalars, work->scalars_size};
+                                  work->use_count, devbuf__work_scalars(work), work->scalars_size};
     op.kind = DEVBUF__OP_CALL;
     op.kernel = work->kernel;
     op.kernel_args = &args;
     break;
   case DEVBUF__WORK_FILL:
     op.kind = DEVBUF__OP_FILL;
-    op.pattern = work->scalars;
+    op.pattern = devbuf__work_scalars(work);
     op.pattern_size = work->scalars_size;
     break;
   case DEVBUF__WORK_COPY:
@@ -275,9 +275,9 @@ static devbuf_status enqueue(devbuf__work *work, void *const *waits, size_t wait
     op.kind = DEVBUF__OP_LAUNCH;
     op.program = work->program->backend_program;
     op.kernel_name = work->kernel_name;
-    op.launch = work->launch;
+    op.launch = devbuf__work_launch(work);
     op.arg_count = work->arg_count;
-    op.arg_sizes = (const size_t *)(work->launch + 1);
+    op.arg_sizes = (const size_t *)(op.launch + 1);
     op.arg_bytes = op.arg_sizes + work->arg_count;
     break;
   default:
@@ -297,8 +297,8 @@ static devbuf_status run(devbuf__work *work) {
   void *stack_waits[16], **waits = stack_waits;
   if (queue->device_queue && work->dep_count > 16 &&
       !(waits = devbuf__malloc(work->dep_count * sizeof *waits)))
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %zu dependencies",
-                         work->dep_count);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for %u dependencies",
+                         (unsigned)work->dep_count);
   size_t wait_count = 0;
   // Host work waits for what it depends on on the host; device work on the device where it can.
   bool on_device = queue->device_queue && work->kind != DEVBUF__WORK_HOST;

@@ -25,23 +25,33 @@ typedef enum devbuf__work_kind {
   DEVBUF__WORK_HOST,   // host work on any queue: a C function on the worker, in queue order
 } devbuf__work_kind;
 
-// One use of a work item: its record in the memory's tracker. Its bytes are the item's
-// operand of the same index.
+// One use of a work item: its record in the memory's tracker (in one while its segment is
+// set). Its bytes are the item's operand of the same index.
 typedef struct devbuf__work_use {
   devbuf__record record;
-  devbuf__hazard *hazard; // NULL for zero-length uses
 } devbuf__work_use;
 
+// The tracker a use's record is in, or NULL.
+static inline devbuf__hazard *devbuf__work_use_hazard(const devbuf__work_use *use) {
+  return use->record.segment ? use->record.segment->hazard : NULL;
+}
+
+// An item is one allocation, laid out as: this header, its uses, their operands, a C
+// kernel's arrays (KERNEL and HOST), then its scalars. Only what every item needs has a
+// field; the rest is found by its place, as 500,000 queued items are held at once when a
+// producer runs ahead (a fill: 232 bytes of heap).
 struct devbuf__work {
   devbuf__fence fence;       // first: what trackers hold; refs: the queue's, plus one per dependent
   struct devbuf__work *next; // the queue's FIFO
   devbuf__work_kind kind;
   devbuf_status status; // fence.done: set (release) once retired; status is final then
   atomic_uint waiters;  // threads blocked on its parking place (devbuf__work_parking)
-  atomic_bool cancel;   // a WAIT item is asked to stop waiting
-  uint8_t pool;         // the pool it returns to (work.c), or none
-  devbuf__dep *deps;    // released once waited for
-  size_t dep_count, dep_capacity;
+  uint32_t use_count;
+  uint32_t scalars_size;
+  uint32_t dep_count, dep_capacity;
+  atomic_bool cancel;            // a WAIT item is asked to stop waiting
+  uint8_t pool;                  // the pool it returns to (work.c), or none
+  devbuf__dep *deps;             // released once waited for
   void *_Atomic device_event;    // device queues: the driver's event once enqueued
   devbuf_device_t *event_device; // ... and its device (retained), which releases it
   union {                        // what its kind needs
@@ -52,20 +62,48 @@ struct devbuf__work {
       struct devbuf__wait_gate *gate; // a WAIT item's while it waits on a device (under the
                                       // lock of its parking place)
     };
-    struct {                     // LAUNCH
-      devbuf_program_t *program; // retained
-      devbuf_launch_t *launch;   // at `scalars`, then the arguments' sizes, their bytes,
-      const char *kernel_name;   // and the name
+    struct {                     // LAUNCH: the devbuf_launch_t is at the scalars, then the
+      devbuf_program_t *program; // arguments' sizes, their bytes, and the name
+      const char *kernel_name;   // retained program
       size_t arg_count;
     };
+    unsigned char pattern[24]; // FILL: a pattern this size or smaller is its scalars
   };
-  void *scalars; // copied (kernel scalars, fill pattern; launch arguments)
-  size_t scalars_size;
-  size_t use_count;
-  devbuf__operand *operands; // the bytes of each use (in this allocation): a copy, as
-                             // the storage may hand its memory on while the item waits
   devbuf__work_use uses[];
 };
+
+// The most uses and scalar bytes of one item (its counts are 32-bit).
+#define DEVBUF__WORK_MAX_USES    ((size_t)1 << 24)
+#define DEVBUF__WORK_MAX_SCALARS ((size_t)UINT32_MAX)
+
+static inline bool devbuf__work_has_arrays(devbuf__work_kind kind) {
+  return kind == DEVBUF__WORK_KERNEL || kind == DEVBUF__WORK_HOST;
+}
+static inline bool devbuf__work_scalars_inline(devbuf__work_kind kind, size_t scalars_size) {
+  return kind == DEVBUF__WORK_FILL && scalars_size <= sizeof(((devbuf__work *)0)->pattern);
+}
+// The bytes of an item of `kind` with `use_count` uses and `scalars_size` bytes of scalars.
+static inline size_t devbuf__work_bytes(devbuf__work_kind kind, size_t use_count,
+                                        size_t scalars_size) {
+  size_t per_use = sizeof(devbuf__work_use) + sizeof(devbuf__operand) +
+                   (devbuf__work_has_arrays(kind) ? sizeof(void *) + sizeof(size_t) : 0);
+  return sizeof(devbuf__work) + use_count * per_use +
+         (devbuf__work_scalars_inline(kind, scalars_size) ? 0 : scalars_size);
+}
+// The bytes of each use, in this allocation: a copy, as the storage may hand its memory on
+// while the item waits.
+static inline devbuf__operand *devbuf__work_operands(const devbuf__work *work) {
+  return (devbuf__operand *)(uintptr_t)(work->uses + work->use_count);
+}
+// The copied scalars (kernel scalars, fill pattern, launch and its arguments).
+static inline void *devbuf__work_scalars(devbuf__work *work) {
+  if (devbuf__work_scalars_inline(work->kind, work->scalars_size)) return work->pattern;
+  return (char *)work + devbuf__work_bytes(work->kind, work->use_count, 0);
+}
+// A LAUNCH item's launch, at its scalars.
+static inline devbuf_launch_t *devbuf__work_launch(devbuf__work *work) {
+  return (devbuf_launch_t *)devbuf__work_scalars(work);
+}
 
 // A queue: its worker thread runs work items in submission order while the caller goes on.
 // The fields are grouped by who writes them and how often, a cache line apart, so that a
@@ -160,7 +198,7 @@ devbuf_status devbuf__work_wait_done(devbuf__work *work);
 // A C kernel's arrays (KERNEL and HOST items only): the host address and the size of each
 // use.
 static inline void **devbuf__work_data(devbuf__work *work) {
-  return (void **)(work->operands + work->use_count);
+  return (void **)(void *)(devbuf__work_operands(work) + work->use_count);
 }
 static inline size_t *devbuf__work_sizes(devbuf__work *work) {
   return (size_t *)(devbuf__work_data(work) + work->use_count);

@@ -24,16 +24,14 @@ void devbuf__queue_validate_taken(const devbuf_queue_t *queue, devbuf__work *con
       broken("an item taken to run has no reference", work, 0);
     if ((unsigned)work->kind > DEVBUF__WORK_HOST) broken("an item of no known kind", work, 0);
     if (work->status != DEVBUF_OK) broken("an item taken to run has a status already", work, 0);
-    if (work->operands != (const devbuf__operand *)(work->uses + work->use_count))
-      broken("an item's operands are not where its layout puts them", work, 0);
     for (size_t u = 0; u < work->use_count; u++) {
       const devbuf__work_use *use = &work->uses[u];
-      const devbuf__operand *operand = &work->operands[u];
-      if (!use->hazard) {
+      const devbuf__operand *operand = &devbuf__work_operands(work)[u];
+      if (!use->record.segment) {
         if (operand->size) broken("a use with bytes is tracked by no record", work, u);
         continue;
       }
-      if (use->record.work != &work->fence)
+      if (devbuf__record_fence(&use->record) != &work->fence)
         broken("a use is tracked by another item's record", work, u);
       if (use->record.offset != operand->offset || use->record.size != operand->size)
         broken("a use's record covers other bytes than its operand", work, u);
@@ -50,7 +48,7 @@ void devbuf__queue_validate_retiring(const devbuf_queue_t *queue, devbuf__work *
     if (work->fence.queue != queue) broken("a queue retires another queue's item", work, 0);
     if (atomic_load(&work->fence.done)) broken("an item retires twice", work, 0);
     for (size_t u = 0; u < work->use_count; u++)
-      if (work->uses[u].hazard)
+      if (work->uses[u].record.segment)
         broken("a retiring item's use still has its record in a tracker", work, u);
     if (work->dep_count && work->status == DEVBUF_OK)
       broken("an item that ran still holds the work it depended on", work, 0);

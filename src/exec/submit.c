@@ -9,8 +9,10 @@
 // submission lock keeps other submissions from having seen them; done is set anyway, so
 // that nothing could ever wait for this item.)
 static void abandon(devbuf__work *work, size_t count) {
-  for (size_t i = 0; i < count; i++)
-    if (work->uses[i].hazard) devbuf__hazard_remove(work->uses[i].hazard, &work->uses[i].record);
+  for (size_t i = 0; i < count; i++) {
+    devbuf__hazard *hazard = devbuf__work_use_hazard(&work->uses[i]);
+    if (hazard) devbuf__hazard_remove(hazard, &work->uses[i].record);
+  }
   atomic_store(&work->fence.done, true);
   devbuf__work_release(work);
 }
@@ -36,22 +38,20 @@ static devbuf_status check_use(devbuf_queue_t *queue, const devbuf_use_t *use, s
 static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_use_t *use) {
   devbuf_buffer_t *buffer = use->buffer;
   devbuf__storage *storage = buffer->storage;
-  devbuf__work_use *slot = &work->uses[index];
-  slot->hazard = NULL;
+  devbuf__record *record = &work->uses[index].record; // its segment and distance are set
   if (work->kind == DEVBUF__WORK_KERNEL || work->kind == DEVBUF__WORK_HOST) {
     devbuf__work_data(work)[index] =
         buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
     devbuf__work_sizes(work)[index] = buffer->size;
   }
-  work->operands[index] =
+  devbuf__work_operands(work)[index] =
       (devbuf__operand){storage->memory, buffer->offset, buffer->size, storage->mapped};
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
-  slot->record = (devbuf__record){.work = &work->fence,
-                                  .offset = buffer->offset,
-                                  .size = buffer->size,
-                                  .write = (use->access & DEVBUF_ACCESS_WRITE) != 0};
-  return devbuf__storage_track_use(storage, &slot->record, &work->deps, &work->dep_count,
-                                   &work->dep_capacity, &slot->hazard);
+  record->offset = buffer->offset;
+  record->size = buffer->size;
+  record->write = (use->access & DEVBUF_ACCESS_WRITE) != 0;
+  return devbuf__storage_track_use(storage, record, &work->deps, &work->dep_count,
+                                   &work->dep_capacity);
 }
 
 // Validates and records every use, then queues the item (or refuses it whole).
@@ -107,6 +107,18 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   return DEVBUF_OK;
 }
 
+// Counts past what one item holds (queue.h), refused naming the values.
+static devbuf_status check_item_counts(const char *what, size_t use_count, size_t scalars_size) {
+  if (use_count > DEVBUF__WORK_MAX_USES)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: %zu uses; one work item takes at most %zu",
+                         what, use_count, DEVBUF__WORK_MAX_USES);
+  if (scalars_size > DEVBUF__WORK_MAX_SCALARS)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: %zu bytes of scalars; one work item takes at most %zu", what,
+                         scalars_size, DEVBUF__WORK_MAX_SCALARS);
+  return DEVBUF_OK;
+}
+
 // A C function over `uses` with its scalars copied: a CPU kernel, or host work (which any
 // queue runs).
 static inline devbuf_status submit_function(devbuf_queue_t *queue, devbuf__work_kind kind,
@@ -125,12 +137,14 @@ static inline devbuf_status submit_function(devbuf_queue_t *queue, devbuf__work_
                          "submit: C kernels run on the CPU; %s runs programs (devbuf_queue_launch, "
                          "or devbuf_queue_host_task for host work)",
                          queue->device->spec);
+  devbuf_status counts = check_item_counts(what, use_count, scalars_size);
+  if (counts != DEVBUF_OK) return counts;
   devbuf__work *work = devbuf__work_new(queue, kind, use_count, scalars_size);
   if (!work)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a %s with %zu uses", role,
                          use_count);
   work->kernel = function;
-  if (scalars_size) memcpy(work->scalars, scalars, scalars_size);
+  if (scalars_size) memcpy(devbuf__work_scalars(work), scalars, scalars_size);
   return submit(queue, work, uses);
 }
 
@@ -156,9 +170,11 @@ devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer, 
     return devbuf__error(DEVBUF_SIZE_MISMATCH,
                          "fill: a %zu-byte pattern does not divide a %zu-byte buffer", pattern_size,
                          buffer->size);
+  devbuf_status counts = check_item_counts("fill", 1, pattern_size);
+  if (counts != DEVBUF_OK) return counts;
   devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_FILL, 1, pattern_size);
   if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a fill");
-  memcpy(work->scalars, pattern, pattern_size);
+  memcpy(devbuf__work_scalars(work), pattern, pattern_size);
   devbuf_use_t use = {buffer, DEVBUF_ACCESS_WRITE};
   return submit(queue, work, &use);
 }
@@ -205,19 +221,28 @@ devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *progr
   devbuf_status status =
       queue->device->backend->program_has_kernel(queue->device, program->backend_program, name);
   if (status != DEVBUF_OK) return status;
+  if (arg_count > (DEVBUF__WORK_MAX_SCALARS - sizeof *launch) / sizeof(size_t))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: %zu arguments, more than an item holds",
+                         arg_count);
   size_t bytes = sizeof *launch + arg_count * sizeof(size_t), name_size = strlen(name) + 1;
   for (size_t i = 0; i < arg_count; i++) {
     if (!args[i].data || !args[i].size)
       return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: argument %zu has no bytes", i);
+    if (args[i].size > DEVBUF__WORK_MAX_SCALARS - bytes)
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "launch: argument %zu of %zu bytes takes the arguments past %zu bytes",
+                           i, args[i].size, DEVBUF__WORK_MAX_SCALARS);
     bytes += args[i].size;
   }
+  devbuf_status counts = check_item_counts("launch", use_count, bytes + name_size);
+  if (counts != DEVBUF_OK) return counts;
   devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_LAUNCH, use_count, bytes + name_size);
   if (!work)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a launch with %zu uses",
                          use_count);
-  work->launch = work->scalars;
-  *work->launch = *launch;
-  size_t *sizes = (size_t *)(work->launch + 1);
+  devbuf_launch_t *copied = devbuf__work_launch(work);
+  *copied = *launch;
+  size_t *sizes = (size_t *)(copied + 1);
   char *bytes_at = (char *)(sizes + arg_count);
   for (size_t i = 0; i < arg_count; i++) {
     sizes[i] = args[i].size;

@@ -13,16 +13,8 @@
 // in another thread. Two pools by size: items of one use (a fill, a kernel over one buffer)
 // and items of up to four.
 #define POOL_CAPACITY 4096
-#define USE_BYTES     (sizeof(devbuf__work_use) + sizeof(devbuf__operand))
-#define ARRAY_BYTES   (sizeof(void *) + sizeof(size_t)) // a C kernel's, per use
 enum { NOT_POOLED, POOL_ONE_USE, POOL_FOUR_USES, POOLS };
 static const size_t pool_uses[POOLS] = {0, 1, 4}, pool_scalars[POOLS] = {0, 16, 64};
-
-// The bytes of an item: the work, its uses and their operands, a C kernel's arrays, scalars.
-static size_t item_bytes(devbuf__work_kind kind, size_t use_count, size_t scalars_size) {
-  bool arrays = kind == DEVBUF__WORK_KERNEL || kind == DEVBUF__WORK_HOST;
-  return sizeof(devbuf__work) + use_count * (USE_BYTES + (arrays ? ARRAY_BYTES : 0)) + scalars_size;
-}
 
 static devbuf__spinlock pool_lock = DEVBUF__SPINLOCK_INITIALIZER;
 static devbuf__work *pool[POOLS];
@@ -75,7 +67,7 @@ devbuf__parking *devbuf__work_parking(const devbuf__work *work) {
 static const devbuf__fence_ops work_fence; // below, with the waits
 
 void devbuf__work_cleanup(devbuf__work *work, devbuf__work **recycled) {
-  for (size_t i = 0; i < work->dep_count; i++)
+  for (uint32_t i = 0; i < work->dep_count; i++)
     devbuf__work_unref(devbuf__work_of(work->deps[i].work), recycled);
   work->dep_count = 0;
   if (work->kind == DEVBUF__WORK_SIGNAL || work->kind == DEVBUF__WORK_WAIT)
@@ -180,10 +172,9 @@ void devbuf__work_release(devbuf__work *work) {
 
 devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count,
                                size_t scalars_size) {
-  if (use_count > (SIZE_MAX - sizeof(devbuf__work)) / (USE_BYTES + ARRAY_BYTES) ||
-      scalars_size > SIZE_MAX - item_bytes(kind, use_count, 0))
-    return NULL; // more than any memory holds
-  size_t bytes = item_bytes(kind, use_count, scalars_size);
+  if (use_count > DEVBUF__WORK_MAX_USES || scalars_size > DEVBUF__WORK_MAX_SCALARS)
+    return NULL; // submissions refuse them first, naming the counts
+  size_t bytes = devbuf__work_bytes(kind, use_count, scalars_size);
   int p = NOT_POOLED;
   for (int q = POOL_ONE_USE; q < POOLS && p == NOT_POOLED; q++)
     if (use_count <= pool_uses[q] && scalars_size <= pool_scalars[q]) p = q;
@@ -196,7 +187,7 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
       pool_count[p]--;
     } else if (pool_made[p] < POOL_CAPACITY) {
       pool_made[p]++; // made below, to the pool's size
-      bytes = item_bytes(DEVBUF__WORK_KERNEL, pool_uses[p], pool_scalars[p]); // any kind fits
+      bytes = devbuf__work_bytes(DEVBUF__WORK_KERNEL, pool_uses[p], pool_scalars[p]); // any fits
     } else {
       p = NOT_POOLED;
     }
@@ -232,10 +223,12 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
   work->value = 0;
   work->gate = NULL;
   work->arg_count = 0;
-  work->use_count = use_count;
-  work->operands = (devbuf__operand *)(work->uses + use_count);
-  work->scalars_size = scalars_size;
-  work->scalars = (char *)work + item_bytes(kind, use_count, 0);
+  work->use_count = (uint32_t)use_count;
+  work->scalars_size = (uint32_t)scalars_size;
+  for (size_t i = 0; i < use_count; i++) { // each record finds the fence by its distance
+    work->uses[i].record.segment = NULL;
+    work->uses[i].record.fence_distance = (uint32_t)((char *)&work->uses[i].record - (char *)work);
+  }
   return work;
 }
 
