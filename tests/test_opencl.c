@@ -117,6 +117,15 @@ static void test_programs_and_kernels(void) {
   CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &uneven, uses, 1, NULL, 0),
                DEVBUF_INVALID_ARGUMENT);
   CHECK_STATUS(devbuf_queue_submit(queue, cpu_kernel, uses, 1, NULL, 0), DEVBUF_UNSUPPORTED);
+  // Arguments whose sizes add up past what a work item holds (and past size_t), or more of
+  // them than it holds, are refused before any of their bytes are read.
+  devbuf_arg_t huge[2] = {{&factor, SIZE_MAX / 2 + 2}, {&factor, SIZE_MAX / 2 + 2}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, huge, 2),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("argument 0 of");
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, huge, SIZE_MAX / 4),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("arguments, more than");
   devbuf_buffer_release(odd);
 
   // A launch without all its arguments (its kernel object served earlier launches, whose

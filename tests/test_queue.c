@@ -633,9 +633,21 @@ static void test_submission_errors(void) {
   CHECK_STATUS(devbuf_queue_submit(queue, count_runs, &no_buffer, 1, NULL, 0),
                DEVBUF_INVALID_ARGUMENT);
   CHECK_STATUS(devbuf_queue_submit(queue, NULL, NULL, 0, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  // Counts past what one work item holds, named, before a use or scalar is read.
+  CHECK_STATUS(devbuf_queue_submit(queue, count_runs, &no_buffer, (size_t)1 << 40, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("1099511627776 uses");
+  CHECK_STATUS(devbuf_queue_host_task(queue, count_runs, NULL, 0, &no_buffer, (size_t)1 << 33),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("8589934592 bytes of scalars");
   CHECK_STATUS(devbuf_queue_copy(queue, x, y), DEVBUF_SIZE_MISMATCH);
   float pattern[3] = {1, 2, 3};
   CHECK_STATUS(devbuf_queue_fill(queue, x, pattern, sizeof pattern), DEVBUF_SIZE_MISMATCH);
+  // A pattern as long as the buffer (kept past the item's inline room), then a short one.
+  float whole[8] = {8, 7, 6, 5, 4, 3, 2, 1};
+  CHECK_OK(devbuf_queue_fill(queue, y, whole, sizeof whole));
+  CHECK_OK(devbuf_queue_finish(queue));
+  for (size_t i = 0; i < 8; i++) CHECK(read_float(y, i) == whole[i]);
   CHECK_OK(devbuf_queue_fill(queue, y, pattern, 8)); // 1, 2, 1, 2, ...
   CHECK_OK(devbuf_queue_finish(queue));
   CHECK(read_float(y, 6) == 1.0f && read_float(y, 7) == 2.0f);
