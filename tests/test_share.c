@@ -178,10 +178,17 @@ static int role_signal(int socket, const char *then) {
   } else {
     devbuf_queue_t *queue = NULL;
     CHECK_OK(devbuf_queue_create(device, &queue));
+    // The kernel waits until the signal is queued behind it: a queue that failed already
+    // refuses the signal instead (the worker may be that quick).
+    devbuf_event_t *go = NULL;
+    CHECK_OK(devbuf_event_create(0, &go));
+    CHECK_OK(devbuf_queue_wait(queue, go, 1));
     CHECK_OK(devbuf_queue_submit(queue, failing_kernel, NULL, 0, NULL, 0));
     CHECK_OK(devbuf_queue_signal(queue, event, 2));
+    CHECK_OK(devbuf_event_signal(go, 1));
     CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_IO_ERROR);
     devbuf_queue_release(queue);
+    devbuf_event_release(go);
   }
   write_byte(socket, 'k');
   read_byte(socket); // until the other side has seen it

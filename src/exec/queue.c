@@ -58,12 +58,6 @@ static void complete_on_device(devbuf_queue_t *queue, devbuf__work **items, size
   *out_pending = fail_queue(queue, failed, message);
 }
 
-// One record out of its tracker, whose lock the caller holds.
-static void remove_use_locked(devbuf__hazard *hazard, devbuf__work_use *use,
-                              void (**on_idle)(void *), void **idle_ctx) {
-  devbuf__hazard_remove_locked(hazard, &use->record, on_idle, idle_ctx); // leaves it untracked
-}
-
 // After a tracker's records of a run are out: its waiters wake, its lock goes, and a
 // tracker left idle is told (which may destroy it).
 static void end_removal(devbuf__hazard *hazard, void (*on_idle)(void *), void *idle_ctx) {
@@ -92,7 +86,7 @@ static void remove_records(devbuf__work **items, size_t count) {
         on_idle = NULL, idle_ctx = NULL;
         devbuf__spin_lock(&held->lock);
       }
-      remove_use_locked(held, use, &on_idle, &idle_ctx);
+      devbuf__hazard_remove_locked(held, &use->record, &on_idle, &idle_ctx); // now untracked
     }
   }
   if (held) end_removal(held, on_idle, idle_ctx);
@@ -332,14 +326,11 @@ static void queue_destroy(devbuf_queue_t *queue) {
 }
 
 static bool deps_done(const devbuf__work *work) {
-  for (size_t i = 0; i < work->dep_count; i++)
+  for (uint32_t i = 0; i < work->dep_count; i++)
     if (!devbuf__fence_done(work->deps[i].work)) return false;
   return true;
 }
 
-// Runs a batch in order. Finished items are retired together, and always before anything
-// that may block or be observed from outside (an event operation, a wait for another
-// queue), so that nobody waits for an item that has finished but is not retired.
 // The end of a batch that stops at `stop`: retires what ran, [retired, stop), as it ended,
 // and what did not, [stop, count), with `status`.
 static void retire_stopped(devbuf_queue_t *queue, devbuf__work **batch, size_t retired, size_t stop,
@@ -368,6 +359,9 @@ static devbuf_status run_cancellable(devbuf_queue_t *queue, devbuf__work *work) 
   return status;
 }
 
+// Runs a batch in order. Finished items are retired together, and always before anything
+// that may block or be observed from outside (an event operation, a wait for another
+// queue), so that nobody waits for an item that has finished but is not retired.
 static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count) {
   devbuf__queue_validate_taken(queue, batch, count);
   size_t retired = 0;

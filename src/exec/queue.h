@@ -62,9 +62,10 @@ struct devbuf__work {
       struct devbuf__wait_gate *gate; // a WAIT item's while it waits on a device (under the
                                       // lock of its parking place)
     };
-    struct {                     // LAUNCH: the devbuf_launch_t is at the scalars, then the
-      devbuf_program_t *program; // arguments' sizes, their bytes, and the name
-      const char *kernel_name;   // retained program
+    struct { // LAUNCH: the devbuf_launch_t is at the scalars, then the arguments' sizes,
+             // their bytes, and the name
+      devbuf_program_t *program; // retained
+      const char *kernel_name;   // the name, at the end of the scalars
       size_t arg_count;
     };
     unsigned char pattern[24]; // FILL: a pattern this size or smaller is its scalars

@@ -85,9 +85,10 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
                                                const devbuf_caching_options_t *options,
                                                devbuf__device_link link, devbuf_allocator_t **out);
 
-// Memory released while submitted work may still use it (B10), in the caching allocator
-// (src/caching/). Its bytes go back to the cache at once, marked in flight under an opaque
-// `fence` of the releaser's: host allocations never get them, allocations for work may.
+// Memory released while submitted work may still use it, in the caching allocator
+// (src/memory/caching/; docs/allocator.md, "Memory released while work uses it"). Its
+// bytes go back to the cache at once, marked in flight under an opaque `fence` of the
+// releaser's: host allocations never get them, allocations for work may.
 typedef struct devbuf__in_flight devbuf__in_flight;
 bool devbuf__is_caching(const devbuf_allocator_t *allocator);
 // Frees `memory` (from this caching allocator) in flight; *out_range names the range until
