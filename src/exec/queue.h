@@ -39,7 +39,7 @@ static inline devbuf__hazard *devbuf__work_use_hazard(const devbuf__work_use *us
 // An item is one allocation, laid out as: this header, its uses, their operands, a C
 // kernel's arrays (KERNEL and HOST), then its scalars. Only what every item needs has a
 // field; the rest is found by its place, as 500,000 queued items are held at once when a
-// producer runs ahead (a fill: 232 bytes of heap).
+// producer runs ahead (a fill: 232 bytes).
 struct devbuf__work {
   devbuf__fence fence;       // first: what trackers hold; refs: the queue's, plus one per dependent
   struct devbuf__work *next; // the queue's FIFO
