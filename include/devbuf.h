@@ -146,11 +146,21 @@ typedef struct devbuf_device devbuf_device_t;
 typedef struct devbuf_allocator devbuf_allocator_t;
 typedef struct devbuf_buffer devbuf_buffer_t;
 
+// The kinds of device, one per backend. The library's registry of backends numbers them from
+// 1 (devbuf_device_kind_count, devbuf_device_kind_name): these three first, then any other
+// backend of the build.
 typedef enum devbuf_device_kind {
   DEVBUF_DEVICE_CPU = 1,
   DEVBUF_DEVICE_OPENCL = 2,
   DEVBUF_DEVICE_CUDA = 3,
 } devbuf_device_kind;
+
+// How many kinds of device this build has: kinds 1 to this number exist (a kind whose driver
+// is missing exists; opening its devices answers UNAVAILABLE).
+DEVBUF_API size_t devbuf_device_kind_count(void);
+// A kind's name, which is also its specs' prefix ("cpu", "opencl", "cuda"); NULL for a number
+// that is no kind of this build.
+DEVBUF_API const char *devbuf_device_kind_name(devbuf_device_kind kind);
 
 // Kinds of memory a device's allocators hand out.
 typedef enum devbuf_memory_kind {
@@ -182,7 +192,18 @@ typedef struct devbuf_device_info {
   uint64_t svm_capabilities; // OpenCL shared virtual memory bits (0: none)
   // What runs its kernels: how an OpenCL program, say, picks its code for CPUs or GPUs.
   devbuf_processor processor;
+  uint32_t capabilities; // DEVBUF_CAN_* bits: what its backend does
 } devbuf_device_info_t;
+
+// What a device can do (devbuf_device_info_t.capabilities), as its backend declares it; a
+// call that needs a missing one answers UNSUPPORTED.
+enum {
+  DEVBUF_CAN_QUEUE = 1u << 0,     // queues: fills, copies, events, host tasks
+  DEVBUF_CAN_C_KERNELS = 1u << 1, // C kernels over its memory (devbuf_queue_submit)
+  DEVBUF_CAN_PROGRAMS = 1u << 2,  // device programs (devbuf_program_build, devbuf_queue_launch)
+  DEVBUF_CAN_SHARE = 1u << 3,     // memory other processes map (devbuf_buffer_export)
+  DEVBUF_CAN_GROW = 1u << 4,      // growable segments: addresses reserved, memory mapped in
+};
 
 // Opens a device by spec: "cpu" (also "cpu:0"), "opencl:N", "cuda:N". Opening a spec
 // twice hands out the same device (one caching allocator per device). A backend that is
@@ -1005,6 +1026,9 @@ enum {
 // consumer calls its deleter, so submitted work cannot race with the consumer. Device-only
 // memory is exported without a host access, with its device address. Buffers are allocated
 // first if needed.
+// DLPack's device type (DLDeviceType) of the device's memory: kDLCPU (1), kDLCUDA (2),
+// kDLOpenCL (4); 0 for NULL. Its device id is the index of the device's spec.
+DEVBUF_API int32_t devbuf_device_dlpack_type(const devbuf_device_t *device);
 DEVBUF_API devbuf_status devbuf_buffer_to_dlpack_versioned(
     devbuf_buffer_t *buffer, uint32_t flags, struct DLManagedTensorVersioned **out_tensor);
 // The same as a legacy (unversioned) DLManagedTensor, which has no read-only flag: READ_ONLY

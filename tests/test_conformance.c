@@ -1,6 +1,8 @@
 // The conformance suite: what every backend must do the same way, run against the device
-// named on the command line (`test_conformance cpu`, `test_conformance opencl:0`). A device
-// that cannot be opened is reported as skipped, with the reason.
+// named on the command line (`test_conformance cpu`, `test_conformance opencl:0`); one case
+// alone with `--case NAME` (`--list` names them). Where backends differ, the table of
+// expectations below says how, and why: no case tests a device's kind. A device that cannot
+// be opened is reported as skipped, with the reason.
 #include "check.h"
 
 #include <pthread.h>
@@ -14,6 +16,55 @@
 
 static devbuf_device_t *device;
 static devbuf_allocator_t *allocator; // the device's own memory
+
+// ---- what each backend does, declared ------------------------------------------------------
+
+typedef enum host_addressed {
+  HOST_ADDRESSED_BY_DRIVER, // the CPU addresses the device's own memory where the driver maps it
+  HOST_ADDRESSED_ALWAYS,    // the device's own memory is host memory
+  HOST_ADDRESSED_NEVER,     // only its host-visible kind is (copies reach the rest)
+} host_addressed;
+
+typedef struct unsupported_case {
+  const char *name, *why;
+} unsupported_case;
+
+typedef struct expectations {
+  const char *backend; // the kind's name
+  host_addressed own_memory;
+  // Its memory is a handle plus an offset (a cl_mem), not an address: it has no device
+  // pointer, and different handles are different allocations.
+  bool memory_handles;
+  // Cases it cannot run, each with the reason: such a case checks instead that the device
+  // refuses what it needs, with UNSUPPORTED and a message that says so.
+  unsupported_case unsupported[4];
+} expectations;
+
+static const expectations table[] = {
+    {"cpu", HOST_ADDRESSED_ALWAYS, false, {{NULL, NULL}}},
+    {"opencl",
+     HOST_ADDRESSED_BY_DRIVER,
+     true,
+     {{"export_round_trip", "OpenCL has no way to hand memory to another process"}}},
+    {"cuda", HOST_ADDRESSED_NEVER, false, {{NULL, NULL}}},
+    {"null",
+     HOST_ADDRESSED_ALWAYS,
+     false,
+     {{"export_round_trip",
+       "the null backend's memory is private to its process (no raw_export)"}}},
+};
+
+// A backend with no row: what nothing declares, the driver decides; every case runs.
+static const expectations undeclared = {NULL, HOST_ADDRESSED_BY_DRIVER, false, {{NULL, NULL}}};
+static const expectations *expected = &undeclared;
+
+// Why the device cannot run case `name`, or NULL when it can.
+static const char *unsupported_because(const char *name) {
+  for (size_t i = 0; i < sizeof expected->unsupported / sizeof expected->unsupported[0]; i++)
+    if (expected->unsupported[i].name && strcmp(expected->unsupported[i].name, name) == 0)
+      return expected->unsupported[i].why;
+  return NULL;
+}
 
 static devbuf_buffer_t *new_bytes(devbuf_allocator_t *from, size_t size, uint32_t flags) {
   devbuf_buffer_t *buffer = NULL;
@@ -43,7 +94,7 @@ static bool apart(devbuf_buffer_t *x, devbuf_buffer_t *y) {
   size_t x_offset = 0, y_offset = 0;
   CHECK_OK(devbuf_buffer_device_handle(x, &x_handle, &x_offset));
   CHECK_OK(devbuf_buffer_device_handle(y, &y_handle, &y_offset));
-  if (devbuf_device_kind_of(device) == DEVBUF_DEVICE_OPENCL && x_handle != y_handle) return true;
+  if (expected->memory_handles && x_handle != y_handle) return true;
   uint64_t x_start = x_handle + x_offset, y_start = y_handle + y_offset;
   return x_start + devbuf_buffer_size(x) <= y_start || y_start + devbuf_buffer_size(y) <= x_start;
 }
@@ -160,15 +211,16 @@ static void test_host_access(void) {
   devbuf_buffer_t *own = new_bytes(allocator, 256, 0);
   const void *data;
   size_t size;
-  devbuf_status expected =
+  devbuf_status status =
       devbuf_buffer_is_cpu_accessible(own) ? DEVBUF_OK : DEVBUF_NOT_CPU_ACCESSIBLE;
-  CHECK(devbuf_device_kind_of(device) != DEVBUF_DEVICE_CPU || expected == DEVBUF_OK);
-  CHECK_STATUS(devbuf_buffer_contents(own, &data, &size), expected);
-  if (expected == DEVBUF_OK) devbuf_buffer_end_access(own, data);
+  CHECK(expected->own_memory != HOST_ADDRESSED_ALWAYS || status == DEVBUF_OK);
+  CHECK(expected->own_memory != HOST_ADDRESSED_NEVER || status == DEVBUF_NOT_CPU_ACCESSIBLE);
+  CHECK_STATUS(devbuf_buffer_contents(own, &data, &size), status);
+  if (status == DEVBUF_OK) devbuf_buffer_end_access(own, data);
   uint64_t address, handle;
   size_t offset;
   CHECK_OK(devbuf_buffer_device_handle(own, &handle, &offset));
-  if (devbuf_device_kind_of(device) == DEVBUF_DEVICE_OPENCL) {
+  if (expected->memory_handles) {
     CHECK_STATUS(devbuf_buffer_device_ptr(own, &address), DEVBUF_UNSUPPORTED);
   } else {
     CHECK_OK(devbuf_buffer_device_ptr(own, &address));
@@ -639,13 +691,13 @@ static int import_child(int socket, uint64_t storage_id) {
   CHECK(devbuf_buffer_dtype(buffer) == DEVBUF_UINT16 && devbuf_buffer_ndim(buffer) == 2);
   CHECK(devbuf_buffer_shape(buffer)[0] == 64 && devbuf_buffer_shape(buffer)[1] == 2048);
   size_t size = devbuf_buffer_size(buffer);
-  unsigned char *expected = malloc(size), *back = read_back(buffer);
-  pattern(expected, size, 5);
-  CHECK(memcmp(back, expected, size) == 0);
-  pattern(expected, size, 9);
-  CHECK_OK(devbuf_buffer_copyin(buffer, expected, size));
+  unsigned char *written = malloc(size), *back = read_back(buffer);
+  pattern(written, size, 5);
+  CHECK(memcmp(back, written, size) == 0);
+  pattern(written, size, 9);
+  CHECK_OK(devbuf_buffer_copyin(buffer, written, size));
   devbuf_buffer_release(buffer);
-  free(expected);
+  free(written);
   free(back);
   char done = check_failures ? 'F' : 'k';
   CHECK(write(socket, &done, 1) == 1);
@@ -670,13 +722,15 @@ static pid_t start_import_child(int socket, uint64_t storage_id) {
 static void test_export_round_trip(void) {
   devbuf_allocator_t *shareable = devbuf_device_allocator_for(device, DEVBUF_MEMORY_SHAREABLE);
   devbuf_export_t *shared = NULL;
-  if (!shareable) { // a device that cannot share says why
+  const char *why = unsupported_because("export_round_trip");
+  CHECK((why != NULL) == (shareable == NULL)); // it shares exactly when it is declared to
+  if (!shareable) {                            // a device that cannot share says why
     devbuf_buffer_t *plain = new_bytes(allocator, 4096, 0);
     CHECK_STATUS(devbuf_buffer_export(plain, &shared), DEVBUF_UNSUPPORTED);
     CHECK_MESSAGE("cannot share memory with other processes");
     CHECK(shared == NULL);
     devbuf_buffer_release(plain);
-    printf("     %s shares no memory: %s\n", devbuf_device_spec(device), devbuf_last_error());
+    printf("     refused: %s\n", devbuf_last_error());
     return;
   }
   devbuf_buffer_t *plain = new_bytes(allocator, 4096, 0);
@@ -758,34 +812,84 @@ static void test_export_round_trip(void) {
   free(bytes);
 }
 
+// ---- the cases, and running them ---------------------------------------------------------
+
+#define CASE(name) \
+  { #name, test_##name }
+static const struct {
+  const char *name;
+  void (*run)(void);
+} cases[] = {
+    CASE(caching_reuse),
+    CASE(copies),
+    CASE(zero_and_lazy),
+    CASE(host_access),
+    CASE(queue_fill_copy),
+    CASE(host_task),
+    CASE(events_and_hazards),
+    CASE(release_in_flight),
+    CASE(cancel),
+    CASE(reuse_after_cancel),
+    CASE(reuse_after_coalescing),
+    CASE(empty_access),
+    CASE(copy_within_storage),
+    CASE(export_round_trip),
+};
+#define CASE_COUNT (sizeof cases / sizeof cases[0])
+
+// Runs one case; its failures name the device and the case ("[opencl:0 copies] CHECK ...").
+static void run_case(size_t index, char *label, size_t capacity) {
+  snprintf(label, capacity, "%s %s", devbuf_device_spec(device), cases[index].name);
+  check_current = label;
+  int before = check_failures;
+  cases[index].run();
+  const char *why = unsupported_because(cases[index].name);
+  printf("%s %s%s%s%s\n", check_failures == before ? "ok  " : "FAIL", label,
+         why ? " (declared unsupported: " : "", why ? why : "", why ? ")" : "");
+}
+
+static int usage(const char *self) {
+  fprintf(stderr, "usage: %s [SPEC [--case NAME | --list]]   (SPEC: cpu, opencl:0, ...)\n", self);
+  return 2;
+}
+
 int main(int argc, char **argv) {
   const char *spec = argc > 1 ? argv[1] : "cpu";
   self_path = argv[0];
+  if (argc == 3 && strcmp(argv[2], "--list") == 0) {
+    for (size_t i = 0; i < CASE_COUNT; i++) printf("%s\n", cases[i].name);
+    return 0;
+  }
+  const char *only = NULL;
+  if (argc == 4 && strcmp(argv[2], "--case") == 0) {
+    only = argv[3];
+    bool known = false;
+    for (size_t i = 0; i < CASE_COUNT; i++) known |= strcmp(cases[i].name, only) == 0;
+    if (!known) {
+      fprintf(stderr, "no conformance case '%s' (--list names them)\n", only);
+      return 2;
+    }
+  } else if (argc > 2 && !(argc == 5 && strcmp(argv[2], "--import-child") == 0)) {
+    return usage(argv[0]);
+  }
   if (devbuf_device_open(spec, &device) != DEVBUF_OK) {
     printf("SKIP: %s: %s\n", spec, devbuf_last_error());
     return SKIP_EXIT_CODE;
   }
   allocator = devbuf_device_allocator(device);
-  if (argc == 5 && strcmp(argv[2], "--import-child") == 0) {
+  const char *kind = devbuf_device_kind_name(devbuf_device_kind_of(device));
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcmp(table[i].backend, kind) == 0) expected = &table[i];
+  if (argc == 5) {
     int status = import_child(atoi(argv[3]), strtoull(argv[4], NULL, 10));
     devbuf_device_release(device);
     return status;
   }
-  printf("conformance on %s (%s)\n", devbuf_device_spec(device), devbuf_device_name(device));
-  RUN(test_caching_reuse);
-  RUN(test_copies);
-  RUN(test_zero_and_lazy);
-  RUN(test_host_access);
-  RUN(test_queue_fill_copy);
-  RUN(test_host_task);
-  RUN(test_events_and_hazards);
-  RUN(test_release_in_flight);
-  RUN(test_cancel);
-  RUN(test_reuse_after_cancel);
-  RUN(test_reuse_after_coalescing);
-  RUN(test_empty_access);
-  RUN(test_copy_within_storage);
-  RUN(test_export_round_trip);
+  printf("conformance on %s (%s)%s\n", devbuf_device_spec(device), devbuf_device_name(device),
+         expected == &undeclared ? ": no row in the expectations table, every case runs" : "");
+  char label[128];
+  for (size_t i = 0; i < CASE_COUNT; i++)
+    if (!only || strcmp(cases[i].name, only) == 0) run_case(i, label, sizeof label);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }

@@ -1,4 +1,5 @@
-// devbuf info [--json]: every device kind, opened or with the reason it is unavailable.
+// devbuf info [--json]: every device kind of the build (the library's registry of backends),
+// its first device opened or the reason it is unavailable.
 #include "commands.h"
 #include "devbuf.h"
 #include "printable.h"
@@ -6,6 +7,16 @@
 
 #include <stdio.h>
 #include <string.h>
+
+static const struct {
+  uint32_t bit;
+  const char *name;
+} capability_names[] = {
+    {DEVBUF_CAN_QUEUE, "queues"},           {DEVBUF_CAN_C_KERNELS, "c-kernels"},
+    {DEVBUF_CAN_PROGRAMS, "programs"},      {DEVBUF_CAN_SHARE, "sharing"},
+    {DEVBUF_CAN_GROW, "growable-segments"},
+};
+#define CAPABILITY_COUNT (sizeof capability_names / sizeof capability_names[0])
 
 static void print_text(const char *spec, devbuf_device_t *device) {
   char text[1024];
@@ -27,6 +38,10 @@ static void print_text(const char *spec, devbuf_device_t *device) {
   printf("          page %zu bytes; allocator %s (active %llu bytes, cached %llu bytes)\n",
          devbuf_device_page_size(device), devbuf_allocator_kind(devbuf_device_allocator(device)),
          (unsigned long long)stats.active, (unsigned long long)stats.cached);
+  printf("          can:");
+  for (size_t i = 0; i < CAPABILITY_COUNT; i++)
+    if (info.capabilities & capability_names[i].bit) printf(" %s", capability_names[i].name);
+  printf("\n");
 }
 
 static void print_json(const char *spec, devbuf_device_t *device, int first) {
@@ -45,10 +60,18 @@ static void print_json(const char *spec, devbuf_device_t *device, int first) {
   printf(", \"version\": ");
   devbuf_tool_json_string(info.version, stdout);
   printf(", \"memory_bytes\": %llu, \"max_allocation_bytes\": %llu, \"alignment_bytes\": %zu, "
-         "\"page_bytes\": %zu, \"host_unified\": %s, \"svm\": %s}",
+         "\"page_bytes\": %zu, \"host_unified\": %s, \"svm\": %s",
          (unsigned long long)info.global_memory, (unsigned long long)info.max_allocation,
          info.alignment, devbuf_device_page_size(device), info.host_unified ? "true" : "false",
          info.svm_capabilities ? "true" : "false");
+  printf(", \"capabilities\": [");
+  const char *comma = "";
+  for (size_t i = 0; i < CAPABILITY_COUNT; i++)
+    if (info.capabilities & capability_names[i].bit) {
+      printf("%s\"%s\"", comma, capability_names[i].name);
+      comma = ", ";
+    }
+  printf("]}");
 }
 
 int devbuf_cmd_info(int argc, char **argv) {
@@ -65,14 +88,16 @@ int devbuf_cmd_info(int argc, char **argv) {
            DEVBUF_VERSION_PATCH);
   else
     printf("devbuf %d.%d.%d\n", DEVBUF_VERSION_MAJOR, DEVBUF_VERSION_MINOR, DEVBUF_VERSION_PATCH);
-  const char *specs[] = {"cpu", "opencl:0", "cuda:0"};
-  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+  for (size_t kind = 1; kind <= devbuf_device_kind_count(); kind++) {
+    char spec[64]; // the first device; opened, its spec is canonical ("cpu" for "cpu:0")
+    snprintf(spec, sizeof spec, "%s:0", devbuf_device_kind_name((devbuf_device_kind)kind));
     devbuf_device_t *device = NULL;
-    if (devbuf_device_open(specs[i], &device) != DEVBUF_OK) device = NULL;
+    if (devbuf_device_open(spec, &device) != DEVBUF_OK) device = NULL;
+    const char *shown = device ? devbuf_device_spec(device) : spec;
     if (json)
-      print_json(specs[i], device, i == 0);
+      print_json(shown, device, kind == 1);
     else
-      print_text(specs[i], device);
+      print_text(shown, device);
     devbuf_device_release(device);
   }
   if (json) printf("\n]}\n");

@@ -15,9 +15,8 @@ from ._native import DLPACK_READ_ONLY, Owned, P, lib
 if TYPE_CHECKING:
     from ._device import Device
 
-# DLPack device types (dlpack.h) of devbuf's device kinds.
-_DL_CPU, _DL_CUDA, _DL_OPENCL = 1, 2, 4
-_KIND_TO_DL = {1: _DL_CPU, 2: _DL_OPENCL, 3: _DL_CUDA}
+# DLPack device types (dlpack.h) that the package treats apart.
+_DL_CPU, _DL_CUDA = 1, 2
 
 
 def _spec_index(spec: str) -> int:
@@ -246,8 +245,7 @@ class Buffer(Owned):
     # ---- DLPack ------------------------------------------------------------------------
     def __dlpack_device__(self) -> tuple[int, int]:
         device = lib.devbuf_buffer_device(self._h)
-        kind = lib.devbuf_device_kind_of(device)
-        return (_KIND_TO_DL[kind], _spec_index(lib.devbuf_device_spec(device).decode()))
+        return (int(lib.devbuf_device_dlpack_type(device)), _spec_index(lib.devbuf_device_spec(device).decode()))
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:

@@ -11,7 +11,7 @@ from ._buffer import Buffer, _host_bytes, shape_dims
 from ._errors import DevbufError, InvalidArgumentError, check, count, wrong_type
 from ._native import BUFFER_ZERO, AllocatorStats, CachingOptions, DeviceInfo, Owned, P, Snapshot, lib
 
-_KINDS = {1: "cpu", 2: "opencl", 3: "cuda"}
+_CAPABILITIES = ((1, "queues"), (2, "c-kernels"), (4, "programs"), (8, "sharing"), (16, "growable-segments"))
 _BLOCK_STATES = {0: "free", 1: "active", 2: "in_flight", 3: "thread_cached", 4: "unmapped"}
 
 # Allocators that new buffers of a device come from while a trace is recorded (by spec: every
@@ -51,7 +51,7 @@ class Device(Owned):
 
     @property
     def kind(self) -> str:
-        return _KINDS[lib.devbuf_device_kind_of(self._handle)]
+        return str(lib.devbuf_device_kind_name(lib.devbuf_device_kind_of(self._handle)).decode())
 
     @property
     def name(self) -> str:
@@ -64,15 +64,17 @@ class Device(Owned):
     @property
     def info(self) -> dict[str, Any]:
         """What the driver reports: name, version, global_memory, max_allocation,
-        alignment, host_unified, and processor: what runs its kernels ("cpu", "gpu" or
-        "accelerator")."""
+        alignment, host_unified, processor: what runs its kernels ("cpu", "gpu" or
+        "accelerator"), and capabilities: what its backend does, a set of "queues",
+        "c-kernels", "programs", "sharing" and "growable-segments"."""
         info = DeviceInfo()
         check(lib.devbuf_device_info(self._handle, ctypes.byref(info)))
         return {"name": (info.name or b"").decode(errors="replace"),
                 "version": (info.version or b"").decode(errors="replace"),
                 "global_memory": info.global_memory, "max_allocation": info.max_allocation,
                 "alignment": info.alignment, "host_unified": bool(info.host_unified),
-                "processor": {1: "cpu", 2: "gpu", 3: "accelerator"}.get(info.processor, "unknown")}
+                "processor": {1: "cpu", 2: "gpu", 3: "accelerator"}.get(info.processor, "unknown"),
+                "capabilities": {name for bit, name in _CAPABILITIES if info.capabilities & bit}}
 
     def __repr__(self) -> str:
         return f"<devbuf.Device {self.spec}: {self.name}>"
@@ -266,12 +268,14 @@ def as_device(value: Device | str, what: str = "device") -> Device:
 
 
 def devices() -> list[Device]:
-    """The devices that open here: the CPU, then each OpenCL and CUDA device."""
-    found = [Device("cpu")]
-    for kind in ("opencl", "cuda"):
+    """The devices that open here, kind by kind as the library lists its backends: the CPU,
+    then each OpenCL and CUDA device."""
+    found: list[Device] = []
+    for kind in range(1, lib.devbuf_device_kind_count() + 1):
+        name = lib.devbuf_device_kind_name(kind).decode()
         for index in range(64):
             try:
-                found.append(Device(f"{kind}:{index}"))
+                found.append(Device(f"{name}:{index}"))
             except DevbufError:
                 break
     return found

@@ -33,7 +33,7 @@ def _find_library() -> str:
 class DeviceInfo(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("version", c_char_p), ("global_memory", c_uint64),
                 ("max_allocation", c_uint64), ("alignment", c_size_t), ("host_unified", c_int),
-                ("svm_capabilities", c_uint64), ("processor", c_int)]
+                ("svm_capabilities", c_uint64), ("processor", c_int), ("capabilities", c_uint32)]
 
 
 class AllocatorStats(ctypes.Structure):
@@ -128,6 +128,9 @@ _SIGNATURES = {
     "devbuf_device_retain": (P, P),
     "devbuf_device_release": (None, P),
     "devbuf_device_kind_of": (c_int, P),
+    "devbuf_device_kind_count": (c_size_t,),
+    "devbuf_device_kind_name": (c_char_p, c_int),
+    "devbuf_device_dlpack_type": (ctypes.c_int32, P),
     "devbuf_device_spec": (c_char_p, P),
     "devbuf_device_name": (c_char_p, P),
     "devbuf_device_page_size": (c_size_t, P),

@@ -33,6 +33,7 @@ static const member members[] = {
     FIELD(devbuf_device_info_t, host_unified),
     FIELD(devbuf_device_info_t, svm_capabilities),
     FIELD(devbuf_device_info_t, processor),
+    FIELD(devbuf_device_info_t, capabilities),
 
     SIZE(devbuf_allocator_stats_t),
     FIELD(devbuf_allocator_stats_t, active),

@@ -19,6 +19,8 @@ def test_devices_start_with_the_cpu():
     found = devbuf.devices()
     assert found[0].spec == "cpu" and found[0].kind == "cpu"
     assert len({d.spec for d in found}) == len(found)
+    for device in found:  # a kind's name is its specs' prefix
+        assert device.spec.partition(":")[0] == device.kind
 
 
 def test_device_facts(cpu):
@@ -27,6 +29,7 @@ def test_device_facts(cpu):
     info = cpu.info
     assert info["host_unified"] is True and info["global_memory"] > 0 and info["name"]
     assert info["processor"] == "cpu"
+    assert info["capabilities"] == {"queues", "c-kernels", "sharing", "growable-segments"}
     assert "cpu" in repr(cpu)
 
 

@@ -52,10 +52,12 @@ typedef struct devbuf__device_done {
   devbuf_status status;
 } devbuf__device_done;
 
-// Optional entries may be NULL.
+// Optional entries may be NULL. Its name and kind come from the registry (registry.c).
 typedef struct devbuf__backend {
-  const char *name; // "cpu", "opencl", "cuda"
-  devbuf_device_kind kind;
+  int32_t dlpack_device_type;   // DLPack's DLDeviceType of its memory (kDLCPU 1, kDLCUDA 2, ...)
+  bool one_device;              // its spec is the bare name ("cpu"; "cpu:0" opens it too)
+  bool host_memory_in_children; // a forked child may use its allocators (host memory): they
+                                // are locked across fork()
   // Fills device->name, page_size, host_accessible, backend_state for device `index`.
   // UNAVAILABLE with the reason when the driver or device is missing.
   devbuf_status (*open)(devbuf_device_t *device, int index);
@@ -132,6 +134,29 @@ typedef struct devbuf__backend {
 extern const devbuf__backend devbuf__backend_cpu;
 extern const devbuf__backend devbuf__backend_opencl;
 extern const devbuf__backend devbuf__backend_cuda;
+extern const devbuf__backend devbuf__backend_null; // the tests' builds only
+
+// ---- the registry (registry.c) ----
+
+typedef struct devbuf__backend_entry {
+  const char *name; // the kind's name, and its specs' prefix
+  const devbuf__backend *backend;
+} devbuf__backend_entry;
+
+size_t devbuf__backend_count(void);
+// Kind K's entry, or NULL for no kind of this build.
+const devbuf__backend_entry *devbuf__backend_of_kind(devbuf_device_kind kind);
+// The entry of the `length` characters at `name`, or NULL.
+const devbuf__backend_entry *devbuf__backend_named(const char *name, size_t length);
+// The first entry whose memory is of DLPack's device type `type`, or NULL.
+const devbuf__backend_entry *devbuf__backend_of_dlpack_type(int32_t type);
+devbuf_device_kind devbuf__backend_kind(const devbuf__backend_entry *entry);
+// The specs the registry knows, for messages ("cpu, opencl:N, cuda:N"); the length written.
+size_t devbuf__backend_names(char *out, size_t capacity);
+// Whether a backend's table is whole: every required entry set, every "all or none" group
+// all or none, what needs an enqueue with one. If not, `why` says what is missing.
+bool devbuf__backend_table_check(const char *name, const devbuf__backend *backend, char *why,
+                                 size_t capacity);
 
 // A device: what its backend fills in when it opens it, and what the layers above keep of
 // it (the registry and synchronization are core/device.c's, the allocators the memory
@@ -144,12 +169,13 @@ struct devbuf_device {
   // allocators) keep a device alive without calling into the core layer.
   void (*release)(devbuf_device_t *device);
   const devbuf__backend *backend;
-  int index;            // N of "kind:N"
-  char spec[32];        // canonical spec, e.g. "cpu"
-  char name[128];       // filled by the backend
-  size_t page_size;     // granularity of large blocks, a power of two
-  bool host_accessible; // device memory has a CPU address
-  char version[96];     // the driver's version text ("OpenCL 3.0 PoCL ...")
+  devbuf_device_kind kind; // its backend's place in the registry
+  int index;               // N of "kind:N"
+  char spec[32];           // canonical spec, e.g. "cpu"
+  char name[128];          // filled by the backend
+  size_t page_size;        // granularity of large blocks, a power of two
+  bool host_accessible;    // device memory has a CPU address
+  char version[96];        // the driver's version text ("OpenCL 3.0 PoCL ...")
   uint64_t global_memory, max_allocation;
   size_t alignment;                        // of allocations and of views passed to kernels
   bool unified_memory;                     // device and host share physical memory

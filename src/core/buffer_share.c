@@ -195,7 +195,7 @@ devbuf_status devbuf_buffer_export(devbuf_buffer_t *buffer, devbuf_export_t **ou
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record an export");
   }
   devbuf__export_header header = {.kind = DEVBUF_EXPORT_BUFFER,
-                                  .device_kind = (uint32_t)device->backend->kind,
+                                  .device_kind = (uint32_t)device->kind,
                                   .pid = (int32_t)getpid(),
                                   .dtype = (uint32_t)buffer->dtype,
                                   .ndim = (uint32_t)buffer->ndim,
@@ -224,7 +224,7 @@ devbuf_status devbuf_buffer_import(devbuf_device_t *device, devbuf_export_t *sha
   const devbuf__export_header *h = &shared->header;
   if (h->kind != DEVBUF_EXPORT_BUFFER)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "the export is an event, not a buffer");
-  if (h->device_kind != (uint32_t)device->backend->kind)
+  if (h->device_kind != (uint32_t)device->kind)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "the export holds memory of another kind of device (%u) than %s",
                          h->device_kind, device->spec);

@@ -27,7 +27,7 @@ static devbuf_device_t *open_devices;
 // most 64 locks held at once.
 static size_t device_allocators(devbuf_device_t *device, devbuf_allocator_t *list[4]) {
   size_t count = 0;
-  if (device->backend->kind != DEVBUF_DEVICE_CPU) return 0;
+  if (!device->backend->host_memory_in_children) return 0;
   devbuf_allocator_t *all[] = {device->allocator, device->host_allocator, device->managed_allocator,
                                device->shareable_allocator};
   for (size_t i = 0; i < 4; i++) {
@@ -73,32 +73,18 @@ static void devices_fork_parent(void) { devices_fork_release(false); }
 static void devices_fork_child(void) { devices_fork_release(true); }
 DEVBUF__FORK_HOOK(10, devices_fork_prepare, devices_fork_parent, devices_fork_child)
 
-typedef struct backend_entry {
-  const char *prefix;
-  devbuf_device_kind kind;
-  const devbuf__backend *backend; // NULL while the backend is not part of this build
-} backend_entry;
-
-static const backend_entry known_backends[] = {
-    {"cpu", DEVBUF_DEVICE_CPU, &devbuf__backend_cpu},
-    {"opencl", DEVBUF_DEVICE_OPENCL, &devbuf__backend_opencl},
-    {"cuda", DEVBUF_DEVICE_CUDA, &devbuf__backend_cuda},
-};
-
-// Splits "kind[:N]" into its backend entry and index.
-static devbuf_status parse_spec(const char *spec, const backend_entry **out_entry, int *out_index) {
+// Splits "kind[:N]" into its backend's registry entry and index.
+static devbuf_status parse_spec(const char *spec, const devbuf__backend_entry **out_entry,
+                                int *out_index) {
   if (!spec) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device spec is NULL");
   size_t kind_length = strcspn(spec, ":");
-  const backend_entry *entry = NULL;
-  for (size_t i = 0; i < sizeof known_backends / sizeof known_backends[0]; i++) {
-    if (strlen(known_backends[i].prefix) == kind_length &&
-        strncmp(spec, known_backends[i].prefix, kind_length) == 0)
-      entry = &known_backends[i];
+  const devbuf__backend_entry *entry = devbuf__backend_named(spec, kind_length);
+  if (!entry) {
+    char known[256];
+    devbuf__backend_names(known, sizeof known);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "device spec '%.64s' names no device kind (expected %s)", spec, known);
   }
-  if (!entry)
-    return devbuf__error(
-        DEVBUF_INVALID_ARGUMENT,
-        "device spec '%.64s' names no device kind (expected cpu, opencl:N or cuda:N)", spec);
   long index = 0;
   if (spec[kind_length] == ':') {
     const char *digits = spec + kind_length + 1;
@@ -148,7 +134,8 @@ static devbuf_device_t *new_record_locked(void) {
   return device;
 }
 
-static devbuf_status device_create(const backend_entry *entry, int index, devbuf_device_t **out) {
+static devbuf_status device_create(const devbuf__backend_entry *entry, int index,
+                                   devbuf_device_t **out) {
   devbuf_device_t *device = new_record_locked();
   if (!device) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a device object");
   devbuf__ref_init(&device->refs, 1);
@@ -164,11 +151,12 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
   atomic_init(&device->submit_lock.held, false);
   pthread_cond_init(&device->work_idle, NULL);
   device->backend = entry->backend;
+  device->kind = devbuf__backend_kind(entry);
   device->index = index;
-  if (entry->kind == DEVBUF_DEVICE_CPU)
-    snprintf(device->spec, sizeof device->spec, "cpu");
+  if (entry->backend->one_device)
+    snprintf(device->spec, sizeof device->spec, "%s", entry->name);
   else
-    snprintf(device->spec, sizeof device->spec, "%s:%d", entry->prefix, index);
+    snprintf(device->spec, sizeof device->spec, "%s:%d", entry->name, index);
   devbuf_status status = entry->backend->open(device, index);
   if (status != DEVBUF_OK) {
     keep_record_locked(device);
@@ -199,14 +187,14 @@ static devbuf_status device_create(const backend_entry *entry, int index, devbuf
 }
 
 devbuf_status devbuf_device_open(const char *spec, devbuf_device_t **out_device) {
-  const backend_entry *entry = NULL;
+  const devbuf__backend_entry *entry = NULL;
   int index = 0;
   if (!out_device) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_device is NULL");
   devbuf_status status = parse_spec(spec, &entry, &index);
   if (status != DEVBUF_OK) return status;
-  if (!entry->backend)
-    return devbuf__error(DEVBUF_UNAVAILABLE, "%s: the %s backend is not part of this build", spec,
-                         entry->prefix);
+  char why[160];
+  if (!devbuf__backend_table_check(entry->name, entry->backend, why, sizeof why))
+    return devbuf__error(DEVBUF_UNAVAILABLE, "%s: the backend is incomplete: %s", spec, why);
   pthread_mutex_lock(&registry_lock);
   for (devbuf_device_t *device = open_devices; device; device = device->next_open) {
     if (device->backend == entry->backend && device->index == index) {
@@ -302,8 +290,19 @@ void devbuf__device_drop_unreferenced(devbuf_device_t *device) {
   pthread_mutex_unlock(&registry_lock);
 }
 
+size_t devbuf_device_kind_count(void) { return devbuf__backend_count(); }
+
+const char *devbuf_device_kind_name(devbuf_device_kind kind) {
+  const devbuf__backend_entry *entry = devbuf__backend_of_kind(kind);
+  return entry ? entry->name : NULL;
+}
+
+int32_t devbuf_device_dlpack_type(const devbuf_device_t *device) {
+  return device ? device->backend->dlpack_device_type : 0;
+}
+
 devbuf_device_kind devbuf_device_kind_of(const devbuf_device_t *device) {
-  return device ? device->backend->kind : (devbuf_device_kind)0;
+  return device ? device->kind : (devbuf_device_kind)0;
 }
 const char *devbuf_device_spec(const devbuf_device_t *device) {
   return device ? device->spec : NULL;
@@ -333,6 +332,18 @@ devbuf_allocator_t *devbuf_device_allocator_for(devbuf_device_t *device, devbuf_
   return NULL;
 }
 
+// What the device's backend declares it does, by the entries its table fills.
+static uint32_t capabilities(const devbuf_device_t *device) {
+  const devbuf__backend *backend = device->backend;
+  uint32_t can = 0;
+  if (backend->enqueue) can |= DEVBUF_CAN_QUEUE;
+  if (backend->runs_c_kernels) can |= DEVBUF_CAN_C_KERNELS;
+  if (backend->program_build) can |= DEVBUF_CAN_PROGRAMS;
+  if (backend->raw_export && device->shares_memory) can |= DEVBUF_CAN_SHARE;
+  if (backend->raw_reserve) can |= DEVBUF_CAN_GROW;
+  return can;
+}
+
 devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_info_t *out_info) {
   if (!device || !out_info)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device_info: device and out_info are required");
@@ -345,6 +356,7 @@ devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_in
       .host_unified = device->unified_memory,
       .svm_capabilities = device->svm_capabilities,
       .processor = device->processor,
+      .capabilities = capabilities(device),
   };
   return DEVBUF_OK;
 }

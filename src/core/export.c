@@ -59,9 +59,10 @@ devbuf_status devbuf_export_send(devbuf_export_t *shared, int socket) {
 // The checks of a buffer's fields; the sizes are the sender's word, to be held against the
 // descriptor's own size when it is mapped.
 static devbuf_status check_buffer_header(const devbuf__export_header *h) {
-  if (h->device_kind != DEVBUF_DEVICE_CPU && h->device_kind != DEVBUF_DEVICE_CUDA)
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "export: device kind %u cannot share memory",
-                         h->device_kind);
+  const devbuf__backend_entry *entry = devbuf__backend_of_kind((devbuf_device_kind)h->device_kind);
+  if (!entry || !entry->backend->raw_export)
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "export: device kind %u (%s) cannot share memory",
+                         h->device_kind, entry ? entry->name : "no kind of this build");
   if (h->dtype >= DEVBUF_DTYPE_COUNT || h->ndim > DEVBUF_MAX_NDIM || h->read_only > 1)
     return devbuf__error(DEVBUF_FORMAT_ERROR, "export: dtype %u, ndim %u, read_only %u", h->dtype,
                          h->ndim, h->read_only);

@@ -134,9 +134,12 @@ static inline devbuf_status submit_function(devbuf_queue_t *queue, devbuf__work_
                          what, role);
   if (!host && !queue->device->backend->runs_c_kernels)
     return devbuf__error(DEVBUF_UNSUPPORTED,
-                         "submit: C kernels run on the CPU; %s runs programs (devbuf_queue_launch, "
-                         "or devbuf_queue_host_task for host work)",
-                         queue->device->spec);
+                         "submit: C kernels run on the CPU; %s %s (devbuf_queue_host_task runs "
+                         "host work on any device)",
+                         queue->device->spec,
+                         queue->device->backend->program_build
+                             ? "runs device programs instead (devbuf_queue_launch)"
+                             : "runs no kernels");
   devbuf_status counts = check_item_counts(what, use_count, scalars_size);
   if (counts != DEVBUF_OK) return counts;
   devbuf__work *work = devbuf__work_new(queue, kind, use_count, scalars_size);

@@ -34,18 +34,6 @@ static void delete_legacy(DLManagedTensor *tensor) {
   if (tensor) export_finish(tensor->manager_ctx);
 }
 
-static int32_t dl_device_type(const devbuf_device_t *device) {
-  switch (devbuf_device_kind_of(device)) {
-  case DEVBUF_DEVICE_OPENCL:
-    return DEVBUF_DL_OPENCL;
-  case DEVBUF_DEVICE_CUDA:
-    return DEVBUF_DL_CUDA;
-  case DEVBUF_DEVICE_CPU:
-  default:
-    return DEVBUF_DL_CPU;
-  }
-}
-
 // Fills the DLTensor of `record` for `buffer`, opening the host access it holds.
 static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export_record *record,
                                  DLTensor *out, bool *out_read_only) {
@@ -83,7 +71,7 @@ static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export
       // can also address: that is what consumers of the device type expect.
       .data = storage->device->host_accessible ? storage->memory.host
                                                : (void *)(uintptr_t)storage->memory.device,
-      .device = {dl_device_type(storage->device), storage->device->index},
+      .device = {devbuf_device_dlpack_type(storage->device), storage->device->index},
       .ndim = (int32_t)buffer->ndim,
       .dtype = {code, bits, 1},
       .shape = record->shape,
@@ -180,27 +168,20 @@ static devbuf_status import_dtype(DLDataType type, devbuf_dtype *out) {
                        (unsigned)type.code, (unsigned)type.bits);
 }
 
+// The device of the first backend in the registry whose memory is of DLPack's type.
 static devbuf_status import_device(DLDevice where, devbuf_device_t **out) {
-  char spec[48];
-  switch (where.device_type) {
-  case DEVBUF_DL_CPU:
-  case DEVBUF_DL_CUDA_HOST: // pinned host memory: the CPU reads it directly
-    snprintf(spec, sizeof spec, "cpu");
-    break;
-  case DEVBUF_DL_CUDA:
-    snprintf(spec, sizeof spec, "cuda:%d", (int)where.device_id);
-    break;
-  case DEVBUF_DL_OPENCL:
-    snprintf(spec, sizeof spec, "opencl:%d", (int)where.device_id);
-    break;
-  default:
+  // Pinned host memory: the CPU reads it directly.
+  int32_t type = where.device_type == DEVBUF_DL_CUDA_HOST ? DEVBUF_DL_CPU : where.device_type;
+  const devbuf__backend_entry *entry = devbuf__backend_of_dlpack_type(type);
+  if (!entry)
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "dlpack import: device type %d (id %d) is not one devbuf opens",
                          (int)where.device_type, (int)where.device_id);
-  }
-  if (where.device_id < 0 || (where.device_type == DEVBUF_DL_CPU && where.device_id != 0))
+  if (where.device_id < 0 || (entry->backend->one_device && where.device_id != 0))
     return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: device type %d has no device %d",
                          (int)where.device_type, (int)where.device_id);
+  char spec[48];
+  snprintf(spec, sizeof spec, "%s:%d", entry->name, (int)where.device_id);
   return devbuf_device_open(spec, out);
 }
 

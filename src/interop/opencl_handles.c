@@ -7,7 +7,7 @@ devbuf_status devbuf_opencl_device_handles(devbuf_device_t *device,
                                            devbuf_opencl_handles_t *out_handles) {
   if (!device || !out_handles)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_handles is NULL");
-  if (device->backend->kind != DEVBUF_DEVICE_OPENCL)
+  if (device->kind != DEVBUF_DEVICE_OPENCL)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s is not an OpenCL device", device->spec);
   const devbuf__opencl_device *state = devbuf__opencl_of(device);
   *out_handles = (devbuf_opencl_handles_t){state->platform, state->id, state->context};
@@ -18,7 +18,7 @@ devbuf_status devbuf_opencl_queue_handle(devbuf_queue_t *queue, void **out_comma
   if (!queue || !out_command_queue)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue or out_command_queue is NULL");
   devbuf_device_t *device = devbuf_queue_device(queue);
-  if (device->backend->kind != DEVBUF_DEVICE_OPENCL)
+  if (device->kind != DEVBUF_DEVICE_OPENCL)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "a queue on %s is not on an OpenCL device",
                          device->spec);
   *out_command_queue =

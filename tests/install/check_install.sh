@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build into a scratch prefix, then checks what a user gets: only devbuf_
-# symbols exported, find_package(devbuf) for both libraries, and pkg-config.
+# symbols exported, no backend built for the tests only, find_package(devbuf) for both
+# libraries, and pkg-config.
 set -euo pipefail
 build_dir=$1
 source_dir=$(cd "$(dirname "$0")" && pwd)
@@ -17,7 +18,17 @@ echo "exports: $(echo "$exported" | wc -l) devbuf_ symbols, nothing else"
 
 # The installed tool finds the installed library by itself and holds no path of the build.
 tool="$scratch/prefix/bin/devbuf"
-env -u LD_LIBRARY_PATH "$tool" info >/dev/null || { echo "the installed devbuf does not run"; exit 1; }
+env -u LD_LIBRARY_PATH "$tool" info >"$scratch/info" || { echo "the installed devbuf does not run"; exit 1; }
+# The tests' null backend is never installed: not in either library, not among the kinds.
+for library in "$libdir/libdevbuf.so" "$libdir/libdevbuf.a"; do
+  if nm "$library" 2>/dev/null | grep -q devbuf__backend_null; then
+    echo "$library holds the null backend, which is for the tests only"
+    exit 1
+  fi
+done
+if grep -q '^null' "$scratch/info"; then echo "the installed devbuf lists the null backend"; exit 1; fi
+grep -q '^cpu ' "$scratch/info" || { echo "devbuf info lists no cpu: $(cat "$scratch/info")"; exit 1; }
+echo "installed: no test backend in the libraries or among the kinds"
 # (Debug information may name where it was compiled; what the program reads may not.)
 objcopy --strip-debug "$tool" "$scratch/tool-without-debug-info"
 if grep -qF "$(cd "$build_dir" && pwd)" "$scratch/tool-without-debug-info"; then

@@ -2,8 +2,9 @@
 """The layering rule of src/ (docs/architecture.md), checked two ways:
 
 - includes: a file in folder L may include headers of L and of the layers below it; a
-  backend (backend/cpu, backend/opencl, backend/cuda) the backend layer's own backend.h
-  but not another backend; no file may sit in src/ outside a layer;
+  backend (each folder of backend/) the backend layer's own backend.h but not another
+  backend; only the registry (backend/registry.c) names every backend; no file may sit in
+  src/ outside a layer;
 - symbols (with the object files of a build): what each object file calls or reads of
   another file of src/, from `nm`, may only point to its own layer or below.
 
@@ -47,11 +48,16 @@ def layer_of(path, layers):
     return parts[0], group
 
 
+REGISTRY = "backend/registry.c"
+
+
 def wrong_way(a, b, layers):
     (la, ga), (lb, gb) = layer_of(a, layers), layer_of(b, layers)
     if layers.index(lb) > layers.index(la):
         return True
-    return la == lb == "backend" and ga != gb and gb != "backend"  # one backend reaching into another
+    # One backend reaching into another, or the shared part into a backend: only the registry,
+    # whose entries name each backend's table, may.
+    return la == lb == "backend" and ga != gb and gb != "backend" and a != REGISTRY
 
 
 def sources(src):
@@ -70,9 +76,9 @@ def include_uses(src):
                 yield path, resolved
 
 
-def symbol_uses(src, objects):
+def symbol_uses(src, object_dirs):
     defined, used = {}, {}
-    for folder, _, files in os.walk(objects):
+    for objects, (folder, _, files) in ((d, w) for d in object_dirs for w in os.walk(d)):
         for name in files:
             if not name.endswith(".o"):
                 continue
@@ -132,7 +138,9 @@ def main():
     if sys.argv[1:] == ["--self-test"]:
         return self_test()
     src = os.path.join(sys.argv[1], "src")
-    objects = os.path.join(sys.argv[2], "CMakeFiles", "devbuf_objects.dir") if len(sys.argv) > 2 else None
+    # The library's objects, its registry, and the tests' registry with their backends.
+    objects = [os.path.join(sys.argv[2], "CMakeFiles", d + ".dir")
+               for d in ("devbuf_objects", "devbuf_registry", "devbuf_test_registry")] if len(sys.argv) > 2 else None
     problems, uses, wrong = check(src, objects)
     for p in problems:
         print("FAIL:", p)

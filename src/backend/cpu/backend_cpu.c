@@ -213,8 +213,9 @@ static devbuf_status cpu_zero(devbuf_device_t *device, const devbuf_memory_t *ds
 }
 
 const devbuf__backend devbuf__backend_cpu = {
-    .name = "cpu",
-    .kind = DEVBUF_DEVICE_CPU,
+    .dlpack_device_type = 1, // kDLCPU
+    .one_device = true,
+    .host_memory_in_children = true,
     .open = cpu_open,
     .raw_alloc = cpu_raw_alloc,
     .raw_free = cpu_raw_free,

@@ -376,8 +376,7 @@ static devbuf_status cuda_synchronize(devbuf_device_t *device) {
 }
 
 const devbuf__backend devbuf__backend_cuda = {
-    .name = "cuda",
-    .kind = DEVBUF_DEVICE_CUDA,
+    .dlpack_device_type = 2, // kDLCUDA
     .open = cuda_open,
     .close = cuda_close,
     .raw_alloc = cuda_raw_alloc,

@@ -405,8 +405,7 @@ static devbuf_status opencl_synchronize(devbuf_device_t *device) {
 }
 
 const devbuf__backend devbuf__backend_opencl = {
-    .name = "opencl",
-    .kind = DEVBUF_DEVICE_OPENCL,
+    .dlpack_device_type = 4, // kDLOpenCL
     .open = opencl_open,
     .close = opencl_close,
     .raw_alloc = opencl_raw_alloc,
