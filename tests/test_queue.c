@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <unistd.h>
 
 static devbuf_device_t *device;
 static devbuf_allocator_t *allocator;
@@ -310,6 +311,68 @@ static void test_release_in_flight_and_reuse(void) {
   devbuf_queue_release(b);
   devbuf_allocator_release(allocator);
   allocator = device_allocator;
+}
+
+// An adaptor over a caching allocator forwards release in flight and ordered allocation:
+// wrapping a cache for statistics, a trace or fault injection keeps the reuse. The adaptor
+// counts the in-flight release as a free and the ordered allocation as an allocation; the
+// trace records them as its "f" and "a" lines.
+static void test_adaptors_keep_in_flight_reuse(void) {
+  char trace_path[] = "/tmp/devbuf-test-adaptor-trace-XXXXXX";
+  int trace_fd = mkstemp(trace_path);
+  CHECK(trace_fd >= 0);
+  close(trace_fd);
+  for (int kind = 0; kind < 3; kind++) {
+    devbuf_allocator_t *caching = own_caching_allocator(device), *adaptor = NULL;
+    if (kind == 0) CHECK_OK(devbuf_stats_adaptor_create(caching, &adaptor));
+    if (kind == 1) CHECK_OK(devbuf_trace_adaptor_create(caching, trace_path, &adaptor));
+    if (kind == 2) CHECK_OK(devbuf_fault_adaptor_create(caching, 0, DEVBUF_FAULT_ONCE, &adaptor));
+    if (!adaptor) {
+      devbuf_allocator_release(caching);
+      continue;
+    }
+    devbuf_queue_t *queue = NULL;
+    devbuf_event_t *gate = NULL;
+    CHECK_OK(devbuf_queue_create(device, &queue));
+    CHECK_OK(devbuf_event_create(0, &gate));
+    size_t n = 16384;
+    devbuf_buffer_t *old = NULL, *reused = NULL;
+    CHECK_OK(devbuf_buffer_allocate(adaptor, DEVBUF_UINT8, &n, 1, 0, &old));
+    uint64_t old_address = 0, new_address = 0;
+    CHECK_OK(devbuf_buffer_device_ptr(old, &old_address));
+    unsigned char one = 1, two = 2;
+    CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+    CHECK_OK(devbuf_queue_fill(queue, old, &one, 1)); // held back
+    devbuf_buffer_release(old);                       // in flight, through the adaptor
+    CHECK_EQ_U(stats_of(caching).released_in_flight, n);
+    if (kind == 0) CHECK_EQ_U(stats_of(adaptor).active, 0); // the adaptor counted a free
+    CHECK_OK(devbuf_buffer_new(adaptor, DEVBUF_UINT8, &n, 1, 0, &reused));
+    CHECK_OK(devbuf_queue_fill(queue, reused, &two, 1)); // takes the old bytes, ordered after
+    CHECK_OK(devbuf_buffer_device_ptr(reused, &new_address));
+    CHECK(new_address == old_address);
+    if (kind == 0) CHECK_EQ_U(stats_of(adaptor).active, n);
+    CHECK_OK(devbuf_event_signal(gate, 1));
+    CHECK_OK(devbuf_queue_finish(queue));
+    CHECK_EQ_U(stats_of(caching).released_in_flight, 0);
+    const void *data = NULL;
+    CHECK_OK(devbuf_buffer_contents(reused, &data, NULL));
+    CHECK(((const unsigned char *)data)[0] == 2 && ((const unsigned char *)data)[n - 1] == 2);
+    CHECK_OK(devbuf_buffer_end_access(reused, data));
+    devbuf_buffer_release(reused);
+    devbuf_event_release(gate);
+    devbuf_queue_release(queue);
+    devbuf_allocator_release(adaptor);
+    devbuf_allocator_release(caching);
+    if (kind == 1) { // the trace: allocated, freed (in flight), allocated again, freed
+      FILE *file = fopen(trace_path, "r");
+      char text[256] = "";
+      size_t got = file ? fread(text, 1, sizeof text - 1, file) : 0;
+      if (file) fclose(file);
+      text[got] = '\0';
+      CHECK(strcmp(text, "# devbuf trace 1\na 1 16384\nf 1\na 2 16384\nf 2\n") == 0);
+    }
+  }
+  unlink(trace_path);
 }
 
 // Bytes that went through two owners while their work is held back. The second owner took
@@ -721,6 +784,7 @@ int main(void) {
   RUN(test_host_access_rules);
   RUN(test_cross_queue_ordering);
   RUN(test_release_in_flight_and_reuse);
+  RUN(test_adaptors_keep_in_flight_reuse);
   RUN(test_reuse_through_two_owners);
   RUN(test_determinism);
   RUN(test_failure_propagation);

@@ -80,7 +80,7 @@ static void storage_free_record(devbuf__storage *storage) {
 static void storage_finalize(void *context) {
   devbuf__storage *storage = context;
   if (storage->in_flight)
-    devbuf__caching_fence_done(storage->allocator, storage->in_flight);
+    devbuf__allocator_fence_done(storage->allocator, storage->in_flight);
   else if (storage->lease_count && devbuf__storage_prune_leases(storage))
     devbuf__storage_park(storage);
   else if (storage->release_external)
@@ -95,7 +95,7 @@ static void storage_finalize(void *context) {
 
 static bool reusable_for_work(const devbuf__storage *storage) {
   return storage->allocator && storage->size && !storage->mapped && !storage->lease_count &&
-         devbuf__is_caching(storage->allocator) &&
+         devbuf__allocator_reuses_in_flight(storage->allocator) &&
          atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED;
 }
 
@@ -125,8 +125,8 @@ void devbuf__storage_last_release(devbuf__storage *storage) {
   bool busy = hazard->records != 0; // a first look: settled under the lock below
   devbuf__spin_unlock(&hazard->lock);
   if (busy && reusable_for_work(storage) &&
-      devbuf__caching_free_in_flight(storage->allocator, &storage->memory, storage,
-                                     &storage->in_flight) != DEVBUF_OK)
+      devbuf__allocator_free_in_flight(storage->allocator, &storage->memory, storage,
+                                       &storage->in_flight) != DEVBUF_OK)
     storage->in_flight = NULL;
   devbuf__spin_lock(&hazard->lock);
   busy = hazard->records != 0;
@@ -161,11 +161,11 @@ static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
   if (storage->size == 0) return DEVBUF_OK; // zero-length storage owns no memory
   if (storage->allocator->memory_kind == DEVBUF_MEMORY_SHAREABLE) devbuf__shareable_allocating();
   // Reused memory is only clean once its old work is done: zeroed buffers do not reuse.
-  bool ordered =
-      for_work && !(storage->flags & DEVBUF_BUFFER_ZERO) && devbuf__is_caching(storage->allocator);
+  bool ordered = for_work && !(storage->flags & DEVBUF_BUFFER_ZERO) &&
+                 devbuf__allocator_reuses_in_flight(storage->allocator);
   devbuf_status status =
-      ordered ? devbuf__caching_alloc_ordered(storage->allocator, storage->size, inherit_work,
-                                              storage, &storage->memory)
+      ordered ? devbuf__allocator_alloc_ordered(storage->allocator, storage->size, inherit_work,
+                                                storage, &storage->memory)
               : devbuf__allocator_alloc_known(storage->allocator, storage->size, &storage->memory);
   if (status != DEVBUF_OK) return status;
   if (storage->inherited_count && !devbuf__storage_hazard_locked(storage))

@@ -54,18 +54,17 @@ const char *devbuf_allocator_kind(const devbuf_allocator_t *allocator) {
   return allocator ? allocator->ops->kind : NULL;
 }
 
-devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
-                                     devbuf_memory_t *out_memory) {
-  if (DEVBUF_UNLIKELY(!allocator || !out_memory))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_memory is NULL");
-  if (DEVBUF_UNLIKELY(size == 0))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "allocation of 0 bytes (zero-length buffers own no memory)");
-  if (allocator->ops->stats) return allocator->ops->alloc(allocator, size, out_memory);
+// An allocation the front end counts (an allocator without statistics of its own); ordered
+// after work where `visit` is set. Apart from the callers, whose own path then needs no frame.
+__attribute__((noinline)) static devbuf_status
+counted_alloc(devbuf_allocator_t *allocator, size_t size, devbuf__in_flight_visit visit,
+              void *context, devbuf_memory_t *out_memory) {
   devbuf__counters *c = &allocator->counters;
   atomic_fetch_add_explicit(&c->calls, 1, memory_order_relaxed);
   devbuf_memory_t memory;
-  devbuf_status status = allocator->ops->alloc(allocator, size, &memory);
+  devbuf_status status =
+      visit ? allocator->ops->alloc_ordered(allocator, size, visit, context, &memory)
+            : allocator->ops->alloc(allocator, size, &memory);
   if (status != DEVBUF_OK) {
     atomic_fetch_add_explicit(&c->failed, 1, memory_order_relaxed);
     return status;
@@ -79,17 +78,70 @@ devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
   return DEVBUF_OK;
 }
 
+static inline void count_free(devbuf__counters *c, size_t size) {
+  atomic_fetch_sub_explicit(&c->active, size, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&c->live, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
+}
+
+devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
+                                     devbuf_memory_t *out_memory) {
+  if (DEVBUF_UNLIKELY(!allocator || !out_memory))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_memory is NULL");
+  if (DEVBUF_UNLIKELY(size == 0))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "allocation of 0 bytes (zero-length buffers own no memory)");
+  if (allocator->ops->stats) return allocator->ops->alloc(allocator, size, out_memory);
+  return counted_alloc(allocator, size, NULL, NULL, out_memory);
+}
+
 void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
   if (!allocator || !memory) return;
-  if (allocator->ops->stats) {
+  if (allocator->ops->stats) { // its own statistics: straight to it
     allocator->ops->free(allocator, memory);
     return;
   }
-  devbuf__counters *c = &allocator->counters;
-  atomic_fetch_sub_explicit(&c->active, memory->size, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&c->live, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
+  count_free(&allocator->counters, memory->size);
   allocator->ops->free(allocator, memory);
+}
+
+// ---- memory released in flight: allocators that can, and adaptors that forward it ----------
+
+void devbuf__adaptor_ops(const devbuf__allocator_ops *kind, const devbuf_allocator_t *upstream,
+                         devbuf__allocator_ops *out) {
+  *out = *kind;
+  if (!upstream->ops->reserve) {
+    out->reserve = NULL;
+    out->map = NULL;
+    out->unmap = NULL;
+    out->unreserve = NULL;
+  }
+  if (!upstream->ops->free_in_flight) {
+    out->free_in_flight = NULL;
+    out->fence_done = NULL;
+    out->alloc_ordered = NULL;
+  }
+}
+
+devbuf_status devbuf__allocator_free_in_flight(devbuf_allocator_t *allocator,
+                                               const devbuf_memory_t *memory, void *fence,
+                                               devbuf__in_flight **out_range) {
+  size_t size = memory->size; // `memory` may be the record that goes with it
+  devbuf_status status = allocator->ops->free_in_flight(allocator, memory, fence, out_range);
+  if (status == DEVBUF_OK && !allocator->ops->stats) count_free(&allocator->counters, size);
+  return status;
+}
+
+void devbuf__allocator_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight *range) {
+  allocator->ops->fence_done(allocator, range);
+}
+
+devbuf_status devbuf__allocator_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
+                                              devbuf__in_flight_visit visit, void *context,
+                                              devbuf_memory_t *out) {
+  if (allocator->ops->stats)
+    return allocator->ops->alloc_ordered(allocator, size, visit, context, out);
+  return counted_alloc(allocator, size, visit, context, out);
 }
 
 devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator,

@@ -5,6 +5,7 @@
 typedef struct wrapper {
   devbuf_allocator_t base;
   devbuf_allocator_t *upstream; // owned reference
+  devbuf__allocator_ops ops;    // the kind's, less what its upstream cannot do
 } wrapper;
 
 static devbuf_status pass_alloc(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
@@ -13,6 +14,21 @@ static devbuf_status pass_alloc(devbuf_allocator_t *self, size_t size, devbuf_me
 
 static void pass_free(devbuf_allocator_t *self, const devbuf_memory_t *memory) {
   devbuf_allocator_free(((wrapper *)self)->upstream, memory);
+}
+
+static devbuf_status pass_free_in_flight(devbuf_allocator_t *self, const devbuf_memory_t *memory,
+                                         void *fence, devbuf__in_flight **out_range) {
+  return devbuf__allocator_free_in_flight(((wrapper *)self)->upstream, memory, fence, out_range);
+}
+
+static void pass_fence_done(devbuf_allocator_t *self, devbuf__in_flight *range) {
+  devbuf__allocator_fence_done(((wrapper *)self)->upstream, range);
+}
+
+static devbuf_status pass_alloc_ordered(devbuf_allocator_t *self, size_t size,
+                                        devbuf__in_flight_visit visit, void *context,
+                                        devbuf_memory_t *out) {
+  return devbuf__allocator_alloc_ordered(((wrapper *)self)->upstream, size, visit, context, out);
 }
 
 static void wrapper_destroy(devbuf_allocator_t *self) {
@@ -28,7 +44,8 @@ static devbuf_status wrapper_create(devbuf_allocator_t *upstream, const devbuf__
   wrapper *self = devbuf__calloc(1, size);
   if (!self)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a %s adaptor", ops->kind);
-  devbuf__allocator_init(&self->base, ops, upstream->device, DEVBUF__HOLDS_DEVICE);
+  devbuf__adaptor_ops(ops, upstream, &self->ops);
+  devbuf__allocator_init(&self->base, &self->ops, upstream->device, DEVBUF__HOLDS_DEVICE);
   self->base.memory_kind = upstream->memory_kind;
   self->upstream = devbuf_allocator_retain(upstream);
   *out = self;
@@ -42,6 +59,9 @@ static const devbuf__allocator_ops stats_ops = {
     .alloc = pass_alloc,
     .free = pass_free,
     .destroy = wrapper_destroy,
+    .free_in_flight = pass_free_in_flight,
+    .fence_done = pass_fence_done,
+    .alloc_ordered = pass_alloc_ordered,
 };
 
 devbuf_status devbuf_stats_adaptor_create(devbuf_allocator_t *upstream,
@@ -85,6 +105,13 @@ static devbuf_status fault_alloc(devbuf_allocator_t *base, size_t size, devbuf_m
   return status == DEVBUF_OK ? pass_alloc(base, size, out) : status;
 }
 
+static devbuf_status fault_alloc_ordered(devbuf_allocator_t *base, size_t size,
+                                         devbuf__in_flight_visit visit, void *context,
+                                         devbuf_memory_t *out) {
+  devbuf_status status = fault_check((fault_adaptor *)base, size);
+  return status == DEVBUF_OK ? pass_alloc_ordered(base, size, visit, context, out) : status;
+}
+
 // Over an upstream that maps memory into reserved addresses, mapping counts as an
 // allocation call (and fails like one); the rest passes through.
 static devbuf_status pass_reserve(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
@@ -116,21 +143,17 @@ static const devbuf__allocator_ops fault_ops = {
     .alloc = fault_alloc,
     .free = pass_free,
     .destroy = wrapper_destroy,
-};
-
-static const devbuf__allocator_ops fault_mappable_ops = {
-    .kind = "fault",
-    .alloc = fault_alloc,
-    .free = pass_free,
-    .destroy = wrapper_destroy,
     .reserve = pass_reserve,
     .map = fault_map,
     .unmap = pass_unmap,
     .unreserve = pass_unreserve,
+    .free_in_flight = pass_free_in_flight,
+    .fence_done = pass_fence_done,
+    .alloc_ordered = fault_alloc_ordered,
 };
 
 static bool is_fault_adaptor(const devbuf_allocator_t *allocator) {
-  return allocator && (allocator->ops == &fault_ops || allocator->ops == &fault_mappable_ops);
+  return allocator && allocator->ops->alloc == fault_alloc;
 }
 
 devbuf_status devbuf_fault_adaptor_create(devbuf_allocator_t *upstream, uint64_t fail_at,
@@ -140,9 +163,7 @@ devbuf_status devbuf_fault_adaptor_create(devbuf_allocator_t *upstream, uint64_t
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "fault adaptor: out_allocator is NULL or mode %d is unknown", (int)mode);
   fault_adaptor *self = NULL;
-  devbuf_status status = wrapper_create(
-      upstream, upstream && upstream->ops->reserve ? &fault_mappable_ops : &fault_ops, sizeof *self,
-      (wrapper **)&self);
+  devbuf_status status = wrapper_create(upstream, &fault_ops, sizeof *self, (wrapper **)&self);
   if (status != DEVBUF_OK) return status;
   atomic_init(&self->calls, 0);
   atomic_init(&self->fail_at, fail_at);

@@ -17,7 +17,8 @@
 typedef struct trace_adaptor {
   devbuf_allocator_t base;
   devbuf_allocator_t *upstream;
-  pthread_mutex_t lock; // orders lines in the file
+  devbuf__allocator_ops ops; // less what its upstream cannot do
+  pthread_mutex_t lock;      // orders lines in the file
   FILE *file;
   uint64_t next_id; // under the lock
 } trace_adaptor;
@@ -27,11 +28,16 @@ typedef struct trace_record {
   uint64_t id;
 } trace_record;
 
-static devbuf_status trace_alloc(devbuf_allocator_t *base, size_t size, devbuf_memory_t *out) {
+// An allocation, ordered after work where `visit` is set (memory released in flight).
+static devbuf_status trace_alloc_with(devbuf_allocator_t *base, size_t size,
+                                      devbuf__in_flight_visit visit, void *context,
+                                      devbuf_memory_t *out) {
   trace_adaptor *self = (trace_adaptor *)base;
   trace_record *record = devbuf__malloc(sizeof *record);
   if (!record) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "trace: no host memory for a record");
-  devbuf_status status = devbuf_allocator_alloc(self->upstream, size, &record->upstream);
+  devbuf_status status = visit ? devbuf__allocator_alloc_ordered(self->upstream, size, visit,
+                                                                 context, &record->upstream)
+                               : devbuf_allocator_alloc(self->upstream, size, &record->upstream);
   if (status != DEVBUF_OK) {
     devbuf__free(record);
     return status;
@@ -45,14 +51,47 @@ static devbuf_status trace_alloc(devbuf_allocator_t *base, size_t size, devbuf_m
   return DEVBUF_OK;
 }
 
-static void trace_free(devbuf_allocator_t *base, const devbuf_memory_t *memory) {
-  trace_adaptor *self = (trace_adaptor *)base;
-  trace_record *record = memory->token;
+static devbuf_status trace_alloc(devbuf_allocator_t *base, size_t size, devbuf_memory_t *out) {
+  return trace_alloc_with(base, size, NULL, NULL, out);
+}
+
+static devbuf_status trace_alloc_ordered(devbuf_allocator_t *base, size_t size,
+                                         devbuf__in_flight_visit visit, void *context,
+                                         devbuf_memory_t *out) {
+  return trace_alloc_with(base, size, visit, context, out);
+}
+
+static void trace_line_free(trace_adaptor *self, const trace_record *record) {
   pthread_mutex_lock(&self->lock);
   fprintf(self->file, "f %" PRIu64 "\n", record->id);
   pthread_mutex_unlock(&self->lock);
+}
+
+// The line goes first: the upstream may hand the memory out again at once.
+static void trace_free(devbuf_allocator_t *base, const devbuf_memory_t *memory) {
+  trace_adaptor *self = (trace_adaptor *)base;
+  trace_record *record = memory->token;
+  trace_line_free(self, record);
   devbuf_allocator_free(self->upstream, &record->upstream);
   devbuf__free(record);
+}
+
+// Released while work uses it: freed, for the trace, once the upstream took it back (an
+// ordered allocation may take it in between: its line then comes first).
+static devbuf_status trace_free_in_flight(devbuf_allocator_t *base, const devbuf_memory_t *memory,
+                                          void *fence, devbuf__in_flight **out_range) {
+  trace_adaptor *self = (trace_adaptor *)base;
+  trace_record *record = memory->token;
+  devbuf_status status =
+      devbuf__allocator_free_in_flight(self->upstream, &record->upstream, fence, out_range);
+  if (status != DEVBUF_OK) return status; // the caller keeps the memory: no free yet
+  trace_line_free(self, record);
+  devbuf__free(record);
+  return DEVBUF_OK;
+}
+
+static void trace_fence_done(devbuf_allocator_t *base, devbuf__in_flight *range) {
+  devbuf__allocator_fence_done(((trace_adaptor *)base)->upstream, range);
 }
 
 static void trace_destroy(devbuf_allocator_t *base) {
@@ -68,6 +107,9 @@ static const devbuf__allocator_ops trace_ops = {
     .alloc = trace_alloc,
     .free = trace_free,
     .destroy = trace_destroy,
+    .free_in_flight = trace_free_in_flight,
+    .fence_done = trace_fence_done,
+    .alloc_ordered = trace_alloc_ordered,
 };
 
 devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const char *path,
@@ -85,7 +127,8 @@ devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const ch
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a trace adaptor");
   }
   fprintf(file, "%s\n", TRACE_HEADER);
-  devbuf__allocator_init(&self->base, &trace_ops, upstream->device, DEVBUF__HOLDS_DEVICE);
+  devbuf__adaptor_ops(&trace_ops, upstream, &self->ops);
+  devbuf__allocator_init(&self->base, &self->ops, upstream->device, DEVBUF__HOLDS_DEVICE);
   self->base.memory_kind = upstream->memory_kind;
   self->upstream = devbuf_allocator_retain(upstream);
   devbuf__mutex_init(&self->lock);

@@ -6,6 +6,12 @@
 
 #include "../backend/backend.h"
 
+// A range of memory released in flight, the allocator's own record (opaque above it).
+typedef struct devbuf__in_flight devbuf__in_flight;
+// Told of each in-flight range an ordered allocation overlaps: the range's fence and the
+// overlap in the fence's own byte offsets; false makes it take bytes no work uses instead.
+typedef bool (*devbuf__in_flight_visit)(void *context, void *fence, size_t offset, size_t size);
+
 typedef struct devbuf__allocator_ops {
   const char *kind;
   devbuf_status (*alloc)(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out);
@@ -23,6 +29,16 @@ typedef struct devbuf__allocator_ops {
   void (*unmap)(devbuf_allocator_t *self, const devbuf_memory_t *reservation, size_t offset,
                 size_t size);
   void (*unreserve)(devbuf_allocator_t *self, const devbuf_memory_t *reservation);
+  // (optional, all three or none) Memory released while submitted work may still use it
+  // (docs/allocator.md, "Memory released while work uses it"): the caching allocator has
+  // them, and adaptors forward them to an upstream that has them, so that wrapping a cache
+  // keeps the reuse. Called through devbuf__allocator_free_in_flight and its siblings below.
+  devbuf_status (*free_in_flight)(devbuf_allocator_t *self, const devbuf_memory_t *memory,
+                                  void *fence, devbuf__in_flight **out_range);
+  void (*fence_done)(devbuf_allocator_t *self, devbuf__in_flight *range);
+  devbuf_status (*alloc_ordered)(devbuf_allocator_t *self, size_t size,
+                                 devbuf__in_flight_visit visit, void *context,
+                                 devbuf_memory_t *out);
 } devbuf__allocator_ops;
 
 // Counters the front end keeps for allocators without their own statistics.
@@ -85,20 +101,32 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
                                                const devbuf_caching_options_t *options,
                                                devbuf__device_link link, devbuf_allocator_t **out);
 
-// Memory released while submitted work may still use it, in the caching allocator
-// (src/memory/caching/; docs/allocator.md, "Memory released while work uses it"). Its
-// bytes go back to the cache at once, marked in flight under an opaque `fence` of the
-// releaser's: host allocations never get them, allocations for work may.
-typedef struct devbuf__in_flight devbuf__in_flight;
-bool devbuf__is_caching(const devbuf_allocator_t *allocator);
-// Frees `memory` (from this caching allocator) in flight; *out_range names the range until
-// devbuf__caching_fence_done. OUT_OF_MEMORY without host memory for the record: the
+// Memory released while submitted work may still use it: its bytes go back at once, marked
+// in flight under an opaque `fence` of the releaser's; host allocations never get them,
+// allocations for work may (docs/allocator.md, "Memory released while work uses it").
+// Whether `allocator` (or the allocator it wraps) can.
+static inline bool devbuf__allocator_reuses_in_flight(const devbuf_allocator_t *allocator) {
+  return allocator->ops->free_in_flight != NULL;
+}
+// Frees `memory` in flight (counted as a free); *out_range names the range until
+// devbuf__allocator_fence_done. OUT_OF_MEMORY without host memory for the record: the
 // caller then keeps the memory until its work is done.
-devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator,
-                                             const devbuf_memory_t *memory, void *fence,
-                                             devbuf__in_flight **out_range);
+devbuf_status devbuf__allocator_free_in_flight(devbuf_allocator_t *allocator,
+                                               const devbuf_memory_t *memory, void *fence,
+                                               devbuf__in_flight **out_range);
 // The fence's work completed: its bytes are free for everyone.
-void devbuf__caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight *range);
+void devbuf__allocator_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight *range);
+// An allocation for work that will be ordered after the work using what it reuses: it may
+// take bytes released in flight, and `visit` is told of each in-flight range it overlaps
+// (under the allocator's lock, so the fence is alive).
+devbuf_status devbuf__allocator_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
+                                              devbuf__in_flight_visit visit, void *context,
+                                              devbuf_memory_t *out);
+// An adaptor's operations over `upstream`: its kind's, less each optional group the upstream
+// lacks (an adaptor forwards what it can, and only that).
+void devbuf__adaptor_ops(const devbuf__allocator_ops *kind, const devbuf_allocator_t *upstream,
+                         devbuf__allocator_ops *out);
+bool devbuf__is_caching(const devbuf_allocator_t *allocator);
 // The upstream allocation (segment) that holds memory from a caching allocator, and the
 // memory's offset in it: what another process maps to share it.
 void devbuf__caching_segment_of(const devbuf_memory_t *memory, devbuf_memory_t *out_segment,
@@ -106,15 +134,6 @@ void devbuf__caching_segment_of(const devbuf_memory_t *memory, devbuf_memory_t *
 devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator,
                                        devbuf_allocator_snapshot_t **out);
 void devbuf__caching_snapshot_free(devbuf_allocator_snapshot_t *snapshot);
-// An allocation for work that will be ordered after the work using what it reuses: it may
-// take bytes released in flight. For each in-flight range it overlaps, `visit` is called
-// (under the allocator's lock, so the fence is alive) with the fence and the overlap in the
-// fence's own byte offsets; a false answer makes it allocate bytes no work uses instead.
-devbuf_status devbuf__caching_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
-                                            bool (*visit)(void *context, void *fence, size_t offset,
-                                                          size_t size),
-                                            void *context, devbuf_memory_t *out);
-
 // Fork (base/fork.c): the locks of the thread caches, then of one caching allocator's
 // shards (a no-op for other allocators), taken before a fork in that order and given back
 // after it, in both processes.

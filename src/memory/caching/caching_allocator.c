@@ -400,9 +400,9 @@ void devbuf__caching_segment_of(const devbuf_memory_t *memory, devbuf_memory_t *
   *out_offset = block->offset;
 }
 
-devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator,
-                                             const devbuf_memory_t *memory, void *fence,
-                                             devbuf__in_flight **out_range) {
+static devbuf_status caching_free_in_flight(devbuf_allocator_t *allocator,
+                                            const devbuf_memory_t *memory, void *fence,
+                                            devbuf__in_flight **out_range) {
   caching_allocator *self = (caching_allocator *)allocator;
   cblock *block = memory->token;
   devbuf__in_flight *range = devbuf__malloc(sizeof *range);
@@ -424,7 +424,7 @@ devbuf_status devbuf__caching_free_in_flight(devbuf_allocator_t *allocator,
   return DEVBUF_OK;
 }
 
-void devbuf__caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight *range) {
+static void caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight *range) {
   caching_allocator *self = (caching_allocator *)allocator;
   csegment *segment = range->segment;
   pthread_mutex_lock(&segment->shard->lock);
@@ -440,10 +440,9 @@ void devbuf__caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight
   devbuf__caching_enforce_limits(self);
 }
 
-devbuf_status devbuf__caching_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
-                                            bool (*visit)(void *context, void *fence, size_t offset,
-                                                          size_t size),
-                                            void *context, devbuf_memory_t *out) {
+static devbuf_status caching_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
+                                           devbuf__in_flight_visit visit, void *context,
+                                           devbuf_memory_t *out) {
   visitor ordered = {visit, context};
   return alloc_slow((caching_allocator *)allocator, size, &ordered, out);
 }
@@ -532,6 +531,9 @@ static const devbuf__allocator_ops caching_ops = {
     .stats = caching_stats,
     .reset_peak = caching_reset_peak,
     .clear_cache = caching_clear_cache,
+    .free_in_flight = caching_free_in_flight,
+    .fence_done = caching_fence_done,
+    .alloc_ordered = caching_alloc_ordered,
 };
 
 static void apply_options(caching_allocator *self, const devbuf_caching_options_t *options) {
