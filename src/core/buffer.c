@@ -189,7 +189,7 @@ uint64_t devbuf_buffer_handle_id(const devbuf_buffer_t *buffer) {
   return buffer ? buffer->handle_id : 0;
 }
 int devbuf_buffer_is_mapped(const devbuf_buffer_t *buffer) {
-  return buffer && buffer->storage->mapped;
+  return buffer && devbuf__storage_kind_of(buffer->storage)->file_backed;
 }
 int devbuf_buffer_is_read_only(const devbuf_buffer_t *buffer) {
   return buffer && buffer->storage->read_only;
@@ -256,7 +256,8 @@ size_t devbuf_buffer_describe(const devbuf_buffer_t *buffer, char *out_text, siz
       "Buffer(id=%llu handle=%llu device=%s dtype=%s shape=[%s] offset=%zu size=%zu %s%s%s)",
       (unsigned long long)storage->id, (unsigned long long)buffer->handle_id, storage->device->spec,
       devbuf_dtype_name(buffer->dtype), shape, buffer->offset, buffer->size,
-      devbuf_buffer_is_allocated(buffer) ? "allocated" : "lazy", storage->mapped ? " mapped" : "",
+      devbuf_buffer_is_allocated(buffer) ? "allocated" : "lazy",
+      devbuf__storage_kind_of(storage)->file_backed ? " mapped" : "",
       storage->read_only ? " read-only" : "");
   return length < 0 ? 0 : (size_t)length;
 }

@@ -16,7 +16,7 @@ static devbuf_status prepare_host(devbuf_buffer_t *buffer, bool write, const cha
   if (write && storage->read_only)
     return devbuf__error(DEVBUF_READ_ONLY, "%s: buffer %llu is a read-only %s", what,
                          (unsigned long long)buffer->handle_id,
-                         storage->mapped ? "mapped file" : "buffer");
+                         devbuf__storage_kind_of(storage)->name);
   devbuf_status status = devbuf__storage_ensure_allocated(storage);
   if (status != DEVBUF_OK) return status;
   *out_data = buffer->size ? (char *)storage->memory.host + buffer->offset : NULL;

@@ -51,7 +51,7 @@ devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t s
   status = begin(buffer, false, "copyout", &access);
   if (status != DEVBUF_OK) return status;
   devbuf__storage *storage = buffer->storage;
-  if (storage->mapped)
+  if (devbuf__storage_kind_of(storage)->file_backed)
     status = devbuf__guarded_copy(dst, (const char *)storage->memory.host + buffer->offset, size,
                                   "copyout");
   else
@@ -136,7 +136,7 @@ devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src
     }
   }
   if (status != DEVBUF_OK) return status;
-  if (from->mapped && to != from)
+  if (devbuf__storage_kind_of(from)->file_backed && to != from)
     status = copy_from_mapping(to, dst->offset, from, src->offset, dst->size);
   else if (to->device == from->device)
     status = to->device->backend->copy(to->device, &to->memory, dst->offset, &from->memory,

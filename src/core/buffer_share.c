@@ -123,6 +123,12 @@ static void import_release(devbuf__storage *storage) {
   devbuf__free(record);
 }
 
+// Memory another process exported, mapped here; its lease holds the exporter's memory.
+static const devbuf__storage_kind process_import = {
+    .name = "buffer imported from another process",
+    .give_back = import_release,
+};
+
 static devbuf_status exportable(const devbuf__storage *storage) {
   const devbuf_device_t *device = storage->device;
   if (!device->shares_memory)
@@ -131,7 +137,7 @@ static devbuf_status exportable(const devbuf__storage *storage) {
                          device->backend->raw_export
                              ? "its driver cannot export memory as POSIX descriptors"
                              : "the backend has no way to hand its memory to another process");
-  if (storage->release_external == import_release)
+  if (storage->kind == &process_import)
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "storage %llu was imported from process %d: export it there, where its "
                          "memory's lifetime is kept",
@@ -267,7 +273,7 @@ devbuf_status devbuf_buffer_import(devbuf_device_t *device, devbuf_export_t *sha
       .device = record->mapping.device + h->storage_offset,
       .size = storage->size};
   atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
-  storage->release_external = import_release;
+  storage->kind = &process_import;
   storage->external = record;
   size_t shape[DEVBUF_MAX_NDIM];
   for (uint32_t i = 0; i < h->ndim; i++) shape[i] = (size_t)h->shape[i];

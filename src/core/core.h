@@ -33,19 +33,37 @@ struct devbuf_buffer {
   size_t shape[DEVBUF_MAX_NDIM];
 };
 
+struct devbuf__storage;
+
+// What a storage's memory is, and what differs with it: how it is given back, whether it may
+// go back in flight. Each kind lives with the code that makes it: an allocation (storage.c),
+// a mapped file (mapped_file.c), an import from another process (buffer_share.c), a DLPack
+// import (interop/dlpack.c).
+typedef struct devbuf__storage_kind {
+  const char *name; // for messages: "buffer", "mapped file", ...
+  bool file_backed; // a file's pages: reading them is guarded (the file may shrink under it)
+  // Whether its memory may go back to its allocator while work still uses it, to be reused
+  // by work ordered after that (the allocator must be able to as well).
+  bool releases_in_flight;
+  // Gives the memory back, once no submitted work uses it (the record goes after); reads
+  // `external`, the kind's own data.
+  void (*give_back)(struct devbuf__storage *storage);
+} devbuf__storage_kind;
+
+// Memory of an allocator, allocated at first use.
+extern const devbuf__storage_kind devbuf__storage_allocation;
+
 typedef struct devbuf__storage {
   devbuf__refcount refs;         // handles that use it
   uint64_t id;                   // the storage id shared by all views
-  devbuf_allocator_t *allocator; // NULL for mapped files
+  devbuf_allocator_t *allocator; // NULL for memory no allocator owns (files, imports)
   devbuf_device_t *device;       // retained
   size_t size;                   // bytes
   uint32_t flags;                // DEVBUF_BUFFER_* given at creation
-  bool read_only, mapped;
+  bool read_only;
   unsigned epoch; // the process's at creation (a forked child inherits nothing from its work)
-  // Memory that no allocator owns (mapped files, DLPack imports) is given back by this,
-  // with `external`, when the storage goes.
-  void (*release_external)(struct devbuf__storage *storage);
-  void *external;
+  const devbuf__storage_kind *kind;      // an allocation unless its maker says otherwise
+  void *external;                        // the kind's own data (a mapping, the producer's tensor)
   atomic_int state;                      // devbuf__storage_state; ALLOCATED is final
   devbuf_memory_t memory;                // valid once state is ALLOCATED
   pthread_mutex_t lock;                  // lazy allocation, host-access list, hazard creation
@@ -83,6 +101,10 @@ static inline void devbuf__device_unhold(devbuf_device_t *device) {
                             memory_order_seq_cst);
   if (DEVBUF_UNLIKELY(atomic_load_explicit(&device->unreferenced, memory_order_seq_cst)))
     devbuf__device_drop_unreferenced(device);
+}
+
+static inline const devbuf__storage_kind *devbuf__storage_kind_of(const devbuf__storage *storage) {
+  return storage->kind ? storage->kind : &devbuf__storage_allocation;
 }
 
 // Whether the CPU can address the storage's memory.

@@ -15,6 +15,13 @@ static void unmap_file(devbuf__storage *storage) {
   atomic_fetch_sub(&storage->device->mapped_bytes, (storage->memory.size + page - 1) & ~(page - 1));
 }
 
+// A file's pages, mapped read-only (copy-on-write for DLPack's read-only consumers).
+static const devbuf__storage_kind mapped_file = {
+    .name = "mapped file",
+    .file_backed = true,
+    .give_back = unmap_file,
+};
+
 devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path,
                                      devbuf_buffer_t **out_buffer) {
   if (!device || !path || !out_buffer)
@@ -54,9 +61,8 @@ devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path,
     if (size) munmap(address, size);
     return status;
   }
-  storage->mapped = true;
+  storage->kind = &mapped_file;
   storage->read_only = true;
-  storage->release_external = unmap_file;
   storage->memory.host = address;
   storage->memory.device = (uint64_t)(uintptr_t)address;
   storage->memory.size = size;

@@ -21,8 +21,8 @@ devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_devic
   // that a field added and not set here shows in the sanitizer suites. The lock comes from
   // the initializer, with no call (a mutex made by pthread_mutex_init is the same bytes).
   if (DEVBUF_DEBUG_CHECKS) memset(storage, 0xa5, sizeof *storage);
-  storage->read_only = storage->mapped = false;
-  storage->release_external = NULL;
+  storage->read_only = false;
+  storage->kind = NULL; // an allocation
   storage->external = NULL;
   storage->memory = (devbuf_memory_t){0};
   storage->lock = (pthread_mutex_t)DEVBUF__MUTEX_INITIALIZER;
@@ -75,6 +75,19 @@ static void storage_free_record(devbuf__storage *storage) {
     devbuf_allocator_release(allocator);
 }
 
+// An allocation goes back to its allocator, if it was made.
+static void give_back_allocation(devbuf__storage *storage) {
+  if (storage->allocator && storage->size &&
+      atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED)
+    devbuf__allocator_free_known(storage->allocator, &storage->memory);
+}
+
+const devbuf__storage_kind devbuf__storage_allocation = {
+    .name = "buffer",
+    .releases_in_flight = true,
+    .give_back = give_back_allocation,
+};
+
 // No submitted work uses the memory any more: it goes back (or, released in flight, its
 // bytes stop being in flight), and the record goes.
 static void storage_finalize(void *context) {
@@ -83,18 +96,18 @@ static void storage_finalize(void *context) {
     devbuf__allocator_fence_done(storage->allocator, storage->in_flight);
   else if (storage->lease_count && devbuf__storage_prune_leases(storage))
     devbuf__storage_park(storage);
-  else if (storage->release_external)
-    storage->release_external(storage);
-  else if (storage->allocator && storage->size &&
-           atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED)
-    devbuf__allocator_free_known(storage->allocator, &storage->memory);
+  else if (DEVBUF_LIKELY(!storage->kind))
+    give_back_allocation(storage);
+  else
+    storage->kind->give_back(storage);
   devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
   if (hazard) devbuf__hazard_destroy(hazard);
   storage_free_record(storage);
 }
 
 static bool reusable_for_work(const devbuf__storage *storage) {
-  return storage->allocator && storage->size && !storage->mapped && !storage->lease_count &&
+  return devbuf__storage_kind_of(storage)->releases_in_flight && storage->allocator &&
+         storage->size && !storage->lease_count &&
          devbuf__allocator_reuses_in_flight(storage->allocator) &&
          atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED;
 }

@@ -44,8 +44,8 @@ static devbuf_status track_use(devbuf__work *work, size_t index, const devbuf_us
         buffer->size && storage->memory.host ? (char *)storage->memory.host + buffer->offset : NULL;
     devbuf__work_sizes(work)[index] = buffer->size;
   }
-  devbuf__work_operands(work)[index] =
-      (devbuf__operand){storage->memory, buffer->offset, buffer->size, storage->mapped};
+  devbuf__work_operands(work)[index] = (devbuf__operand){
+      storage->memory, buffer->offset, buffer->size, devbuf__storage_kind_of(storage)->file_backed};
   if (buffer->size == 0) return DEVBUF_OK; // touches no bytes: nothing to order
   record->offset = buffer->offset;
   record->size = buffer->size;

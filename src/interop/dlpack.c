@@ -151,6 +151,16 @@ static void release_legacy(devbuf__storage *storage) {
   if (tensor->deleter) tensor->deleter(tensor);
 }
 
+// A producer's tensor: its memory goes back through the tensor's deleter.
+static const devbuf__storage_kind import_versioned = {
+    .name = "DLPack import",
+    .give_back = release_versioned,
+};
+static const devbuf__storage_kind import_legacy = {
+    .name = "DLPack import",
+    .give_back = release_legacy,
+};
+
 static devbuf_status import_dtype(DLDataType type, devbuf_dtype *out) {
   if (type.lanes != 1)
     return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: %u lanes per element; devbuf reads 1",
@@ -187,7 +197,7 @@ static devbuf_status import_device(DLDevice where, devbuf_device_t **out) {
 
 // Checks `tensor` and wraps its memory; on success the storage owns the producer's tensor.
 static devbuf_status import_tensor(const DLTensor *tensor, bool read_only,
-                                   void (*release)(devbuf__storage *), void *managed,
+                                   const devbuf__storage_kind *kind, void *managed,
                                    devbuf_buffer_t **out_buffer) {
   if (!out_buffer)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: out_buffer is NULL");
@@ -254,7 +264,7 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only,
   status = devbuf__buffer_wrap(storage, view_offset, bytes, dtype, shape, (size_t)tensor->ndim,
                                out_buffer);
   if (status != DEVBUF_OK) return status; // the tensor stays the caller's
-  storage->release_external = release;
+  storage->kind = kind;
   storage->external = managed;
   return DEVBUF_OK;
 }
@@ -271,11 +281,11 @@ devbuf_status devbuf_buffer_from_dlpack_versioned(struct DLManagedTensorVersione
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "dlpack import: sub-byte elements padded to bytes; devbuf packs them");
   return import_tensor(&tensor->dl_tensor, tensor->flags & DEVBUF_DL_FLAG_READ_ONLY,
-                       release_versioned, tensor, out_buffer);
+                       &import_versioned, tensor, out_buffer);
 }
 
 devbuf_status devbuf_buffer_from_dlpack(struct DLManagedTensor *tensor,
                                         devbuf_buffer_t **out_buffer) {
   if (!tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: tensor is NULL");
-  return import_tensor(&tensor->dl_tensor, false, release_legacy, tensor, out_buffer);
+  return import_tensor(&tensor->dl_tensor, false, &import_legacy, tensor, out_buffer);
 }

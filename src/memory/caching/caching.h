@@ -198,7 +198,7 @@ csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool,
                                  const devbuf_memory_t *upstream, size_t size, bool growable);
 // Best fit of `size` bytes in the pool, split and marked active; NULL if nothing fits.
 // Without `ordered` it skips bytes released in flight; with it, those count as free and
-// `visit` is told of each in-flight range the block overlaps (see devbuf__caching_alloc_ordered),
+// `visit` is told of each in-flight range the block overlaps (see devbuf__allocator_alloc_ordered),
 // and a false answer undoes the allocation (NULL, *out_refused set).
 cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t size, bool ordered,
                           bool (*visit)(void *context, void *fence, size_t offset, size_t size),
