@@ -375,6 +375,53 @@ static void test_adaptors_keep_in_flight_reuse(void) {
   unlink(trace_path);
 }
 
+static devbuf_status fails_with_io_error(const devbuf_kernel_args_t *args) {
+  (void)args;
+  return devbuf_set_error(DEVBUF_IO_ERROR, "the disk went away");
+}
+
+// A failure that leads to another carries its cause: a queue's failure names the queue and
+// its device, then the failed work's own message; an event it was to signal says the same;
+// an allocation that fails names the size and the device, then the allocator's refusal.
+static void test_failures_carry_their_cause(void) {
+  devbuf_queue_t *first = NULL, *second = NULL;
+  CHECK_OK(devbuf_queue_create(device, &first));
+  CHECK_OK(devbuf_queue_create(device, &second));
+  devbuf_event_t *done = NULL;
+  CHECK_OK(devbuf_event_create(0, &done));
+  CHECK_OK(devbuf_queue_host_task(second, fails_with_io_error, NULL, 0, NULL, 0));
+  CHECK_OK(devbuf_queue_signal(second, done, 1));
+  CHECK_STATUS(devbuf_queue_finish(second), DEVBUF_IO_ERROR);
+  const char *message = devbuf_last_error();
+  // The second queue made on the device since `first`: its number is one more.
+  CHECK(strncmp(message, "IO_ERROR: queue ", 16) == 0);
+  CHECK_MESSAGE(" on cpu failed: IO_ERROR: the disk went away");
+  unsigned first_number = 0, second_number = 0;
+  CHECK(sscanf(message, "IO_ERROR: queue %u", &second_number) == 1);
+  CHECK_OK(devbuf_queue_host_task(first, fails_with_io_error, NULL, 0, NULL, 0));
+  CHECK_STATUS(devbuf_queue_finish(first), DEVBUF_IO_ERROR);
+  CHECK(sscanf(devbuf_last_error(), "IO_ERROR: queue %u", &first_number) == 1);
+  CHECK_EQ_U(second_number, first_number + 1);
+  CHECK_STATUS(devbuf_event_wait(done, 1, UINT64_MAX), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE(" on cpu failed: IO_ERROR: the disk went away");
+
+  devbuf_caching_options_t limit = {.memory_limit = 1 << 20};
+  devbuf_allocator_t *raw = NULL, *limited = NULL;
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  CHECK_OK(devbuf_caching_allocator_create(raw, &limit, &limited));
+  size_t size = (size_t)64 << 20;
+  devbuf_buffer_t *big = NULL;
+  CHECK_STATUS(devbuf_buffer_allocate(limited, DEVBUF_UINT8, &size, 1, 0, &big),
+               DEVBUF_OUT_OF_MEMORY);
+  const char *expected = "OUT_OF_MEMORY: allocating 64 MiB on cpu: OUT_OF_MEMORY: requested";
+  CHECK(strncmp(devbuf_last_error(), expected, strlen(expected)) == 0);
+  devbuf_allocator_release(limited);
+  devbuf_allocator_release(raw);
+  devbuf_event_release(done);
+  devbuf_queue_release(first);
+  devbuf_queue_release(second);
+}
+
 // Bytes that went through two owners while their work is held back. The second owner took
 // the first half of the first's bytes, and so waits for the first owner's work on that
 // half; the first owner's later work on the other half it does not wait for. A third
@@ -785,6 +832,7 @@ int main(void) {
   RUN(test_cross_queue_ordering);
   RUN(test_release_in_flight_and_reuse);
   RUN(test_adaptors_keep_in_flight_reuse);
+  RUN(test_failures_carry_their_cause);
   RUN(test_reuse_through_two_owners);
   RUN(test_determinism);
   RUN(test_failure_propagation);

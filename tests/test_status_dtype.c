@@ -1,4 +1,6 @@
-// Status names and messages; the dtype table: names, bits, DLPack codes, byte sizes.
+// Status names and messages, and a failure's message that carries its cause; the dtype
+// table: names, bits, DLPack codes, byte sizes.
+#include "../src/base/base.h"
 #include "check.h"
 
 static void test_status_table(void) {
@@ -9,6 +11,35 @@ static void test_status_table(void) {
   CHECK(strcmp(devbuf_status_str((devbuf_status)999), "unknown status") == 0);
   CHECK_STATUS(devbuf_set_error(DEVBUF_TIMEOUT, "waited %d ms", 42), DEVBUF_TIMEOUT);
   CHECK(strcmp(devbuf_last_error(), "TIMEOUT: waited 42 ms") == 0);
+}
+
+// A failure caused by another names both, the cause last with its own status; a chain too
+// long for the message loses its tail, never its head; sizes read as people write them.
+static void test_cause_chain(void) {
+  devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "the system refused %d bytes", 4096);
+  CHECK_STATUS(devbuf__error_cause(DEVBUF_DEVICE_FAILURE, "queue %d failed", 3),
+               DEVBUF_DEVICE_FAILURE);
+  CHECK(strcmp(devbuf_last_error(), "DEVICE_FAILURE: queue 3 failed: OUT_OF_MEMORY: the system "
+                                    "refused 4096 bytes") == 0);
+  char long_text[600];
+  memset(long_text, 'x', sizeof long_text - 1);
+  long_text[sizeof long_text - 1] = '\0';
+  devbuf_set_error(DEVBUF_IO_ERROR, "%s", long_text);
+  devbuf__error_cause(DEVBUF_FORMAT_ERROR, "reading '%s'", "model.safetensors");
+  const char *message = devbuf_last_error();
+  const char *head = "FORMAT_ERROR: reading 'model.safetensors': IO_ERROR: xxx";
+  CHECK(strncmp(message, head, strlen(head)) == 0);
+  CHECK(strlen(message) == 511); // cut at the end of the thread's message
+  devbuf__clear_error();
+  devbuf__error_cause(DEVBUF_TIMEOUT, "waiting"); // no cause: the context alone
+  CHECK(strcmp(devbuf_last_error(), "TIMEOUT: waiting") == 0);
+  char text[32];
+  CHECK(strcmp(devbuf__bytes_text(1, text), "1 byte") == 0);
+  CHECK(strcmp(devbuf__bytes_text(100, text), "100 bytes") == 0);
+  CHECK(strcmp(devbuf__bytes_text(4096, text), "4 KiB") == 0);
+  CHECK(strcmp(devbuf__bytes_text(1536 * 1024, text), "1.5 MiB") == 0);
+  CHECK(strcmp(devbuf__bytes_text((uint64_t)64 << 20, text), "64 MiB") == 0);
+  CHECK(strcmp(devbuf__bytes_text(UINT64_MAX, text), "16 EiB") == 0);
 }
 
 static void test_dtype_table(void) {
@@ -81,6 +112,7 @@ static void test_dtype_bytes(void) {
 
 int main(void) {
   RUN(test_status_table);
+  RUN(test_cause_chain);
   RUN(test_dtype_table);
   RUN(test_dtype_bytes);
   return CHECK_EXIT();

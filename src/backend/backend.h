@@ -195,6 +195,7 @@ struct devbuf_device {
   void *backend_state;                     // owned by the backend
   struct devbuf_device *next_open;         // registry list
   atomic_uint_least64_t pending_work;      // submitted work items not completed, all queues
+  atomic_uint queues_made;                 // for each queue's number, which messages use
   atomic_size_t sync_waiters;              // threads in devbuf_device_synchronize
   pthread_mutex_t work_lock;               // with work_idle: synchronize's wait
   pthread_cond_t work_idle;

@@ -27,6 +27,14 @@
 #define devbuf__error devbuf_set_error
 // Empties the thread's message (before calling user code whose message we may report).
 void devbuf__clear_error(void);
+// A failure caused by the one the thread's message describes: the message becomes
+// "STATUS: <what was being done>: <the cause's message>", so that it names both
+// ("DEVICE_FAILURE: queue 3 on opencl:0 failed: allocating 64 MiB on opencl:0:
+// OUT_OF_MEMORY: ..."). Returns `status`. Never allocates.
+devbuf_status devbuf__error_cause(devbuf_status status, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+// `bytes` for a message: "100 bytes", "4 KiB", "1.5 MiB", "64 MiB".
+const char *devbuf__bytes_text(uint64_t bytes, char text[32]);
 
 // ---- host memory seam (host_alloc.c) ----------------------------------------------------
 // Every host allocation the library makes for its own bookkeeping goes through here.

@@ -46,3 +46,43 @@ devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...) {
   va_end(args);
   return status;
 }
+
+devbuf_status devbuf__error_cause(devbuf_status status, const char *format, ...) {
+  char cause[sizeof error_message]; // the message is rewritten from itself: a copy first
+  snprintf(cause, sizeof cause, "%s", error_message);
+  int prefix = snprintf(error_message, sizeof error_message, "%s: ", devbuf_status_name(status));
+  if (prefix < 0 || (size_t)prefix >= sizeof error_message) return status;
+  va_list args;
+  va_start(args, format);
+  int context =
+      vsnprintf(error_message + prefix, sizeof error_message - (size_t)prefix, format, args);
+  va_end(args);
+  size_t used = (size_t)prefix + (context > 0 ? (size_t)context : 0);
+  // ": <cause>", cut where the message ends (a long chain loses its tail, never its head).
+  const char *parts[2] = {": ", cause};
+  for (size_t p = 0; p < 2 && cause[0]; p++)
+    for (const char *c = parts[p]; *c && used + 1 < sizeof error_message; c++)
+      error_message[used++] = *c;
+  if (used < sizeof error_message) error_message[used] = '\0';
+  return status;
+}
+
+const char *devbuf__bytes_text(uint64_t bytes, char text[32]) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) {
+    snprintf(text, 32, "%llu byte%s", (unsigned long long)bytes, bytes == 1 ? "" : "s");
+    return text;
+  }
+  double value = (double)bytes / 1024;
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < sizeof units / sizeof units[0]) {
+    value /= 1024;
+    unit++;
+  }
+  // Whole numbers plainly ("64 MiB"); others to one decimal ("1.5 MiB").
+  if (value == (double)(uint64_t)value)
+    snprintf(text, 32, "%llu %s", (unsigned long long)value, units[unit]);
+  else
+    snprintf(text, 32, "%.1f %s", value, units[unit]);
+  return text;
+}

@@ -130,6 +130,10 @@ static inline devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *st
 // Allocates the memory of a storage no other thread can reach yet (just made), without
 // taking its lock.
 devbuf_status devbuf__storage_allocate_private_slow(devbuf__storage *storage);
+// The allocator refused the storage's memory: the message names the size and the device,
+// then the refusal. Returns `status`.
+devbuf_status devbuf__storage_allocation_failed(const devbuf__storage *storage,
+                                                devbuf_status status);
 static inline devbuf_status devbuf__storage_allocate_private(devbuf__storage *storage) {
   devbuf_allocator_t *allocator = storage->allocator;
   // Plain memory (no zeroing, not shareable) first, in as few steps as can be.
@@ -137,9 +141,10 @@ static inline devbuf_status devbuf__storage_allocate_private(devbuf__storage *st
                       allocator->memory_kind == DEVBUF_MEMORY_SHAREABLE))
     return devbuf__storage_allocate_private_slow(storage);
   devbuf_status status = devbuf__allocator_alloc_known(allocator, storage->size, &storage->memory);
-  if (status == DEVBUF_OK)
-    atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
-  return status;
+  if (DEVBUF_UNLIKELY(status != DEVBUF_OK))
+    return devbuf__storage_allocation_failed(storage, status);
+  atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
+  return DEVBUF_OK;
 }
 // For submitted work: may reuse memory whose earlier work is still pending (ordered after it).
 devbuf_status devbuf__storage_ensure_allocated_for_work(devbuf__storage *storage);

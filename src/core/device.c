@@ -142,6 +142,7 @@ static devbuf_status device_create(const devbuf__backend_entry *entry, int index
   device->release = devbuf_device_release;
   atomic_init(&device->mapped_bytes, 0);
   atomic_init(&device->pending_work, 0);
+  atomic_init(&device->queues_made, 0);
   atomic_init(&device->sync_waiters, 0);
   for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) {
     atomic_init(&device->holds[i].taken, 0);

@@ -74,11 +74,8 @@ static devbuf_status check_buffer_header(const devbuf__export_header *h) {
     shape[i] = (size_t)h->shape[i];
   }
   devbuf_status status = devbuf__shape_bytes((devbuf_dtype)h->dtype, shape, h->ndim, &bytes, NULL);
-  if (status != DEVBUF_OK) {
-    char why[256]; // the message is rewritten from itself: a copy first
-    snprintf(why, sizeof why, "%s", devbuf_last_error());
-    return devbuf__error(DEVBUF_FORMAT_ERROR, "export: its shape is invalid: %s", why);
-  }
+  if (status != DEVBUF_OK)
+    return devbuf__error_cause(DEVBUF_FORMAT_ERROR, "export: its shape is invalid");
   if (bytes != h->view_size)
     return devbuf__error(DEVBUF_FORMAT_ERROR,
                          "export: the shape holds %zu bytes, the view says %llu", bytes,

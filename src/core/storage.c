@@ -170,6 +170,13 @@ static bool inherit_work(void *context, void *fence, size_t offset, size_t size)
   return ok;
 }
 
+devbuf_status devbuf__storage_allocation_failed(const devbuf__storage *storage,
+                                                devbuf_status status) {
+  char size[32];
+  return devbuf__error_cause(status, "allocating %s on %s", devbuf__bytes_text(storage->size, size),
+                             storage->device->spec);
+}
+
 static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
   if (storage->size == 0) return DEVBUF_OK; // zero-length storage owns no memory
   if (storage->allocator->memory_kind == DEVBUF_MEMORY_SHAREABLE) devbuf__shareable_allocating();
@@ -180,7 +187,7 @@ static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
       ordered ? devbuf__allocator_alloc_ordered(storage->allocator, storage->size, inherit_work,
                                                 storage, &storage->memory)
               : devbuf__allocator_alloc_known(storage->allocator, storage->size, &storage->memory);
-  if (status != DEVBUF_OK) return status;
+  if (status != DEVBUF_OK) return devbuf__storage_allocation_failed(storage, status);
   if (storage->inherited_count && !devbuf__storage_hazard_locked(storage))
     wait_inherited_now(storage);
   if (storage->flags & DEVBUF_BUFFER_ZERO) {

@@ -187,9 +187,10 @@ static devbuf__work *take_incoming(devbuf_queue_t *queue) {
 // the worker took already is retired as failed when it comes to run).
 static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, const char *message) {
   pthread_mutex_lock(&queue->lock);
-  if (queue->failure == DEVBUF_OK) {
+  if (queue->failure == DEVBUF_OK) { // the cause's message goes on, after what failed
     queue->failure = status;
-    snprintf(queue->failure_message, sizeof queue->failure_message, "%s", message);
+    snprintf(queue->failure_message, sizeof queue->failure_message, "queue %u on %s failed: %.440s",
+             queue->number, queue->device->spec, message);
     atomic_store(&queue->failed, true);
   }
   pthread_mutex_unlock(&queue->lock);
@@ -518,6 +519,7 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   queue->device = devbuf_device_retain(device);
   queue->device_queue = device_queue;
   queue->epoch = devbuf__epoch();
+  queue->number = atomic_fetch_add(&device->queues_made, 1) + 1;
   devbuf__mutex_init(&queue->lock);
   pthread_cond_init(&queue->work_available, NULL);
   pthread_cond_init(&queue->drained, NULL);
@@ -568,7 +570,7 @@ devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue) {
 void *devbuf__queue_device_queue(const devbuf_queue_t *queue) { return queue->device_queue; }
 
 static devbuf_status failure_locked(const devbuf_queue_t *queue) {
-  return devbuf__error(queue->failure, "the queue failed earlier: %s", queue->failure_message);
+  return devbuf__error(queue->failure, "%s", queue->failure_message);
 }
 
 devbuf_status devbuf_queue_status(const devbuf_queue_t *queue) {

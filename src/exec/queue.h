@@ -117,7 +117,8 @@ struct devbuf_queue {
   devbuf_device_t *device; // retained
   void *device_queue;      // the backend's queue, for devices with their own
   pthread_t worker;
-  unsigned epoch; // the process's at creation: a forked child has no worker for it
+  unsigned epoch;  // the process's at creation: a forked child has no worker for it
+  unsigned number; // of the queues made on its device, from 1: what messages call it
   // Read for every item; written when the queue fails or is cancelled, or someone waits.
   atomic_bool cancel_requested; // drop taken items that have not started
   atomic_bool failed;           // failure != OK, readable without the lock

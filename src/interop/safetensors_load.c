@@ -155,7 +155,10 @@ static devbuf_status load_copies(devbuf_device_t *device, devbuf_allocator_t *al
                                             &file->buffers[i]);
     if (status == DEVBUF_OK)
       status = read_into(fd, data_offset + entry->begin, file->buffers[i], staging, path);
-    if (status == DEVBUF_OK) tell(file, i, options);
+    if (status == DEVBUF_OK)
+      tell(file, i, options);
+    else
+      devbuf__error_cause(status, "loading tensor '%.100s' of '%.200s'", entry->name, path);
   }
   devbuf_buffer_release(whole); // the views keep it
   devbuf_buffer_release(staging);
