@@ -8,7 +8,9 @@
 // - Every fallible call returns a devbuf_status; DEVBUF_OK is 0. Results go to trailing
 //   `out_` parameters, which are written only on success.
 // - When a call fails, devbuf_last_error() holds a message for the calling thread that
-//   names the offending values. Reporting an error never allocates.
+//   names the offending values. A failure caused by another carries the cause after it,
+//   each part with its status: "IO_ERROR: queue 3 on opencl:0 failed: allocating 64 MiB on
+//   opencl:0: OUT_OF_MEMORY: ...". Reporting an error never allocates.
 // - Objects are reference counted. A `_release` of NULL does nothing. Every object a call
 //   hands out through an `out_` parameter is owned by the caller, who releases it once.
 // - NULL, one rule for every function: a call that returns a status answers
