@@ -877,6 +877,16 @@ int main(int argc, char **argv) {
     return SKIP_EXIT_CODE;
   }
   allocator = devbuf_device_allocator(device);
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) { // each row names a backend
+    bool known = false;
+    for (size_t k = 1; k <= devbuf_device_kind_count(); k++)
+      known |= strcmp(devbuf_device_kind_name((devbuf_device_kind)k), table[i].backend) == 0;
+    if (!known) {
+      fprintf(stderr, "the expectations table names '%s', which is no backend of this build\n",
+              table[i].backend);
+      check_failures++;
+    }
+  }
   const char *kind = devbuf_device_kind_name(devbuf_device_kind_of(device));
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (strcmp(table[i].backend, kind) == 0) expected = &table[i];
