@@ -208,6 +208,13 @@ static void test_import_refusals(void) {
   REFUSED((p.shape[0] = INT64_MAX, p.shape[1] = 4), DEVBUF_OVERFLOW, "");
   REFUSED(p.versioned.dl_tensor.device.device_type = DEVBUF_DL_CUDA, DEVBUF_UNAVAILABLE, "cuda");
 #undef REFUSED
+  // Pinned host memory of any GPU (kDLCUDAHost, device 1) is host memory: the CPU's.
+  producer_init(&p);
+  p.versioned.dl_tensor.device = (DLDevice){DEVBUF_DL_CUDA_HOST, 1};
+  CHECK_OK(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer));
+  CHECK(strcmp(devbuf_device_spec(devbuf_buffer_device(buffer)), "cpu") == 0);
+  devbuf_buffer_release(buffer);
+  CHECK_EQ_U(p.deleted, 1);
   // The largest extent that fits the signed types is taken as the producer claims it ...
   producer_init(&p);
   p.versioned.dl_tensor.dtype = (DLDataType){DEVBUF_DL_UINT, 8, 1};

@@ -180,8 +180,9 @@ static devbuf_status import_dtype(DLDataType type, devbuf_dtype *out) {
 
 // The device of the first backend in the registry whose memory is of DLPack's type.
 static devbuf_status import_device(DLDevice where, devbuf_device_t **out) {
-  // Pinned host memory: the CPU reads it directly.
-  int32_t type = where.device_type == DEVBUF_DL_CUDA_HOST ? DEVBUF_DL_CPU : where.device_type;
+  // Pinned host memory (of any GPU): the CPU reads it directly.
+  if (where.device_type == DEVBUF_DL_CUDA_HOST) where = (DLDevice){DEVBUF_DL_CPU, 0};
+  int32_t type = where.device_type;
   const devbuf__backend_entry *entry = devbuf__backend_of_dlpack_type(type);
   if (!entry)
     return devbuf__error(DEVBUF_UNSUPPORTED,
