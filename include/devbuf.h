@@ -404,8 +404,9 @@ typedef struct devbuf_allocator_snapshot {
   const devbuf_snapshot_segment_t *segments; // in creation order
 } devbuf_allocator_snapshot_t;
 
-// Takes a snapshot of a caching allocator (exact while no other thread allocates or
-// frees); UNSUPPORTED for other kinds. Free it with devbuf_allocator_snapshot_free.
+// Takes a snapshot of a caching allocator, or of the one a statistics, trace or fault
+// adaptor wraps (exact while no other thread allocates or frees); UNSUPPORTED for other kinds. Free
+// it with devbuf_allocator_snapshot_free.
 DEVBUF_API devbuf_status devbuf_allocator_snapshot(devbuf_allocator_t *allocator,
                                                    devbuf_allocator_snapshot_t **out_snapshot);
 DEVBUF_API void devbuf_allocator_snapshot_free(devbuf_allocator_snapshot_t *snapshot);

@@ -314,7 +314,8 @@ static void test_release_in_flight_and_reuse(void) {
 }
 
 // An adaptor over a caching allocator forwards release in flight and ordered allocation:
-// wrapping a cache for statistics, a trace or fault injection keeps the reuse. The adaptor
+// wrapping a cache for statistics, a trace or fault injection keeps the reuse (and its
+// snapshot). The adaptor
 // counts the in-flight release as a free and the ordered allocation as an allocation; the
 // trace records them as its "f" and "a" lines.
 static void test_adaptors_keep_in_flight_reuse(void) {
@@ -358,6 +359,10 @@ static void test_adaptors_keep_in_flight_reuse(void) {
     CHECK_OK(devbuf_buffer_contents(reused, &data, NULL));
     CHECK(((const unsigned char *)data)[0] == 2 && ((const unsigned char *)data)[n - 1] == 2);
     CHECK_OK(devbuf_buffer_end_access(reused, data));
+    devbuf_allocator_snapshot_t *picture = NULL; // the cache's, through the adaptor
+    CHECK_OK(devbuf_allocator_snapshot(adaptor, &picture));
+    CHECK(picture && picture->segment_count == 1 && picture->segments[0].size >= n);
+    devbuf_allocator_snapshot_free(picture);
     devbuf_buffer_release(reused);
     devbuf_event_release(gate);
     devbuf_queue_release(queue);

@@ -107,6 +107,13 @@ void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t 
 
 // ---- memory released in flight: allocators that can, and adaptors that forward it ----------
 
+// The snapshot an adaptor forwards is its upstream's.
+static devbuf_status snapshot_upstream(devbuf_allocator_t *self,
+                                       devbuf_allocator_snapshot_t **out) {
+  devbuf_allocator_t *upstream = ((devbuf__adaptor *)self)->upstream;
+  return upstream->ops->snapshot(upstream, out);
+}
+
 void devbuf__adaptor_ops(const devbuf__allocator_ops *kind, const devbuf_allocator_t *upstream,
                          devbuf__allocator_ops *out) {
   *out = *kind;
@@ -121,6 +128,7 @@ void devbuf__adaptor_ops(const devbuf__allocator_ops *kind, const devbuf_allocat
     out->fence_done = NULL;
     out->alloc_ordered = NULL;
   }
+  out->snapshot = upstream->ops->snapshot ? snapshot_upstream : NULL;
 }
 
 devbuf_status devbuf__allocator_free_in_flight(devbuf_allocator_t *allocator,
@@ -360,11 +368,12 @@ devbuf_status devbuf_allocator_snapshot(devbuf_allocator_t *allocator,
   if (!allocator || !out_snapshot)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_snapshot is NULL");
   *out_snapshot = NULL;
-  if (!devbuf__is_caching(allocator))
+  if (!allocator->ops->snapshot)
     return devbuf__error(DEVBUF_UNSUPPORTED,
-                         "a %s allocator keeps no segments to picture: only caching ones do",
+                         "a %s allocator keeps no segments to picture: only caching ones (and "
+                         "adaptors over them) do",
                          allocator->ops->kind);
-  return devbuf__caching_snapshot(allocator, out_snapshot);
+  return allocator->ops->snapshot(allocator, out_snapshot);
 }
 
 void devbuf_allocator_snapshot_free(devbuf_allocator_snapshot_t *snapshot) {

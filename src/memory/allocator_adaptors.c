@@ -2,11 +2,7 @@
 // allocator and is itself an allocator. (The trace adaptor has its own file.)
 #include "memory.h"
 
-typedef struct wrapper {
-  devbuf_allocator_t base;
-  devbuf_allocator_t *upstream; // owned reference
-  devbuf__allocator_ops ops;    // the kind's, less what its upstream cannot do
-} wrapper;
+typedef devbuf__adaptor wrapper;
 
 static devbuf_status pass_alloc(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
   return devbuf_allocator_alloc(((wrapper *)self)->upstream, size, out);

@@ -15,10 +15,8 @@
 #define TRACE_HEADER "# devbuf trace 1"
 
 typedef struct trace_adaptor {
-  devbuf_allocator_t base;
-  devbuf_allocator_t *upstream;
-  devbuf__allocator_ops ops; // less what its upstream cannot do
-  pthread_mutex_t lock;      // orders lines in the file
+  devbuf__adaptor adaptor;
+  pthread_mutex_t lock; // orders lines in the file
   FILE *file;
   uint64_t next_id; // under the lock
 } trace_adaptor;
@@ -35,9 +33,10 @@ static devbuf_status trace_alloc_with(devbuf_allocator_t *base, size_t size,
   trace_adaptor *self = (trace_adaptor *)base;
   trace_record *record = devbuf__malloc(sizeof *record);
   if (!record) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "trace: no host memory for a record");
-  devbuf_status status = visit ? devbuf__allocator_alloc_ordered(self->upstream, size, visit,
-                                                                 context, &record->upstream)
-                               : devbuf_allocator_alloc(self->upstream, size, &record->upstream);
+  devbuf_status status =
+      visit ? devbuf__allocator_alloc_ordered(self->adaptor.upstream, size, visit, context,
+                                              &record->upstream)
+            : devbuf_allocator_alloc(self->adaptor.upstream, size, &record->upstream);
   if (status != DEVBUF_OK) {
     devbuf__free(record);
     return status;
@@ -72,7 +71,7 @@ static void trace_free(devbuf_allocator_t *base, const devbuf_memory_t *memory) 
   trace_adaptor *self = (trace_adaptor *)base;
   trace_record *record = memory->token;
   trace_line_free(self, record);
-  devbuf_allocator_free(self->upstream, &record->upstream);
+  devbuf_allocator_free(self->adaptor.upstream, &record->upstream);
   devbuf__free(record);
 }
 
@@ -83,7 +82,7 @@ static devbuf_status trace_free_in_flight(devbuf_allocator_t *base, const devbuf
   trace_adaptor *self = (trace_adaptor *)base;
   trace_record *record = memory->token;
   devbuf_status status =
-      devbuf__allocator_free_in_flight(self->upstream, &record->upstream, fence, out_range);
+      devbuf__allocator_free_in_flight(self->adaptor.upstream, &record->upstream, fence, out_range);
   if (status != DEVBUF_OK) return status; // the caller keeps the memory: no free yet
   trace_line_free(self, record);
   devbuf__free(record);
@@ -91,14 +90,14 @@ static devbuf_status trace_free_in_flight(devbuf_allocator_t *base, const devbuf
 }
 
 static void trace_fence_done(devbuf_allocator_t *base, devbuf__in_flight *range) {
-  devbuf__allocator_fence_done(((trace_adaptor *)base)->upstream, range);
+  devbuf__allocator_fence_done(((trace_adaptor *)base)->adaptor.upstream, range);
 }
 
 static void trace_destroy(devbuf_allocator_t *base) {
   trace_adaptor *self = (trace_adaptor *)base;
   fclose(self->file);
   pthread_mutex_destroy(&self->lock);
-  devbuf_allocator_release(self->upstream);
+  devbuf_allocator_release(self->adaptor.upstream);
   devbuf__free(self);
 }
 
@@ -127,14 +126,15 @@ devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const ch
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a trace adaptor");
   }
   fprintf(file, "%s\n", TRACE_HEADER);
-  devbuf__adaptor_ops(&trace_ops, upstream, &self->ops);
-  devbuf__allocator_init(&self->base, &self->ops, upstream->device, DEVBUF__HOLDS_DEVICE);
-  self->base.memory_kind = upstream->memory_kind;
-  self->upstream = devbuf_allocator_retain(upstream);
+  devbuf__adaptor_ops(&trace_ops, upstream, &self->adaptor.ops);
+  devbuf__allocator_init(&self->adaptor.base, &self->adaptor.ops, upstream->device,
+                         DEVBUF__HOLDS_DEVICE);
+  self->adaptor.base.memory_kind = upstream->memory_kind;
+  self->adaptor.upstream = devbuf_allocator_retain(upstream);
   devbuf__mutex_init(&self->lock);
   self->file = file;
   self->next_id = 1;
-  *out_allocator = &self->base;
+  *out_allocator = &self->adaptor.base;
   return DEVBUF_OK;
 }
 

@@ -39,6 +39,9 @@ typedef struct devbuf__allocator_ops {
   devbuf_status (*alloc_ordered)(devbuf_allocator_t *self, size_t size,
                                  devbuf__in_flight_visit visit, void *context,
                                  devbuf_memory_t *out);
+  // (optional) The picture of its segments and blocks (devbuf_allocator_snapshot): the
+  // caching allocator's, forwarded by adaptors.
+  devbuf_status (*snapshot)(devbuf_allocator_t *self, devbuf_allocator_snapshot_t **out);
 } devbuf__allocator_ops;
 
 // Counters the front end keeps for allocators without their own statistics.
@@ -122,17 +125,23 @@ void devbuf__allocator_fence_done(devbuf_allocator_t *allocator, devbuf__in_flig
 devbuf_status devbuf__allocator_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
                                               devbuf__in_flight_visit visit, void *context,
                                               devbuf_memory_t *out);
+// The common part of every adaptor (allocator_adaptors.c, allocator_trace.c): an allocator
+// over an upstream it holds a reference to, with its kind's operations as devbuf__adaptor_ops
+// made them.
+typedef struct devbuf__adaptor {
+  devbuf_allocator_t base;
+  devbuf_allocator_t *upstream;
+  devbuf__allocator_ops ops;
+} devbuf__adaptor;
+
 // An adaptor's operations over `upstream`: its kind's, less each optional group the upstream
-// lacks (an adaptor forwards what it can, and only that).
+// lacks (an adaptor forwards what it can, and only that), and with the upstream's snapshot.
 void devbuf__adaptor_ops(const devbuf__allocator_ops *kind, const devbuf_allocator_t *upstream,
                          devbuf__allocator_ops *out);
-bool devbuf__is_caching(const devbuf_allocator_t *allocator);
 // The upstream allocation (segment) that holds memory from a caching allocator, and the
 // memory's offset in it: what another process maps to share it.
 void devbuf__caching_segment_of(const devbuf_memory_t *memory, devbuf_memory_t *out_segment,
                                 size_t *out_offset);
-devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator,
-                                       devbuf_allocator_snapshot_t **out);
 void devbuf__caching_snapshot_free(devbuf_allocator_snapshot_t *snapshot);
 // Fork (base/fork.c): the locks of the thread caches, then of one caching allocator's
 // shards (a no-op for other allocators), taken before a fork in that order and given back

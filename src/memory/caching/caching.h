@@ -313,4 +313,8 @@ static inline void caching_hand_out(caching_allocator *self, tcache *cache, cblo
   out->token = block;
 }
 
+// The snapshot operation of the caching allocator (snapshot.c): its segments and blocks.
+devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator,
+                                       devbuf_allocator_snapshot_t **out);
+
 #endif // DEVBUF_CACHING_H

@@ -377,20 +377,20 @@ static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory
 
 static const devbuf__allocator_ops caching_ops;
 
+static bool is_caching(const devbuf_allocator_t *allocator) {
+  return allocator && allocator->ops == &caching_ops;
+}
+
 void devbuf__caching_fork_lock(devbuf_allocator_t *allocator) {
-  if (!allocator || !devbuf__is_caching(allocator)) return;
+  if (!is_caching(allocator)) return;
   caching_allocator *self = (caching_allocator *)allocator;
   for (int i = 0; i < SHARD_COUNT; i++) pthread_mutex_lock(&self->shards[i].lock);
 }
 
 void devbuf__caching_fork_unlock(devbuf_allocator_t *allocator) {
-  if (!allocator || !devbuf__is_caching(allocator)) return;
+  if (!is_caching(allocator)) return;
   caching_allocator *self = (caching_allocator *)allocator;
   for (int i = SHARD_COUNT - 1; i >= 0; i--) pthread_mutex_unlock(&self->shards[i].lock);
-}
-
-bool devbuf__is_caching(const devbuf_allocator_t *allocator) {
-  return allocator && allocator->ops == &caching_ops;
 }
 
 void devbuf__caching_segment_of(const devbuf_memory_t *memory, devbuf_memory_t *out_segment,
@@ -534,6 +534,7 @@ static const devbuf__allocator_ops caching_ops = {
     .free_in_flight = caching_free_in_flight,
     .fence_done = caching_fence_done,
     .alloc_ordered = caching_alloc_ordered,
+    .snapshot = devbuf__caching_snapshot,
 };
 
 static void apply_options(caching_allocator *self, const devbuf_caching_options_t *options) {
