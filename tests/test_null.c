@@ -39,6 +39,8 @@ static void test_devices(devbuf_device_t *cpu) {
   CHECK(devbuf_device_retain(NULL) == NULL);
   devbuf_device_release(NULL);
   CHECK(devbuf_device_kind_of(NULL) == 0);
+  CHECK(devbuf_device_kind_name(devbuf_device_kind_of(NULL)) == NULL); // 0 is no kind
+  CHECK(devbuf_device_dlpack_type(NULL) == 0);
   CHECK(devbuf_device_spec(NULL) == NULL);
   CHECK(devbuf_device_name(NULL) == NULL);
   CHECK_EQ_U(devbuf_device_page_size(NULL), 0);

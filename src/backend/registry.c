@@ -13,7 +13,9 @@
 // Kind K is entry K - 1: the public enum devbuf_device_kind numbers the first three, so their
 // order is part of the ABI. Backends for the tests only come last (never installed).
 static const devbuf__backend_entry entries[] = {
-    DEVBUF__BACKEND_ENTRY(cpu), DEVBUF__BACKEND_ENTRY(opencl), DEVBUF__BACKEND_ENTRY(cuda),
+    DEVBUF__BACKEND_ENTRY(cpu),    // 1: host memory, the default device
+    DEVBUF__BACKEND_ENTRY(opencl), // 2: through the ICD loader, found at run time
+    DEVBUF__BACKEND_ENTRY(cuda),   // 3: through the driver API, found at run time
 #ifdef DEVBUF_TEST_BACKENDS
     DEVBUF__BACKEND_ENTRY(null), // host memory, kernels refused: proves the registry's reach
 #endif
