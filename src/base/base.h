@@ -86,7 +86,9 @@ extern atomic_bool devbuf__host_hooks_set;
 void *devbuf__record_alloc_slow(devbuf__record_kind kind, size_t size);
 void devbuf__record_free_slow(devbuf__record_kind kind, void *record);
 
-static inline void *devbuf__record_alloc(devbuf__record_kind kind, size_t size) {
+// A record of the thread's cache, or NULL when it has none at hand (with no call, for paths
+// that must stay free of calls).
+static inline void *devbuf__record_take_cached(devbuf__record_kind kind) {
   void *record = DEVBUF__RECORD_CACHE ? devbuf__records.head[kind] : NULL;
   if (DEVBUF_LIKELY(record) &&
       !atomic_load_explicit(&devbuf__host_hooks_set, memory_order_relaxed)) {
@@ -94,7 +96,12 @@ static inline void *devbuf__record_alloc(devbuf__record_kind kind, size_t size) 
     devbuf__records.count[kind]--;
     return record;
   }
-  return devbuf__record_alloc_slow(kind, size);
+  return NULL;
+}
+
+static inline void *devbuf__record_alloc(devbuf__record_kind kind, size_t size) {
+  void *record = devbuf__record_take_cached(kind);
+  return DEVBUF_LIKELY(record) ? record : devbuf__record_alloc_slow(kind, size);
 }
 
 static inline void devbuf__record_free(devbuf__record_kind kind, void *record) {
@@ -143,13 +150,17 @@ typedef struct devbuf__id_block {
 } devbuf__id_block;
 extern _Thread_local devbuf__id_block devbuf__ids __attribute__((tls_model("initial-exec")));
 uint64_t devbuf__next_ids_slow(uint64_t count);
-static inline uint64_t devbuf__next_id_pair(void) {
+// Whether the thread's block has two ids at hand; if so, takes them (with no call).
+static inline bool devbuf__take_id_pair(uint64_t *out_first) {
   devbuf__id_block *ids = &devbuf__ids;
-  if (DEVBUF_UNLIKELY(ids->end - ids->next < 2 || ids->epoch != devbuf__epoch()))
-    return devbuf__next_ids_slow(2);
-  uint64_t first = ids->next;
+  if (DEVBUF_UNLIKELY(ids->end - ids->next < 2 || ids->epoch != devbuf__epoch())) return false;
+  *out_first = ids->next;
   ids->next += 2;
-  return first;
+  return true;
+}
+static inline uint64_t devbuf__next_id_pair(void) {
+  uint64_t first;
+  return DEVBUF_LIKELY(devbuf__take_id_pair(&first)) ? first : devbuf__next_ids_slow(2);
 }
 
 // ---- files (file_open.c) ----------------------------------------------------------------
