@@ -151,8 +151,8 @@ const devbuf__backend_entry *devbuf__backend_named(const char *name, size_t leng
 // The first entry whose memory is of DLPack's device type `type`, or NULL.
 const devbuf__backend_entry *devbuf__backend_of_dlpack_type(int32_t type);
 devbuf_device_kind devbuf__backend_kind(const devbuf__backend_entry *entry);
-// The specs the registry knows, for messages ("cpu, opencl:N, cuda:N"); the length written.
-size_t devbuf__backend_names(char *out, size_t capacity);
+// The specs the registry knows, for messages ("cpu, opencl:N, cuda:N").
+void devbuf__backend_names(char *out, size_t capacity);
 // Whether a backend's table is whole: every required entry set, every "all or none" group
 // all or none, what needs an enqueue with one. If not, `why` says what is missing.
 bool devbuf__backend_table_check(const char *name, const devbuf__backend *backend, char *why,

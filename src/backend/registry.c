@@ -45,7 +45,7 @@ devbuf_device_kind devbuf__backend_kind(const devbuf__backend_entry *entry) {
   return (devbuf_device_kind)(entry - entries + 1);
 }
 
-size_t devbuf__backend_names(char *out, size_t capacity) {
+void devbuf__backend_names(char *out, size_t capacity) {
   size_t used = 0;
   if (capacity) out[0] = '\0';
   for (size_t i = 0; i < devbuf__backend_count() && used < capacity; i++) {
@@ -53,7 +53,6 @@ size_t devbuf__backend_names(char *out, size_t capacity) {
                      entries[i].backend->one_device ? "" : ":N");
     if (n > 0) used += (size_t)n;
   }
-  return used;
 }
 
 // ---- the table's shape --------------------------------------------------------------------

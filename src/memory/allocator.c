@@ -114,6 +114,11 @@ static devbuf_status snapshot_upstream(devbuf_allocator_t *self,
   return upstream->ops->snapshot(upstream, out);
 }
 
+// An adaptor's range in flight is its upstream's: the end of its work goes straight there.
+static void fence_done_upstream(devbuf_allocator_t *self, devbuf__in_flight *range) {
+  devbuf__allocator_fence_done(((devbuf__adaptor *)self)->upstream, range);
+}
+
 void devbuf__adaptor_ops(const devbuf__allocator_ops *kind, const devbuf_allocator_t *upstream,
                          devbuf__allocator_ops *out) {
   *out = *kind;
@@ -123,11 +128,10 @@ void devbuf__adaptor_ops(const devbuf__allocator_ops *kind, const devbuf_allocat
     out->unmap = NULL;
     out->unreserve = NULL;
   }
-  if (!upstream->ops->free_in_flight) {
-    out->free_in_flight = NULL;
-    out->fence_done = NULL;
-    out->alloc_ordered = NULL;
-  }
+  bool in_flight = kind->free_in_flight && upstream->ops->free_in_flight;
+  out->free_in_flight = in_flight ? kind->free_in_flight : NULL;
+  out->fence_done = in_flight ? fence_done_upstream : NULL;
+  out->alloc_ordered = in_flight ? kind->alloc_ordered : NULL;
   out->snapshot = upstream->ops->snapshot ? snapshot_upstream : NULL;
 }
 

@@ -17,10 +17,6 @@ static devbuf_status pass_free_in_flight(devbuf_allocator_t *self, const devbuf_
   return devbuf__allocator_free_in_flight(((wrapper *)self)->upstream, memory, fence, out_range);
 }
 
-static void pass_fence_done(devbuf_allocator_t *self, devbuf__in_flight *range) {
-  devbuf__allocator_fence_done(((wrapper *)self)->upstream, range);
-}
-
 static devbuf_status pass_alloc_ordered(devbuf_allocator_t *self, size_t size,
                                         devbuf__in_flight_visit visit, void *context,
                                         devbuf_memory_t *out) {
@@ -56,7 +52,6 @@ static const devbuf__allocator_ops stats_ops = {
     .free = pass_free,
     .destroy = wrapper_destroy,
     .free_in_flight = pass_free_in_flight,
-    .fence_done = pass_fence_done,
     .alloc_ordered = pass_alloc_ordered,
 };
 
@@ -144,7 +139,6 @@ static const devbuf__allocator_ops fault_ops = {
     .unmap = pass_unmap,
     .unreserve = pass_unreserve,
     .free_in_flight = pass_free_in_flight,
-    .fence_done = pass_fence_done,
     .alloc_ordered = fault_alloc_ordered,
 };
 

@@ -89,10 +89,6 @@ static devbuf_status trace_free_in_flight(devbuf_allocator_t *base, const devbuf
   return DEVBUF_OK;
 }
 
-static void trace_fence_done(devbuf_allocator_t *base, devbuf__in_flight *range) {
-  devbuf__allocator_fence_done(((trace_adaptor *)base)->adaptor.upstream, range);
-}
-
 static void trace_destroy(devbuf_allocator_t *base) {
   trace_adaptor *self = (trace_adaptor *)base;
   fclose(self->file);
@@ -107,7 +103,6 @@ static const devbuf__allocator_ops trace_ops = {
     .free = trace_free,
     .destroy = trace_destroy,
     .free_in_flight = trace_free_in_flight,
-    .fence_done = trace_fence_done,
     .alloc_ordered = trace_alloc_ordered,
 };
 
