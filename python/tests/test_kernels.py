@@ -228,9 +228,11 @@ def test_host_task_exception_fails_the_queue_and_reaches_events(cpu):
         raise ValueError("the checksum is wrong")
 
     q = cpu.queue()
-    event = devbuf.Event()
+    event, gate = devbuf.Event(), devbuf.Event()
+    q.wait(gate, 1)  # the task fails only once the signal is queued behind it
     q.host_task(broken)
     q.signal(event, 1)
+    gate.signal(1)
     with pytest.raises(devbuf.DeviceFailureError, match="host task .*broken raised ValueError: the checksum is wrong"):
         event.wait(1, timeout=10)
     with pytest.raises(devbuf.DeviceFailureError) as failure:
