@@ -1,6 +1,7 @@
 // The allocator object: reference counting, the front end that validates calls and
 // counts for allocators without statistics of their own, the backend's raw allocator and
 // allocators supplied by users.
+#include "caching/tcache_hot.h"
 #include "memory.h"
 
 void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocator_ops *ops,
@@ -91,12 +92,23 @@ devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
   if (DEVBUF_UNLIKELY(size == 0))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "allocation of 0 bytes (zero-length buffers own no memory)");
+  // The caching allocator's thread bins, without the call through its table.
+  if (DEVBUF_LIKELY(allocator->ops == &devbuf__caching_ops) &&
+      devbuf__tcache_alloc((caching_allocator *)allocator, size, out_memory))
+    return DEVBUF_OK;
   if (allocator->ops->stats) return allocator->ops->alloc(allocator, size, out_memory);
   return counted_alloc(allocator, size, NULL, NULL, out_memory);
 }
 
 void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
   if (!allocator || !memory) return;
+  if (DEVBUF_LIKELY(allocator->ops == &devbuf__caching_ops)) {
+    cblock *block = memory->token;
+    devbuf__caching_poison(block, POISON_RELEASED);
+    if (!devbuf__tcache_free((caching_allocator *)allocator, block))
+      devbuf__caching_free_shared((caching_allocator *)allocator, block);
+    return;
+  }
   if (allocator->ops->stats) { // its own statistics: straight to it
     allocator->ops->free(allocator, memory);
     return;

@@ -133,11 +133,13 @@ typedef struct tcache {
   cblock *bins[TCACHE_BINS];       // one stack per size (owner thread only)
   atomic_uint_least32_t bin_count[TCACHE_BINS];
   atomic_uint_least64_t
-      local_peak;                 // active at the last peak observation (reset_peak writes it too)
-  atomic_uint_least64_t active;   // bytes (two's complement: may be "negative")
-  atomic_uint_least64_t live;     // blocks (likewise)
-  atomic_uint_least64_t bin_hits; // allocations served from the bins
+      local_peak;               // active at the last peak observation (reset_peak writes it too)
+  atomic_uint_least64_t active; // bytes (two's complement: may be "negative")
+  // Blocks handed out and released: their difference is the live count, and hand-outs less
+  // the shared path's are the bins' hits (one counter on the bins' way, not three).
+  atomic_uint_least64_t handed_out, released;
   atomic_uint_least64_t shared_calls, shared_hits; // allocations that took the shared path
+  atomic_uint_least64_t shared_handed_out;         // ... and were served
 } tcache;
 
 typedef struct caching_allocator {
@@ -238,11 +240,21 @@ void devbuf__growable_release(caching_allocator *self, csegment *segment);
 bool devbuf__caching_round(const caching_allocator *self, size_t size, size_t *out);
 // The bytes handed out, summed over threads.
 uint64_t devbuf__caching_active(caching_allocator *self);
+// The caching allocator's operations: the allocator front end (allocator.c) takes the thread
+// bins' way itself for an allocator that has them. Hidden in the declaration too, so that
+// the shared library compares with its address at once rather than one read from the GOT.
+extern const devbuf__allocator_ops devbuf__caching_ops __attribute__((visibility("hidden")));
+// A released (and poisoned) block the thread bins did not take: back to its shard.
+void devbuf__caching_free_shared(caching_allocator *self, cblock *block);
+
 // Frees a block into its segment's shard; then, with `may_give_back`, idle segments go back
 // upstream while a limit is exceeded. With it false nothing calls upstream, for callers
 // that hold the thread caches' global lock.
 void devbuf__caching_put(caching_allocator *self, cblock *block, bool may_give_back);
-void devbuf__caching_observe_peak(caching_allocator *self);
+// The calling thread's active bytes passed its last observation: off the hot path (cold, so
+// that the hand-out's callers keep no frame for it).
+__attribute__((cold, noinline)) void
+devbuf__caching_observe_peak(caching_allocator *self, struct tcache *cache, uint64_t active);
 void devbuf__caching_enforce_limits(caching_allocator *self);
 
 // ---- tcache.c
@@ -298,14 +310,12 @@ static inline void devbuf__caching_poison(const cblock *block, uint8_t byte) {
 
 static inline void caching_hand_out(caching_allocator *self, tcache *cache, cblock *block,
                                     devbuf_memory_t *out) {
-  tcache_add(&cache->live, 1);
-  tcache_add(&cache->active, block->size);
-  uint64_t active = atomic_load_explicit(&cache->active, memory_order_relaxed);
+  tcache_add(&cache->handed_out, 1);
+  uint64_t active = atomic_load_explicit(&cache->active, memory_order_relaxed) + block->size;
+  atomic_store_explicit(&cache->active, active, memory_order_relaxed);
   if (DEVBUF_UNLIKELY((int64_t)active >
-                      (int64_t)atomic_load_explicit(&cache->local_peak, memory_order_relaxed))) {
-    atomic_store_explicit(&cache->local_peak, active, memory_order_relaxed);
-    devbuf__caching_observe_peak(self);
-  }
+                      (int64_t)atomic_load_explicit(&cache->local_peak, memory_order_relaxed)))
+    devbuf__caching_observe_peak(self, cache, active);
   out->host = block->host;
   out->device = block->device;
   out->offset = block->device_offset;

@@ -45,9 +45,11 @@ static thread_sums sum_threads(caching_allocator *self) {
   thread_sums sums = {.active = atomic_load(&self->homeless_active),
                       .live = atomic_load(&self->homeless_live)};
   for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next) {
-    uint64_t bin_hits = atomic_load_explicit(&c->bin_hits, memory_order_relaxed);
+    uint64_t handed_out = atomic_load_explicit(&c->handed_out, memory_order_relaxed);
+    uint64_t bin_hits =
+        handed_out - atomic_load_explicit(&c->shared_handed_out, memory_order_relaxed);
     sums.active += atomic_load_explicit(&c->active, memory_order_relaxed);
-    sums.live += atomic_load_explicit(&c->live, memory_order_relaxed);
+    sums.live += handed_out - atomic_load_explicit(&c->released, memory_order_relaxed);
     sums.hits += bin_hits + atomic_load_explicit(&c->shared_hits, memory_order_relaxed);
     sums.calls += bin_hits + atomic_load_explicit(&c->shared_calls, memory_order_relaxed);
   }
@@ -58,7 +60,8 @@ uint64_t devbuf__caching_active(caching_allocator *self) { return sum_threads(se
 
 // Called when a thread's active figure passes its own last observation: while one thread
 // allocates at a time this keeps peak exact; when several race, a sum may miss a moment.
-void devbuf__caching_observe_peak(caching_allocator *self) {
+void devbuf__caching_observe_peak(caching_allocator *self, tcache *cache, uint64_t active) {
+  atomic_store_explicit(&cache->local_peak, active, memory_order_relaxed);
   devbuf__raise_peak(&self->peak, sum_threads(self).active);
 }
 
@@ -337,6 +340,7 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const
     // Host allocations step around bytes released in flight; ordered ones may take them
     // while earlier work still reads them: only the former are poisoned.
     if (!ordered || !ordered->visit) devbuf__caching_poison(block, POISON_HANDED_OUT);
+    tcache_add(&cache->shared_handed_out, 1);
     caching_hand_out(self, cache, block, out);
   }
   if (max_buffers) atomic_fetch_sub(&self->admitting, 1);
@@ -354,7 +358,7 @@ static devbuf_status caching_alloc(devbuf_allocator_t *base, size_t requested,
 static void count_release(caching_allocator *self, const cblock *block) {
   tcache *cache = devbuf__tcache_get(self);
   if (DEVBUF_LIKELY(cache != NULL)) {
-    tcache_add(&cache->live, (uint64_t)-1);
+    tcache_add(&cache->released, 1);
     tcache_add(&cache->active, (uint64_t)0 - block->size);
   } else { // no host memory for a thread cache: count the release in the shared figures
     atomic_fetch_sub(&self->homeless_live, 1);
@@ -367,6 +371,10 @@ static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory
   cblock *block = memory->token;
   devbuf__caching_poison(block, POISON_RELEASED);
   if (DEVBUF_LIKELY(devbuf__tcache_free(self, block))) return;
+  devbuf__caching_free_shared(self, block);
+}
+
+void devbuf__caching_free_shared(caching_allocator *self, cblock *block) {
   count_release(self, block);
   if (DEVBUF_UNLIKELY(!atomic_load_explicit(&self->freed_any, memory_order_relaxed)))
     atomic_store_explicit(&self->freed_any, true, memory_order_relaxed);
@@ -375,10 +383,8 @@ static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory
 
 // ---- memory released in flight -------------------------------------------------------
 
-static const devbuf__allocator_ops caching_ops;
-
 static bool is_caching(const devbuf_allocator_t *allocator) {
-  return allocator && allocator->ops == &caching_ops;
+  return allocator && allocator->ops == &devbuf__caching_ops;
 }
 
 void devbuf__caching_fork_lock(devbuf_allocator_t *allocator) {
@@ -523,7 +529,7 @@ static void caching_destroy(devbuf_allocator_t *base) {
   devbuf__free(self);
 }
 
-static const devbuf__allocator_ops caching_ops = {
+const devbuf__allocator_ops devbuf__caching_ops = {
     .kind = "caching",
     .alloc = caching_alloc,
     .free = caching_free,
@@ -559,7 +565,7 @@ devbuf_status devbuf__caching_allocator_create(devbuf_allocator_t *upstream,
     devbuf_allocator_release(upstream);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a caching allocator");
   }
-  devbuf__allocator_init(&self->base, &caching_ops, upstream->device, link);
+  devbuf__allocator_init(&self->base, &devbuf__caching_ops, upstream->device, link);
   self->base.memory_kind = upstream->memory_kind;
   self->id = devbuf__next_id();
   self->upstream = upstream;
@@ -605,7 +611,7 @@ devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
 // The caching allocator behind `allocator` for `what`, or NULL with INVALID_ARGUMENT set.
 static caching_allocator *caching_of(devbuf_allocator_t *allocator,
                                      const devbuf_caching_options_t *options, const char *what) {
-  if (!allocator || !options || allocator->ops != &caching_ops) {
+  if (!allocator || !options || allocator->ops != &devbuf__caching_ops) {
     devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s needs a caching allocator and options", what);
     return NULL;
   }

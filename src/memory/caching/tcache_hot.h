@@ -57,7 +57,6 @@ static inline bool devbuf__tcache_alloc(caching_allocator *self, size_t requeste
   cache->bins[bin] = block->bin_next;
   atomic_store_explicit(&block->state, BLOCK_ACTIVE, memory_order_relaxed);
   bin_count_add(cache, bin, (uint32_t)-1);
-  tcache_add(&cache->bin_hits, 1);
   devbuf__caching_poison(block, POISON_HANDED_OUT); // binned blocks are never in flight
   caching_hand_out(self, cache, block, out);
   return true;
@@ -69,7 +68,7 @@ static inline bool devbuf__tcache_free(caching_allocator *self, cblock *block) {
   if (!cache || bin >= self->bin_count ||
       atomic_load_explicit(&cache->bin_count[bin], memory_order_relaxed) >= self->bin_capacity[bin])
     return false;
-  tcache_add(&cache->live, (uint64_t)-1);
+  tcache_add(&cache->released, 1);
   tcache_add(&cache->active, (uint64_t)0 - block->size);
   block->released_at = cache->release_seq++;
   atomic_store_explicit(&block->state, BLOCK_BINNED, memory_order_relaxed);
