@@ -85,13 +85,9 @@ static inline void count_free(devbuf__counters *c, size_t size) {
   atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
 }
 
-devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
-                                     devbuf_memory_t *out_memory) {
-  if (DEVBUF_UNLIKELY(!allocator || !out_memory))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_memory is NULL");
-  if (DEVBUF_UNLIKELY(size == 0))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "allocation of 0 bytes (zero-length buffers own no memory)");
+// The public calls and the library's own share one body, inline in each (no call between).
+static inline devbuf_status alloc_known(devbuf_allocator_t *allocator, size_t size,
+                                        devbuf_memory_t *out_memory) {
   // The caching allocator's thread bins, without the call through its table.
   if (DEVBUF_LIKELY(allocator->ops == &devbuf__caching_ops) &&
       devbuf__tcache_alloc((caching_allocator *)allocator, size, out_memory))
@@ -100,8 +96,22 @@ devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
   return counted_alloc(allocator, size, NULL, NULL, out_memory);
 }
 
-void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
-  if (!allocator || !memory) return;
+devbuf_status devbuf__allocator_alloc_known(devbuf_allocator_t *allocator, size_t size,
+                                            devbuf_memory_t *out_memory) {
+  return alloc_known(allocator, size, out_memory);
+}
+
+devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
+                                     devbuf_memory_t *out_memory) {
+  if (DEVBUF_UNLIKELY(!allocator || !out_memory))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_memory is NULL");
+  if (DEVBUF_UNLIKELY(size == 0))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "allocation of 0 bytes (zero-length buffers own no memory)");
+  return alloc_known(allocator, size, out_memory);
+}
+
+static inline void free_known(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
   if (DEVBUF_LIKELY(allocator->ops == &devbuf__caching_ops)) {
     cblock *block = memory->token;
     devbuf__caching_poison(block, POISON_RELEASED);
@@ -109,12 +119,16 @@ void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t 
       devbuf__caching_free_shared((caching_allocator *)allocator, block);
     return;
   }
-  if (allocator->ops->stats) { // its own statistics: straight to it
-    allocator->ops->free(allocator, memory);
-    return;
-  }
-  count_free(&allocator->counters, memory->size);
+  if (!allocator->ops->stats) count_free(&allocator->counters, memory->size); // counted here
   allocator->ops->free(allocator, memory);
+}
+
+void devbuf__allocator_free_known(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
+  free_known(allocator, memory);
+}
+
+void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
+  if (allocator && memory) free_known(allocator, memory);
 }
 
 // ---- memory released in flight: allocators that can, and adaptors that forward it ----------

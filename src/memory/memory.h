@@ -70,19 +70,10 @@ struct devbuf_allocator {
 };
 
 // devbuf_allocator_alloc and devbuf_allocator_free for callers whose arguments are known
-// good (a size above 0): an allocator with its own statistics is called at once.
-static inline devbuf_status devbuf__allocator_alloc_known(devbuf_allocator_t *allocator,
-                                                          size_t size, devbuf_memory_t *out) {
-  return allocator->ops->stats ? allocator->ops->alloc(allocator, size, out)
-                               : devbuf_allocator_alloc(allocator, size, out);
-}
-static inline void devbuf__allocator_free_known(devbuf_allocator_t *allocator,
-                                                const devbuf_memory_t *memory) {
-  if (allocator->ops->stats)
-    allocator->ops->free(allocator, memory);
-  else
-    devbuf_allocator_free(allocator, memory);
-}
+// good (a size above 0): the caching allocator's thread bins are tried at once.
+devbuf_status devbuf__allocator_alloc_known(devbuf_allocator_t *allocator, size_t size,
+                                            devbuf_memory_t *out);
+void devbuf__allocator_free_known(devbuf_allocator_t *allocator, const devbuf_memory_t *memory);
 
 // Initialises the common part; retains `device` for DEVBUF__HOLDS_DEVICE.
 void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocator_ops *ops,
