@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_RUNS   101
 #define RING_SLOTS 4096 // as deep as a devbuf queue by default
@@ -79,6 +80,64 @@ static double time_ring(size_t items, unsigned char *target, bool signal_always)
   return (double)elapsed / (double)items;
 }
 
+// ---- what an idle worker costs: items submitted one at a time, far apart ----------------
+
+#define SPARSE_GAP_NS 1000000 // between two submissions: the worker runs dry and sleeps
+
+static uint64_t process_cpu_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+static void sleep_gap(void) {
+  struct timespec gap = {0, SPARSE_GAP_NS};
+  nanosleep(&gap, NULL);
+}
+
+// CPU time of the whole process per item (the submitter's, which sleeps between items, and
+// the worker's), for the ring that signals a sleeper.
+static double ring_sparse_cpu(size_t items, unsigned char *target) {
+  static ring_queue q;
+  memset(&q, 0, sizeof q);
+  pthread_mutex_init(&q.lock, NULL);
+  pthread_cond_init(&q.not_empty, NULL);
+  pthread_cond_init(&q.not_full, NULL);
+  pthread_cond_init(&q.drained, NULL);
+  pthread_create(&q.worker, NULL, ring_worker, &q);
+  uint64_t start = process_cpu_ns();
+  for (size_t i = 0; i < items; i++) {
+    pthread_mutex_lock(&q.lock);
+    q.slots[q.head++ % RING_SLOTS] = (ring_fill){target, (unsigned char)i};
+    if (q.worker_sleeps) pthread_cond_signal(&q.not_empty);
+    pthread_mutex_unlock(&q.lock);
+    sleep_gap();
+  }
+  pthread_mutex_lock(&q.lock);
+  while (q.head != q.tail) pthread_cond_wait(&q.drained, &q.lock);
+  q.stop = true;
+  pthread_cond_signal(&q.not_empty);
+  pthread_mutex_unlock(&q.lock);
+  uint64_t used = process_cpu_ns() - start;
+  pthread_join(q.worker, NULL);
+  pthread_cond_destroy(&q.drained);
+  pthread_cond_destroy(&q.not_full);
+  pthread_cond_destroy(&q.not_empty);
+  pthread_mutex_destroy(&q.lock);
+  return (double)used / (double)items;
+}
+
+static double devbuf_sparse_cpu(devbuf_queue_t *queue, devbuf_buffer_t *target, size_t items) {
+  uint64_t start = process_cpu_ns();
+  for (size_t i = 0; i < items; i++) {
+    unsigned char pattern = (unsigned char)i;
+    if (devbuf_queue_fill(queue, target, &pattern, 1) != DEVBUF_OK) return -1;
+    sleep_gap();
+  }
+  if (devbuf_queue_finish(queue) != DEVBUF_OK) return -1;
+  return (double)(process_cpu_ns() - start) / (double)items;
+}
+
 static double time_devbuf_fills(devbuf_queue_t *queue, devbuf_buffer_t *target, size_t items) {
   uint64_t start = bench_now_ns();
   for (size_t i = 0; i < items; i++) {
@@ -131,6 +190,27 @@ void bench_queue_ring(const bench_config *config) {
     bench_figure("queue", "ring signalling a sleeper, per fill", s, "ns", -1);
     bench_figure("queue", "devbuf queue, per fill", o, "ns", -1);
     bench_figure("queue", "devbuf queue / the faster ring, per fill", x, "x", x <= 1.2);
+    // The worker's spin before it sleeps, priced: the CPU an item costs where each one finds
+    // the worker dry, against the ring whose worker sleeps at once.
+    size_t sparse = config->quick ? 20 : 200;
+    double ring_cpu[MAX_RUNS], our_cpu[MAX_RUNS];
+    for (int r = 0; r < runs && !failed; r++) {
+      ring_cpu[r] = ring_sparse_cpu(sparse, ring_target);
+      our_cpu[r] = devbuf_sparse_cpu(queue, target, sparse);
+      failed = our_cpu[r] < 0;
+    }
+    if (!failed) {
+      double rc = bench_median(ring_cpu, runs), oc = bench_median(our_cpu, runs);
+      printf("== %zu fills submitted %d us apart (the worker runs dry each time): CPU time of the "
+             "process per item, us ==\n",
+             sparse, SPARSE_GAP_NS / 1000);
+      printf("   ring, signals a sleeper   %8.1f\n", rc / 1e3);
+      printf("   devbuf queue              %8.1f  (its worker looks for more work for up to 50 us "
+             "before it sleeps)\n\n",
+             oc / 1e3);
+      bench_figure("queue", "ring signalling a sleeper, CPU per sparse item", rc / 1e3, "us", -1);
+      bench_figure("queue", "devbuf queue, CPU per sparse item", oc / 1e3, "us", -1);
+    }
   }
   devbuf_buffer_release(target);
   devbuf_queue_release(queue);

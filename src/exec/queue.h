@@ -134,6 +134,9 @@ struct devbuf_queue {
   // queue has room, and no submission reads the worker's line.
   atomic_uint_least64_t completed_seen;
   atomic_bool worker_idle; // the worker waits (or is about to) on work_available
+  // A submission has woken the idle worker: the others of the burst need not (the worker
+  // takes everything queued when it wakes). Cleared by the worker as it goes idle.
+  atomic_bool wake_sent;
   char apart_from_incoming[CACHE_LINE];
   // The thread that takes and runs items holds `runner`: the worker, but while it sleeps a
   // thread in devbuf_queue_finish of a queue with no device queue of its own, which runs

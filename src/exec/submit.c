@@ -99,7 +99,11 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   } while (!atomic_compare_exchange_weak(&queue->incoming, &newest,
                                          work)); // the worker may take them meanwhile
   devbuf__spin_unlock(&device->submit_lock);
-  if (atomic_load(&queue->worker_idle)) {
+  // One wake per sleep. A submission that finds the wake sent pushed before it looked, and
+  // the worker clears the flag before each time it reads `incoming` (all sequentially
+  // consistent): the worker finds this item when it next looks. The one that sends it takes
+  // the lock, so the signal comes once the worker waits.
+  if (atomic_load(&queue->worker_idle) && !atomic_exchange(&queue->wake_sent, true)) {
     pthread_mutex_lock(&queue->lock);
     pthread_cond_signal(&queue->work_available);
     pthread_mutex_unlock(&queue->lock);
