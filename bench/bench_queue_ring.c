@@ -191,7 +191,8 @@ void bench_queue_ring(const bench_config *config) {
     bench_figure("queue", "devbuf queue, per fill", o, "ns", -1);
     bench_figure("queue", "devbuf queue / the faster ring, per fill", x, "x", x <= 1.2);
     // The worker's spin before it sleeps, priced: the CPU an item costs where each one finds
-    // the worker dry, against the ring whose worker sleeps at once.
+    // the worker dry, against the ring whose worker sleeps at once (src/exec/queue.c spins
+    // only while work comes back within about the spin, so here it should cost nothing).
     size_t sparse = config->quick ? 20 : 200;
     double ring_cpu[MAX_RUNS], our_cpu[MAX_RUNS];
     for (int r = 0; r < runs && !failed; r++) {
@@ -205,8 +206,8 @@ void bench_queue_ring(const bench_config *config) {
              "process per item, us ==\n",
              sparse, SPARSE_GAP_NS / 1000);
       printf("   ring, signals a sleeper   %8.1f\n", rc / 1e3);
-      printf("   devbuf queue              %8.1f  (its worker looks for more work for up to 50 us "
-             "before it sleeps)\n\n",
+      printf("   devbuf queue              %8.1f  (its worker spins up to 50 us before it sleeps "
+             "only while work comes back soon)\n\n",
              oc / 1e3);
       bench_figure("queue", "ring signalling a sleeper, CPU per sparse item", rc / 1e3, "us", -1);
       bench_figure("queue", "devbuf queue, CPU per sparse item", oc / 1e3, "us", -1);

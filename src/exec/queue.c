@@ -467,23 +467,30 @@ static void run_here(devbuf_queue_t *queue) {
 }
 
 // How long a worker that ran dry looks for more before it sleeps: about what a sleep and a
-// wake cost here (some tens of microseconds), so that spinning never wastes more than twice
-// what the best choice would. Bounded by the clock, as a pause instruction takes 10 to 140
-// cycles from one processor to the next.
+// wake cost here (some tens of microseconds), so that a spin never wastes more than twice what
+// the best choice would. Bounded by the clock, as a pause instruction takes 10 to 140 cycles
+// from one processor to the next.
 #define WORKER_SPIN_NS 50000
 
-// A submission that comes soon after the worker ran dry is taken without a sleep and a wake
-// (a system call for the submitter, a sleep and a wake-up for the worker, and a finish that
-// then waits behind them): the pattern of a loop that submits, finishes, and submits again
-// after a collective or some host work. What it costs an idle CPU: `devbuf bench --only
-// queue` measures it.
-static bool spin_for_work(devbuf_queue_t *queue) {
-  uint64_t start = devbuf__now_ns();
+// Looks for a submission until WORKER_SPIN_NS after `dry_at`: one that comes soon after the
+// worker ran dry is taken without a sleep and a wake (a system call for the submitter, a
+// wake-up for the worker, and a finish that waits behind both), as in a loop that submits,
+// finishes and submits again after a collective or some host work.
+static bool spin_for_work(devbuf_queue_t *queue, uint64_t dry_at) {
   for (unsigned spin = 1;; spin++) {
     if (atomic_load_explicit(&queue->incoming, memory_order_relaxed)) return true;
     devbuf__cpu_pause();
-    if (spin % 32 == 0 && devbuf__now_ns() - start >= WORKER_SPIN_NS) return false;
+    if (spin % 32 == 0 && devbuf__now_ns() - dry_at >= WORKER_SPIN_NS) return false;
   }
+}
+
+// Whether the worker spins the next time it runs dry: when the work came back soon this time
+// (within the spin, or within twice it when it slept, as the wake-up adds to what it measures).
+// Work that comes rarely, or after long work elsewhere, gets a worker that sleeps at once: it
+// costs an idle CPU nothing, and where the cores are all taken (MPI ranks polling beside the
+// queue) a spinning worker would take the time of the threads it waits for.
+static bool spin_next_time(uint64_t dry_at, bool found_spinning) {
+  return found_spinning || devbuf__now_ns() - dry_at < 2 * (uint64_t)WORKER_SPIN_NS;
 }
 
 static void *worker_main(void *arg) {
@@ -491,9 +498,13 @@ static void *worker_main(void *arg) {
   devbuf__worker_queue = queue;
   devbuf__worker_device = queue->device;
   devbuf__work *batch[BATCH];
+  bool spins = false; // until work is seen to come back soon after the worker ran dry
   for (;;) {
     if (!queue->taken && !take_more(queue)) {
-      if (!spin_for_work(queue) && !wait_for_work(queue)) break; // released and drained
+      uint64_t dry_at = devbuf__now_ns();
+      bool found = spins && spin_for_work(queue, dry_at);
+      if (!found && !wait_for_work(queue)) break; // released and drained
+      spins = spin_next_time(dry_at, found);
       continue;
     }
     // No yield to let the submitter add more first: where other threads busy-poll (an MPI
