@@ -4,11 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static void buffer_init(devbuf_buffer_t *buffer, uint64_t id, devbuf__storage *storage,
-                        size_t offset, size_t size, devbuf_dtype dtype, const size_t *shape,
-                        size_t ndim) {
+// Every field but the handle's id (a storage's first handle has its id from the storage).
+static void buffer_init(devbuf_buffer_t *buffer, devbuf__storage *storage, size_t offset,
+                        size_t size, devbuf_dtype dtype, const size_t *shape, size_t ndim) {
   devbuf__ref_init(&buffer->refs, 1);
-  buffer->handle_id = id;
   buffer->storage = storage;
   buffer->offset = offset;
   buffer->size = size;
@@ -28,7 +27,8 @@ devbuf_status devbuf__buffer_wrap(devbuf__storage *storage, size_t offset, size_
     devbuf__storage_release(storage);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer handle");
   }
-  buffer_init(buffer, devbuf__next_id(), storage, offset, size, dtype, shape, ndim);
+  buffer->handle_id = devbuf__next_id();
+  buffer_init(buffer, storage, offset, size, dtype, shape, ndim);
   *out = buffer;
   return DEVBUF_OK;
 }
@@ -51,7 +51,7 @@ static inline devbuf_status buffer_make(devbuf_allocator_t *allocator, devbuf_dt
   devbuf_status status = devbuf__storage_create(allocator, NULL, bytes, flags, &storage);
   if (status != DEVBUF_OK) return status;
   devbuf_buffer_t *buffer = &storage->first_handle;
-  buffer_init(buffer, buffer->handle_id, storage, 0, bytes, dtype, shape, ndim);
+  buffer_init(buffer, storage, 0, bytes, dtype, shape, ndim);
   *out_buffer = buffer;
   return DEVBUF_OK;
 }

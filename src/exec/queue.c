@@ -414,6 +414,16 @@ static bool take_more(devbuf_queue_t *queue) {
   return true;
 }
 
+// Moves up to BATCH of the runner's taken items, oldest first, into `batch`; their count.
+static size_t take_batch(devbuf_queue_t *queue, devbuf__work **batch) {
+  size_t count = 0;
+  while (queue->taken && count < BATCH) {
+    batch[count++] = queue->taken;
+    queue->taken = queue->taken->next;
+  }
+  return count;
+}
+
 static bool claim_runner(devbuf_queue_t *queue) {
   bool free = false;
   return atomic_compare_exchange_strong(&queue->runner, &free, true);
@@ -450,14 +460,7 @@ static void run_here(devbuf_queue_t *queue) {
   devbuf__worker_queue = queue;
   devbuf__worker_device = queue->device;
   devbuf__work *batch[BATCH];
-  while (queue->taken || take_more(queue)) {
-    size_t count = 0;
-    while (queue->taken && count < BATCH) {
-      batch[count++] = queue->taken;
-      queue->taken = queue->taken->next;
-    }
-    run_batch(queue, batch, count);
-  }
+  while (queue->taken || take_more(queue)) run_batch(queue, batch, take_batch(queue, batch));
   devbuf__worker_queue = outer_queue;
   devbuf__worker_device = outer_device;
   pthread_mutex_lock(&queue->lock);
@@ -512,12 +515,7 @@ static void *worker_main(void *arg) {
     // worker waited behind them for a time slice. With a build running beside the MPI
     // benchmark an all-reduce of 1 MiB took 3.3 ms instead of 0.25; on an idle machine 4 KiB
     // took 3.4x raw MPI's time with the yield, 2.6x without (bench/mpi).
-    size_t count = 0;
-    while (queue->taken && count < BATCH) {
-      batch[count++] = queue->taken;
-      queue->taken = queue->taken->next;
-    }
-    run_batch(queue, batch, count);
+    run_batch(queue, batch, take_batch(queue, batch));
   }
   pthread_mutex_lock(&queue->lock);
   bool frees = queue->worker_frees;
