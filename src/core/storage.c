@@ -115,8 +115,7 @@ const devbuf__storage_kind devbuf__storage_allocation = {
 
 // No submitted work uses the memory any more: it goes back (or, released in flight, its
 // bytes stop being in flight), and the record goes.
-static void storage_finalize(void *context) {
-  devbuf__storage *storage = context;
+static inline void finalize(devbuf__storage *storage) {
   if (storage->in_flight)
     devbuf__allocator_fence_done(storage->allocator, storage->in_flight);
   else if (storage->lease_count && devbuf__storage_prune_leases(storage))
@@ -129,6 +128,9 @@ static void storage_finalize(void *context) {
   if (hazard) devbuf__hazard_destroy(hazard);
   storage_free_record(storage);
 }
+
+// The same as the tracker's callback, once the storage's work is done.
+static void storage_finalize(void *context) { finalize(context); }
 
 static bool reusable_for_work(const devbuf__storage *storage) {
   return devbuf__storage_kind_of(storage)->releases_in_flight && storage->allocator &&
@@ -152,8 +154,8 @@ void devbuf__storage_last_release(devbuf__storage *storage) {
   if (storage->accesses) devbuf__host_access_close_all(storage);   // left open by released handles
   if (storage->lease_count) devbuf__storage_prune_leases(storage); // importers that are done
   devbuf__hazard *hazard = atomic_load(&storage->hazard);
-  if (!hazard) { // and so nothing inherited (a storage that inherits work has a tracker)
-    storage_finalize(storage);
+  if (!hazard) {       // and so nothing inherited (a storage that inherits work has a tracker)
+    finalize(storage); // inline: the way of nearly every buffer
     return;
   }
   // The bytes go back to the cache at once, in flight under this record (whose tracker says
