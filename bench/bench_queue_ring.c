@@ -49,7 +49,7 @@ static void *ring_worker(void *arg) {
   return NULL;
 }
 
-static double time_ring(size_t items, unsigned char *target, bool signal_always) {
+static ring_queue *ring_start(bool signal_always) {
   static ring_queue q; // the ring is too large for the stack
   memset(&q, 0, sizeof q);
   q.signal_always = signal_always;
@@ -58,25 +58,41 @@ static double time_ring(size_t items, unsigned char *target, bool signal_always)
   pthread_cond_init(&q.not_full, NULL);
   pthread_cond_init(&q.drained, NULL);
   pthread_create(&q.worker, NULL, ring_worker, &q);
+  return &q;
+}
+
+static void ring_push(ring_queue *q, unsigned char *target, unsigned char pattern) {
+  pthread_mutex_lock(&q->lock);
+  while (q->head - q->tail == RING_SLOTS) pthread_cond_wait(&q->not_full, &q->lock);
+  q->slots[q->head++ % RING_SLOTS] = (ring_fill){target, pattern};
+  if (q->signal_always || q->worker_sleeps) pthread_cond_signal(&q->not_empty);
+  pthread_mutex_unlock(&q->lock);
+}
+
+// Waits until the ring is drained and tells the worker to stop.
+static void ring_drain(ring_queue *q) {
+  pthread_mutex_lock(&q->lock);
+  while (q->head != q->tail) pthread_cond_wait(&q->drained, &q->lock);
+  q->stop = true;
+  pthread_cond_signal(&q->not_empty);
+  pthread_mutex_unlock(&q->lock);
+}
+
+static void ring_end(ring_queue *q) {
+  pthread_join(q->worker, NULL);
+  pthread_cond_destroy(&q->drained);
+  pthread_cond_destroy(&q->not_full);
+  pthread_cond_destroy(&q->not_empty);
+  pthread_mutex_destroy(&q->lock);
+}
+
+static double time_ring(size_t items, unsigned char *target, bool signal_always) {
+  ring_queue *q = ring_start(signal_always);
   uint64_t start = bench_now_ns();
-  for (size_t i = 0; i < items; i++) {
-    pthread_mutex_lock(&q.lock);
-    while (q.head - q.tail == RING_SLOTS) pthread_cond_wait(&q.not_full, &q.lock);
-    q.slots[q.head++ % RING_SLOTS] = (ring_fill){target, (unsigned char)i};
-    if (q.signal_always || q.worker_sleeps) pthread_cond_signal(&q.not_empty);
-    pthread_mutex_unlock(&q.lock);
-  }
-  pthread_mutex_lock(&q.lock);
-  while (q.head != q.tail) pthread_cond_wait(&q.drained, &q.lock);
-  q.stop = true;
-  pthread_cond_signal(&q.not_empty);
-  pthread_mutex_unlock(&q.lock);
+  for (size_t i = 0; i < items; i++) ring_push(q, target, (unsigned char)i);
+  ring_drain(q);
   uint64_t elapsed = bench_now_ns() - start;
-  pthread_join(q.worker, NULL);
-  pthread_cond_destroy(&q.drained);
-  pthread_cond_destroy(&q.not_full);
-  pthread_cond_destroy(&q.not_empty);
-  pthread_mutex_destroy(&q.lock);
+  ring_end(q);
   return (double)elapsed / (double)items;
 }
 
@@ -98,32 +114,15 @@ static void sleep_gap(void) {
 // CPU time of the whole process per item (the submitter's, which sleeps between items, and
 // the worker's), for the ring that signals a sleeper.
 static double ring_sparse_cpu(size_t items, unsigned char *target) {
-  static ring_queue q;
-  memset(&q, 0, sizeof q);
-  pthread_mutex_init(&q.lock, NULL);
-  pthread_cond_init(&q.not_empty, NULL);
-  pthread_cond_init(&q.not_full, NULL);
-  pthread_cond_init(&q.drained, NULL);
-  pthread_create(&q.worker, NULL, ring_worker, &q);
+  ring_queue *q = ring_start(false);
   uint64_t start = process_cpu_ns();
   for (size_t i = 0; i < items; i++) {
-    pthread_mutex_lock(&q.lock);
-    q.slots[q.head++ % RING_SLOTS] = (ring_fill){target, (unsigned char)i};
-    if (q.worker_sleeps) pthread_cond_signal(&q.not_empty);
-    pthread_mutex_unlock(&q.lock);
+    ring_push(q, target, (unsigned char)i);
     sleep_gap();
   }
-  pthread_mutex_lock(&q.lock);
-  while (q.head != q.tail) pthread_cond_wait(&q.drained, &q.lock);
-  q.stop = true;
-  pthread_cond_signal(&q.not_empty);
-  pthread_mutex_unlock(&q.lock);
+  ring_drain(q);
   uint64_t used = process_cpu_ns() - start;
-  pthread_join(q.worker, NULL);
-  pthread_cond_destroy(&q.drained);
-  pthread_cond_destroy(&q.not_full);
-  pthread_cond_destroy(&q.not_empty);
-  pthread_mutex_destroy(&q.lock);
+  ring_end(q);
   return (double)used / (double)items;
 }
 
