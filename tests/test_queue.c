@@ -1,5 +1,6 @@
 // Queues, events and hazard tracking on the CPU backend. Work is held back with
-// host-signalled events, never with sleeps, so every check is deterministic.
+// host-signalled events, never with sleeps, so every check is deterministic (the one test
+// that pauses does so to make a worker sleep, and its checks hold at any timing).
 #include "check.h"
 
 #include <pthread.h>
@@ -829,6 +830,64 @@ static void test_concurrent_submitters(void) {
   devbuf_queue_release(q1);
 }
 
+// Submissions race the worker's sleep: the first one after the worker went idle wakes it,
+// the others see that one did (src/exec/submit.c), and devbuf_queue_finish may run the
+// queue on the calling thread meanwhile, so that the woken worker finds nothing it may take
+// and sleeps again. A wake lost on the way leaves the last signal unrun, and the wait for it
+// times out. The pauses only make the worker asleep when work comes (it sleeps at once
+// while work comes back later than its spin): every check holds at any timing.
+typedef struct finisher_args {
+  devbuf_queue_t *queue;
+  atomic_bool stop;
+  devbuf_status status;
+} finisher_args;
+
+static void *keep_finishing(void *arg) {
+  finisher_args *a = arg;
+  a->status = DEVBUF_OK;
+  while (!atomic_load(&a->stop) && a->status == DEVBUF_OK)
+    a->status = devbuf_queue_finish(a->queue);
+  return NULL;
+}
+
+static void test_wakes_are_never_lost(void) {
+  enum { QUEUES = 16, FINISHED = 4, BURST = 16, PAUSE_US = 300 };
+  bool lost = false;
+  for (int q = 0; q < QUEUES && !lost; q++) {
+    devbuf_queue_t *queue = NULL;
+    devbuf_event_t *done = NULL;
+    CHECK_OK(devbuf_queue_create(device, &queue));
+    CHECK_OK(devbuf_event_create(0, &done));
+    if (!queue || !done) return;
+    atomic_store(&kernel_runs, 0);
+    for (int i = 0; i < FINISHED; i++) { // the finish may run the task before the worker wakes
+      usleep(PAUSE_US);
+      CHECK_OK(devbuf_queue_host_task(queue, count_runs, NULL, 0, NULL, 0));
+      CHECK_OK(devbuf_queue_finish(queue));
+    }
+    finisher_args finisher = {queue, false, DEVBUF_OK};
+    pthread_t thread;
+    bool finishes = q % 2 == 1; // half the queues with a thread finishing all along
+    if (finishes) pthread_create(&thread, NULL, keep_finishing, &finisher);
+    usleep(PAUSE_US);
+    for (int i = 0; i < BURST; i++)
+      CHECK_OK(devbuf_queue_host_task(queue, count_runs, NULL, 0, NULL, 0));
+    CHECK_OK(devbuf_queue_signal(queue, done, 1));
+    devbuf_status reached = devbuf_event_wait(done, 1, 5000000000ull);
+    CHECK_OK(reached);
+    lost = reached != DEVBUF_OK;
+    atomic_store(&finisher.stop, true);
+    if (finishes) {
+      pthread_join(thread, NULL);
+      CHECK_OK(finisher.status);
+    }
+    CHECK_OK(devbuf_queue_finish(queue));
+    CHECK_EQ_U(atomic_load(&kernel_runs), FINISHED + BURST);
+    devbuf_event_release(done);
+    devbuf_queue_release(queue);
+  }
+}
+
 int main(void) {
   if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 1;
   allocator = devbuf_device_allocator(device);
@@ -845,6 +904,7 @@ int main(void) {
   RUN(test_destroy_and_cancel_with_pending_work);
   RUN(test_submission_errors);
   RUN(test_concurrent_submitters);
+  RUN(test_wakes_are_never_lost);
   RUN(test_bounded_queue);
   devbuf_device_release(device);
   return CHECK_EXIT();
