@@ -103,7 +103,8 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   // the worker clears the flag before each time it reads `incoming` (all sequentially
   // consistent): the worker finds this item when it next looks. The one that sends it takes
   // the lock, so the signal comes once the worker waits.
-  if (atomic_load(&queue->worker_idle) && !atomic_exchange(&queue->wake_sent, true)) {
+  if (atomic_load(&queue->worker_idle) && !atomic_load(&queue->wake_sent) &&
+      !atomic_exchange(&queue->wake_sent, true)) { // a read first: no locked write in a burst
     pthread_mutex_lock(&queue->lock);
     pthread_cond_signal(&queue->work_available);
     pthread_mutex_unlock(&queue->lock);
@@ -173,7 +174,10 @@ devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer, 
   if (!queue || !buffer || !pattern || pattern_size == 0)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "fill: queue, buffer and a non-empty pattern are required");
-  if (buffer->size % pattern_size)
+  // Patterns are mostly a power of two long: a mask, not a division.
+  size_t misfit = pattern_size & (pattern_size - 1) ? buffer->size % pattern_size
+                                                    : buffer->size & (pattern_size - 1);
+  if (misfit)
     return devbuf__error(DEVBUF_SIZE_MISMATCH,
                          "fill: a %zu-byte pattern does not divide a %zu-byte buffer", pattern_size,
                          buffer->size);
