@@ -272,6 +272,11 @@ static void test_queue_fill_copy(void) {
         back[4095] == 3);
   free(back);
   CHECK_STATUS(devbuf_queue_fill(queue, a, odd, 3), DEVBUF_SIZE_MISMATCH);
+  devbuf_buffer_t *six;
+  CHECK_OK(devbuf_buffer_view(a, 0, 6, &six));
+  CHECK_STATUS(devbuf_queue_fill(queue, six, &word, 4), DEVBUF_SIZE_MISMATCH); // a power of two
+  CHECK_MESSAGE("4-byte pattern does not divide a 6-byte buffer");
+  devbuf_buffer_release(six);
   devbuf_buffer_release(tail);
   devbuf_buffer_release(a);
   devbuf_buffer_release(b);
