@@ -45,9 +45,11 @@ static thread_sums sum_threads(caching_allocator *self) {
   thread_sums sums = {.active = atomic_load(&self->homeless_active),
                       .live = atomic_load(&self->homeless_live)};
   for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next) {
+    // The shared path's count first (the owner raises it after the hand-out, releasing):
+    // hand-outs read after it are never fewer, so the bins' hits never go below zero.
+    uint64_t shared_handed_out = atomic_load_explicit(&c->shared_handed_out, memory_order_acquire);
     uint64_t handed_out = atomic_load_explicit(&c->handed_out, memory_order_relaxed);
-    uint64_t bin_hits =
-        handed_out - atomic_load_explicit(&c->shared_handed_out, memory_order_relaxed);
+    uint64_t bin_hits = handed_out - shared_handed_out;
     sums.active += atomic_load_explicit(&c->active, memory_order_relaxed);
     sums.live += handed_out - atomic_load_explicit(&c->released, memory_order_relaxed);
     sums.hits += bin_hits + atomic_load_explicit(&c->shared_hits, memory_order_relaxed);
@@ -340,8 +342,10 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const
     // Host allocations step around bytes released in flight; ordered ones may take them
     // while earlier work still reads them: only the former are poisoned.
     if (!ordered || !ordered->visit) devbuf__caching_poison(block, POISON_HANDED_OUT);
-    tcache_add(&cache->shared_handed_out, 1);
     caching_hand_out(self, cache, block, out);
+    atomic_store_explicit(&cache->shared_handed_out,
+                          atomic_load_explicit(&cache->shared_handed_out, memory_order_relaxed) + 1,
+                          memory_order_release); // after the hand-out's count: see sum_threads
   }
   if (max_buffers) atomic_fetch_sub(&self->admitting, 1);
   return status;
