@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Instructions per alloc + free of the device's caching allocator (256 B, 4 KiB, 64 KiB, 1 MiB), per
-# buffer allocate + release (4 KiB) and per queued fill of 256 B (submitted, run, retired),
-# counted by callgrind: deterministic figures for the hot path, to compare two commits side
-# by side (give each one's build folder). The queue's figure includes its worker thread,
+# Instructions per alloc + free of the device's caching allocator (256 B, 4 KiB, 64 KiB, 1 MiB,
+# 64 MiB), per buffer allocate + release (4 KiB) and per queued fill of 256 B (submitted, run,
+# retired), counted by callgrind: deterministic figures for the hot path, to compare two
+# commits side by side (give each one's build folder). The queue's figure includes its worker thread,
 # which callgrind runs interleaved with the submitter: it moves by a few instructions.
 # usage: scripts/hot_path_instructions.sh [BUILD_DIR [DEVICE]]   (default build/release, after
 # scripts/run.sh, and cpu). Another device (opencl:0 on PoCL) counts the allocator and buffer
@@ -13,7 +13,8 @@ build=${1:-build/release}
 device=${2:-cpu}
 export POCL_CACHE_DIR="${POCL_CACHE_DIR:-$PWD/build/pocl-cache}"
 mkdir -p "$POCL_CACHE_DIR"
-cases=("allocator 256" "allocator 4096" "allocator 65536" "allocator 1048576" "buffer 4096")
+cases=("allocator 256" "allocator 4096" "allocator 65536" "allocator 1048576" "allocator 67108864"
+       "buffer 4096")
 [ "$device" = cpu ] && cases+=("queue 256")
 command -v valgrind >/dev/null || { echo "hot_path_instructions: valgrind is not installed"; exit 1; }
 [ -f "$build/libdevbuf.a" ] || { echo "hot_path_instructions: no $build/libdevbuf.a (run scripts/run.sh)"; exit 1; }

@@ -154,6 +154,68 @@ static void test_medium_segments(void) {
   test_allocators_close(&t);
 }
 
+static void *alloc_and_free_64(void *caching) {
+  devbuf_memory_t memory = alloc_ok(caching, 64 * MiB);
+  devbuf_allocator_free(caching, &memory);
+  return memory.host;
+}
+
+// A released block above the bins (more than 1 MiB) that is a whole segment waits parked
+// in its thread: the thread's next request of that size takes it with no lock; another
+// size, another thread's need of memory, a clear and new limits send it to its pool; a part
+// of a segment and a block under a limit never park.
+static void test_parked_blocks(void) {
+  test_allocators t = test_allocators_open(&cpu_page);
+  devbuf_memory_t big = alloc_ok(t.caching, 64 * MiB);
+  devbuf_allocator_free(t.caching, &big);
+  CHECK_PICTURE(t.caching, "large 67108864: T67108864");
+  devbuf_allocator_stats_t before = stats_of(t.caching);
+  CHECK_EQ_U(before.active, 0);
+  CHECK_EQ_U(before.live_buffers, 0);
+  devbuf_memory_t again = alloc_ok(t.caching, 64 * MiB - 100); // rounds to the parked size
+  CHECK(again.host == big.host);
+  devbuf_allocator_stats_t after = stats_of(t.caching);
+  CHECK_EQ_U(after.cache_hits, before.cache_hits + 1);
+  CHECK_EQ_U(after.system_allocs, 1);
+  CHECK_EQ_U(after.active, 64 * MiB);
+  devbuf_allocator_free(t.caching, &again);
+
+  // Another thread's request takes the parked block before any new memory.
+  pthread_t other;
+  void *host = NULL;
+  CHECK(pthread_create(&other, NULL, alloc_and_free_64, t.caching) == 0);
+  pthread_join(other, &host);
+  CHECK(host == big.host);
+  CHECK_EQ_U(stats_of(t.caching).system_allocs, 1);
+
+  // Another size: the parked block (if this thread has one) goes to the pool, whose best
+  // fit splits the one free block.
+  devbuf_memory_t parked_here = alloc_ok(t.caching, 64 * MiB);
+  devbuf_allocator_free(t.caching, &parked_here);
+  devbuf_memory_t half = alloc_ok(t.caching, 32 * MiB);
+  CHECK(half.host == big.host);
+  CHECK_PICTURE(t.caching, "large 67108864: A33554432 F33554432");
+  devbuf_allocator_free(t.caching, &half);
+  CHECK_PICTURE(t.caching, "large 67108864: F67108864");
+  parked_here = alloc_ok(t.caching, 64 * MiB);
+  devbuf_allocator_free(t.caching, &parked_here);
+  devbuf_allocator_clear_cache(t.caching);
+  CHECK_PICTURE(t.caching, "");
+  parked_here = alloc_ok(t.caching, 64 * MiB);
+  devbuf_allocator_free(t.caching, &parked_here);
+
+  // A cache limit sends it to its pool, and the idle segment back; under it nothing parks.
+  devbuf_caching_options_t limited = cpu_page;
+  limited.cache_limit = 1;
+  CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &limited));
+  CHECK_PICTURE(t.caching, "");
+  devbuf_memory_t under_limit = alloc_ok(t.caching, 16 * MiB);
+  devbuf_allocator_free(t.caching, &under_limit);
+  CHECK_PICTURE(t.caching, "");
+  CHECK_OK(devbuf_caching_allocator_set_options(t.caching, &cpu_page));
+  test_allocators_close(&t);
+}
+
 // Until the first free, medium segments grow with the pool (fewer system allocations for
 // what a program keeps); under a memory limit they stay 20 MiB, as PyTorch's do, since the
 // larger segments' tails are what made requests fail near a limit. Under a limit sizes
@@ -649,6 +711,7 @@ int main(void) {
   RUN(test_share_coalesce_split);
   RUN(test_power_of_two_bins);
   RUN(test_medium_segments);
+  RUN(test_parked_blocks);
   RUN(test_segments_under_a_limit);
   RUN(test_worked_orders);
   RUN(test_limits_give_back_idle_segments);

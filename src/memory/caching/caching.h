@@ -7,6 +7,8 @@
 // Where a free block can be:
 //   thread bin    small blocks of one thread, exact size classes, no locks; only while the
 //                 allocator has no limits (limits need every free byte where eviction sees it)
+//   parked        one per thread: the last block above the bins it released that is a whole
+//                 segment, on the bins' terms
 //   free tree     free (and released-in-flight) bytes of a pool, best fit by (size, address)
 //   upstream      whole idle segments given back (system free); growable ones: free ends
 #ifndef DEVBUF_CACHING_H
@@ -100,8 +102,12 @@ typedef struct shard {
   csegment *segments; // every segment, newest first
   csegment *idle_oldest, *idle_newest;
   csegment *growing[POOL_COUNT]; // growable mode: each pool's one segment, once made
-  atomic_size_t free_blocks;     // read without the lock to skip empty shards
-  unsigned debug_steps;          // DEVBUF_DEBUG_CHECKS: changes since the last validation
+  // Written only under the lock (a load and a store: no locked instruction), read without
+  // it: to skip empty shards, and summed over shards by limits and validators.
+  atomic_uint_least64_t free_blocks;
+  atomic_uint_least64_t free_bytes; // in the pools' free trees (growable segments not counted)
+  atomic_uint_least64_t idle_bytes; // of idle segments (what a limit could give back)
+  unsigned debug_steps;             // DEVBUF_DEBUG_CHECKS: changes since the last validation
   char pad[64];
 } shard;
 
@@ -131,6 +137,10 @@ typedef struct tcache {
   uint64_t seen_epoch;             // the allocator's flush epoch this cache last obeyed
   uint64_t release_seq;            // orders the bins' blocks by release (owner thread only)
   cblock *bins[TCACHE_BINS];       // one stack per size (owner thread only)
+  // The last block above every bin and a whole segment that the thread released (binned):
+  // a request of its size takes it back with no lock. Any thread may take it (an atomic
+  // exchange) into its pool: before new memory is reserved, on a clear, on new options.
+  _Atomic(cblock *) parked;
   atomic_uint_least32_t bin_count[TCACHE_BINS];
   atomic_uint_least64_t
       local_peak;               // active at the last peak observation (reset_peak writes it too)
@@ -170,8 +180,6 @@ typedef struct caching_allocator {
   atomic_bool freed_any;                 // a block went back through the shared path
   atomic_size_t largest_request;         // of the large pool, rounded
   atomic_uint_least64_t segments;        // segments held
-  atomic_uint_least64_t idle_bytes;      // bytes of idle segments (what a limit could give back)
-  atomic_uint_least64_t free_bytes;      // bytes in the pools' free trees (thread bins not counted)
   atomic_uint_least64_t in_flight_bytes; // bytes released while work may still use them
   atomic_uint_least64_t admitting;       // allocations past the buffer-count check, not handed out
   atomic_uint_least64_t tick;            // idle clock: orders giving back, oldest idle first
@@ -255,7 +263,13 @@ void devbuf__caching_put(caching_allocator *self, cblock *block, bool may_give_b
 // that the hand-out's callers keep no frame for it).
 __attribute__((cold, noinline)) void
 devbuf__caching_observe_peak(caching_allocator *self, struct tcache *cache, uint64_t active);
-void devbuf__caching_enforce_limits(caching_allocator *self);
+void devbuf__caching_enforce_limits_slow(caching_allocator *self);
+// Gives back idle segments while the allocator is over a limit: no call without limits.
+static inline void devbuf__caching_enforce_limits(caching_allocator *self) {
+  if (DEVBUF_UNLIKELY(atomic_load_explicit(&self->cache_limit, memory_order_relaxed) ||
+                      atomic_load_explicit(&self->memory_limit, memory_order_relaxed)))
+    devbuf__caching_enforce_limits_slow(self);
+}
 
 // ---- tcache.c
 // Fills the bin tables of a new allocator.
@@ -270,6 +284,10 @@ tcache *devbuf__tcache_get(caching_allocator *self);
 // global lock once the owner thread is gone (then `may_give_back` is false, so that
 // nothing calls upstream while the lock is held).
 bool devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back);
+// Puts the block `cache` parked, if any, in its pool; whether there was one. Any thread.
+bool devbuf__tcache_unpark(caching_allocator *self, tcache *cache, bool may_give_back);
+// The same for every thread's cache; whether any had a block parked.
+bool devbuf__tcache_unpark_all(caching_allocator *self, bool may_give_back);
 // Called when the allocator is destroyed: detaches every thread cache.
 void devbuf__tcache_detach_all(caching_allocator *self);
 
@@ -278,12 +296,28 @@ static inline size_t caching_round_up(size_t size, size_t page) {
   return size > SIZE_MAX - (page - 1) ? 0 : (size + page - 1) & ~(page - 1);
 }
 
-static inline void tcache_add(atomic_uint_least64_t *counter, uint64_t delta) {
+// Adds to a counter that one writer changes (its thread's, or its shard's under the lock) and
+// others read: a load and a store, no locked instruction.
+static inline void owner_add(atomic_uint_least64_t *counter, uint64_t delta) {
   atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + delta,
                         memory_order_relaxed);
 }
 
-// Counts a block as the calling thread's and describes it in `out`.
+// Bytes in the free trees and of idle segments, summed over shards (each read without its
+// lock: a moment's figure).
+static inline uint64_t shards_free_bytes(caching_allocator *self) {
+  uint64_t sum = 0;
+  for (int i = 0; i < SHARD_COUNT; i++)
+    sum += atomic_load_explicit(&self->shards[i].free_bytes, memory_order_relaxed);
+  return sum;
+}
+static inline uint64_t shards_idle_bytes(caching_allocator *self) {
+  uint64_t sum = 0;
+  for (int i = 0; i < SHARD_COUNT; i++)
+    sum += atomic_load_explicit(&self->shards[i].idle_bytes, memory_order_relaxed);
+  return sum;
+}
+
 // ---- validate.c: debug validators and poison (DEVBUF_DEBUG_CHECKS builds; no-ops otherwise)
 #define POISON_HANDED_OUT \
   0xA5                       // over blocks handed out (BUFFER_ZERO clears it after), but
@@ -295,7 +329,7 @@ static inline void tcache_add(atomic_uint_least64_t *counter, uint64_t delta) {
 void devbuf__caching_validate_shard(caching_allocator *self, shard *s);
 // Counts a change to the shard, validating it every 64th. Caller holds the shard's lock.
 void devbuf__caching_debug_step(caching_allocator *self, shard *s);
-// Every shard, and the free and idle byte figures against what the shards hold.
+// Every shard, each under its lock.
 void devbuf__caching_validate(caching_allocator *self);
 void devbuf__caching_poison(const cblock *block, uint8_t byte);
 #else
@@ -308,9 +342,10 @@ static inline void devbuf__caching_poison(const cblock *block, uint8_t byte) {
 }
 #endif
 
+// Counts a block as the calling thread's and describes it in `out`.
 static inline void caching_hand_out(caching_allocator *self, tcache *cache, cblock *block,
                                     devbuf_memory_t *out) {
-  tcache_add(&cache->handed_out, 1);
+  owner_add(&cache->handed_out, 1);
   uint64_t active = atomic_load_explicit(&cache->active, memory_order_relaxed) + block->size;
   atomic_store_explicit(&cache->active, active, memory_order_relaxed);
   if (DEVBUF_UNLIKELY((int64_t)active >

@@ -105,14 +105,14 @@ static bool over_limits(caching_allocator *self) {
   // Growable segments' free ends are mostly addresses: what is cached there is reserved - active.
   uint64_t cached = atomic_load_explicit(&self->growable, memory_order_relaxed)
                         ? reserved - sum_threads(self).active
-                        : atomic_load(&self->free_bytes);
+                        : shards_free_bytes(self);
   return (cache_limit && cached > cache_limit) || (memory_limit && reserved > memory_limit);
 }
 
 // Gives back idle segments, longest idle first (growable ones: their free ends), while the
 // cache is over its limit or the reserved bytes over the memory limit (either may have been
 // lowered while memory was in use). Bytes of segments still partly used stay.
-void devbuf__caching_enforce_limits(caching_allocator *self) {
+void devbuf__caching_enforce_limits_slow(caching_allocator *self) {
   while (DEVBUF_UNLIKELY(over_limits(self)) &&
          (give_back_oldest(self) || devbuf__growable_shrink(self, false))) {
   }
@@ -179,8 +179,7 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
     if (!bytes) {
       // Idle segments go back only where that makes the room: never for a refusal.
       size_t least = caching_round_up(size, self->policy.page);
-      bool enough = limit && least &&
-                    room + atomic_load_explicit(&self->idle_bytes, memory_order_relaxed) >= least;
+      bool enough = limit && least && room + shards_idle_bytes(self) >= least;
       if (enough && give_back_oldest(self)) continue;
       return 0;
     }
@@ -263,11 +262,23 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
     size_t largest = atomic_load_explicit(&self->largest_request, memory_order_relaxed);
     if (size > largest) atomic_store_explicit(&self->largest_request, size, memory_order_relaxed);
   }
-  cblock *block = take_free(self, pool, size, ordered);
-  // Before any new memory, the thread's bins go back to the pools: binned blocks merge
-  // with their free neighbours there and may serve this request (a system allocation or a
-  // refusal costs far more than refilling the bins later).
-  if (!block && devbuf__tcache_flush(self, cache, false))
+  // The block the thread parked last: a request of its size takes it with no lock; any other
+  // size sends it to its pool first, so that the best fit there sees it.
+  cblock *block = atomic_load_explicit(&cache->parked, memory_order_relaxed)
+                      ? atomic_exchange_explicit(&cache->parked, NULL, memory_order_acq_rel)
+                      : NULL;
+  if (block && block->size == size) {
+    atomic_store_explicit(&block->state, BLOCK_ACTIVE, memory_order_relaxed);
+    owner_add(&cache->shared_hits, 1);
+    *out = block;
+    return DEVBUF_OK;
+  }
+  if (block) devbuf__caching_put(self, block, false);
+  block = take_free(self, pool, size, ordered);
+  // Before any new memory, the thread's bins and every thread's parked block go back to the
+  // pools: binned blocks merge with their free neighbours there and may serve this request
+  // (a system allocation or a refusal costs far more than refilling the bins later).
+  if (!block && (devbuf__tcache_flush(self, cache, false) | devbuf__tcache_unpark_all(self, false)))
     block = take_free(self, pool, size, ordered);
   // Growable: the pool's segment, made on first need (where no addresses can be reserved,
   // or the request is larger than them, plain segments serve it).
@@ -284,7 +295,7 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
                  ? out_of_memory(self, requested, size, limit)
                  : fail(self, mapped); // the system's own refusal
     }
-    if (!grew) tcache_add(&cache->shared_hits, 1); // a hit unless its segment had to grow
+    if (!grew) owner_add(&cache->shared_hits, 1); // a hit unless its segment had to grow
     *out = block;
     return DEVBUF_OK;
   }
@@ -294,14 +305,14 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
   if (!block && limit && atomic_load_explicit(&self->reserved, memory_order_relaxed) + size > limit)
     block = take_free(self, POOL_COUNT - 1 - pool, size, ordered);
   if (block) {
-    tcache_add(&cache->shared_hits, 1);
+    owner_add(&cache->shared_hits, 1);
     *out = block;
     return DEVBUF_OK;
   }
   devbuf_status status = grow(self, size, pool, &block);
   if (status == DEVBUF_OK && !block &&
       (block = take_free(self, POOL_COUNT - 1 - pool, size, ordered)))
-    tcache_add(&cache->shared_hits, 1);
+    owner_add(&cache->shared_hits, 1);
   if (status != DEVBUF_OK || block) {
     *out = block;
     return status;
@@ -315,7 +326,7 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const
   tcache *cache = devbuf__tcache_get(self);
   if (DEVBUF_UNLIKELY(!cache))
     return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a thread cache"));
-  tcache_add(&cache->shared_calls, 1);
+  owner_add(&cache->shared_calls, 1);
   size_t size;
   if (DEVBUF_UNLIKELY(!devbuf__caching_round(self, requested, &size)))
     return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "requested %zu bytes: too large to round",
@@ -358,16 +369,23 @@ static devbuf_status caching_alloc(devbuf_allocator_t *base, size_t requested,
   return alloc_slow(self, requested, NULL, out);
 }
 
-// Counts a release in the calling thread's figures.
-static void count_release(caching_allocator *self, const cblock *block) {
-  tcache *cache = devbuf__tcache_get(self);
+// Counts a release in the calling thread's figures; the thread's cache (NULL without one).
+static tcache *count_release(caching_allocator *self, const cblock *block) {
+  // The thread's latest cache with no call, unless flush requests wait (devbuf__tcache_get
+  // obeys them).
+  tcache *cache = devbuf__tcache_slots[0].cache;
+  if (DEVBUF_UNLIKELY(devbuf__tcache_slots[0].allocator_id != self->id ||
+                      atomic_load_explicit(&self->flush_epoch, memory_order_relaxed) !=
+                          cache->seen_epoch))
+    cache = devbuf__tcache_get(self);
   if (DEVBUF_LIKELY(cache != NULL)) {
-    tcache_add(&cache->released, 1);
-    tcache_add(&cache->active, (uint64_t)0 - block->size);
+    owner_add(&cache->released, 1);
+    owner_add(&cache->active, (uint64_t)0 - block->size);
   } else { // no host memory for a thread cache: count the release in the shared figures
     atomic_fetch_sub(&self->homeless_live, 1);
     atomic_fetch_sub(&self->homeless_active, block->size);
   }
+  return cache;
 }
 
 static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory) {
@@ -379,9 +397,18 @@ static void caching_free(devbuf_allocator_t *base, const devbuf_memory_t *memory
 }
 
 void devbuf__caching_free_shared(caching_allocator *self, cblock *block) {
-  count_release(self, block);
+  tcache *cache = count_release(self, block);
   if (DEVBUF_UNLIKELY(!atomic_load_explicit(&self->freed_any, memory_order_relaxed)))
     atomic_store_explicit(&self->freed_any, true, memory_order_relaxed);
+  // A block above every bin that is its segment waits parked, where bins may hold blocks;
+  // the one parked before goes to its pool. Only whole segments: a parked block merges with
+  // no neighbour, so the pools' best fit leaves memory as it would without parking.
+  if (cache && cache->bins_on && block->bin >= self->bin_count && !block->before && !block->after &&
+      !block->segment->growable) {
+    atomic_store_explicit(&block->state, BLOCK_BINNED, memory_order_relaxed);
+    block = atomic_exchange_explicit(&cache->parked, block, memory_order_acq_rel);
+    if (!block) return;
+  }
   devbuf__caching_put(self, block, true);
 }
 
@@ -498,6 +525,7 @@ static void caching_clear_cache(devbuf_allocator_t *base) {
   request_flush(self);
   tcache *mine = devbuf__tcache_get(self);
   if (mine) devbuf__tcache_flush(self, mine, true);
+  devbuf__tcache_unpark_all(self, false); // other threads' bins empty at their next call
   while (give_back_oldest(self)) {
   }
   devbuf__growable_shrink(self, true);
@@ -629,6 +657,7 @@ devbuf_status devbuf_caching_allocator_set_options(devbuf_allocator_t *allocator
   apply_options(self, options);
   tcache *mine = devbuf__tcache_get(self);
   if (mine) devbuf__tcache_flush(self, mine, true); // the caller's own bins obey at once
+  devbuf__tcache_unpark_all(self, false);           // and every thread's parked block
   devbuf__caching_enforce_limits(self);
   return DEVBUF_OK;
 }

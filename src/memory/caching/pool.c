@@ -114,17 +114,15 @@ static void free_insert(caching_allocator *self, shard *s, cblock *block) {
   block->left = block->right = NULL;
   atomic_store_explicit(&block->state, BLOCK_FREE, memory_order_relaxed);
   pool->free_root = tree_insert(pool->free_root, block);
-  atomic_fetch_add_explicit(&s->free_blocks, 1, memory_order_relaxed);
-  if (!block->segment->growable)
-    atomic_fetch_add_explicit(&self->free_bytes, block->size, memory_order_relaxed);
+  owner_add(&s->free_blocks, 1);
+  if (!block->segment->growable) owner_add(&s->free_bytes, block->size);
 }
 
 static void free_remove(caching_allocator *self, shard *s, cblock *block) {
   cpool *pool = &s->pools[block->segment->pool];
   pool->free_root = tree_erase(pool->free_root, block);
-  atomic_fetch_sub_explicit(&s->free_blocks, 1, memory_order_relaxed);
-  if (!block->segment->growable)
-    atomic_fetch_sub_explicit(&self->free_bytes, block->size, memory_order_relaxed);
+  owner_add(&s->free_blocks, (uint64_t)-1);
+  if (!block->segment->growable) owner_add(&s->free_bytes, (uint64_t)0 - block->size);
 }
 
 // ---- block records --------------------------------------------------------------------------
@@ -141,7 +139,7 @@ static cblock *record_new(csegment *segment, size_t offset, size_t size) {
 
 static void idle_unlink(caching_allocator *self, shard *s, csegment *segment) {
   if (!segment->idle) return;
-  atomic_fetch_sub_explicit(&self->idle_bytes, segment->size, memory_order_relaxed);
+  owner_add(&s->idle_bytes, (uint64_t)0 - segment->size);
   if (segment->idle_newer)
     segment->idle_newer->idle_older = segment->idle_older;
   else
@@ -157,7 +155,7 @@ void devbuf__segment_check_idle(caching_allocator *self, csegment *segment) {
   if (segment->idle || segment->growable || segment->used_blocks || segment->in_flight) return;
   shard *s = segment->shard;
   segment->idle = true;
-  atomic_fetch_add_explicit(&self->idle_bytes, segment->size, memory_order_relaxed);
+  owner_add(&s->idle_bytes, segment->size);
   segment->idle_since = atomic_fetch_add_explicit(&self->tick, 1, memory_order_relaxed);
   segment->idle_newer = NULL;
   segment->idle_older = s->idle_newest;

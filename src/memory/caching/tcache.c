@@ -50,11 +50,27 @@ static int by_release(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+bool devbuf__tcache_unpark(caching_allocator *self, tcache *cache, bool may_give_back) {
+  if (!atomic_load_explicit(&cache->parked, memory_order_relaxed)) return false;
+  cblock *block = atomic_exchange_explicit(&cache->parked, NULL, memory_order_acq_rel);
+  if (!block) return false; // another thread took it first
+  devbuf__caching_put(self, block, may_give_back);
+  return true;
+}
+
+bool devbuf__tcache_unpark_all(caching_allocator *self, bool may_give_back) {
+  bool any = false;
+  for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next)
+    any |= devbuf__tcache_unpark(self, c, may_give_back);
+  return any;
+}
+
 bool devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back) {
+  bool unparked = devbuf__tcache_unpark(self, cache, may_give_back);
   size_t total = 0;
   for (size_t c = 0; c < self->bin_count; c++)
     total += atomic_load_explicit(&cache->bin_count[c], memory_order_relaxed);
-  if (!total) return false;
+  if (!total) return unparked;
   // Into the shared pools in release order: segments then become idle in the true order.
   cblock **blocks = devbuf__malloc(total * sizeof *blocks);
   size_t n = 0;

@@ -68,8 +68,8 @@ static inline bool devbuf__tcache_free(caching_allocator *self, cblock *block) {
   if (!cache || bin >= self->bin_count ||
       atomic_load_explicit(&cache->bin_count[bin], memory_order_relaxed) >= self->bin_capacity[bin])
     return false;
-  tcache_add(&cache->released, 1);
-  tcache_add(&cache->active, (uint64_t)0 - block->size);
+  owner_add(&cache->released, 1);
+  owner_add(&cache->active, (uint64_t)0 - block->size);
   block->released_at = cache->release_seq++;
   atomic_store_explicit(&block->state, BLOCK_BINNED, memory_order_relaxed);
   block->bin_next = cache->bins[bin];

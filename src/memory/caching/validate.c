@@ -62,9 +62,11 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
   if (tree_blocks != atomic_load_explicit(&s->free_blocks, memory_order_relaxed))
     broken("shard counts %zu free blocks, its trees hold %zu",
            (size_t)atomic_load_explicit(&s->free_blocks, memory_order_relaxed), tree_blocks);
+  uint64_t free_bytes = 0, idle_bytes = 0;
   for (const csegment *segment = s->segments; segment; segment = segment->next) {
     if (segment->shard != s)
       broken("segment %llu listed in another shard", (unsigned long long)segment->serial);
+    if (segment->idle) idle_bytes += segment->size;
     size_t offset = 0, used = 0;
     const cblock *before = NULL;
     for (const cblock *block = segment->first; block; before = block, block = block->after) {
@@ -75,6 +77,7 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
       uint8_t state = atomic_load_explicit(&block->state, memory_order_relaxed);
       if (state == BLOCK_FREE) {
         listed_free++;
+        if (!segment->growable) free_bytes += block->size;
         if (before && atomic_load_explicit(&before->state, memory_order_relaxed) == BLOCK_FREE)
           broken("segment %llu: free neighbours at offset %zu were not merged",
                  (unsigned long long)segment->serial, offset);
@@ -99,6 +102,14 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
   }
   if (listed_free != tree_blocks)
     broken("segments hold %zu free blocks, the trees %zu", listed_free, tree_blocks);
+  uint64_t counted_free = atomic_load_explicit(&s->free_bytes, memory_order_relaxed),
+           counted_idle = atomic_load_explicit(&s->idle_bytes, memory_order_relaxed);
+  if (free_bytes != counted_free)
+    broken("a shard's free trees hold %llu bytes, its figure says %llu",
+           (unsigned long long)free_bytes, (unsigned long long)counted_free);
+  if (idle_bytes != counted_idle)
+    broken("a shard's idle segments hold %llu bytes, its figure says %llu",
+           (unsigned long long)idle_bytes, (unsigned long long)counted_idle);
 }
 
 void devbuf__caching_debug_step(caching_allocator *self, shard *s) {
@@ -106,28 +117,11 @@ void devbuf__caching_debug_step(caching_allocator *self, shard *s) {
 }
 
 void devbuf__caching_validate(caching_allocator *self) {
-  for (int i = 0; i < SHARD_COUNT; i++) pthread_mutex_lock(&self->shards[i].lock);
-  uint64_t free_bytes = 0, idle_bytes = 0;
   for (int i = 0; i < SHARD_COUNT; i++) {
-    shard *s = &self->shards[i];
-    devbuf__caching_validate_shard(self, s);
-    for (const csegment *segment = s->segments; segment; segment = segment->next) {
-      if (segment->idle) idle_bytes += segment->size;
-      if (segment->growable) continue;
-      for (const cblock *block = segment->first; block; block = block->after)
-        if (atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_FREE)
-          free_bytes += block->size;
-    }
+    pthread_mutex_lock(&self->shards[i].lock);
+    devbuf__caching_validate_shard(self, &self->shards[i]);
+    pthread_mutex_unlock(&self->shards[i].lock);
   }
-  uint64_t counted_free = atomic_load(&self->free_bytes),
-           counted_idle = atomic_load(&self->idle_bytes);
-  for (int i = SHARD_COUNT - 1; i >= 0; i--) pthread_mutex_unlock(&self->shards[i].lock);
-  if (free_bytes != counted_free)
-    broken("free trees hold %llu bytes, the figure says %llu", (unsigned long long)free_bytes,
-           (unsigned long long)counted_free);
-  if (idle_bytes != counted_idle)
-    broken("idle segments hold %llu bytes, the figure says %llu", (unsigned long long)idle_bytes,
-           (unsigned long long)counted_idle);
 }
 
 void devbuf__caching_poison(const cblock *block, uint8_t byte) {
