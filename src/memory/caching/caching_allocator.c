@@ -400,11 +400,12 @@ void devbuf__caching_free_shared(caching_allocator *self, cblock *block) {
   tcache *cache = count_release(self, block);
   if (DEVBUF_UNLIKELY(!atomic_load_explicit(&self->freed_any, memory_order_relaxed)))
     atomic_store_explicit(&self->freed_any, true, memory_order_relaxed);
-  // A block above every bin that is its segment waits parked, where bins may hold blocks;
-  // the one parked before goes to its pool. Only whole segments: a parked block merges with
-  // no neighbour, so the pools' best fit leaves memory as it would without parking.
-  if (cache && cache->bins_on && block->bin >= self->bin_count && !block->before && !block->after &&
-      !block->segment->growable) {
+  // A block above every bin that is its whole segment waits parked, where bins may hold
+  // blocks; the one parked before goes to its pool. Only whole segments: a parked block
+  // merges with no neighbour, so the pools' best fit leaves memory as it would without
+  // parking. (Sizes, not the neighbour links, which other threads change under the lock.)
+  if (cache && cache->bins_on && block->bin >= self->bin_count &&
+      block->size == block->segment->size && !block->segment->growable) {
     atomic_store_explicit(&block->state, BLOCK_BINNED, memory_order_relaxed);
     block = atomic_exchange_explicit(&cache->parked, block, memory_order_acq_rel);
     if (!block) return;
