@@ -377,7 +377,7 @@ typedef enum devbuf_block_state {
   DEVBUF_BLOCK_ACTIVE = 1,        // handed out
   DEVBUF_BLOCK_IN_FLIGHT = 2,     // released while submitted work still uses it: only work
                                   // ordered after that work may take it
-  DEVBUF_BLOCK_THREAD_CACHED = 3, // free, kept in one thread's bin for its next request
+  DEVBUF_BLOCK_THREAD_CACHED = 3, // free, kept in one thread's bin (or parked) for its next request
   DEVBUF_BLOCK_UNMAPPED = 4,      // free addresses of a growable segment with no memory
                                   // behind them (given back, or never mapped)
 } devbuf_block_state;
