@@ -151,9 +151,13 @@ void devbuf_buffer_release(devbuf_buffer_t *buffer) {
   if (!buffer || !devbuf__ref_drop_held(&buffer->refs)) return;
   devbuf__storage *storage = buffer->storage;
   devbuf__host_access_close_handle(storage, buffer); // so that no record names it
-  bool own_record = buffer != &storage->first_handle;
-  devbuf__storage_release(storage); // may free the record that holds the first handle
-  if (own_record) devbuf__record_free(DEVBUF__RECORD_BUFFER, buffer);
+  bool last = devbuf__ref_drop_held(&storage->refs);
+  if (buffer == &storage->first_handle) { // in the storage's record: it goes with it
+    if (last) devbuf__storage_last_release(storage);
+    return;
+  }
+  if (last) devbuf__storage_last_release(storage);
+  devbuf__record_free(DEVBUF__RECORD_BUFFER, buffer);
 }
 
 devbuf_status devbuf_buffer_ensure_allocated(devbuf_buffer_t *buffer) {

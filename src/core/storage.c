@@ -10,70 +10,19 @@
 #include <stddef.h>
 #include <string.h>
 
-// Sets every field but the first handle's (its maker sets those) and the device's.
-static inline void storage_init(devbuf__storage *storage, devbuf_allocator_t *allocator,
-                                size_t size, uint32_t flags, uint64_t ids) {
-  // Each field is set one by one: clearing the record with memset took a string instruction
-  // that cost over a quarter of a buffer's allocate + release. The debug validators scribble
-  // over the record first, so that a field added and not set here shows in the sanitizer
-  // suites. The lock comes from the initializer, with no call (a mutex made by
-  // pthread_mutex_init is the same bytes).
-  if (DEVBUF_DEBUG_CHECKS) memset(storage, 0xa5, sizeof *storage);
-  storage->read_only = false;
-  storage->kind = NULL; // an allocation
-  storage->external = NULL;
-  storage->memory = (devbuf_memory_t){0};
-  storage->lock = (pthread_mutex_t)DEVBUF__MUTEX_INITIALIZER;
-  storage->in_flight = NULL;
-  storage->inherited = NULL;
-  storage->inherited_count = storage->inherited_capacity = 0;
-  storage->lease_watches = NULL;
-  storage->lease_count = storage->lease_capacity = 0;
-  storage->accesses = NULL;
-  devbuf__ref_init(&storage->refs, 1);
-  atomic_init(&storage->state, DEVBUF__UNALLOCATED);
-  atomic_init(&storage->hazard, NULL);
-  atomic_init(&storage->open_accesses, 0);
-  storage->id = ids;
-  storage->first_handle.handle_id = ids + 1; // its maker may use it or wrap other handles
-  storage->epoch = devbuf__epoch();
-  storage->allocator = allocator;
-  storage->size = size;
-  storage->flags = flags;
-}
-
-// The way that may call: for a record or ids not at hand (`storage` is the record taken
-// already, if any), and for storages of other allocators or of none.
-__attribute__((noinline)) static devbuf_status
-storage_create_slow(devbuf__storage *storage, devbuf_allocator_t *allocator,
-                    devbuf_device_t *device, size_t size, uint32_t flags, devbuf__storage **out) {
+devbuf_status devbuf__storage_create_slow(devbuf__storage *storage, devbuf_allocator_t *allocator,
+                                          devbuf_device_t *device, size_t size, uint32_t flags,
+                                          devbuf__storage **out) {
   if (!storage) storage = devbuf__record_alloc(DEVBUF__RECORD_STORAGE, sizeof *storage);
   if (!storage)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer's storage record");
-  storage_init(storage, allocator, size, flags, devbuf__next_id_pair());
+  devbuf__storage_init(storage, allocator, size, flags, devbuf__next_id_pair());
   if (!allocator)
     storage->device = devbuf_device_retain(device);
   else if (storage->device = allocator->device, allocator->link == DEVBUF__EMBEDDED)
     devbuf__device_hold(allocator->device); // a device's own allocator goes with it
   else
     devbuf_allocator_retain(allocator);
-  *out = storage;
-  return DEVBUF_OK;
-}
-
-devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator, devbuf_device_t *device,
-                                     size_t size, uint32_t flags, devbuf__storage **out) {
-  // A device's own allocator, with a record and ids at hand: nothing to call, so no frame to
-  // build (nearly every buffer).
-  if (!allocator || allocator->link != DEVBUF__EMBEDDED)
-    return storage_create_slow(NULL, allocator, device, size, flags, out);
-  devbuf__storage *storage = devbuf__record_take_cached(DEVBUF__RECORD_STORAGE);
-  uint64_t ids;
-  if (DEVBUF_UNLIKELY(!storage || !devbuf__take_id_pair(&ids)))
-    return storage_create_slow(storage, allocator, device, size, flags, out);
-  storage_init(storage, allocator, size, flags, ids);
-  storage->device = allocator->device;
-  devbuf__device_hold(allocator->device); // a device's own allocator goes with it
   *out = storage;
   return DEVBUF_OK;
 }
