@@ -137,10 +137,6 @@ typedef struct tcache {
   uint64_t seen_epoch;             // the allocator's flush epoch this cache last obeyed
   uint64_t release_seq;            // orders the bins' blocks by release (owner thread only)
   cblock *bins[TCACHE_BINS];       // one stack per size (owner thread only)
-  // The last block above every bin and a whole segment that the thread released (binned):
-  // a request of its size takes it back with no lock. Any thread may take it (an atomic
-  // exchange) into its pool: before new memory is reserved, on a clear, on new options.
-  _Atomic(cblock *) parked;
   atomic_uint_least32_t bin_count[TCACHE_BINS];
   atomic_uint_least64_t
       local_peak;               // active at the last peak observation (reset_peak writes it too)
@@ -150,6 +146,12 @@ typedef struct tcache {
   atomic_uint_least64_t handed_out, released;
   atomic_uint_least64_t shared_calls, shared_hits; // allocations that took the shared path
   atomic_uint_least64_t shared_handed_out;         // ... and were served
+  // The last block above every bin and a whole segment that the thread released (binned):
+  // a request of its size takes it back with no lock. Any thread may take it (an atomic
+  // exchange) into its pool: before new memory is reserved, on a clear, on new options.
+  // Last, off the bins' lines: placed among them it moved the hot fields' cache lines, and a
+  // 64 KiB alloc + touch + free took 82 ns in `devbuf bench --only alloc` instead of 60-68.
+  _Atomic(cblock *) parked;
 } tcache;
 
 typedef struct caching_allocator {
