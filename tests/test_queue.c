@@ -314,6 +314,58 @@ static void test_release_in_flight_and_reuse(void) {
   allocator = device_allocator;
 }
 
+// A block that is its whole segment (above 10 MiB) goes in flight, is taken for work on
+// another queue, and once that work is done and it is released it waits parked in the
+// thread (a debug build checks that none of its bytes is in flight then): a plain CPU
+// allocation of its size takes it, and writes it, with no new memory.
+static void test_in_flight_whole_segment_then_parked(void) {
+  devbuf_allocator_t *device_allocator = allocator;
+  allocator = own_caching_allocator(device);
+  devbuf_queue_t *a = NULL, *b = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_queue_create(device, &a));
+  CHECK_OK(devbuf_queue_create(device, &b));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  size_t n = (size_t)4 << 20; // 16 MiB of floats
+  devbuf_buffer_t *old = floats(n);
+  uint64_t old_address = 0, address = 0;
+  CHECK_OK(devbuf_buffer_device_ptr(old, &old_address));
+  CHECK_OK(devbuf_queue_wait(a, gate, 1));
+  CHECK_OK(submit_axpb(a, old, NULL, 0, 4));
+  devbuf_buffer_release(old); // in flight
+  devbuf_buffer_t *reused = NULL;
+  CHECK_OK(devbuf_buffer_new(allocator, DEVBUF_FLOAT32, &n, 1, 0, &reused));
+  CHECK_OK(submit_axpb(b, reused, NULL, 0, 9)); // ordered after the old write
+  CHECK_OK(devbuf_buffer_device_ptr(reused, &address));
+  CHECK(address == old_address);
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(a));
+  CHECK_OK(devbuf_queue_finish(b));
+  CHECK(read_float(reused, n - 1) == 9.0f);
+  devbuf_buffer_release(reused); // its work is done: parked
+  CHECK_EQ_U(stats_of(allocator).released_in_flight, 0);
+  devbuf_allocator_snapshot_t *snapshot = NULL;
+  CHECK_OK(devbuf_allocator_snapshot(allocator, &snapshot));
+  CHECK(snapshot && snapshot->segment_count == 1 && snapshot->segments[0].block_count == 1 &&
+        snapshot->segments[0].blocks[0].state == DEVBUF_BLOCK_THREAD_CACHED);
+  devbuf_allocator_snapshot_free(snapshot);
+  devbuf_buffer_t *plain = NULL;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &n, 1, 0, &plain));
+  CHECK_OK(devbuf_buffer_device_ptr(plain, &address));
+  CHECK(address == old_address);
+  CHECK_EQ_U(stats_of(allocator).system_allocs, 1);
+  float *data = NULL;
+  CHECK_OK(devbuf_buffer_unsynchronized_ptr(plain, (void **)&data, NULL));
+  for (size_t i = 0; data && i < n; i++) data[i] = (float)i;
+  CHECK(read_float(plain, n - 1) == (float)(n - 1));
+  devbuf_buffer_release(plain);
+  devbuf_event_release(gate);
+  devbuf_queue_release(a);
+  devbuf_queue_release(b);
+  devbuf_allocator_release(allocator);
+  allocator = device_allocator;
+}
+
 // An adaptor over a caching allocator forwards release in flight and ordered allocation:
 // wrapping a cache for statistics, a trace or fault injection keeps the reuse (and its
 // snapshot). The adaptor
@@ -896,6 +948,7 @@ int main(void) {
   RUN(test_cross_queue_ordering);
   RUN(test_release_in_flight_and_reuse);
   RUN(test_adaptors_keep_in_flight_reuse);
+  RUN(test_in_flight_whole_segment_then_parked);
   RUN(test_failures_carry_their_cause);
   RUN(test_reuse_through_two_owners);
   RUN(test_determinism);

@@ -334,7 +334,11 @@ void devbuf__caching_debug_step(caching_allocator *self, shard *s);
 // Every shard, each under its lock.
 void devbuf__caching_validate(caching_allocator *self);
 void devbuf__caching_poison(const cblock *block, uint8_t byte);
+// A block about to park: no bytes of its segment in flight (a released block's inherited work
+// is done, and with it the ranges it overlapped), so that a host request may take it as is.
+void devbuf__caching_validate_parking(const cblock *block);
 #else
+static inline void devbuf__caching_validate_parking(const cblock *block) { (void)block; }
 static inline void devbuf__caching_debug_step(caching_allocator *self, shard *s) {
   (void)self, (void)s;
 }

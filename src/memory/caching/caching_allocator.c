@@ -406,6 +406,7 @@ void devbuf__caching_free_shared(caching_allocator *self, cblock *block) {
   // parking. (Sizes, not the neighbour links, which other threads change under the lock.)
   if (cache && cache->bins_on && block->bin >= self->bin_count &&
       block->size == block->segment->size && !block->segment->growable) {
+    devbuf__caching_validate_parking(block);
     atomic_store_explicit(&block->state, BLOCK_BINNED, memory_order_relaxed);
     block = atomic_exchange_explicit(&cache->parked, block, memory_order_acq_rel);
     if (!block) return;

@@ -116,6 +116,16 @@ void devbuf__caching_debug_step(caching_allocator *self, shard *s) {
   if ((++s->debug_steps & 63) == 0) devbuf__caching_validate_shard(self, s);
 }
 
+void devbuf__caching_validate_parking(const cblock *block) {
+  csegment *segment = block->segment;
+  pthread_mutex_lock(&segment->shard->lock);
+  bool in_flight = segment->in_flight != NULL;
+  pthread_mutex_unlock(&segment->shard->lock);
+  if (in_flight)
+    broken("a block parks over bytes in flight (segment %llu)",
+           (unsigned long long)segment->serial);
+}
+
 void devbuf__caching_validate(caching_allocator *self) {
   for (int i = 0; i < SHARD_COUNT; i++) {
     pthread_mutex_lock(&self->shards[i].lock);
