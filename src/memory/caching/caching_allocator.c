@@ -278,8 +278,11 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
   // Before any new memory, the thread's bins and every thread's parked block go back to the
   // pools: binned blocks merge with their free neighbours there and may serve this request
   // (a system allocation or a refusal costs far more than refilling the bins later).
-  if (!block && (devbuf__tcache_flush(self, cache, false) | devbuf__tcache_unpark_all(self, false)))
-    block = take_free(self, pool, size, ordered);
+  if (!block) {
+    bool flushed = devbuf__tcache_flush(self, cache, false);
+    if (devbuf__tcache_unpark_all(self, false) || flushed)
+      block = take_free(self, pool, size, ordered);
+  }
   // Growable: the pool's segment, made on first need (where no addresses can be reserved,
   // or the request is larger than them, plain segments serve it).
   if (atomic_load_explicit(&self->growable, memory_order_relaxed) && !block &&
