@@ -286,6 +286,12 @@ tcache *devbuf__tcache_get(caching_allocator *self);
 // global lock once the owner thread is gone (then `may_give_back` is false, so that
 // nothing calls upstream while the lock is held).
 bool devbuf__tcache_flush(caching_allocator *self, tcache *cache, bool may_give_back);
+// Takes the block `cache` parked, if any (a plain load first: no locked write when none).
+static inline cblock *take_parked(tcache *cache) {
+  return atomic_load_explicit(&cache->parked, memory_order_relaxed)
+             ? atomic_exchange_explicit(&cache->parked, NULL, memory_order_acq_rel)
+             : NULL;
+}
 // Puts the block `cache` parked, if any, in its pool; whether there was one. Any thread.
 bool devbuf__tcache_unpark(caching_allocator *self, tcache *cache, bool may_give_back);
 // The same for every thread's cache; whether any had a block parked.
@@ -305,18 +311,13 @@ static inline void owner_add(atomic_uint_least64_t *counter, uint64_t delta) {
                         memory_order_relaxed);
 }
 
-// Bytes in the free trees and of idle segments, summed over shards (each read without its
-// lock: a moment's figure).
-static inline uint64_t shards_free_bytes(caching_allocator *self) {
+// Bytes of idle segments (`idle`) or in the free trees, summed over shards (each read
+// without its lock: a moment's figure).
+static inline uint64_t shards_bytes(caching_allocator *self, bool idle) {
   uint64_t sum = 0;
   for (int i = 0; i < SHARD_COUNT; i++)
-    sum += atomic_load_explicit(&self->shards[i].free_bytes, memory_order_relaxed);
-  return sum;
-}
-static inline uint64_t shards_idle_bytes(caching_allocator *self) {
-  uint64_t sum = 0;
-  for (int i = 0; i < SHARD_COUNT; i++)
-    sum += atomic_load_explicit(&self->shards[i].idle_bytes, memory_order_relaxed);
+    sum += atomic_load_explicit(idle ? &self->shards[i].idle_bytes : &self->shards[i].free_bytes,
+                                memory_order_relaxed);
   return sum;
 }
 

@@ -105,7 +105,7 @@ static bool over_limits(caching_allocator *self) {
   // Growable segments' free ends are mostly addresses: what is cached there is reserved - active.
   uint64_t cached = atomic_load_explicit(&self->growable, memory_order_relaxed)
                         ? reserved - sum_threads(self).active
-                        : shards_free_bytes(self);
+                        : shards_bytes(self, false);
   return (cache_limit && cached > cache_limit) || (memory_limit && reserved > memory_limit);
 }
 
@@ -179,7 +179,7 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
     if (!bytes) {
       // Idle segments go back only where that makes the room: never for a refusal.
       size_t least = caching_round_up(size, self->policy.page);
-      bool enough = limit && least && room + shards_idle_bytes(self) >= least;
+      bool enough = limit && least && room + shards_bytes(self, true) >= least;
       if (enough && give_back_oldest(self)) continue;
       return 0;
     }
@@ -264,9 +264,7 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
   }
   // The block the thread parked last: a request of its size takes it with no lock; any other
   // size sends it to its pool first, so that the best fit there sees it.
-  cblock *block = atomic_load_explicit(&cache->parked, memory_order_relaxed)
-                      ? atomic_exchange_explicit(&cache->parked, NULL, memory_order_acq_rel)
-                      : NULL;
+  cblock *block = take_parked(cache);
   if (block && block->size == size) {
     atomic_store_explicit(&block->state, BLOCK_ACTIVE, memory_order_relaxed);
     owner_add(&cache->shared_hits, 1);
@@ -374,13 +372,8 @@ static devbuf_status caching_alloc(devbuf_allocator_t *base, size_t requested,
 
 // Counts a release in the calling thread's figures; the thread's cache (NULL without one).
 static tcache *count_release(caching_allocator *self, const cblock *block) {
-  // The thread's latest cache with no call, unless flush requests wait (devbuf__tcache_get
-  // obeys them).
-  tcache *cache = devbuf__tcache_slots[0].cache;
-  if (DEVBUF_UNLIKELY(devbuf__tcache_slots[0].allocator_id != self->id ||
-                      atomic_load_explicit(&self->flush_epoch, memory_order_relaxed) !=
-                          cache->seen_epoch))
-    cache = devbuf__tcache_get(self);
+  tcache *cache = current_cache(self);
+  if (DEVBUF_UNLIKELY(!cache)) cache = devbuf__tcache_get(self);
   if (DEVBUF_LIKELY(cache != NULL)) {
     owner_add(&cache->released, 1);
     owner_add(&cache->active, (uint64_t)0 - block->size);

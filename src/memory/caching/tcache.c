@@ -51,9 +51,8 @@ static int by_release(const void *a, const void *b) {
 }
 
 bool devbuf__tcache_unpark(caching_allocator *self, tcache *cache, bool may_give_back) {
-  if (!atomic_load_explicit(&cache->parked, memory_order_relaxed)) return false;
-  cblock *block = atomic_exchange_explicit(&cache->parked, NULL, memory_order_acq_rel);
-  if (!block) return false; // another thread took it first
+  cblock *block = take_parked(cache);
+  if (!block) return false; // none, or another thread took it first
   devbuf__caching_put(self, block, may_give_back);
   return true;
 }

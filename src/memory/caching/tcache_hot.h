@@ -23,15 +23,21 @@ static inline uint32_t pow2_bin_of(const caching_allocator *self, size_t size) {
   return bin < self->bin_count ? (uint32_t)bin : (uint32_t)self->bin_count;
 }
 
-// The calling thread's cache when the hot path may use its bins; NULL sends it the slow way.
-static inline tcache *hot_cache(caching_allocator *self) {
+// The calling thread's latest cache for `self` with no flush request waiting, with no call;
+// NULL when devbuf__tcache_get must find it or obey one.
+static inline tcache *current_cache(caching_allocator *self) {
   if (DEVBUF_UNLIKELY(devbuf__tcache_slots[0].allocator_id != self->id)) return NULL;
   tcache *cache = devbuf__tcache_slots[0].cache;
-  if (DEVBUF_UNLIKELY(!cache->bins_on ||
-                      atomic_load_explicit(&self->flush_epoch, memory_order_relaxed) !=
-                          cache->seen_epoch))
-    return NULL;
-  return cache;
+  return DEVBUF_LIKELY(atomic_load_explicit(&self->flush_epoch, memory_order_relaxed) ==
+                       cache->seen_epoch)
+             ? cache
+             : NULL;
+}
+
+// The calling thread's cache when the hot path may use its bins; NULL sends it the slow way.
+static inline tcache *hot_cache(caching_allocator *self) {
+  tcache *cache = current_cache(self);
+  return DEVBUF_LIKELY(cache && cache->bins_on) ? cache : NULL;
 }
 
 static inline void bin_count_add(tcache *cache, size_t bin, uint32_t delta) {
