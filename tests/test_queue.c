@@ -902,6 +902,55 @@ static void *keep_finishing(void *arg) {
   return NULL;
 }
 
+// One batch of work over more buffers than the worker removes tracker by tracker (a queue's
+// items held behind a gate, then taken together): kernels over eleven storages, two of them
+// views of one, some handles released while their work waits. Every value follows a
+// sequential model, no buffer is left in use, and the memory released in flight comes back
+// as plain cache once the batch retires.
+static void test_batch_over_many_buffers(void) {
+  enum { STORAGES = 10, HANDLES = STORAGES + 2, KERNELS = 48, N = 64 };
+  devbuf_allocator_t *device_allocator = allocator;
+  allocator = own_caching_allocator(device);
+  devbuf_queue_t *queue = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  devbuf_buffer_t *handles[HANDLES] = {NULL};
+  for (int h = 0; h < STORAGES; h++) handles[h] = floats(N);
+  devbuf_buffer_t *halved = floats(2 * N); // two views: one tracker for both
+  CHECK_OK(devbuf_buffer_view(halved, 0, N * 4, &handles[STORAGES]));
+  CHECK_OK(devbuf_buffer_view(halved, N * 4, N * 4, &handles[STORAGES + 1]));
+  devbuf_buffer_release(halved);
+  float model[HANDLES] = {0}; // every element of a handle holds the same value
+  bool released[HANDLES] = {false};
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  for (int k = 0; k < KERNELS; k++) {
+    int out = (k * 5) % HANDLES, in = (k * 7 + 3) % HANDLES;
+    float add = (float)(k % 5 + 1);
+    CHECK_OK(submit_axpb(queue, handles[out], in == out ? NULL : handles[in], 1, add));
+    model[out] = model[in] + add;
+  }
+  for (int h = 0; h < HANDLES; h += 4) { // 0, 4, 8 and one of the views
+    devbuf_buffer_release(handles[h]);
+    released[h] = true;
+  }
+  CHECK(stats_of(allocator).released_in_flight > 0);
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  for (int h = 0; h < HANDLES; h++) {
+    if (released[h]) continue;
+    CHECK(!devbuf_buffer_in_use(handles[h]));
+    CHECK(read_float(handles[h], 0) == model[h] && read_float(handles[h], N - 1) == model[h]);
+  }
+  CHECK_EQ_U(stats_of(allocator).released_in_flight, 0);
+  for (int h = 0; h < HANDLES; h++)
+    if (!released[h]) devbuf_buffer_release(handles[h]);
+  devbuf_event_release(gate);
+  devbuf_queue_release(queue);
+  devbuf_allocator_release(allocator);
+  allocator = device_allocator;
+}
+
 static void test_wakes_are_never_lost(void) {
   enum { QUEUES = 16, FINISHED = 4, BURST = 16, PAUSE_US = 300 };
   bool lost = false;
@@ -958,6 +1007,7 @@ int main(void) {
   RUN(test_submission_errors);
   RUN(test_concurrent_submitters);
   RUN(test_wakes_are_never_lost);
+  RUN(test_batch_over_many_buffers);
   RUN(test_bounded_queue);
   devbuf_device_release(device);
   return CHECK_EXIT();

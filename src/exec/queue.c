@@ -66,17 +66,36 @@ static void end_removal(devbuf__hazard *hazard, void (*on_idle)(void *), void *i
   if (on_idle) on_idle(idle_ctx);
 }
 
-// Removes the records of the items' uses from their trackers in order, taking a tracker's
-// lock once for each run of uses of it (usually a batch's uses are of a few buffers in
-// runs). Sorting them by tracker first took each lock once, but cost more than the
-// uncontended locks it saved. A tracker's records reach zero with its last use here, so no
-// later run meets a tracker that its idle call destroyed.
-static void remove_records(devbuf__work **items, size_t count) {
+// Trackers whose records of a batch are removed under one taking of their lock each; the
+// records of any further trackers go run by run, so that a batch over many buffers costs at
+// most this many passes over its uses.
+#define GROUPED_TRACKERS 8
+
+// Removes from `hazard` the records of the items' uses from use `first_use` of item 0 on,
+// under one taking of its lock.
+static void remove_tracker_records(devbuf__hazard *hazard, devbuf__work **items, size_t count,
+                                   size_t first_use) {
+  void (*on_idle)(void *) = NULL;
+  void *idle_ctx = NULL;
+  devbuf__spin_lock(&hazard->lock);
+  for (size_t i = 0; i < count; i++) {
+    for (size_t u = i == 0 ? first_use : 0; u < items[i]->use_count; u++) {
+      devbuf__work_use *use = &items[i]->uses[u];
+      if (devbuf__work_use_hazard(use) == hazard)
+        devbuf__hazard_remove_locked(hazard, &use->record, &on_idle, &idle_ctx); // now untracked
+    }
+  }
+  end_removal(hazard, on_idle, idle_ctx);
+}
+
+// Removes the records of the items' uses from use `first_use` of item 0 on, in order, taking
+// a tracker's lock once for each run of uses of it.
+static void remove_records_in_runs(devbuf__work **items, size_t count, size_t first_use) {
   devbuf__hazard *held = NULL;
   void (*on_idle)(void *) = NULL;
   void *idle_ctx = NULL;
   for (size_t i = 0; i < count; i++) {
-    for (size_t u = 0; u < items[i]->use_count; u++) {
+    for (size_t u = i == 0 ? first_use : 0; u < items[i]->use_count; u++) {
       devbuf__work_use *use = &items[i]->uses[u];
       devbuf__hazard *hazard = devbuf__work_use_hazard(use);
       if (!hazard) continue;
@@ -90,6 +109,28 @@ static void remove_records(devbuf__work **items, size_t count) {
     }
   }
   if (held) end_removal(held, on_idle, idle_ctx);
+}
+
+// Removes the records of the items' uses from their trackers. The submitter takes the same
+// locks for every item it records: a worker that took a tracker's lock item by item would
+// move the lock's cache line between the two cores as often, so each tracker's records of
+// the batch go under one taking of its lock (a batch of kernels over a few buffers takes
+// each lock once). Past GROUPED_TRACKERS trackers the rest goes run by run. Each tracker's
+// records reach zero with its last removal here, so no later removal meets a tracker that
+// its idle call destroyed.
+static void remove_records(devbuf__work **items, size_t count) {
+  size_t grouped = 0;
+  for (size_t i = 0; i < count; i++) {
+    for (size_t u = 0; u < items[i]->use_count; u++) {
+      devbuf__hazard *hazard = devbuf__work_use_hazard(&items[i]->uses[u]);
+      if (!hazard) continue; // removed with its tracker's records, or never recorded
+      if (grouped++ == GROUPED_TRACKERS) {
+        remove_records_in_runs(items + i, count - i, u);
+        return;
+      }
+      remove_tracker_records(hazard, items + i, count - i, u);
+    }
+  }
 }
 
 // The event of a signal that will not run learns why: the queue's failure, or cancel.
@@ -496,6 +537,31 @@ static bool spin_next_time(uint64_t dry_at, bool found_spinning) {
   return found_spinning || devbuf__now_ns() - dry_at < 2 * (uint64_t)WORKER_SPIN_NS;
 }
 
+// A worker that keeps up with its submitter item by item pays, for every item, what moving
+// the submission's cache lines between two cores costs: the item, the FIFO, the trackers'
+// lists and the item pool go to the worker's core and back, some hundreds of nanoseconds
+// on a shared machine where the item's own work takes tens. After a batch of fewer than
+// GATHER_ITEMS that ran in less than GATHER_NS while more was submitted, the worker lets
+// the submitter get ahead until GATHER_NS after the batch began, touching none of those
+// lines, and then takes what came in one batch: at about 100 ns a submission, some ten
+// items. An item waits at most GATHER_NS longer, and only while its submitter keeps ahead
+// and nobody waits for the queue: a finish, a cancel or a submitter waiting for room ends the
+// wait at once, work that takes GATHER_NS or more is never held, and a worker that ran dry
+// takes what comes at once. `devbuf bench --only queue` prices it (docs/hazards.md).
+#define GATHER_ITEMS 8
+#define GATHER_NS    1000
+
+static void let_submitter_get_ahead(devbuf_queue_t *queue, uint64_t batch_began) {
+  if (!atomic_load_explicit(&queue->incoming, memory_order_relaxed)) return; // ran dry
+  for (unsigned spin = 0;; spin++) {
+    if (atomic_load_explicit(&queue->drain_waiters, memory_order_relaxed) ||
+        atomic_load_explicit(&queue->cancel_requested, memory_order_relaxed))
+      return;
+    if (spin % 8 == 0 && devbuf__now_ns() - batch_began >= GATHER_NS) return;
+    devbuf__cpu_pause();
+  }
+}
+
 static void *worker_main(void *arg) {
   devbuf_queue_t *queue = arg;
   devbuf__worker_queue = queue;
@@ -514,8 +580,12 @@ static void *worker_main(void *arg) {
     // collective in a host task, the other rank's) and the cores are all taken, a yielding
     // worker waited behind them for a time slice. With a build running beside the MPI
     // benchmark an all-reduce of 1 MiB took 3.3 ms instead of 0.25; on an idle machine 4 KiB
-    // took 3.4x raw MPI's time with the yield, 2.6x without (bench/mpi).
-    run_batch(queue, batch, take_batch(queue, batch));
+    // took 3.4x raw MPI's time with the yield, 2.6x without (bench/mpi). The gather after a
+    // small batch (above) spins for at most GATHER_NS, never while a finish waits.
+    size_t count = take_batch(queue, batch);
+    uint64_t began = count < GATHER_ITEMS ? devbuf__now_ns() : 0;
+    run_batch(queue, batch, count);
+    if (began) let_submitter_get_ahead(queue, began);
   }
   pthread_mutex_lock(&queue->lock);
   bool frees = queue->worker_frees;
