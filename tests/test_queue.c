@@ -882,26 +882,6 @@ static void test_concurrent_submitters(void) {
   devbuf_queue_release(q1);
 }
 
-// Submissions race the worker's sleep: the first one after the worker went idle wakes it,
-// the others see that one did (src/exec/submit.c), and devbuf_queue_finish may run the
-// queue on the calling thread meanwhile, so that the woken worker finds nothing it may take
-// and sleeps again. A wake lost on the way leaves the last signal unrun, and the wait for it
-// times out. The pauses only make the worker asleep when work comes (it sleeps at once
-// while work comes back later than its spin): every check holds at any timing.
-typedef struct finisher_args {
-  devbuf_queue_t *queue;
-  atomic_bool stop;
-  devbuf_status status;
-} finisher_args;
-
-static void *keep_finishing(void *arg) {
-  finisher_args *a = arg;
-  a->status = DEVBUF_OK;
-  while (!atomic_load(&a->stop) && a->status == DEVBUF_OK)
-    a->status = devbuf_queue_finish(a->queue);
-  return NULL;
-}
-
 // One batch of work over more buffers than the worker removes tracker by tracker (a queue's
 // items held behind a gate, then taken together): kernels over eleven storages, two of them
 // views of one, some handles released while their work waits. Every value follows a
@@ -949,6 +929,26 @@ static void test_batch_over_many_buffers(void) {
   devbuf_queue_release(queue);
   devbuf_allocator_release(allocator);
   allocator = device_allocator;
+}
+
+// Submissions race the worker's sleep: the first one after the worker went idle wakes it,
+// the others see that one did (src/exec/submit.c), and devbuf_queue_finish may run the
+// queue on the calling thread meanwhile, so that the woken worker finds nothing it may take
+// and sleeps again. A wake lost on the way leaves the last signal unrun, and the wait for it
+// times out. The pauses only make the worker asleep when work comes (it sleeps at once
+// while work comes back later than its spin): every check holds at any timing.
+typedef struct finisher_args {
+  devbuf_queue_t *queue;
+  atomic_bool stop;
+  devbuf_status status;
+} finisher_args;
+
+static void *keep_finishing(void *arg) {
+  finisher_args *a = arg;
+  a->status = DEVBUF_OK;
+  while (!atomic_load(&a->stop) && a->status == DEVBUF_OK)
+    a->status = devbuf_queue_finish(a->queue);
+  return NULL;
 }
 
 static void test_wakes_are_never_lost(void) {

@@ -71,44 +71,26 @@ static void end_removal(devbuf__hazard *hazard, void (*on_idle)(void *), void *i
 // most this many passes over its uses.
 #define GROUPED_TRACKERS 8
 
-// Removes from `hazard` the records of the items' uses from use `first_use` of item 0 on,
-// under one taking of its lock.
+// Removes from `hazard`, under one taking of its lock, the records of the items' uses from
+// use `first_use` of item 0 on: all of the batch's (`whole_batch`), or the run of them that
+// ends at the first use of another tracker.
 static void remove_tracker_records(devbuf__hazard *hazard, devbuf__work **items, size_t count,
-                                   size_t first_use) {
+                                   size_t first_use, bool whole_batch) {
   void (*on_idle)(void *) = NULL;
   void *idle_ctx = NULL;
+  bool going_on = true;
   devbuf__spin_lock(&hazard->lock);
-  for (size_t i = 0; i < count; i++) {
-    for (size_t u = i == 0 ? first_use : 0; u < items[i]->use_count; u++) {
+  for (size_t i = 0; i < count && going_on; i++) {
+    for (size_t u = i == 0 ? first_use : 0; u < items[i]->use_count && going_on; u++) {
       devbuf__work_use *use = &items[i]->uses[u];
-      if (devbuf__work_use_hazard(use) == hazard)
+      devbuf__hazard *own = devbuf__work_use_hazard(use);
+      if (own == hazard)
         devbuf__hazard_remove_locked(hazard, &use->record, &on_idle, &idle_ctx); // now untracked
+      else
+        going_on = whole_batch || !own;
     }
   }
   end_removal(hazard, on_idle, idle_ctx);
-}
-
-// Removes the records of the items' uses from use `first_use` of item 0 on, in order, taking
-// a tracker's lock once for each run of uses of it.
-static void remove_records_in_runs(devbuf__work **items, size_t count, size_t first_use) {
-  devbuf__hazard *held = NULL;
-  void (*on_idle)(void *) = NULL;
-  void *idle_ctx = NULL;
-  for (size_t i = 0; i < count; i++) {
-    for (size_t u = i == 0 ? first_use : 0; u < items[i]->use_count; u++) {
-      devbuf__work_use *use = &items[i]->uses[u];
-      devbuf__hazard *hazard = devbuf__work_use_hazard(use);
-      if (!hazard) continue;
-      if (hazard != held) {
-        if (held) end_removal(held, on_idle, idle_ctx);
-        held = hazard;
-        on_idle = NULL, idle_ctx = NULL;
-        devbuf__spin_lock(&held->lock);
-      }
-      devbuf__hazard_remove_locked(held, &use->record, &on_idle, &idle_ctx); // now untracked
-    }
-  }
-  if (held) end_removal(held, on_idle, idle_ctx);
 }
 
 // Removes the records of the items' uses from their trackers. The submitter takes the same
@@ -123,12 +105,10 @@ static void remove_records(devbuf__work **items, size_t count) {
   for (size_t i = 0; i < count; i++) {
     for (size_t u = 0; u < items[i]->use_count; u++) {
       devbuf__hazard *hazard = devbuf__work_use_hazard(&items[i]->uses[u]);
-      if (!hazard) continue; // removed with its tracker's records, or never recorded
-      if (grouped++ == GROUPED_TRACKERS) {
-        remove_records_in_runs(items + i, count - i, u);
-        return;
-      }
-      remove_tracker_records(hazard, items + i, count - i, u);
+      if (!hazard) continue; // removed already, or never recorded
+      bool whole_batch = grouped < GROUPED_TRACKERS;
+      grouped += whole_batch;
+      remove_tracker_records(hazard, items + i, count - i, u, whole_batch);
     }
   }
 }
