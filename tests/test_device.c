@@ -1,5 +1,6 @@
 // Device specs: cpu opens (once per spec), opencl:N and cuda:N parse and answer
-// UNAVAILABLE with a reason, malformed specs are refused.
+// UNAVAILABLE with a reason, malformed specs are refused; buffers hold their device, also
+// against its last reference going on another thread at once. Run under TSan.
 #include "check.h"
 
 #include <pthread.h>
@@ -74,6 +75,47 @@ static void test_buffers_hold_the_device(void) {
   devbuf_device_release(again);
 }
 
+// The device's last reference and its buffers' holds going at once, on more threads than
+// have a counter line of their own (the rest share one), and on new threads each round, that
+// take over the lines of the last round's exited ones with their counts: each round the
+// device goes once, when the last of them goes, and never before (the sanitizer suites would
+// see a buffer's device used after it went). Opening the spec again makes a fresh device.
+#define HOLDERS      20
+#define HOLD_ROUNDS  25
+#define HELD_BUFFERS 6
+
+static pthread_barrier_t holders_ready;
+static devbuf_device_t *held_device;
+
+static void *hold_then_release(void *unused) {
+  (void)unused;
+  devbuf_buffer_t *buffers[HELD_BUFFERS] = {0};
+  size_t shape[] = {64};
+  for (int i = 0; i < HELD_BUFFERS; i++)
+    CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(held_device), DEVBUF_FLOAT32, shape, 1,
+                                    0, &buffers[i]));
+  pthread_barrier_wait(&holders_ready); // every hold is taken; then all go at once
+  for (int i = 0; i < HELD_BUFFERS; i++) devbuf_buffer_release(buffers[i]);
+  return NULL;
+}
+
+static void test_holds_and_the_last_reference_race(void) {
+  CHECK_OK(devbuf_device_open("cpu", &held_device));
+  for (int round = 0; round < HOLD_ROUNDS; round++) {
+    CHECK(system_allocations_of(held_device) == 0); // a fresh device
+    pthread_t threads[HOLDERS];
+    CHECK(pthread_barrier_init(&holders_ready, NULL, HOLDERS + 1) == 0);
+    for (int i = 0; i < HOLDERS; i++)
+      CHECK(pthread_create(&threads[i], NULL, hold_then_release, NULL) == 0);
+    pthread_barrier_wait(&holders_ready);
+    devbuf_device_release(held_device);
+    for (int i = 0; i < HOLDERS; i++) pthread_join(threads[i], NULL);
+    pthread_barrier_destroy(&holders_ready);
+    CHECK_OK(devbuf_device_open("cpu", &held_device));
+  }
+  devbuf_device_release(held_device);
+}
+
 // Backends not built (cuda), and devices that do not exist (there are never 57 OpenCL
 // devices here; with no OpenCL at all the reason differs but the status is the same).
 static void test_unavailable_devices(void) {
@@ -104,6 +146,7 @@ int main(void) {
   RUN(test_open_cpu);
   RUN(test_allocator_keeps_device_alive);
   RUN(test_buffers_hold_the_device);
+  RUN(test_holds_and_the_last_reference_race);
   RUN(test_unavailable_devices);
   RUN(test_malformed_specs);
   return CHECK_EXIT();

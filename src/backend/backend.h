@@ -161,8 +161,6 @@ bool devbuf__backend_table_check(const char *name, const devbuf__backend *backen
 // A device: what its backend fills in when it opens it, and what the layers above keep of
 // it (the registry and synchronization are core/device.c's, the allocators the memory
 // layer's). Backends get it to read and fill their own fields.
-#define DEVBUF__HOLD_LINES 8
-
 struct devbuf_device {
   devbuf__refcount refs; // external references; 0 destroys (under registry lock)
   // devbuf_device_release, given as data by core/device.c: layers below the devices (the
@@ -201,16 +199,16 @@ struct devbuf_device {
   pthread_cond_t work_idle;
   devbuf__spinlock submit_lock; // one submission at a time records its uses (submit.c)
   // Holds on the device by the storages of its own allocators (core.h), counted apart from
-  // `refs` on one of several cache lines chosen by the thread: threads that make and drop
-  // buffers each write a line of their own. A thread may drop what another took, so each
-  // line counts holds taken and dropped, both only growing: what is held is all taken less
-  // all dropped, read dropped first (core/device.c). The device goes once `refs` and that
-  // are both 0, and its record is kept for the next device to open (a thread that dropped
-  // the last hold still reads `unreferenced`).
+  // `refs` on the line of the thread that takes or drops one (base.h): threads that make
+  // and drop buffers each write a line of their own. A thread may drop what another took, so
+  // each line counts holds taken and dropped, both only growing: what is held is all taken
+  // less all dropped, read dropped first (core/device.c). The device goes once `refs` and
+  // that are both 0, and its record is kept for the next device to open (a thread that
+  // dropped the last hold still reads `unreferenced`).
   struct {
     atomic_uint_least64_t taken, dropped;
     char apart[64 - 2 * sizeof(atomic_uint_least64_t)]; // no two lines' counts share one
-  } holds[DEVBUF__HOLD_LINES];
+  } holds[DEVBUF__THREAD_LINES + 1];
   atomic_bool unreferenced; // `refs` reached 0 while holds were left: each drop checks
   bool open;                // in the registry (not a kept record)
 };

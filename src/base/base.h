@@ -44,14 +44,42 @@ void *devbuf__realloc(void *pointer, size_t size);
 void devbuf__free(void *pointer);
 // A new id, never 0 and never handed out before in this process (ids.c).
 uint64_t devbuf__next_id(void);
-// A small number of the calling thread's, handed out in turn as threads first ask: spreads
-// per-thread counters over cache lines (ids.c).
-extern _Thread_local unsigned devbuf__thread_number __attribute__((tls_model("initial-exec")));
-unsigned devbuf__thread_number_slow(void);
-static inline unsigned devbuf__thread_index(void) {
-  unsigned number = devbuf__thread_number;
-  return DEVBUF_LIKELY(number) ? number : devbuf__thread_number_slow();
+
+// ---- counters every thread writes (thread_line.c, barrier.c) ----------------------------
+// A counter that all threads add to (a device's holds) is split over lines: each of the
+// first DEVBUF__THREAD_LINES threads to ask owns a line for as long as it lives and adds to
+// it with a plain load and store, no locked instruction and no cache line another thread
+// writes. Threads beyond them, and a thread whose exit has begun, share one more line,
+// DEVBUF__SHARED_LINE, with atomic additions. An exited thread's line passes to the next
+// thread to ask (released, then acquired), its counts carrying on.
+#define DEVBUF__THREAD_LINES 16
+#define DEVBUF__SHARED_LINE  DEVBUF__THREAD_LINES
+extern _Thread_local unsigned devbuf__thread_line_plus_one // 0: the thread has not asked
+    __attribute__((tls_model("initial-exec")));
+unsigned devbuf__thread_line_slow(void);
+static inline unsigned devbuf__thread_line(void) {
+  unsigned line = devbuf__thread_line_plus_one;
+  return DEVBUF_LIKELY(line) ? line - 1 : devbuf__thread_line_slow();
 }
+static inline void devbuf__line_add(atomic_uint_least64_t *counter, unsigned line,
+                                    memory_order order) {
+  if (DEVBUF_LIKELY(line < DEVBUF__THREAD_LINES))
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1, order);
+  else
+    atomic_fetch_add_explicit(counter, 1, order);
+}
+
+// An asymmetric barrier, for a race between a store and a later load on each side (a
+// Dekker pair) where one side runs for every buffer and the other seldom: the frequent
+// side's store, devbuf__light_barrier, its load; the seldom side's store,
+// devbuf__heavy_barrier, its load. Either side's load sees the other's store, or both do.
+// The heavy barrier is a membarrier system call, which runs a full barrier on every thread
+// of the process, so the light one need only keep the compiler from reordering. Where the
+// kernel has no such call, devbuf__light_barrier_suffices is false, and the frequent side
+// makes its store a sequentially consistent read-modify-write instead (its callers do).
+extern bool devbuf__light_barrier_suffices;
+static inline void devbuf__light_barrier(void) { atomic_signal_fence(memory_order_seq_cst); }
+void devbuf__heavy_barrier(void);
 
 // Records the library makes and drops for every buffer (storage records, buffer handles):
 // each thread keeps up to DEVBUF__RECORD_CACHE_DEPTH freed ones of each kind for its next, so

@@ -37,13 +37,3 @@ uint64_t devbuf__next_ids_slow(uint64_t count) {
 }
 
 uint64_t devbuf__next_id(void) { return devbuf__next_ids_slow(1); }
-
-_Thread_local unsigned devbuf__thread_number __attribute__((tls_model("initial-exec")));
-static atomic_uint thread_numbers;
-
-unsigned devbuf__thread_number_slow(void) {
-  unsigned number = atomic_fetch_add_explicit(&thread_numbers, 1, memory_order_relaxed) + 1;
-  if (number == 0) number = atomic_fetch_add_explicit(&thread_numbers, 1, memory_order_relaxed) + 1;
-  devbuf__thread_number = number;
-  return number;
-}

@@ -87,20 +87,26 @@ typedef struct devbuf__storage {
   struct devbuf_buffer first_handle;
 } devbuf__storage;
 
-// A hold on the device for a storage of one of its own allocators, or for queued work
-// (backend.h): no cache line that other threads write. The device stays while held.
+// A hold on the device for a storage of one of its own allocators (backend.h): counted on
+// the thread's own line, with no locked instruction where the thread owns one.
 static inline void devbuf__device_hold(devbuf_device_t *device) {
-  atomic_fetch_add_explicit(&device->holds[devbuf__thread_index() % DEVBUF__HOLD_LINES].taken, 1,
-                            memory_order_relaxed);
+  unsigned line = devbuf__thread_line();
+  devbuf__line_add(&device->holds[line].taken, line, memory_order_relaxed);
 }
 // The device's last reference went while holds were left: whoever drops the last hold
 // destroys it (core/device.c).
 void devbuf__device_drop_unreferenced(devbuf_device_t *device);
 static inline void devbuf__device_unhold(devbuf_device_t *device) {
-  // Sequentially consistent with the store of `unreferenced` and the sum of the holds
-  // after it (device.c): either this drop sees the flag or that sum sees the drop.
-  atomic_fetch_add_explicit(&device->holds[devbuf__thread_index() % DEVBUF__HOLD_LINES].dropped, 1,
-                            memory_order_seq_cst);
+  // The drop, then the load of `unreferenced`, against core/device.c's store of it, then
+  // its sum of the holds: either this load sees the flag or that sum sees the drop. The
+  // drop is a release, so that the sum, having seen it, also sees the hold's take.
+  unsigned line = devbuf__thread_line();
+  if (DEVBUF_LIKELY(devbuf__light_barrier_suffices)) {
+    devbuf__line_add(&device->holds[line].dropped, line, memory_order_release);
+    devbuf__light_barrier();
+  } else {
+    atomic_fetch_add_explicit(&device->holds[line].dropped, 1, memory_order_seq_cst);
+  }
   if (DEVBUF_UNLIKELY(atomic_load_explicit(&device->unreferenced, memory_order_seq_cst)))
     devbuf__device_drop_unreferenced(device);
 }
@@ -171,8 +177,44 @@ static inline devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator
   *out = storage;
   return DEVBUF_OK;
 }
+// An allocation goes back to its allocator, if it was made.
+static inline void devbuf__storage_give_back_allocation(devbuf__storage *storage) {
+  if (storage->allocator && storage->size &&
+      atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED)
+    devbuf__allocator_free_known(storage->allocator, &storage->memory);
+}
+// The record goes back to the thread's cache, then what kept the device: the hold of a
+// device's own allocator's storage (which may destroy the device, and with it the
+// allocator), or the reference to another allocator or, with none, the device. The
+// record's lock is not destroyed: it is free here, and a reused record makes it again from
+// the initializer (on glibc, destroying a free mutex only marks its bytes).
+static inline void devbuf__storage_free_plain_record(devbuf__storage *storage) {
+  devbuf_allocator_t *allocator = storage->allocator;
+  devbuf_device_t *device = storage->device;
+  devbuf__record_free(DEVBUF__RECORD_STORAGE, storage);
+  if (DEVBUF_LIKELY(allocator && allocator->link == DEVBUF__EMBEDDED))
+    devbuf__device_unhold(device);
+  else if (!allocator)
+    devbuf_device_release(device);
+  else
+    devbuf_allocator_release(allocator);
+}
 // Drops a reference; the last one gives the memory back (or in flight) and the record.
-void devbuf__storage_last_release(devbuf__storage *storage);
+// Nearly every storage is an allocation that nothing but its handles touched: no open host
+// access, lease, export, tracker or inherited work. It goes inline, with no call but the
+// allocator's; the others through storage.c.
+void devbuf__storage_last_release_slow(devbuf__storage *storage);
+static inline void devbuf__storage_last_release(devbuf__storage *storage) {
+  if (DEVBUF_UNLIKELY((uintptr_t)storage->accesses | storage->lease_count |
+                      (uintptr_t)atomic_load_explicit(&storage->hazard, memory_order_acquire) |
+                      (uintptr_t)storage->in_flight | (uintptr_t)storage->kind |
+                      (uintptr_t)storage->inherited | (uintptr_t)storage->lease_watches)) {
+    devbuf__storage_last_release_slow(storage);
+    return;
+  }
+  devbuf__storage_give_back_allocation(storage);
+  devbuf__storage_free_plain_record(storage);
+}
 static inline void devbuf__storage_release(devbuf__storage *storage) {
   if (storage && devbuf__ref_drop_held(&storage->refs)) devbuf__storage_last_release(storage);
 }

@@ -144,7 +144,7 @@ static devbuf_status device_create(const devbuf__backend_entry *entry, int index
   atomic_init(&device->pending_work, 0);
   atomic_init(&device->queues_made, 0);
   atomic_init(&device->sync_waiters, 0);
-  for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) {
+  for (size_t i = 0; i <= DEVBUF__SHARED_LINE; i++) {
     atomic_init(&device->holds[i].taken, 0);
     atomic_init(&device->holds[i].dropped, 0);
   }
@@ -228,8 +228,9 @@ devbuf_device_t *devbuf_device_retain(devbuf_device_t *device) {
 // by line never shows 0 while a hold is left.
 static bool held(devbuf_device_t *device) {
   uint64_t dropped = 0, taken = 0;
-  for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) dropped += atomic_load(&device->holds[i].dropped);
-  for (size_t i = 0; i < DEVBUF__HOLD_LINES; i++) taken += atomic_load(&device->holds[i].taken);
+  for (size_t i = 0; i <= DEVBUF__SHARED_LINE; i++)
+    dropped += atomic_load(&device->holds[i].dropped);
+  for (size_t i = 0; i <= DEVBUF__SHARED_LINE; i++) taken += atomic_load(&device->holds[i].taken);
   return taken != dropped;
 }
 
@@ -271,8 +272,9 @@ void devbuf_device_release(devbuf_device_t *device) {
     pthread_mutex_unlock(&registry_lock);
     return;
   }
-  // Sequentially consistent with each drop of a hold and its load of the flag after it.
+  // Against each drop of a hold and its load of the flag after it (core.h).
   atomic_store(&device->unreferenced, true);
+  devbuf__heavy_barrier();
   if (held(device)) { // the last hold's drop sees the flag and destroys it
     pthread_mutex_unlock(&registry_lock);
     return;

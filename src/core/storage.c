@@ -27,9 +27,8 @@ devbuf_status devbuf__storage_create_slow(devbuf__storage *storage, devbuf_alloc
   return DEVBUF_OK;
 }
 
-// Frees the record itself (its memory has been handed on or given back).
-// The record's lock is not destroyed: it is free here, and a reused record makes it again
-// from the initializer (on glibc, destroying a free mutex only marks its bytes).
+// Frees the record itself (its memory has been handed on or given back), with what it
+// inherited or watched.
 static void storage_free_record(devbuf__storage *storage) {
   if (DEVBUF_UNLIKELY(storage->inherited)) { // reused bytes whose earlier work it waited for
     for (size_t i = 0; i < storage->inherited_count; i++)
@@ -38,22 +37,11 @@ static void storage_free_record(devbuf__storage *storage) {
   }
   if (DEVBUF_UNLIKELY(storage->lease_watches)) // exported; its leases ended or were parked
     devbuf__free(storage->lease_watches);
-  devbuf_allocator_t *allocator = storage->allocator;
-  devbuf_device_t *device = storage->device;
-  devbuf__record_free(DEVBUF__RECORD_STORAGE, storage);
-  if (!allocator)
-    devbuf_device_release(device);
-  else if (allocator->link == DEVBUF__EMBEDDED)
-    devbuf__device_unhold(device); // may destroy the device, and with it the allocator
-  else
-    devbuf_allocator_release(allocator);
+  devbuf__storage_free_plain_record(storage);
 }
 
-// An allocation goes back to its allocator, if it was made.
 static void give_back_allocation(devbuf__storage *storage) {
-  if (storage->allocator && storage->size &&
-      atomic_load_explicit(&storage->state, memory_order_acquire) == DEVBUF__ALLOCATED)
-    devbuf__allocator_free_known(storage->allocator, &storage->memory);
+  devbuf__storage_give_back_allocation(storage);
 }
 
 const devbuf__storage_kind devbuf__storage_allocation = {
@@ -99,7 +87,7 @@ static void wait_inherited_now(devbuf__storage *storage) {
   storage->inherited_count = 0;
 }
 
-void devbuf__storage_last_release(devbuf__storage *storage) {
+void devbuf__storage_last_release_slow(devbuf__storage *storage) {
   if (storage->accesses) devbuf__host_access_close_all(storage);   // left open by released handles
   if (storage->lease_count) devbuf__storage_prune_leases(storage); // importers that are done
   devbuf__hazard *hazard = atomic_load(&storage->hazard);
