@@ -1,7 +1,9 @@
 // The caching allocator's hot path in instructions (deterministic, unlike timings on a shared
 // machine): run under callgrind by scripts/hot_path_instructions.sh, twice with different
 // counts, whose difference divided by the extra iterations is the cost of one cycle.
-// usage: hot_path_instructions allocator|buffer|queue SIZE ITERATIONS [DEVICE]  (default cpu)
+// usage: hot_path_instructions allocator|buffer|buffer_write|queue SIZE ITERATIONS [DEVICE]
+// (default cpu); buffer_write: as `devbuf bench --only threads` does the buffer path, with
+// devbuf_buffer_unsynchronized_ptr and a one-byte write between allocate and release
 #include "devbuf.h"
 
 #include <stdbool.h>
@@ -29,6 +31,19 @@ int main(int argc, char **argv) {
     devbuf_queue_finish(queue);
     devbuf_buffer_release(buffer);
     devbuf_queue_release(queue);
+    devbuf_device_release(cpu);
+    return 0;
+  }
+  if (strcmp(argv[1], "buffer_write") == 0) {
+    for (long i = 0; i < iterations; i++) {
+      devbuf_buffer_t *buffer = NULL;
+      void *data = NULL;
+      if (devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &size, 1, 0, &buffer) != DEVBUF_OK ||
+          devbuf_buffer_unsynchronized_ptr(buffer, &data, NULL) != DEVBUF_OK)
+        return 1;
+      ((volatile char *)data)[0] = 1;
+      devbuf_buffer_release(buffer);
+    }
     devbuf_device_release(cpu);
     return 0;
   }
