@@ -69,6 +69,12 @@ static void ring_push(ring_queue *q, unsigned char *target, unsigned char patter
   pthread_mutex_unlock(&q->lock);
 }
 
+static void ring_wait_drained(ring_queue *q) {
+  pthread_mutex_lock(&q->lock);
+  while (q->head != q->tail) pthread_cond_wait(&q->drained, &q->lock);
+  pthread_mutex_unlock(&q->lock);
+}
+
 // Waits until the ring is drained and tells the worker to stop.
 static void ring_drain(ring_queue *q) {
   pthread_mutex_lock(&q->lock);
@@ -147,6 +153,75 @@ static double time_devbuf_fills(devbuf_queue_t *queue, devbuf_buffer_t *target, 
   return (double)(bench_now_ns() - start) / (double)items;
 }
 
+// ---- one item at a time, each waited for: a synchronous call through the queue -----------
+// A loop that submits and finishes at once, as an eager array library or a collective in a
+// host task does. A devbuf queue whose finishing threads keep running the work themselves
+// lets its worker doze (src/exec/queue.c); the ring hands every item to its worker and
+// sleeps until it is done.
+
+#define SYNC_GAP_NS 1000000 // between two calls, in the sparse case
+
+static double ring_round_trips(size_t items, unsigned char *target, uint64_t gap_ns) {
+  ring_queue *q = ring_start(false);
+  uint64_t start = gap_ns ? process_cpu_ns() : bench_now_ns();
+  for (size_t i = 0; i < items; i++) {
+    ring_push(q, target, (unsigned char)i);
+    ring_wait_drained(q);
+    if (gap_ns) sleep_gap();
+  }
+  uint64_t used = (gap_ns ? process_cpu_ns() : bench_now_ns()) - start;
+  ring_drain(q);
+  ring_end(q);
+  return (double)used / (double)items;
+}
+
+static double devbuf_round_trips(devbuf_queue_t *queue, devbuf_buffer_t *target, size_t items,
+                                 uint64_t gap_ns) {
+  uint64_t start = gap_ns ? process_cpu_ns() : bench_now_ns();
+  for (size_t i = 0; i < items; i++) {
+    unsigned char pattern = (unsigned char)i;
+    if (devbuf_queue_fill(queue, target, &pattern, 1) != DEVBUF_OK ||
+        devbuf_queue_finish(queue) != DEVBUF_OK)
+      return -1;
+    if (gap_ns) sleep_gap();
+  }
+  return (double)((gap_ns ? process_cpu_ns() : bench_now_ns()) - start) / (double)items;
+}
+
+static void bench_round_trips(const bench_config *config, devbuf_queue_t *queue,
+                              devbuf_buffer_t *target, unsigned char *ring_target) {
+  int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
+  size_t items = config->quick ? 2000 : 20000, sparse = config->quick ? 20 : 200;
+  double ring[MAX_RUNS], ours[MAX_RUNS], ratio[MAX_RUNS], ring_cpu[MAX_RUNS], our_cpu[MAX_RUNS];
+  for (int r = 0; r < runs; r++) {
+    ring[r] = ring_round_trips(items, ring_target, 0);
+    ours[r] = devbuf_round_trips(queue, target, items, 0);
+    ring_cpu[r] = ring_round_trips(sparse, ring_target, SYNC_GAP_NS);
+    our_cpu[r] = devbuf_round_trips(queue, target, sparse, SYNC_GAP_NS);
+    if (ours[r] < 0 || our_cpu[r] < 0) {
+      printf("== synchronous calls through the queue failed: %s ==\n\n", devbuf_last_error());
+      return;
+    }
+    ratio[r] = ours[r] / ring[r];
+  }
+  double g = bench_median(ring, runs), o = bench_median(ours, runs), x = bench_median(ratio, runs);
+  double gc = bench_median(ring_cpu, runs), oc = bench_median(our_cpu, runs);
+  printf("== %zu fills of %d bytes, each waited for before the next is submitted: ns per item ==\n",
+         items, FILL_BYTES);
+  printf("   ring, signals a sleeper   %8.1f\n", g);
+  printf("   devbuf queue              %8.1f  %5.2fx the ring (median of the runs' ratios; the "
+         "finishing thread runs each item, the worker dozes)\n",
+         o, x);
+  printf("   the same, %zu of them %d us apart: CPU time of the process per item, us: ring %.1f, "
+         "devbuf %.1f\n\n",
+         sparse, SYNC_GAP_NS / 1000, gc / 1e3, oc / 1e3);
+  bench_figure("queue", "ring signalling a sleeper, per synchronous fill", g, "ns", -1);
+  bench_figure("queue", "devbuf queue, per synchronous fill", o, "ns", -1);
+  bench_figure("queue", "devbuf queue / the ring, per synchronous fill", x, "x", -1);
+  bench_figure("queue", "ring, CPU per sparse synchronous fill", gc / 1e3, "us", -1);
+  bench_figure("queue", "devbuf queue, CPU per sparse synchronous fill", oc / 1e3, "us", -1);
+}
+
 void bench_queue_ring(const bench_config *config) {
   size_t items = config->quick ? 20000 : 200000;
   int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
@@ -212,6 +287,7 @@ void bench_queue_ring(const bench_config *config) {
       bench_figure("queue", "devbuf queue, CPU per sparse item", oc / 1e3, "us", -1);
     }
   }
+  if (!failed) bench_round_trips(config, queue, target, ring_target);
   devbuf_buffer_release(target);
   devbuf_queue_release(queue);
 }

@@ -879,7 +879,12 @@ DEVBUF_API devbuf_status devbuf_queue_wait(devbuf_queue_t *queue, devbuf_event_t
 // failure, if any. On the CPU's queues, when the queue's worker sleeps, the calling thread
 // runs what is queued itself, in order, one item at a time as the worker would (and with the
 // same waits refused to it), instead of waking the worker and sleeping until it is done:
-// kernels and host tasks must not count on running on one particular thread.
+// kernels and host tasks must not count on running on one particular thread. Where the
+// finishes keep coming soon after the submissions, the worker stops being woken for them:
+// it dozes on a timer (1 ms; the environment's DEVBUF_QUEUE_DOZE_US, in microseconds, sets
+// it for the queues made after it), and takes the work when any thread blocks on it another
+// way (an event, a host access, a synchronize), when the queue is released, or when a doze
+// ends with the work still queued (docs/hazards.md).
 DEVBUF_API devbuf_status devbuf_queue_finish(devbuf_queue_t *queue);
 // Drops the work not yet started (its events fail with CANCELLED) and waits for the item
 // that is running. The queue stays usable.

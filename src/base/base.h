@@ -45,6 +45,35 @@ void devbuf__free(void *pointer);
 // A new id, never 0 and never handed out before in this process (ids.c).
 uint64_t devbuf__next_id(void);
 
+// ---- sleepers that submissions do not wake (doze.c) -------------------------------------
+// A worker whose submitters usually run its work themselves (a queue's, while threads in
+// devbuf_queue_finish keep doing so) sleeps on a timer instead of being woken by each
+// submission, which would make it race the finishing thread for the work. A thread about to
+// block on the library's work calls devbuf__wait_begins first, so that work it waits for
+// never waits out a timer: each dozer's `nudge` wakes it if it sleeps with work waiting.
+typedef struct devbuf__dozer {
+  void (*nudge)(struct devbuf__dozer *dozer); // called with the list's lock held
+  struct devbuf__dozer *previous, *next;
+} devbuf__dozer;
+// A dozer about to sleep with work waiting reads devbuf__blocked_waiters after it raised
+// devbuf__dozers_asleep and its own flag, a waiter reads devbuf__dozers_asleep after it
+// raised devbuf__blocked_waiters (all sequentially consistent): the dozer takes its work at
+// once, or the waiter nudges it.
+extern atomic_uint devbuf__dozers_asleep;   // raised by each dozer as it sleeps on its timer
+extern atomic_uint devbuf__blocked_waiters; // threads between devbuf__wait_begins and _ends
+void devbuf__dozer_add(devbuf__dozer *dozer);
+void devbuf__dozer_remove(devbuf__dozer *dozer); // once removed, no nudge runs on it
+void devbuf__nudge_dozers_slow(void);
+// Brackets a wait on the library's work (a work item, an event, a tracker, a device, room
+// in a queue), before its first spin.
+static inline void devbuf__wait_begins(void) {
+  atomic_fetch_add(&devbuf__blocked_waiters, 1);
+  if (DEVBUF_UNLIKELY(atomic_load(&devbuf__dozers_asleep))) devbuf__nudge_dozers_slow();
+}
+static inline void devbuf__wait_ends(void) {
+  atomic_fetch_sub_explicit(&devbuf__blocked_waiters, 1, memory_order_relaxed);
+}
+
 // ---- counters every thread writes (thread_line.c, barrier.c) ----------------------------
 // A counter that all threads add to (a device's holds) is split over lines: each of the
 // first DEVBUF__THREAD_LINES threads to ask owns a line for as long as it lives and adds to
@@ -300,6 +329,18 @@ static inline uint64_t devbuf__now_ns(void) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+// A condition variable whose timed waits count on the monotonic clock, and such a wait's
+// deadline `timeout_ns` from now.
+void devbuf__cond_init_monotonic(pthread_cond_t *cond);
+static inline struct timespec devbuf__deadline_after(uint64_t timeout_ns) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  uint64_t total = (uint64_t)now.tv_nsec + timeout_ns % 1000000000u;
+  now.tv_sec += (time_t)(timeout_ns / 1000000000u + total / 1000000000u);
+  now.tv_nsec = (long)(total % 1000000000u);
+  return now;
 }
 
 // ---- checked arithmetic -----------------------------------------------------------------

@@ -65,3 +65,11 @@ void devbuf__mutex_init(pthread_mutex_t *mutex) {
 #else
 void devbuf__mutex_init(pthread_mutex_t *mutex) { pthread_mutex_init(mutex, NULL); }
 #endif
+
+void devbuf__cond_init_monotonic(pthread_cond_t *cond) {
+  pthread_condattr_t attributes;
+  pthread_condattr_init(&attributes);
+  pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+  pthread_cond_init(cond, &attributes);
+  pthread_condattr_destroy(&attributes);
+}

@@ -369,12 +369,14 @@ devbuf_status devbuf_device_synchronize(devbuf_device_t *device) {
   if (DEVBUF_UNLIKELY(devbuf__worker_device == device))
     return devbuf__refuse_self_wait("device_synchronize");
   if (atomic_load(&device->pending_work)) {
+    devbuf__wait_begins();
     pthread_mutex_lock(&device->work_lock);
     atomic_fetch_add(&device->sync_waiters, 1);
     while (atomic_load(&device->pending_work))
       pthread_cond_wait(&device->work_idle, &device->work_lock);
     atomic_fetch_sub(&device->sync_waiters, 1);
     pthread_mutex_unlock(&device->work_lock);
+    devbuf__wait_ends();
   }
   return device->backend->synchronize ? device->backend->synchronize(device) : DEVBUF_OK;
 }

@@ -67,6 +67,7 @@ bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t
 void devbuf__hazard_wait_progress(devbuf__hazard *hazard) {
   // The sleep lock is taken before the tracker's lock is given back: a remover, which takes
   // it to broadcast once it holds the tracker's lock, cannot broadcast before this sleeps.
+  devbuf__wait_begins(); // takes queues' locks, which no holder keeps while it takes this one
   hazard->waiters++;
   pthread_mutex_lock(&hazard->sleep_lock);
   devbuf__spin_unlock(&hazard->lock);
@@ -74,6 +75,7 @@ void devbuf__hazard_wait_progress(devbuf__hazard *hazard) {
   pthread_mutex_unlock(&hazard->sleep_lock);
   devbuf__spin_lock(&hazard->lock);
   hazard->waiters--;
+  devbuf__wait_ends();
 }
 
 void devbuf__hazard_wake_locked(devbuf__hazard *hazard) {

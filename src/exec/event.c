@@ -17,11 +17,7 @@ devbuf_status devbuf_event_create(uint64_t initial, devbuf_event_t **out_event) 
   atomic_init(&event->value, initial);
   atomic_init(&event->interest, 0);
   devbuf__mutex_init(&event->lock);
-  pthread_condattr_t attributes;
-  pthread_condattr_init(&attributes);
-  pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
-  pthread_cond_init(&event->reached, &attributes);
-  pthread_condattr_destroy(&attributes);
+  devbuf__cond_init_monotonic(&event->reached);
   *out_event = event;
   return DEVBUF_OK;
 }
@@ -174,23 +170,14 @@ devbuf_status devbuf_event_status(const devbuf_event_t *event) {
   return status;
 }
 
-static struct timespec deadline_after(uint64_t timeout_ns) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  uint64_t total = (uint64_t)now.tv_nsec + timeout_ns % 1000000000u;
-  now.tv_sec += (time_t)(timeout_ns / 1000000000u + total / 1000000000u);
-  now.tv_nsec = (long)(total % 1000000000u);
-  return now;
-}
-
-devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
-                                 const atomic_bool *cancel) {
+static devbuf_status wait_below(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
+                                const atomic_bool *cancel) {
   for (int spin = 0; spin < SPIN_CHECKS && timeout_ns; spin++) {
     if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) return DEVBUF_OK;
     devbuf__cpu_pause();
   }
   bool forever = timeout_ns == UINT64_MAX;
-  struct timespec deadline = forever ? (struct timespec){0} : deadline_after(timeout_ns);
+  struct timespec deadline = forever ? (struct timespec){0} : devbuf__deadline_after(timeout_ns);
   devbuf_status status = DEVBUF_OK;
   pthread_mutex_lock(&event->lock);
   atomic_fetch_add(&event->interest, 1); // before the value: a raise after it takes the lock
@@ -219,6 +206,14 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
   }
   atomic_fetch_sub(&event->interest, 1);
   pthread_mutex_unlock(&event->lock);
+  return status;
+}
+
+devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
+                                 const atomic_bool *cancel) {
+  devbuf__wait_begins();
+  devbuf_status status = wait_below(event, value, timeout_ns, cancel);
+  devbuf__wait_ends();
   return status;
 }
 

@@ -277,7 +277,10 @@ devbuf_status devbuf__event_share_wait(devbuf_event_t *event, uint64_t value, ui
     if (reached(event, page, value)) return DEVBUF_OK;
     devbuf__cpu_pause();
   }
-  return wait_sleeping(event, value, timeout_ns);
+  devbuf__wait_begins(); // what the other process waits for may be queued here
+  devbuf_status status = wait_sleeping(event, value, timeout_ns);
+  devbuf__wait_ends();
+  return status;
 }
 
 // Whether something in this process waits on the local event (a queue's watch, a blocked

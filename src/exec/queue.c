@@ -4,6 +4,8 @@
 // what has not started.
 #include "queue.h"
 
+#include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +340,7 @@ static devbuf_status run(devbuf__work *work) {
 }
 
 static void queue_destroy(devbuf_queue_t *queue) {
+  if (queue->dozer.nudge) devbuf__dozer_remove(&queue->dozer);
   if (queue->device_queue)
     queue->device->backend->queue_destroy(queue->device, queue->device_queue);
   pthread_cond_destroy(&queue->work_available);
@@ -450,27 +453,97 @@ static bool claim_runner(devbuf_queue_t *queue) {
   return atomic_compare_exchange_strong(&queue->runner, &free, true);
 }
 
+// How long a dozing worker sleeps at a time, unless DEVBUF_QUEUE_DOZE_US says otherwise:
+// the longest a submission waits for it when no finish comes for the work (twice this at
+// worst) and nobody blocks on it, and, while the queue is used, how often it wakes.
+#define DOZE_NS         1000000
+// Finishes in a row that came soon for work submitted to a worker without work
+// (note_finish) before the worker dozes.
+#define FINISHER_STREAK 2
+
+static void set_dozing(devbuf_queue_t *queue, bool dozing) {
+  if (atomic_load_explicit(&queue->dozing, memory_order_relaxed) == dozing) return;
+  if (dozing) atomic_fetch_add(&devbuf__dozers_asleep, 1); // before a submitter can skip a wake
+  atomic_store(&queue->dozing, dozing);
+  if (!dozing) atomic_fetch_sub(&devbuf__dozers_asleep, 1);
+}
+
+static bool finishers_run_the_work(const devbuf_queue_t *queue) {
+  return atomic_load_explicit(&queue->finish_streak, memory_order_relaxed) >= FINISHER_STREAK;
+}
+
 // Sleeps until something is submitted or the queue is released, letting a thread in
 // devbuf_queue_finish run the queue's items meanwhile; false when released and drained.
 // The submitter reads worker_idle after pushing, the worker reads incoming after raising it
 // (both sequentially consistent), so one of them sees the other. The worker runs again
 // only once it holds `runner`: a finishing thread that holds it signals when it lets go.
+//
+// Where finishing threads run the work themselves (a loop that submits a collective and
+// finishes it), a wake for each submission would only make the worker race the finishing
+// thread for the work: on a machine whose cores are all busy the woken worker usually takes
+// the core and the work, and the finishing thread sleeps until the worker wakes it (two
+// sleeps and wakes for each item: in bench/mpi the worker ran 61 to 83 of a rank's 90
+// calls, and 256 KiB to 16 MiB took up to 1.23x raw MPI's time). Such a worker dozes instead: it
+// sleeps on a timer, and submissions do not wake it. It takes work when a doze ends with work that
+// waited through all of it (no finish came: the queue then goes back to waking its worker), when a
+// thread blocks on the queue's work (devbuf__wait_begins), and when the queue is released. A doze
+// that saw no submission ends in an ordinary sleep, which a submission wakes; and the worker woken
+// so dozes before it takes the work, giving the finishing thread its turn.
 static bool wait_for_work(devbuf_queue_t *queue) {
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->worker_idle, true);
   atomic_store(&queue->runner, false);
+  bool doze = finishers_run_the_work(queue); // sleep on the timer, not until woken
+  bool overslept = false;                    // a doze ended with work that waited all through it
+  uint64_t submitted_before = atomic_load(&queue->submitted);
   for (;;) {
     // Before `incoming` is read, and again after every wake that finds nothing it may take
     // (a finishing thread runs the queue): a submission after this finds it clear and wakes
-    // the worker, and one before it is seen below (see `submit`).
+    // the worker, and one before it is seen below (see `submit`). The same holds of
+    // `dozing`: a submission that saw it raised is seen below, or by the doze's end.
     atomic_store(&queue->wake_sent, false);
-    if ((atomic_load(&queue->incoming) || queue->released) && claim_runner(queue)) break;
-    pthread_cond_wait(&queue->work_available, &queue->lock);
+    set_dozing(queue, doze);
+    bool waiting = atomic_load(&queue->incoming) != NULL;
+    bool finishers_turn = waiting && finishers_run_the_work(queue) && !overslept &&
+                          !atomic_load(&queue->run_now) && !atomic_load(&devbuf__blocked_waiters);
+    if ((queue->released || (waiting && !finishers_turn)) && claim_runner(queue)) break;
+    if (!doze) {
+      if (waiting) { // the finishing thread's turn (or it runs the queue): doze meanwhile
+        doze = true;
+        continue;
+      }
+      pthread_cond_wait(&queue->work_available, &queue->lock);
+      doze = finishers_run_the_work(queue); // a submission woke it: doze until its finish
+      submitted_before = atomic_load(&queue->submitted);
+      continue;
+    }
+    struct timespec until = devbuf__deadline_after(queue->doze_ns);
+    bool ended = pthread_cond_timedwait(&queue->work_available, &queue->lock, &until) == ETIMEDOUT;
+    overslept = ended && waiting && atomic_load(&queue->incoming);
+    if (ended && !atomic_load(&queue->incoming)) { // doze on while finishers ran submissions
+      uint64_t submitted = atomic_load(&queue->submitted);
+      doze = submitted != submitted_before;
+      submitted_before = submitted;
+    }
   }
+  if (overslept) atomic_store(&queue->finish_streak, 0);
+  set_dozing(queue, false);
+  atomic_store(&queue->run_now, false);
+  atomic_store(&queue->worker_woken, true);
   atomic_store(&queue->worker_idle, false);
   bool more = atomic_load(&queue->incoming) != NULL;
   pthread_mutex_unlock(&queue->lock);
   return more;
+}
+
+// A thread blocks on the library's work: a dozing worker with work waiting takes it now.
+static void nudge_worker(devbuf__dozer *dozer) {
+  devbuf_queue_t *queue = (devbuf_queue_t *)((char *)dozer - offsetof(devbuf_queue_t, dozer));
+  if (!atomic_load(&queue->dozing) || !atomic_load(&queue->incoming)) return;
+  pthread_mutex_lock(&queue->lock);
+  atomic_store(&queue->run_now, true);
+  pthread_cond_signal(&queue->work_available);
+  pthread_mutex_unlock(&queue->lock);
 }
 
 // devbuf_queue_finish on a queue whose worker sleeps: this thread runs what is queued, as
@@ -501,11 +574,15 @@ static void run_here(devbuf_queue_t *queue) {
 // wake-up for the worker, and a finish that waits behind both), as in a loop that submits,
 // finishes and submits again after a collective or some host work.
 static bool spin_for_work(devbuf_queue_t *queue, uint64_t dry_at) {
+  atomic_store_explicit(&queue->worker_spinning, true, memory_order_relaxed);
+  bool found;
   for (unsigned spin = 1;; spin++) {
-    if (atomic_load_explicit(&queue->incoming, memory_order_relaxed)) return true;
+    if ((found = atomic_load_explicit(&queue->incoming, memory_order_relaxed) != NULL)) break;
     devbuf__cpu_pause();
-    if (spin % 32 == 0 && devbuf__now_ns() - dry_at >= WORKER_SPIN_NS) return false;
+    if (spin % 32 == 0 && devbuf__now_ns() - dry_at >= WORKER_SPIN_NS) break;
   }
+  atomic_store_explicit(&queue->worker_spinning, false, memory_order_relaxed);
+  return found;
 }
 
 // Whether the worker spins the next time it runs dry: when the work came back soon this time
@@ -548,11 +625,18 @@ static void *worker_main(void *arg) {
   devbuf__worker_device = queue->device;
   devbuf__work *batch[BATCH];
   bool spins = false; // until work is seen to come back soon after the worker ran dry
+  bool woke = false;  // the next batch is what the worker slept until (worker_woken)
   for (;;) {
-    if (!queue->taken && !take_more(queue)) {
+    if (queue->taken || take_more(queue)) {
+      if (!woke && atomic_load_explicit(&queue->worker_woken, memory_order_relaxed))
+        atomic_store_explicit(&queue->worker_woken, false, memory_order_relaxed);
+      woke = false;
+    } else {
       uint64_t dry_at = devbuf__now_ns();
-      bool found = spins && spin_for_work(queue, dry_at);
+      // Not while finishing threads run the work: a spinning worker would take it from them.
+      bool found = spins && !finishers_run_the_work(queue) && spin_for_work(queue, dry_at);
       if (!found && !wait_for_work(queue)) break; // released and drained
+      woke = !found;
       spins = spin_next_time(dry_at, found);
       continue;
     }
@@ -576,6 +660,14 @@ static void *worker_main(void *arg) {
 
 // ---- the public queue API --------------------------------------------------------------
 
+static uint64_t doze_ns(void) {
+  const char *text = getenv("DEVBUF_QUEUE_DOZE_US");
+  char *end = NULL;
+  unsigned long long micros = text ? strtoull(text, &end, 10) : 0;
+  if (!text || end == text || *end || micros == 0 || micros > 60000000) return DOZE_NS;
+  return micros * 1000;
+}
+
 devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_queue) {
   if (!device || !out_queue)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_queue is NULL");
@@ -594,6 +686,13 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   atomic_init(&queue->submitted, 0);
   atomic_init(&queue->worker_idle, false);
   atomic_init(&queue->wake_sent, false);
+  atomic_init(&queue->dozing, false);
+  atomic_init(&queue->submitted_to_idle_at, 0);
+  atomic_init(&queue->worker_spinning, false);
+  atomic_init(&queue->finish_streak, 0);
+  atomic_init(&queue->worker_woken, false);
+  atomic_init(&queue->run_now, false);
+  queue->doze_ns = doze_ns();
   atomic_init(&queue->runner, true); // the worker's until it first sleeps
   atomic_init(&queue->completed, 0);
   atomic_init(&queue->drain_waiters, 0);
@@ -607,8 +706,12 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
   queue->epoch = devbuf__epoch();
   queue->number = atomic_fetch_add(&device->queues_made, 1) + 1;
   devbuf__mutex_init(&queue->lock);
-  pthread_cond_init(&queue->work_available, NULL);
+  devbuf__cond_init_monotonic(&queue->work_available);
   pthread_cond_init(&queue->drained, NULL);
+  if (!device_queue) { // only these let a finishing thread run the work, and so doze
+    queue->dozer.nudge = nudge_worker;
+    devbuf__dozer_add(&queue->dozer);
+  }
   if (pthread_create(&queue->worker, NULL, worker_main, queue) != 0) {
     queue_destroy(queue);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "cannot start a worker thread for a queue on %s",
@@ -678,6 +781,20 @@ static uint64_t held_items(devbuf_queue_t *queue) {
 
 #define ROOM_SPINS 4000 // checks before a submission to a full queue sleeps
 
+static void wait_for_room(devbuf_queue_t *queue, uint64_t depth) {
+  for (int spin = 0; spin < ROOM_SPINS; spin++) {
+    if (held_items(queue) < depth) return;
+    devbuf__cpu_pause();
+  }
+  // The worker broadcasts `drained` for every group it retires while someone waits.
+  pthread_mutex_lock(&queue->lock);
+  atomic_fetch_add(&queue->drain_waiters, 1);
+  while (held_items(queue) >= depth && !atomic_load(&queue->failed))
+    pthread_cond_wait(&queue->drained, &queue->lock);
+  atomic_fetch_sub(&queue->drain_waiters, 1);
+  pthread_mutex_unlock(&queue->lock);
+}
+
 devbuf_status devbuf__queue_wait_room(devbuf_queue_t *queue) {
   uint64_t depth = atomic_load_explicit(&queue->depth, memory_order_relaxed), held;
   if (!depth || (held = held_items(queue)) < depth) return DEVBUF_OK;
@@ -688,17 +805,9 @@ devbuf_status devbuf__queue_wait_room(devbuf_queue_t *queue) {
                          queue->device->spec, (unsigned long long)held, (unsigned long long)depth);
   if (DEVBUF_UNLIKELY(devbuf__worker_queue == queue))
     return devbuf__refuse_self_wait("a submission to its own full queue");
-  for (int spin = 0; spin < ROOM_SPINS; spin++) {
-    if (held_items(queue) < depth) return DEVBUF_OK;
-    devbuf__cpu_pause();
-  }
-  // The worker broadcasts `drained` for every group it retires while someone waits.
-  pthread_mutex_lock(&queue->lock);
-  atomic_fetch_add(&queue->drain_waiters, 1);
-  while (held_items(queue) >= depth && !atomic_load(&queue->failed))
-    pthread_cond_wait(&queue->drained, &queue->lock);
-  atomic_fetch_sub(&queue->drain_waiters, 1);
-  pthread_mutex_unlock(&queue->lock);
+  devbuf__wait_begins();
+  wait_for_room(queue, depth);
+  devbuf__wait_ends();
   return DEVBUF_OK; // a failure found meanwhile is the submission's to report
 }
 
@@ -723,6 +832,29 @@ static void wait_drained_locked(devbuf_queue_t *queue) {
   atomic_fetch_sub(&queue->drain_waiters, 1);
 }
 
+// Counts the finishes in a row that came soon for work submitted to a worker without work
+// (asleep, dozing or spinning for more): within FINISH_SOON_NS of the submission, or while
+// the worker still runs what it was woken for. One that comes later, or for work the worker
+// found busy (a producer that runs ahead of it), ends the row. A worker that spins for work
+// takes it from the finishing thread, which then sleeps until the worker is done: once the
+// row is long enough, it neither spins nor is woken.
+#define FINISH_SOON_NS 100000
+
+static void note_finish(devbuf_queue_t *queue) {
+  uint64_t submitted_at = atomic_load_explicit(&queue->submitted_to_idle_at, memory_order_relaxed);
+  bool pending = atomic_load(&queue->completed) != atomic_load(&queue->submitted);
+  if (!submitted_at && !pending) return;
+  if (submitted_at) atomic_store_explicit(&queue->submitted_to_idle_at, 0, memory_order_relaxed);
+  bool soon = submitted_at &&
+              (devbuf__now_ns() - submitted_at < FINISH_SOON_NS ||
+               (pending && !atomic_load(&queue->worker_idle) && atomic_load(&queue->worker_woken)));
+  unsigned streak = atomic_load_explicit(&queue->finish_streak, memory_order_relaxed);
+  if (soon && streak < FINISHER_STREAK)
+    atomic_store_explicit(&queue->finish_streak, streak + 1, memory_order_relaxed);
+  else if (!soon && streak)
+    atomic_store_explicit(&queue->finish_streak, 0, memory_order_relaxed);
+}
+
 devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
   if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
   devbuf_status usable = devbuf__queue_check_process(queue, "queue_finish");
@@ -732,9 +864,11 @@ devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
   // A sleeping worker would have to be woken and then wake this thread: two sleeps and wakes
   // of some microseconds each, where the work itself may take less (an MPI call on a few
   // KiB). Device queues are left to their worker, which feeds the driver.
-  if (!queue->device_queue && atomic_load(&queue->worker_idle) && atomic_load(&queue->incoming) &&
-      claim_runner(queue))
-    run_here(queue);
+  if (!queue->device_queue) {
+    note_finish(queue);
+    if (atomic_load(&queue->worker_idle) && atomic_load(&queue->incoming) && claim_runner(queue))
+      run_here(queue);
+  }
   pthread_mutex_lock(&queue->lock);
   wait_drained_locked(queue);
   devbuf_status status = queue->failure == DEVBUF_OK ? DEVBUF_OK : failure_locked(queue);

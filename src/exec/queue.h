@@ -133,23 +133,35 @@ struct devbuf_queue {
   // What submitters last read of `completed`: while submitted - this is under the depth the
   // queue has room, and no submission reads the worker's line.
   atomic_uint_least64_t completed_seen;
-  atomic_bool worker_idle; // the worker waits (or is about to) on work_available
+  atomic_bool worker_idle;     // the worker waits (or is about to) on work_available
+  atomic_bool worker_spinning; // the worker looks for work before it sleeps (spin_for_work)
   // A submission has woken the idle worker: the others of the burst need not (the worker
   // takes everything queued when it wakes). Cleared by the worker as it goes idle.
   atomic_bool wake_sent;
+  atomic_bool dozing; // the idle worker sleeps on its timer: submissions do not wake it
+  // When a submission first found the worker without work (asleep or spinning) since the
+  // last finish; 0: none did.
+  atomic_uint_least64_t submitted_to_idle_at;
   char apart_from_incoming[CACHE_LINE];
   // The thread that takes and runs items holds `runner`: the worker, but while it sleeps a
   // thread in devbuf_queue_finish of a queue with no device queue of its own, which runs
   // what is queued itself instead of waking the worker and sleeping until it is done.
   atomic_bool runner;
   devbuf__work *taken, *taken_tail; // the runner's: taken, not yet run, oldest first
-  pthread_mutex_t lock;             // the fields below, unless marked atomic
-  bool released;                    // no references left: the worker exits once drained
-  bool worker_frees;                // ... and frees the queue itself (release did not join)
-  pthread_cond_t work_available;    // the worker waits here
-  pthread_cond_t drained;           // finish and cancel wait here
-  devbuf__work *waiting;            // the WAIT item the worker blocks in, for cancel
-  devbuf_status failure;            // OK until a work item fails
+  // Whether finishing threads run the work themselves (queue.c, wait_for_work): finishes in
+  // a row that found work waiting for a sleeping worker, or for one just woken for it.
+  atomic_uint finish_streak;
+  atomic_bool worker_woken;      // the worker runs what it was woken for (not what it found)
+  atomic_bool run_now;           // a thread blocks on the work: the dozing worker takes it
+  uint64_t doze_ns;              // how long the worker dozes at a time (DEVBUF_QUEUE_DOZE_US)
+  devbuf__dozer dozer;           // in base's list while the queue lives (CPU queues)
+  pthread_mutex_t lock;          // the fields below, unless marked atomic
+  bool released;                 // no references left: the worker exits once drained
+  bool worker_frees;             // ... and frees the queue itself (release did not join)
+  pthread_cond_t work_available; // the worker waits here
+  pthread_cond_t drained;        // finish and cancel wait here
+  devbuf__work *waiting;         // the WAIT item the worker blocks in, for cancel
+  devbuf_status failure;         // OK until a work item fails
   char apart_from_submissions[CACHE_LINE];
   // Written by the worker for every group of items it retires.
   atomic_uint_least64_t completed; // retired items

@@ -232,9 +232,7 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
   return work;
 }
 
-// Waits on the host until `work` has retired; its status.
-devbuf_status devbuf__work_wait_done(devbuf__work *work) {
-  if (DEVBUF_UNLIKELY(work->fence.epoch != devbuf__epoch())) return DEVBUF_OK; // an ancestor's
+static devbuf_status wait_not_done(devbuf__work *work) {
   // The other queue is usually about to finish it: spin a little, then give the core away
   // (on a busy machine the other worker may need it), and only then sleep.
   for (int spin = 0; spin < SPIN_CHECKS + YIELDS; spin++) {
@@ -253,6 +251,16 @@ devbuf_status devbuf__work_wait_done(devbuf__work *work) {
   atomic_fetch_sub(&work->waiters, 1);
   pthread_mutex_unlock(&place->lock);
   return work->status;
+}
+
+// Waits on the host until `work` has retired; its status.
+devbuf_status devbuf__work_wait_done(devbuf__work *work) {
+  if (DEVBUF_UNLIKELY(work->fence.epoch != devbuf__epoch())) return DEVBUF_OK; // an ancestor's
+  if (atomic_load_explicit(&work->fence.done, memory_order_acquire)) return work->status;
+  devbuf__wait_begins();
+  devbuf_status status = wait_not_done(work);
+  devbuf__wait_ends();
+  return status;
 }
 
 // The fence of a work item, as trackers and storages see it.
