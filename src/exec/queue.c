@@ -479,16 +479,16 @@ static bool finishers_run_the_work(const devbuf_queue_t *queue) {
 // only once it holds `runner`: a finishing thread that holds it signals when it lets go.
 //
 // Where finishing threads run the work themselves (a loop that submits a collective and
-// finishes it), a wake for each submission would only make the worker race the finishing
-// thread for the work: on a machine whose cores are all busy the woken worker usually takes
-// the core and the work, and the finishing thread sleeps until the worker wakes it (two
-// sleeps and wakes for each item: in bench/mpi the worker ran 61 to 83 of a rank's 90
-// calls, and 256 KiB to 16 MiB took up to 1.23x raw MPI's time). Such a worker dozes instead: it
-// sleeps on a timer, and submissions do not wake it. It takes work when a doze ends with work that
-// waited through all of it (no finish came: the queue then goes back to waking its worker), when a
-// thread blocks on the queue's work (devbuf__wait_begins), and when the queue is released. A doze
-// that saw no submission ends in an ordinary sleep, which a submission wakes; and the worker woken
-// so dozes before it takes the work, giving the finishing thread its turn.
+// finishes it), a wake for each submission only makes the worker race the finishing thread
+// for the work: where the cores are all busy, the woken worker takes the core of the thread
+// that woke it and then the work, and that thread sleeps in devbuf_queue_finish until the
+// worker is done (bench/mpi: 256 KiB to 16 MiB took up to 1.28x raw MPI's time). Such a
+// worker dozes instead: it sleeps on a timer, and submissions do not wake it. It takes the
+// work when a thread blocks on it (devbuf__wait_begins), when the queue is released, and
+// when a doze ends with work that waited all through it (no finish came: the queue then
+// goes back to waking its worker). A doze that saw no submission ends in an ordinary sleep,
+// which a submission wakes; the worker so woken dozes before it takes the work, giving the
+// finishing thread its turn.
 static bool wait_for_work(devbuf_queue_t *queue) {
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->worker_idle, true);

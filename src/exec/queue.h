@@ -149,7 +149,7 @@ struct devbuf_queue {
   atomic_bool runner;
   devbuf__work *taken, *taken_tail; // the runner's: taken, not yet run, oldest first
   // Whether finishing threads run the work themselves (queue.c, wait_for_work): finishes in
-  // a row that found work waiting for a sleeping worker, or for one just woken for it.
+  // a row that came soon after a submission to a worker without work (note_finish).
   atomic_uint finish_streak;
   atomic_bool worker_woken;      // the worker runs what it was woken for (not what it found)
   atomic_bool run_now;           // a thread blocks on the work: the dozing worker takes it

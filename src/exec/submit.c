@@ -99,11 +99,12 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   } while (!atomic_compare_exchange_weak(&queue->incoming, &newest,
                                          work)); // the worker may take them meanwhile
   devbuf__spin_unlock(&device->submit_lock);
-  // One wake per sleep, and none while the worker dozes (queue.c, wait_for_work). A submission that
-  // finds the wake sent pushed before it looked, and the worker clears the flag before each time it
-  // reads `incoming` (all sequentially consistent): the worker finds this item when it next looks.
-  // The one that sends it takes the lock, so the signal comes once the worker waits.
-  // A finish that comes soon after it is told by when (queue.c, note_finish).
+  // The time of the first submission to a worker without work, for the finish that may come
+  // soon after it (queue.c, note_finish). Then one wake per sleep, and none while the worker
+  // dozes (queue.c, wait_for_work). A submission that finds the wake sent pushed before it
+  // looked, and the worker clears the flag before each time it reads `incoming` (all
+  // sequentially consistent): the worker finds this item when it next looks. The one that
+  // sends it takes the lock, so the signal comes once the worker waits.
   bool idle = atomic_load(&queue->worker_idle);
   if ((idle || atomic_load_explicit(&queue->worker_spinning, memory_order_relaxed)) &&
       !atomic_load_explicit(&queue->submitted_to_idle_at, memory_order_relaxed))
