@@ -460,6 +460,8 @@ static bool claim_runner(devbuf_queue_t *queue) {
 // Finishes in a row that came soon for work submitted to a worker without work
 // (note_finish) before the worker dozes.
 #define FINISHER_STREAK 2
+// Dozes in a row that saw no submission before the worker sleeps until woken.
+#define EMPTY_DOZES     4
 
 static void set_dozing(devbuf_queue_t *queue, bool dozing) {
   if (atomic_load_explicit(&queue->dozing, memory_order_relaxed) == dozing) return;
@@ -486,9 +488,9 @@ static bool finishers_run_the_work(const devbuf_queue_t *queue) {
 // worker dozes instead: it sleeps on a timer, and submissions do not wake it. It takes the
 // work when a thread blocks on it (devbuf__wait_begins), when the queue is released, and
 // when a doze ends with work that waited all through it (no finish came: the queue then
-// goes back to waking its worker). A doze that saw no submission ends in an ordinary sleep,
-// which a submission wakes; the worker so woken dozes before it takes the work, giving the
-// finishing thread its turn.
+// goes back to waking its worker). EMPTY_DOZES in a row that saw no submission end in an
+// ordinary sleep, which a submission wakes; the worker so woken dozes before it takes the
+// work, giving the finishing thread its turn.
 static bool wait_for_work(devbuf_queue_t *queue) {
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->worker_idle, true);
@@ -496,6 +498,7 @@ static bool wait_for_work(devbuf_queue_t *queue) {
   bool doze = finishers_run_the_work(queue); // sleep on the timer, not until woken
   bool overslept = false;                    // a doze ended with work that waited all through it
   uint64_t submitted_before = atomic_load(&queue->submitted);
+  unsigned empty_dozes = 0; // in a row, that saw no submission
   for (;;) {
     // Before `incoming` is read, and again after every wake that finds nothing it may take
     // (a finishing thread runs the queue): a submission after this finds it clear and wakes
@@ -515,6 +518,7 @@ static bool wait_for_work(devbuf_queue_t *queue) {
       pthread_cond_wait(&queue->work_available, &queue->lock);
       doze = finishers_run_the_work(queue); // a submission woke it: doze until its finish
       submitted_before = atomic_load(&queue->submitted);
+      empty_dozes = 0;
       continue;
     }
     struct timespec until = devbuf__deadline_after(queue->doze_ns);
@@ -522,7 +526,8 @@ static bool wait_for_work(devbuf_queue_t *queue) {
     overslept = ended && waiting && atomic_load(&queue->incoming);
     if (ended && !atomic_load(&queue->incoming)) { // doze on while finishers ran submissions
       uint64_t submitted = atomic_load(&queue->submitted);
-      doze = submitted != submitted_before;
+      empty_dozes = submitted == submitted_before ? empty_dozes + 1 : 0;
+      doze = empty_dozes < EMPTY_DOZES;
       submitted_before = submitted;
     }
   }
