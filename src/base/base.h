@@ -65,7 +65,8 @@ void devbuf__dozer_add(devbuf__dozer *dozer);
 void devbuf__dozer_remove(devbuf__dozer *dozer); // once removed, no nudge runs on it
 void devbuf__nudge_dozers_slow(void);
 // Brackets a wait on the library's work (a work item, an event, a tracker, a device, room
-// in a queue), before its first spin.
+// in a queue) that may sleep: from before it sleeps, or before a spin of more than a few
+// checks.
 static inline void devbuf__wait_begins(void) {
   atomic_fetch_add(&devbuf__blocked_waiters, 1);
   if (DEVBUF_UNLIKELY(atomic_load(&devbuf__dozers_asleep))) devbuf__nudge_dozers_slow();

@@ -170,8 +170,8 @@ devbuf_status devbuf_event_status(const devbuf_event_t *event) {
   return status;
 }
 
-static devbuf_status wait_below(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
-                                const atomic_bool *cancel) {
+devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
+                                 const atomic_bool *cancel) {
   for (int spin = 0; spin < SPIN_CHECKS && timeout_ns; spin++) {
     if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) return DEVBUF_OK;
     devbuf__cpu_pause();
@@ -179,6 +179,7 @@ static devbuf_status wait_below(devbuf_event_t *event, uint64_t value, uint64_t 
   bool forever = timeout_ns == UINT64_MAX;
   struct timespec deadline = forever ? (struct timespec){0} : devbuf__deadline_after(timeout_ns);
   devbuf_status status = DEVBUF_OK;
+  devbuf__wait_begins(); // after the spin: a round trip of events takes no locked addition
   pthread_mutex_lock(&event->lock);
   atomic_fetch_add(&event->interest, 1); // before the value: a raise after it takes the lock
   for (;;) {
@@ -206,13 +207,6 @@ static devbuf_status wait_below(devbuf_event_t *event, uint64_t value, uint64_t 
   }
   atomic_fetch_sub(&event->interest, 1);
   pthread_mutex_unlock(&event->lock);
-  return status;
-}
-
-devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
-                                 const atomic_bool *cancel) {
-  devbuf__wait_begins();
-  devbuf_status status = wait_below(event, value, timeout_ns, cancel);
   devbuf__wait_ends();
   return status;
 }
