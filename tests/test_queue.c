@@ -445,10 +445,15 @@ static void test_failures_carry_their_cause(void) {
   devbuf_queue_t *first = NULL, *second = NULL;
   CHECK_OK(devbuf_queue_create(device, &first));
   CHECK_OK(devbuf_queue_create(device, &second));
-  devbuf_event_t *done = NULL;
+  devbuf_event_t *done = NULL, *gate = NULL;
   CHECK_OK(devbuf_event_create(0, &done));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  // The failure waits behind the gate until the signal is queued after it: a queue that has
+  // failed already refuses the signal (with the same cause), and nothing would raise `done`.
+  CHECK_OK(devbuf_queue_wait(second, gate, 1));
   CHECK_OK(devbuf_queue_host_task(second, fails_with_io_error, NULL, 0, NULL, 0));
   CHECK_OK(devbuf_queue_signal(second, done, 1));
+  CHECK_OK(devbuf_event_signal(gate, 1));
   CHECK_STATUS(devbuf_queue_finish(second), DEVBUF_IO_ERROR);
   const char *message = devbuf_last_error();
   // The second queue made on the device since `first`: its number is one more.
@@ -476,6 +481,7 @@ static void test_failures_carry_their_cause(void) {
   devbuf_allocator_release(limited);
   devbuf_allocator_release(raw);
   devbuf_event_release(done);
+  devbuf_event_release(gate);
   devbuf_queue_release(first);
   devbuf_queue_release(second);
 }
