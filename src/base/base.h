@@ -162,16 +162,24 @@ static inline void *devbuf__record_alloc(devbuf__record_kind kind, size_t size) 
   return DEVBUF_LIKELY(record) ? record : devbuf__record_alloc_slow(kind, size);
 }
 
+// Whether the thread's cache takes a record back with no call.
+static inline bool devbuf__record_cache_has_room(devbuf__record_kind kind) {
+  return DEVBUF__RECORD_CACHE && DEVBUF_LIKELY(devbuf__records.registered) &&
+         devbuf__records.count[kind] < DEVBUF__RECORD_CACHE_DEPTH &&
+         !atomic_load_explicit(&devbuf__host_hooks_set, memory_order_relaxed);
+}
+// Puts a record in the thread's cache, which devbuf__record_cache_has_room said had room.
+static inline void devbuf__record_put_cached(devbuf__record_kind kind, void *record) {
+  *(void **)record = devbuf__records.head[kind];
+  devbuf__records.head[kind] = record;
+  devbuf__records.count[kind]++;
+}
+
 static inline void devbuf__record_free(devbuf__record_kind kind, void *record) {
-  if (DEVBUF__RECORD_CACHE && DEVBUF_LIKELY(record && devbuf__records.registered) &&
-      devbuf__records.count[kind] < DEVBUF__RECORD_CACHE_DEPTH &&
-      !atomic_load_explicit(&devbuf__host_hooks_set, memory_order_relaxed)) {
-    *(void **)record = devbuf__records.head[kind];
-    devbuf__records.head[kind] = record;
-    devbuf__records.count[kind]++;
-    return;
-  }
-  devbuf__record_free_slow(kind, record);
+  if (DEVBUF_LIKELY(record) && devbuf__record_cache_has_room(kind))
+    devbuf__record_put_cached(kind, record);
+  else
+    devbuf__record_free_slow(kind, record);
 }
 
 // ---- fork (fork.c) ----------------------------------------------------------------------
@@ -208,17 +216,20 @@ typedef struct devbuf__id_block {
 } devbuf__id_block;
 extern _Thread_local devbuf__id_block devbuf__ids __attribute__((tls_model("initial-exec")));
 uint64_t devbuf__next_ids_slow(uint64_t count);
-// Whether the thread's block has two ids at hand; if so, takes them (with no call).
-static inline bool devbuf__take_id_pair(uint64_t *out_first) {
-  devbuf__id_block *ids = &devbuf__ids;
-  if (DEVBUF_UNLIKELY(ids->end - ids->next < 2 || ids->epoch != devbuf__epoch())) return false;
-  *out_first = ids->next;
-  ids->next += 2;
-  return true;
+// Whether the thread's block has two ids at hand (of this process: a forked child's are
+// its parent's).
+static inline bool devbuf__id_pair_at_hand(void) {
+  return DEVBUF_LIKELY(devbuf__ids.end - devbuf__ids.next >= 2 &&
+                       devbuf__ids.epoch == devbuf__epoch());
+}
+// Takes them, with no call; only after devbuf__id_pair_at_hand said so.
+static inline uint64_t devbuf__take_id_pair_at_hand(void) {
+  uint64_t first = devbuf__ids.next;
+  devbuf__ids.next = first + 2;
+  return first;
 }
 static inline uint64_t devbuf__next_id_pair(void) {
-  uint64_t first;
-  return DEVBUF_LIKELY(devbuf__take_id_pair(&first)) ? first : devbuf__next_ids_slow(2);
+  return devbuf__id_pair_at_hand() ? devbuf__take_id_pair_at_hand() : devbuf__next_ids_slow(2);
 }
 
 // ---- files (file_open.c) ----------------------------------------------------------------

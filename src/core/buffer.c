@@ -62,18 +62,48 @@ devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtyp
   return buffer_make(allocator, dtype, shape, ndim, flags, out_buffer);
 }
 
-devbuf_status devbuf_buffer_allocate(devbuf_allocator_t *allocator, devbuf_dtype dtype,
-                                     const size_t *shape, size_t ndim, uint32_t flags,
-                                     devbuf_buffer_t **out_buffer) {
-  if (!out_buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_buffer is NULL");
-  devbuf_buffer_t *buffer = NULL;
-  devbuf_status status = buffer_make(allocator, dtype, shape, ndim, flags, &buffer);
-  if (status != DEVBUF_OK) return status;
-  status = devbuf__storage_allocate_private(buffer->storage); // the handle is not out yet
+// Allocates the memory of a new buffer (its handle not out yet) and hands the buffer out;
+// on failure the buffer goes.
+__attribute__((noinline)) static devbuf_status buffer_allocate_memory(devbuf_buffer_t *buffer,
+                                                                      devbuf_buffer_t **out) {
+  devbuf_status status = devbuf__storage_allocate_private(buffer->storage);
   if (status != DEVBUF_OK) {
     devbuf_buffer_release(buffer);
     return status;
   }
+  *out = buffer;
+  return DEVBUF_OK;
+}
+
+// devbuf_buffer_allocate for any allocator, shape and flags.
+__attribute__((noinline)) static devbuf_status
+buffer_allocate_general(devbuf_allocator_t *allocator, devbuf_dtype dtype, const size_t *shape,
+                        size_t ndim, uint32_t flags, devbuf_buffer_t **out_buffer) {
+  if (!out_buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_buffer is NULL");
+  devbuf_buffer_t *buffer = NULL;
+  devbuf_status status = buffer_make(allocator, dtype, shape, ndim, flags, &buffer);
+  if (status != DEVBUF_OK) return status;
+  return buffer_allocate_memory(buffer, out_buffer);
+}
+
+devbuf_status devbuf_buffer_allocate(devbuf_allocator_t *allocator, devbuf_dtype dtype,
+                                     const size_t *shape, size_t ndim, uint32_t flags,
+                                     devbuf_buffer_t **out_buffer) {
+  // Nearly every call: one dimension, no flags, a device's own allocator of plain memory, a
+  // storage record, ids and the thread's line at hand, and a block in the thread's bins. It
+  // makes no call, so it needs no frame; anything else ends in a call to the general way.
+  size_t bytes;
+  devbuf__storage *storage;
+  if (DEVBUF_UNLIKELY(!allocator || !out_buffer || flags || ndim != 1 || !shape ||
+                      !devbuf__one_dimension_bytes(dtype, shape[0], &bytes) || !bytes ||
+                      allocator->memory_kind == DEVBUF_MEMORY_SHAREABLE ||
+                      !(storage = devbuf__storage_make_at_hand(allocator, bytes, 0))))
+    return buffer_allocate_general(allocator, dtype, shape, ndim, flags, out_buffer);
+  devbuf_buffer_t *buffer = &storage->first_handle;
+  buffer_init(buffer, storage, 0, bytes, dtype, shape, 1);
+  if (DEVBUF_UNLIKELY(!devbuf__allocator_alloc_binned(allocator, bytes, &storage->memory)))
+    return buffer_allocate_memory(buffer, out_buffer);
+  atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
   *out_buffer = buffer;
   return DEVBUF_OK;
 }
@@ -147,7 +177,8 @@ devbuf_buffer_t *devbuf_buffer_retain(devbuf_buffer_t *buffer) {
   return buffer;
 }
 
-void devbuf_buffer_release(devbuf_buffer_t *buffer) {
+// devbuf_buffer_release of any handle.
+__attribute__((noinline)) static void buffer_release_general(devbuf_buffer_t *buffer) {
   if (!buffer || !devbuf__ref_drop_held(&buffer->refs)) return;
   devbuf__storage *storage = buffer->storage;
   devbuf__host_access_close_handle(storage, buffer); // so that no record names it
@@ -158,6 +189,34 @@ void devbuf_buffer_release(devbuf_buffer_t *buffer) {
   }
   if (last) devbuf__storage_last_release(storage);
   devbuf__record_free(DEVBUF__RECORD_BUFFER, buffer);
+}
+
+void devbuf_buffer_release(devbuf_buffer_t *buffer) {
+  // Nearly every call: the sole holder of a buffer's first handle, the storage's only one,
+  // of a device's own allocator, nothing else having touched the storage, with room for its
+  // block in the thread's bin and for its record in the thread's cache. Every test comes
+  // before the first change, and the release makes no call (so it needs no frame) but, for
+  // the device's last hold, the device's destruction; anything else ends in a call to the
+  // general way.
+  devbuf__storage *storage = buffer ? buffer->storage : NULL;
+  unsigned line = devbuf__thread_line_plus_one - 1; // the thread's line, if it has asked
+  tcache *bin;
+  if (DEVBUF_UNLIKELY(
+          !storage || buffer != &storage->first_handle ||
+          atomic_load_explicit(&buffer->refs.count, memory_order_acquire) != 1 ||
+          atomic_load_explicit(&storage->refs.count, memory_order_acquire) != 1 ||
+          !devbuf__storage_untouched(storage) || !storage->allocator ||
+          storage->allocator->link != DEVBUF__EMBEDDED || !storage->size ||
+          atomic_load_explicit(&storage->state, memory_order_acquire) != DEVBUF__ALLOCATED ||
+          line == (unsigned)-1 || !devbuf__record_cache_has_room(DEVBUF__RECORD_STORAGE) ||
+          !(bin = devbuf__allocator_bin_for(storage->allocator, &storage->memory)))) {
+    buffer_release_general(buffer);
+    return;
+  }
+  devbuf__allocator_free_to_bin(bin, &storage->memory);
+  devbuf_device_t *device = storage->device;
+  devbuf__record_put_cached(DEVBUF__RECORD_STORAGE, storage);
+  devbuf__device_unhold_on_line(device, line);
 }
 
 devbuf_status devbuf_buffer_ensure_allocated(devbuf_buffer_t *buffer) {

@@ -3,7 +3,7 @@
 #ifndef DEVBUF_CORE_H
 #define DEVBUF_CORE_H
 
-#include "../memory/memory.h"
+#include "../memory/allocator_hot.h"
 
 #include <string.h>
 
@@ -89,18 +89,20 @@ typedef struct devbuf__storage {
 
 // A hold on the device for a storage of one of its own allocators (backend.h): counted on
 // the thread's own line, with no locked instruction where the thread owns one.
-static inline void devbuf__device_hold(devbuf_device_t *device) {
-  unsigned line = devbuf__thread_line();
+static inline void devbuf__device_hold_on_line(devbuf_device_t *device, unsigned line) {
   devbuf__line_add(&device->holds[line].taken, line, memory_order_relaxed);
+}
+static inline void devbuf__device_hold(devbuf_device_t *device) {
+  devbuf__device_hold_on_line(device, devbuf__thread_line());
 }
 // The device's last reference went while holds were left: whoever drops the last hold
 // destroys it (core/device.c).
 void devbuf__device_drop_unreferenced(devbuf_device_t *device);
-static inline void devbuf__device_unhold(devbuf_device_t *device) {
+// Drops a hold on the thread's `line` of the device's holds.
+static inline void devbuf__device_unhold_on_line(devbuf_device_t *device, unsigned line) {
   // The drop, then the load of `unreferenced`, against core/device.c's store of it, then
   // its sum of the holds: either this load sees the flag or that sum sees the drop. The
   // drop is a release, so that the sum, having seen it, also sees the hold's take.
-  unsigned line = devbuf__thread_line();
   if (DEVBUF_LIKELY(devbuf__light_barrier_suffices)) {
     devbuf__line_add(&device->holds[line].dropped, line, memory_order_release);
     devbuf__light_barrier();
@@ -109,6 +111,9 @@ static inline void devbuf__device_unhold(devbuf_device_t *device) {
   }
   if (DEVBUF_UNLIKELY(atomic_load_explicit(&device->unreferenced, memory_order_seq_cst)))
     devbuf__device_drop_unreferenced(device);
+}
+static inline void devbuf__device_unhold(devbuf_device_t *device) {
+  devbuf__device_unhold_on_line(device, devbuf__thread_line());
 }
 
 static inline const devbuf__storage_kind *devbuf__storage_kind_of(const devbuf__storage *storage) {
@@ -153,27 +158,33 @@ static inline void devbuf__storage_init(devbuf__storage *storage, devbuf_allocat
   storage->flags = flags;
 }
 
+// A new storage of `size` bytes of a device's own allocator, its memory not allocated yet,
+// made with no call at all: when the thread has a storage record, two ids and its line of
+// the device's holds at hand. NULL, having taken nothing, otherwise.
+static inline devbuf__storage *devbuf__storage_make_at_hand(devbuf_allocator_t *allocator,
+                                                            size_t size, uint32_t flags) {
+  unsigned line = devbuf__thread_line_plus_one - 1; // the thread's line, if it has asked
+  if (DEVBUF_UNLIKELY(allocator->link != DEVBUF__EMBEDDED || line == (unsigned)-1 ||
+                      !devbuf__id_pair_at_hand()))
+    return NULL;
+  devbuf__storage *storage = devbuf__record_take_cached(DEVBUF__RECORD_STORAGE);
+  if (DEVBUF_UNLIKELY(!storage)) return NULL;
+  devbuf__storage_init(storage, allocator, size, flags, devbuf__take_id_pair_at_hand());
+  storage->device = allocator->device;
+  devbuf__device_hold_on_line(allocator->device, line); // the allocator goes with the device
+  return storage;
+}
 // A new storage of `size` bytes, its memory not allocated yet: of `allocator`, or (NULL) of
-// no allocator on `device`. The way that may call (storage.c): for a record or ids not at
-// hand (`storage` is the record taken already, if any), and for storages of other allocators
-// or of none.
-devbuf_status devbuf__storage_create_slow(devbuf__storage *storage, devbuf_allocator_t *allocator,
-                                          devbuf_device_t *device, size_t size, uint32_t flags,
-                                          devbuf__storage **out);
+// no allocator on `device`. The way that may call (storage.c) makes the others.
+devbuf_status devbuf__storage_create_slow(devbuf_allocator_t *allocator, devbuf_device_t *device,
+                                          size_t size, uint32_t flags, devbuf__storage **out);
 static inline devbuf_status devbuf__storage_create(devbuf_allocator_t *allocator,
                                                    devbuf_device_t *device, size_t size,
                                                    uint32_t flags, devbuf__storage **out) {
-  // A device's own allocator, with a record and ids at hand: nothing to call, inline in the
-  // maker (nearly every buffer).
-  if (!allocator || allocator->link != DEVBUF__EMBEDDED)
-    return devbuf__storage_create_slow(NULL, allocator, device, size, flags, out);
-  devbuf__storage *storage = devbuf__record_take_cached(DEVBUF__RECORD_STORAGE);
-  uint64_t ids;
-  if (DEVBUF_UNLIKELY(!storage || !devbuf__take_id_pair(&ids)))
-    return devbuf__storage_create_slow(storage, allocator, device, size, flags, out);
-  devbuf__storage_init(storage, allocator, size, flags, ids);
-  storage->device = allocator->device;
-  devbuf__device_hold(allocator->device); // a device's own allocator goes with it
+  devbuf__storage *storage =
+      allocator ? devbuf__storage_make_at_hand(allocator, size, flags) : NULL;
+  if (DEVBUF_UNLIKELY(!storage))
+    return devbuf__storage_create_slow(allocator, device, size, flags, out);
   *out = storage;
   return DEVBUF_OK;
 }
@@ -204,11 +215,16 @@ static inline void devbuf__storage_free_plain_record(devbuf__storage *storage) {
 // access, lease, export, tracker or inherited work. It goes inline, with no call but the
 // allocator's; the others through storage.c.
 void devbuf__storage_last_release_slow(devbuf__storage *storage);
+// Whether the storage is an allocation that nothing but its handles touched (one test of
+// seven fields or-ed together).
+static inline bool devbuf__storage_untouched(const devbuf__storage *storage) {
+  return !((uintptr_t)storage->accesses | storage->lease_count |
+           (uintptr_t)atomic_load_explicit(&storage->hazard, memory_order_acquire) |
+           (uintptr_t)storage->in_flight | (uintptr_t)storage->kind |
+           (uintptr_t)storage->inherited | (uintptr_t)storage->lease_watches);
+}
 static inline void devbuf__storage_last_release(devbuf__storage *storage) {
-  if (DEVBUF_UNLIKELY((uintptr_t)storage->accesses | storage->lease_count |
-                      (uintptr_t)atomic_load_explicit(&storage->hazard, memory_order_acquire) |
-                      (uintptr_t)storage->in_flight | (uintptr_t)storage->kind |
-                      (uintptr_t)storage->inherited | (uintptr_t)storage->lease_watches)) {
+  if (DEVBUF_UNLIKELY(!devbuf__storage_untouched(storage))) {
     devbuf__storage_last_release_slow(storage);
     return;
   }

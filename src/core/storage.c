@@ -10,10 +10,9 @@
 #include <stddef.h>
 #include <string.h>
 
-devbuf_status devbuf__storage_create_slow(devbuf__storage *storage, devbuf_allocator_t *allocator,
-                                          devbuf_device_t *device, size_t size, uint32_t flags,
-                                          devbuf__storage **out) {
-  if (!storage) storage = devbuf__record_alloc(DEVBUF__RECORD_STORAGE, sizeof *storage);
+devbuf_status devbuf__storage_create_slow(devbuf_allocator_t *allocator, devbuf_device_t *device,
+                                          size_t size, uint32_t flags, devbuf__storage **out) {
+  devbuf__storage *storage = devbuf__record_alloc(DEVBUF__RECORD_STORAGE, sizeof *storage);
   if (!storage)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a buffer's storage record");
   devbuf__storage_init(storage, allocator, size, flags, devbuf__next_id_pair());

@@ -1,8 +1,7 @@
 // The allocator object: reference counting, the front end that validates calls and
 // counts for allocators without statistics of their own, the backend's raw allocator and
 // allocators supplied by users.
-#include "caching/tcache_hot.h"
-#include "memory.h"
+#include "allocator_hot.h"
 
 void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocator_ops *ops,
                             devbuf_device_t *device, devbuf__device_link link) {
@@ -85,20 +84,10 @@ static inline void count_free(devbuf__counters *c, size_t size) {
   atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
 }
 
-// The public calls and the library's own share one body, inline in each (no call between).
-static inline devbuf_status alloc_known(devbuf_allocator_t *allocator, size_t size,
-                                        devbuf_memory_t *out_memory) {
-  // The caching allocator's thread bins, without the call through its table.
-  if (DEVBUF_LIKELY(allocator->ops == &devbuf__caching_ops) &&
-      devbuf__tcache_alloc((caching_allocator *)allocator, size, out_memory))
-    return DEVBUF_OK;
+devbuf_status devbuf__allocator_alloc_unbinned(devbuf_allocator_t *allocator, size_t size,
+                                               devbuf_memory_t *out_memory) {
   if (allocator->ops->stats) return allocator->ops->alloc(allocator, size, out_memory);
   return counted_alloc(allocator, size, NULL, NULL, out_memory);
-}
-
-devbuf_status devbuf__allocator_alloc_known(devbuf_allocator_t *allocator, size_t size,
-                                            devbuf_memory_t *out_memory) {
-  return alloc_known(allocator, size, out_memory);
 }
 
 devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
@@ -108,27 +97,16 @@ devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
   if (DEVBUF_UNLIKELY(size == 0))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "allocation of 0 bytes (zero-length buffers own no memory)");
-  return alloc_known(allocator, size, out_memory);
+  return devbuf__allocator_alloc_known(allocator, size, out_memory);
 }
 
-static inline void free_known(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
-  if (DEVBUF_LIKELY(allocator->ops == &devbuf__caching_ops)) {
-    cblock *block = memory->token;
-    devbuf__caching_poison(block, POISON_RELEASED);
-    if (!devbuf__tcache_free((caching_allocator *)allocator, block))
-      devbuf__caching_free_shared((caching_allocator *)allocator, block);
-    return;
-  }
+void devbuf__allocator_free_uncached(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
   if (!allocator->ops->stats) count_free(&allocator->counters, memory->size); // counted here
   allocator->ops->free(allocator, memory);
 }
 
-void devbuf__allocator_free_known(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
-  free_known(allocator, memory);
-}
-
 void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
-  if (allocator && memory) free_known(allocator, memory);
+  if (allocator && memory) devbuf__allocator_free_known(allocator, memory);
 }
 
 // ---- memory released in flight: allocators that can, and adaptors that forward it ----------

@@ -69,11 +69,8 @@ struct devbuf_allocator {
   devbuf__counters counters;
 };
 
-// devbuf_allocator_alloc and devbuf_allocator_free for callers whose arguments are known
-// good (a size above 0): the caching allocator's thread bins are tried at once.
-devbuf_status devbuf__allocator_alloc_known(devbuf_allocator_t *allocator, size_t size,
-                                            devbuf_memory_t *out);
-void devbuf__allocator_free_known(devbuf_allocator_t *allocator, const devbuf_memory_t *memory);
+// devbuf__allocator_alloc_known and devbuf__allocator_free_known, for callers whose
+// arguments are known good, are inline: allocator_hot.h.
 
 // Initialises the common part; retains `device` for DEVBUF__HOLDS_DEVICE.
 void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocator_ops *ops,
