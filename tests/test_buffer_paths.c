@@ -190,6 +190,33 @@ static void test_threads(void) {
   }
 }
 
+// Under a memory limit the thread bins hold nothing: every buffer goes the general way, a
+// refusal names the request, and the buffers made before it are intact.
+static void test_under_a_limit(void) {
+  figures before = figures_now();
+  devbuf_caching_options_t limited = {.memory_limit = 64u << 20};
+  CHECK_OK(devbuf_caching_allocator_set_options(allocator, &limited));
+  devbuf_buffer_t *buffers[8];
+  for (unsigned i = 0; i < 8; i++) {
+    buffers[i] = allocate(4u << 20, 0);
+    fill(buffers[i], 4096, i);
+  }
+  size_t too_much = 128u << 20;
+  devbuf_buffer_t *refused = NULL;
+  CHECK_STATUS(devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &too_much, 1, 0, &refused),
+               DEVBUF_OUT_OF_MEMORY);
+  CHECK(refused == NULL);
+  CHECK_MESSAGE("134217728");
+  CHECK_EQ_U(figures_now().live, before.live + 8);
+  for (unsigned i = 0; i < 8; i++) {
+    CHECK(holds(buffers[i], 4096, i));
+    devbuf_buffer_release(buffers[i]);
+  }
+  devbuf_caching_options_t unlimited = {0};
+  CHECK_OK(devbuf_caching_allocator_set_options(allocator, &unlimited));
+  CHECK_BACK_TO(before);
+}
+
 // The device released while its buffers live: they work on, and the last one's release
 // ends the device (the sanitizer suites see a leak or a use after free otherwise).
 static void test_device_released_first(void) {
@@ -220,6 +247,7 @@ int main(void) {
   RUN(test_what_keeps_the_memory);
   RUN(test_lazy_empty_and_zeroed);
   RUN(test_threads);
+  RUN(test_under_a_limit);
   RUN(test_device_released_first);
   devbuf_device_release(device);
   return CHECK_EXIT();
