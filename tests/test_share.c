@@ -578,6 +578,61 @@ static void test_sleeping_importer_is_woken(void) {
   devbuf_event_release(event);
 }
 
+// Two threads of the exporter raise one exported event at once, round after round: in round
+// r this thread raises 2r and the other 2r - 1 (refused if it comes after the higher one),
+// the other starting ahead by a head start swept from round to round, so that either comes
+// first. Each raise swaps its value onto the page and puts back a higher one it swapped out,
+// so after every round the page holds the round's highest, as the event does. (The window
+// in which two raises overlap is a few nanoseconds: a raise that lost the higher value is
+// seldom caught here.)
+enum { RACING_ROUNDS = 20000 };
+typedef struct racing_raiser {
+  devbuf_event_t *event;
+  _Atomic uint64_t started, finished; // rounds
+} racing_raiser;
+
+static void *raise_odd_values(void *context) {
+  racing_raiser *r = context;
+  for (uint64_t round = 1; round <= RACING_ROUNDS; round++) {
+    while (atomic_load(&r->started) < round) {
+    }
+    devbuf_status status = devbuf_event_signal(r->event, 2 * round - 1);
+    CHECK(status == DEVBUF_OK || status == DEVBUF_INVALID_ARGUMENT); // below the other's
+    atomic_store(&r->finished, round);
+  }
+  return NULL;
+}
+
+static void test_racing_raisers(void) {
+  racing_raiser r = {0};
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_event_create(0, &r.event));
+  CHECK_OK(devbuf_event_export(r.event, &shared));
+  if (!shared) return;
+  const forged_timeline *page =
+      mmap(NULL, 4096, PROT_READ, MAP_SHARED, shared->fds[DEVBUF__EXPORT_MEMORY], 0);
+  devbuf_export_free(shared);
+  CHECK(page != MAP_FAILED);
+  if (page == MAP_FAILED) return;
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, raise_odd_values, &r) == 0);
+  unsigned behind = 0; // rounds that left the page below the event
+  for (uint64_t round = 1; round <= RACING_ROUNDS; round++) {
+    atomic_store(&r.started, round);
+    for (volatile unsigned delay = 0; delay < round % 257; delay++) { // sweeps the other's
+    }                                                                 // head start
+    CHECK_OK(devbuf_event_signal(r.event, 2 * round));
+    while (atomic_load(&r.finished) < round) {
+    }
+    behind += atomic_load(&page->value) != 2 * round;
+  }
+  pthread_join(thread, NULL);
+  CHECK_EQ_U(behind, 0);
+  CHECK_EQ_U(devbuf_event_value(r.event), 2 * RACING_ROUNDS);
+  munmap((void *)page, 4096);
+  devbuf_event_release(r.event);
+}
+
 static int by_value(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
@@ -839,6 +894,7 @@ int main(int argc, char **argv) {
   RUN(test_event_orders_another_process);
   RUN(test_dead_signaller);
   RUN(test_exec_release_and_failure);
+  RUN(test_racing_raisers);
   RUN(test_hostile_messages);
   RUN(test_hostile_exporter_lowers_value);
   RUN(test_sleeping_importer_is_woken);

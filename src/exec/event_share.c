@@ -63,6 +63,11 @@ typedef struct devbuf__event_share {
   int process;      // importer: a pidfd of the exporter
   pid_t pid;        // importer: the exporter's pid
   atomic_bool stop; // importer: the watcher ends
+  // Exporter: the page no longer LIVE. Raises read it here, not on the page: a read of the
+  // page's line before the raise's write fetched the line from the spinning importer once
+  // for the read and again for the write (180 ns more a round trip of two events between two
+  // cores of the project's machine, docs/processes.md).
+  atomic_bool page_ended;
   // Importer: bumped when something in this process starts to wait on the local event (so
   // that the watcher, which sleeps while nothing does, follows every change again), when
   // the watcher fails the event, and to stop the watcher.
@@ -84,11 +89,14 @@ static void page_changed(shared_timeline *page) {
   devbuf__shared_wake(&page->changes);
 }
 
-// Raisers race without a lock: the page's value only goes up, as the event's does.
+// Raisers race without a lock. Each swaps its value in, and one that swapped out a higher
+// value puts it back: the highest value is always on the page or with the raiser that puts it
+// back, so the page ends at the highest. Meanwhile it may dip, which no importer sees as a
+// fall: each keeps the highest value it read. A swap, not a compare-and-swap: with the other
+// process spinning on the line, the swap took 100 to 150 ns less a round trip of two events
+// between two cores of the project's machine (docs/processes.md).
 static void page_raise(shared_timeline *page, uint64_t value) {
-  uint64_t current = atomic_load_explicit(&page->value, memory_order_relaxed);
-  while (value > current && !atomic_compare_exchange_weak(&page->value, &current, value)) {
-  }
+  for (uint64_t swapped; (swapped = atomic_exchange(&page->value, value)) > value;) value = swapped;
 }
 
 static bool publishes(const devbuf__event_share *share) { // not a mirror, nor a forked child's copy
@@ -99,9 +107,10 @@ void devbuf__event_share_publish(devbuf_event_t *event) {
   devbuf__event_share *share = event->share;
   if (!publishes(share)) return;
   shared_timeline *page = share->page;
-  if (atomic_load(&page->state) != TIMELINE_LIVE) return; // what importers saw last stays
+  if (atomic_load(&share->page_ended)) return; // what importers saw last stays
   page_raise(page, atomic_load(&event->value));
   if (event->failure != DEVBUF_OK) {
+    atomic_store(&share->page_ended, true);
     page->failure = (uint32_t)event->failure;
     memcpy(page->message, event->message, sizeof page->message);
     atomic_store(&page->state, TIMELINE_FAILED);
@@ -117,8 +126,8 @@ void devbuf__event_share_publish(devbuf_event_t *event) {
 // operation on that line, moves only for sleepers.
 void devbuf__event_share_raised(devbuf__event_share *share, uint64_t value) {
   if (!publishes(share)) return;
+  if (atomic_load_explicit(&share->page_ended, memory_order_relaxed)) return;
   shared_timeline *page = share->page;
-  if (atomic_load_explicit(&page->state, memory_order_relaxed) != TIMELINE_LIVE) return;
   page_raise(page, value);
   if (atomic_load(&share->sleepers->count) != 0) page_changed(page);
 }
@@ -143,6 +152,7 @@ void devbuf__event_share_end(devbuf_event_t *event) {
     close(share->process);
   } else {
     if (own) {
+      atomic_store(&share->page_ended, true);
       uint32_t live = TIMELINE_LIVE;
       atomic_compare_exchange_strong(&share->page->state, &live, TIMELINE_ENDED);
       page_changed(share->page);
