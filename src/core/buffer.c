@@ -200,7 +200,7 @@ void devbuf_buffer_release(devbuf_buffer_t *buffer) {
   // general way.
   devbuf__storage *storage = buffer ? buffer->storage : NULL;
   unsigned line = devbuf__thread_line_plus_one - 1; // the thread's line, if it has asked
-  tcache *bin;
+  tcache *cache;                                    // the thread's, whose bin takes the block
   if (DEVBUF_UNLIKELY(
           !storage || buffer != &storage->first_handle ||
           atomic_load_explicit(&buffer->refs.count, memory_order_acquire) != 1 ||
@@ -209,11 +209,11 @@ void devbuf_buffer_release(devbuf_buffer_t *buffer) {
           storage->allocator->link != DEVBUF__EMBEDDED || !storage->size ||
           atomic_load_explicit(&storage->state, memory_order_acquire) != DEVBUF__ALLOCATED ||
           line == (unsigned)-1 || !devbuf__record_cache_has_room(DEVBUF__RECORD_STORAGE) ||
-          !(bin = devbuf__allocator_bin_for(storage->allocator, &storage->memory)))) {
+          !(cache = devbuf__allocator_bin_for(storage->allocator, &storage->memory)))) {
     buffer_release_general(buffer);
     return;
   }
-  devbuf__allocator_free_to_bin(bin, &storage->memory);
+  devbuf__allocator_free_to_bin(cache, &storage->memory);
   devbuf_device_t *device = storage->device;
   devbuf__record_put_cached(DEVBUF__RECORD_STORAGE, storage);
   devbuf__device_unhold_on_line(device, line);

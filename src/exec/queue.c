@@ -603,25 +603,37 @@ static bool spin_next_time(uint64_t dry_at, bool found_spinning) {
 // the submission's cache lines between two cores costs: the item, the FIFO, the trackers'
 // lists and the item pool go to the worker's core and back, some hundreds of nanoseconds
 // on a shared machine where the item's own work takes tens. After a batch of fewer than
-// GATHER_ITEMS that ran in less than GATHER_NS while more was submitted, the worker lets
-// the submitter get ahead until GATHER_NS after the batch began, touching none of those
-// lines, and then takes what came in one batch: at about 100 ns a submission, some ten
-// items. An item waits at most GATHER_NS longer, and only while its submitter keeps ahead
-// and nobody waits for the queue: a finish, a cancel or a submitter waiting for room ends the
-// wait at once, work that takes GATHER_NS or more is never held, and a worker that ran dry
-// takes what comes at once. `devbuf bench --only queue` prices it (docs/hazards.md).
-#define GATHER_ITEMS 8
-#define GATHER_NS    1000
+// GATHER_ITEMS that ran in less than the gather time while more was submitted, the worker
+// lets the submitter get ahead until the gather time after the batch began, touching none
+// of those lines, and then takes what came in one batch. The gather time follows the
+// submitter's pace, so that a gather brings about GATHER_ITEMS: from GATHER_MIN_NS (some
+// ten submissions of 100 ns) to GATHER_MAX_NS, where a submission over three tracked
+// buffers, whose lines all move, took 300 ns (the project's machine of December 2026). An
+// item waits at most GATHER_MAX_NS longer, and only while its submitter keeps ahead and
+// nobody waits for the queue: a finish, a cancel or a submitter waiting for room ends the
+// wait at once, work that takes the gather time or more is never held, and a worker that
+// ran dry takes what comes at once. `devbuf bench --only queue` prices it (docs/hazards.md).
+#define GATHER_ITEMS  16
+#define GATHER_MIN_NS 1000
+#define GATHER_MAX_NS 8000
 
-static void let_submitter_get_ahead(devbuf_queue_t *queue, uint64_t batch_began) {
-  if (!atomic_load_explicit(&queue->incoming, memory_order_relaxed)) return; // ran dry
+// Whether the worker waited the gather time out (not ended by a dry queue or a waiter).
+static bool let_submitter_get_ahead(devbuf_queue_t *queue, uint64_t batch_began,
+                                    uint64_t gather_ns) {
+  if (!atomic_load_explicit(&queue->incoming, memory_order_relaxed)) return false; // ran dry
   for (unsigned spin = 0;; spin++) {
     if (atomic_load_explicit(&queue->drain_waiters, memory_order_relaxed) ||
         atomic_load_explicit(&queue->cancel_requested, memory_order_relaxed))
-      return;
-    if (spin % 8 == 0 && devbuf__now_ns() - batch_began >= GATHER_NS) return;
+      return false;
+    if (spin % 8 == 0 && devbuf__now_ns() - batch_began >= gather_ns) return true;
     devbuf__cpu_pause();
   }
+}
+
+// The next gather time, from the `count` items the last one brought in `gather_ns`.
+static uint64_t next_gather_ns(uint64_t gather_ns, size_t count) {
+  uint64_t wanted = count ? gather_ns * GATHER_ITEMS / count : GATHER_MAX_NS;
+  return wanted < GATHER_MIN_NS ? GATHER_MIN_NS : wanted > GATHER_MAX_NS ? GATHER_MAX_NS : wanted;
 }
 
 static void *worker_main(void *arg) {
@@ -631,6 +643,8 @@ static void *worker_main(void *arg) {
   devbuf__work *batch[BATCH];
   bool spins = false; // until work is seen to come back soon after the worker ran dry
   bool woke = false;  // the next batch is what the worker slept until (worker_woken)
+  uint64_t gather_ns = GATHER_MIN_NS;
+  bool gathered = false; // the batch about to be taken came in a gather of gather_ns
   for (;;) {
     if (queue->taken || take_more(queue)) {
       if (!woke && atomic_load_explicit(&queue->worker_woken, memory_order_relaxed))
@@ -650,11 +664,12 @@ static void *worker_main(void *arg) {
     // worker waited behind them for a time slice. With a build running beside the MPI
     // benchmark an all-reduce of 1 MiB took 3.3 ms instead of 0.25; on an idle machine 4 KiB
     // took 3.4x raw MPI's time with the yield, 2.6x without (bench/mpi). The gather after a
-    // small batch (above) spins for at most GATHER_NS, never while a finish waits.
+    // small batch (above) spins for at most GATHER_MAX_NS, never while a finish waits.
     size_t count = take_batch(queue, batch);
+    if (gathered) gather_ns = next_gather_ns(gather_ns, count);
     uint64_t began = count < GATHER_ITEMS ? devbuf__now_ns() : 0;
     run_batch(queue, batch, count);
-    if (began) let_submitter_get_ahead(queue, began);
+    gathered = began && let_submitter_get_ahead(queue, began, gather_ns);
   }
   pthread_mutex_lock(&queue->lock);
   bool frees = queue->worker_frees;

@@ -27,18 +27,20 @@ static inline devbuf_status devbuf__allocator_alloc_known(devbuf_allocator_t *al
   return devbuf__allocator_alloc_unbinned(allocator, size, out);
 }
 
-// The thread bin that takes `memory` back, with no call: the calling thread's cache of the
+// The cache whose bin takes `memory` back, with no call: the calling thread's cache of the
 // caching allocator when the block's bin has room; NULL for other allocators or a full bin.
 static inline tcache *devbuf__allocator_bin_for(devbuf_allocator_t *allocator,
                                                 const devbuf_memory_t *memory) {
   return DEVBUF_LIKELY(allocator->ops == &devbuf__caching_ops)
-             ? devbuf__tcache_room_for((caching_allocator *)allocator, memory->token)
+             ? devbuf__tcache_room_for((caching_allocator *)allocator,
+                                       ((const cblock *)memory->token)->bin)
              : NULL;
 }
-// Gives `memory` back to the bin devbuf__allocator_bin_for returned.
-static inline void devbuf__allocator_free_to_bin(tcache *bin, const devbuf_memory_t *memory) {
-  devbuf__caching_poison(memory->token, POISON_RELEASED);
-  devbuf__tcache_bin(bin, memory->token);
+// Gives `memory` back to its bin of the cache devbuf__allocator_bin_for returned.
+static inline void devbuf__allocator_free_to_bin(tcache *cache, const devbuf_memory_t *memory) {
+  cblock *block = memory->token;
+  devbuf__caching_poison(block, POISON_RELEASED);
+  devbuf__tcache_bin(cache, block, block->bin);
 }
 
 static inline void devbuf__allocator_free_known(devbuf_allocator_t *allocator,

@@ -68,19 +68,18 @@ static inline bool devbuf__tcache_alloc(caching_allocator *self, size_t requeste
   return true;
 }
 
-// The calling thread's cache when its bin of `block` has room; NULL sends it the slow way.
-static inline tcache *devbuf__tcache_room_for(caching_allocator *self, const cblock *block) {
+// The calling thread's cache when its `bin` (a block's) has room; NULL sends the block the
+// slow way.
+static inline tcache *devbuf__tcache_room_for(caching_allocator *self, uint32_t bin) {
   tcache *cache = hot_cache(self);
-  uint32_t bin = block->bin;
   if (!cache || bin >= self->bin_count ||
       atomic_load_explicit(&cache->bin_count[bin], memory_order_relaxed) >= self->bin_capacity[bin])
     return NULL;
   return cache;
 }
 
-// Puts `block` in its bin of `cache`, which devbuf__tcache_room_for returned.
-static inline void devbuf__tcache_bin(tcache *cache, cblock *block) {
-  uint32_t bin = block->bin;
+// Puts `block` in its `bin` of `cache`, which devbuf__tcache_room_for returned.
+static inline void devbuf__tcache_bin(tcache *cache, cblock *block, uint32_t bin) {
   owner_add(&cache->released, 1);
   owner_add(&cache->active, (uint64_t)0 - block->size);
   block->released_at = cache->release_seq++;
@@ -91,9 +90,10 @@ static inline void devbuf__tcache_bin(tcache *cache, cblock *block) {
 }
 
 static inline bool devbuf__tcache_free(caching_allocator *self, cblock *block) {
-  tcache *cache = devbuf__tcache_room_for(self, block);
+  uint32_t bin = block->bin;
+  tcache *cache = devbuf__tcache_room_for(self, bin);
   if (!cache) return false;
-  devbuf__tcache_bin(cache, block);
+  devbuf__tcache_bin(cache, block, bin);
   return true;
 }
 
