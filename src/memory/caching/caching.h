@@ -1,4 +1,5 @@
-// The caching allocator's layout, private to this folder: segments and their blocks
+// The caching allocator's layout, private to the memory layer (its thread bins' hot path,
+// tcache_hot.h, is inline in callers through ../allocator_hot.h): segments and their blocks
 // (pool.c), the allocator itself with memory released in flight (caching_allocator.c),
 // growable segments (growable.c), per-thread caches (tcache.c), the segment policy
 // (policy.c) and the snapshot (snapshot.c). Nothing here knows storages, buffers or
