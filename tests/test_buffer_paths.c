@@ -217,22 +217,29 @@ static void test_under_a_limit(void) {
   CHECK_BACK_TO(before);
 }
 
-// The device released while its buffers live: they work on, and the last one's release
-// ends the device (the sanitizer suites see a leak or a use after free otherwise).
+// The device released while its buffers live (the test's only reference to it: "cpu" opens
+// the one CPU device): they work on, and the last one's release ends the device (the
+// sanitizer suites see a leak or a use after free otherwise). Runs last.
 static void test_device_released_first(void) {
-  devbuf_device_t *own = NULL;
-  CHECK_OK(devbuf_device_open("cpu", &own));
-  devbuf_allocator_t *own_allocator = devbuf_device_allocator(own);
   devbuf_buffer_t *buffers[16];
   for (unsigned i = 0; i < 16; i++) {
-    size_t bytes = 4096;
-    CHECK_OK(devbuf_buffer_allocate(own_allocator, DEVBUF_UINT8, &bytes, 1, 0, &buffers[i]));
-    fill(buffers[i], bytes, i);
+    buffers[i] = allocate(4096, 0);
+    fill(buffers[i], 4096, i);
   }
-  devbuf_device_release(own);
+  devbuf_device_release(device);
+  device = NULL;
   for (unsigned i = 0; i < 16; i++) {
     CHECK(holds(buffers[i], 4096, i));
     devbuf_buffer_release(buffers[i]);
+  }
+  // Gone with its last buffer: "cpu" opens a new device, whose allocator holds nothing yet.
+  devbuf_device_t *again = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &again));
+  if (again) {
+    devbuf_allocator_stats_t stats;
+    CHECK_OK(devbuf_allocator_stats(devbuf_device_allocator(again), &stats));
+    CHECK_EQ_U(stats.reserved, 0);
+    devbuf_device_release(again);
   }
 }
 
@@ -249,6 +256,5 @@ int main(void) {
   RUN(test_threads);
   RUN(test_under_a_limit);
   RUN(test_device_released_first);
-  devbuf_device_release(device);
   return CHECK_EXIT();
 }

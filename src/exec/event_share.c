@@ -65,8 +65,7 @@ typedef struct devbuf__event_share {
   atomic_bool stop; // importer: the watcher ends
   // Exporter: the page no longer LIVE. Raises read it here, not on the page: a read of the
   // page's line before the raise's write fetched the line from the spinning importer once
-  // for the read and again for the write (180 ns more a round trip of two events between two
-  // cores of the project's machine, docs/processes.md).
+  // for the read and again for the write (docs/processes.md has the round trips).
   atomic_bool page_ended;
   // Importer: bumped when something in this process starts to wait on the local event (so
   // that the watcher, which sleeps while nothing does, follows every change again), when
@@ -92,9 +91,9 @@ static void page_changed(shared_timeline *page) {
 // Raisers race without a lock. Each swaps its value in, and one that swapped out a higher
 // value puts it back: the highest value is always on the page or with the raiser that puts it
 // back, so the page ends at the highest. Meanwhile it may dip, which no importer sees as a
-// fall: each keeps the highest value it read. A swap, not a compare-and-swap: with the other
-// process spinning on the line, the swap took 100 to 150 ns less a round trip of two events
-// between two cores of the project's machine (docs/processes.md).
+// fall: each keeps the highest value it read. A swap, not a read and a compare-and-swap: the
+// read would fetch the line from the spinning importer before the write took it again (as
+// `page_ended` says).
 static void page_raise(shared_timeline *page, uint64_t value) {
   for (uint64_t swapped; (swapped = atomic_exchange(&page->value, value)) > value;) value = swapped;
 }

@@ -607,8 +607,8 @@ static bool spin_next_time(uint64_t dry_at, bool found_spinning) {
 // lets the submitter get ahead until the gather time after the batch began, touching none
 // of those lines, and then takes what came in one batch. The gather time follows the
 // submitter's pace, so that a gather brings about GATHER_ITEMS: from GATHER_MIN_NS (some
-// ten submissions of 100 ns) to GATHER_MAX_NS, where a submission over three tracked
-// buffers, whose lines all move, took 300 ns (the project's machine of December 2026). An
+// ten submissions of 100 ns) to GATHER_MAX_NS, for submissions over several tracked buffers,
+// whose lines all move between the cores, which come several times slower (docs/hazards.md). An
 // item waits at most GATHER_MAX_NS longer, and only while its submitter keeps ahead and
 // nobody waits for the queue: a finish, a cancel or a submitter waiting for room ends the
 // wait at once, work that takes the gather time or more is never held, and a worker that
