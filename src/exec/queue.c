@@ -193,16 +193,23 @@ static void retire_unrun(devbuf_queue_t *queue, devbuf__work *list, devbuf_statu
   retire(queue, chunk, count);
 }
 
-// Detaches the items submitted since the worker last took some, oldest first.
+// Whether items were submitted that the runner has not taken.
+static bool has_incoming(const devbuf_queue_t *queue) {
+  return devbuf__fifo_waiting(&queue->fifo_in, &queue->fifo_out);
+}
+
+// Detaches every item submitted and not taken, as a list linked oldest first (a failure's
+// and cancel's: the runner may take others meanwhile, which the failure or cancel stops).
 static devbuf__work *take_incoming(devbuf_queue_t *queue) {
-  devbuf__work *newest_first = atomic_exchange(&queue->incoming, NULL), *oldest_first = NULL;
-  while (newest_first) {
-    devbuf__work *next = newest_first->next;
-    newest_first->next = oldest_first;
-    oldest_first = newest_first;
-    newest_first = next;
-  }
-  return oldest_first;
+  devbuf__work *items[BATCH], *oldest = NULL, **link = &oldest;
+  size_t count;
+  while ((count = devbuf__fifo_take(&queue->fifo_out, items, BATCH)))
+    for (size_t i = 0; i < count; i++) {
+      *link = items[i];
+      link = &items[i]->next;
+    }
+  *link = NULL;
+  return oldest;
 }
 
 // The first failure stops the queue: what was queued behind it does not run, and its
@@ -346,6 +353,7 @@ static void queue_destroy(devbuf_queue_t *queue) {
   pthread_cond_destroy(&queue->work_available);
   pthread_cond_destroy(&queue->drained);
   pthread_mutex_destroy(&queue->lock);
+  devbuf__fifo_destroy(&queue->fifo_in, &queue->fifo_out);
   devbuf_device_release(queue->device);
   devbuf__free(queue);
 }
@@ -384,6 +392,16 @@ static devbuf_status run_cancellable(devbuf_queue_t *queue, devbuf__work *work) 
   return status;
 }
 
+// Items came from the submitter's core: the lines of each are fetched a few items ahead, for
+// the item and its retiring write to them, while the worker runs those before it.
+#define PREFETCH_AHEAD 3
+#define PREFETCH_BYTES 256 // a small item whole: a fill, a kernel over one buffer
+
+static inline void prefetch_item(const devbuf__work *work) {
+  for (size_t at = 0; at < PREFETCH_BYTES; at += CACHE_LINE)
+    __builtin_prefetch((const char *)work + at, 1);
+}
+
 // Runs a batch in order. Finished items are retired together, and always before anything
 // that may block or be observed from outside (an event operation, a wait for another
 // queue), so that nobody waits for an item that has finished but is not retired.
@@ -392,6 +410,7 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
   size_t retired = 0;
   for (size_t i = 0; i < count; i++) {
     devbuf__work *work = batch[i];
+    if (i + PREFETCH_AHEAD < count) prefetch_item(batch[i + PREFETCH_AHEAD]);
     bool failed = atomic_load(&queue->failed); // found on the device while retiring earlier items
     if (failed || atomic_load(&queue->cancel_requested)) {
       retire_stopped(queue, batch, retired, i, count, failed ? queue->failure : DEVBUF_CANCELLED);
@@ -425,27 +444,9 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
   retire(queue, batch + retired, count - retired);
 }
 
-// Appends what was submitted to the worker's own FIFO; false when nothing was.
-static bool take_more(devbuf_queue_t *queue) {
-  devbuf__work *more = take_incoming(queue);
-  if (!more) return false;
-  if (queue->taken)
-    queue->taken_tail->next = more;
-  else
-    queue->taken = more;
-  while (more->next) more = more->next;
-  queue->taken_tail = more;
-  return true;
-}
-
-// Moves up to BATCH of the runner's taken items, oldest first, into `batch`; their count.
+// Takes up to BATCH submitted items, oldest first, into `batch`; their count.
 static size_t take_batch(devbuf_queue_t *queue, devbuf__work **batch) {
-  size_t count = 0;
-  while (queue->taken && count < BATCH) {
-    batch[count++] = queue->taken;
-    queue->taken = queue->taken->next;
-  }
-  return count;
+  return devbuf__fifo_take(&queue->fifo_out, batch, BATCH);
 }
 
 static bool claim_runner(devbuf_queue_t *queue) {
@@ -476,9 +477,9 @@ static bool finishers_run_the_work(const devbuf_queue_t *queue) {
 
 // Sleeps until something is submitted or the queue is released, letting a thread in
 // devbuf_queue_finish run the queue's items meanwhile; false when released and drained.
-// The submitter reads worker_idle after pushing, the worker reads incoming after raising it
-// (both sequentially consistent), so one of them sees the other. The worker runs again
-// only once it holds `runner`: a finishing thread that holds it signals when it lets go.
+// The submitter reads worker_idle after publishing, the worker reads what was published
+// after raising it (both sequentially consistent), so one of them sees the other. The worker runs
+// again only once it holds `runner`: a finishing thread that holds it signals when it lets go.
 //
 // Where finishing threads run the work themselves (a loop that submits a collective and
 // finishes it), a wake for each submission only makes the worker race the finishing thread
@@ -500,13 +501,13 @@ static bool wait_for_work(devbuf_queue_t *queue) {
   uint64_t submitted_before = atomic_load(&queue->submitted);
   unsigned empty_dozes = 0; // in a row, that saw no submission
   for (;;) {
-    // Before `incoming` is read, and again after every wake that finds nothing it may take
+    // Before the FIFO is read, and again after every wake that finds nothing it may take
     // (a finishing thread runs the queue): a submission after this finds it clear and wakes
     // the worker, and one before it is seen below (see `submit`). The same holds of
     // `dozing`: a submission that saw it raised is seen below, or by the doze's end.
     atomic_store(&queue->wake_sent, false);
     set_dozing(queue, doze);
-    bool waiting = atomic_load(&queue->incoming) != NULL;
+    bool waiting = has_incoming(queue);
     bool finishers_turn = waiting && finishers_run_the_work(queue) && !overslept &&
                           !atomic_load(&queue->run_now) && !atomic_load(&devbuf__blocked_waiters);
     if ((queue->released || (waiting && !finishers_turn)) && claim_runner(queue)) break;
@@ -523,8 +524,8 @@ static bool wait_for_work(devbuf_queue_t *queue) {
     }
     struct timespec until = devbuf__deadline_after(queue->doze_ns);
     bool ended = pthread_cond_timedwait(&queue->work_available, &queue->lock, &until) == ETIMEDOUT;
-    overslept = ended && waiting && atomic_load(&queue->incoming);
-    if (ended && !atomic_load(&queue->incoming)) { // doze on while finishers ran submissions
+    overslept = ended && waiting && has_incoming(queue);
+    if (ended && !has_incoming(queue)) { // doze on while finishers ran submissions
       uint64_t submitted = atomic_load(&queue->submitted);
       empty_dozes = submitted == submitted_before ? empty_dozes + 1 : 0;
       doze = empty_dozes < EMPTY_DOZES;
@@ -536,7 +537,7 @@ static bool wait_for_work(devbuf_queue_t *queue) {
   atomic_store(&queue->run_now, false);
   atomic_store(&queue->worker_woken, true);
   atomic_store(&queue->worker_idle, false);
-  bool more = atomic_load(&queue->incoming) != NULL;
+  bool more = has_incoming(queue);
   pthread_mutex_unlock(&queue->lock);
   return more;
 }
@@ -544,7 +545,7 @@ static bool wait_for_work(devbuf_queue_t *queue) {
 // A thread blocks on the library's work: a dozing worker with work waiting takes it now.
 static void nudge_worker(devbuf__dozer *dozer) {
   devbuf_queue_t *queue = (devbuf_queue_t *)((char *)dozer - offsetof(devbuf_queue_t, dozer));
-  if (!atomic_load(&queue->dozing) || !atomic_load(&queue->incoming)) return;
+  if (!atomic_load(&queue->dozing) || !has_incoming(queue)) return;
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->run_now, true);
   pthread_cond_signal(&queue->work_available);
@@ -559,12 +560,12 @@ static void run_here(devbuf_queue_t *queue) {
   devbuf__worker_queue = queue;
   devbuf__worker_device = queue->device;
   devbuf__work *batch[BATCH];
-  while (queue->taken || take_more(queue)) run_batch(queue, batch, take_batch(queue, batch));
+  for (size_t count; (count = take_batch(queue, batch));) run_batch(queue, batch, count);
   devbuf__worker_queue = outer_queue;
   devbuf__worker_device = outer_device;
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->runner, false);
-  if (atomic_load(&queue->incoming) || queue->released) pthread_cond_signal(&queue->work_available);
+  if (has_incoming(queue) || queue->released) pthread_cond_signal(&queue->work_available);
   pthread_mutex_unlock(&queue->lock);
 }
 
@@ -582,7 +583,7 @@ static bool spin_for_work(devbuf_queue_t *queue, uint64_t dry_at) {
   atomic_store_explicit(&queue->worker_spinning, true, memory_order_relaxed);
   bool found;
   for (unsigned spin = 1;; spin++) {
-    if ((found = atomic_load_explicit(&queue->incoming, memory_order_relaxed) != NULL)) break;
+    if ((found = has_incoming(queue))) break;
     devbuf__cpu_pause();
     if (spin % 32 == 0 && devbuf__now_ns() - dry_at >= WORKER_SPIN_NS) break;
   }
@@ -620,7 +621,7 @@ static bool spin_next_time(uint64_t dry_at, bool found_spinning) {
 // Whether the worker waited the gather time out (not ended by a dry queue or a waiter).
 static bool let_submitter_get_ahead(devbuf_queue_t *queue, uint64_t batch_began,
                                     uint64_t gather_ns) {
-  if (!atomic_load_explicit(&queue->incoming, memory_order_relaxed)) return false; // ran dry
+  if (!has_incoming(queue)) return false; // ran dry
   for (unsigned spin = 0;; spin++) {
     if (atomic_load_explicit(&queue->drain_waiters, memory_order_relaxed) ||
         atomic_load_explicit(&queue->cancel_requested, memory_order_relaxed))
@@ -646,7 +647,8 @@ static void *worker_main(void *arg) {
   uint64_t gather_ns = GATHER_MIN_NS;
   bool gathered = false; // the batch about to be taken came in a gather of gather_ns
   for (;;) {
-    if (queue->taken || take_more(queue)) {
+    size_t count = take_batch(queue, batch);
+    if (count) {
       if (!woke && atomic_load_explicit(&queue->worker_woken, memory_order_relaxed))
         atomic_store_explicit(&queue->worker_woken, false, memory_order_relaxed);
       woke = false;
@@ -665,7 +667,6 @@ static void *worker_main(void *arg) {
     // benchmark an all-reduce of 1 MiB took 3.3 ms instead of 0.25; on an idle machine 4 KiB
     // took 3.4x raw MPI's time with the yield, 2.6x without (bench/mpi). The gather after a
     // small batch (above) spins for at most GATHER_MAX_NS, never while a finish waits.
-    size_t count = take_batch(queue, batch);
     if (gathered) gather_ns = next_gather_ns(gather_ns, count);
     uint64_t began = count < GATHER_ITEMS ? devbuf__now_ns() : 0;
     run_batch(queue, batch, count);
@@ -699,10 +700,13 @@ devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_
     if (status != DEVBUF_OK) return status;
   }
   devbuf_queue_t *queue = devbuf__calloc(1, sizeof *queue);
+  if (queue && !devbuf__fifo_init(&queue->fifo_in, &queue->fifo_out)) {
+    devbuf__free(queue);
+    queue = NULL;
+  }
   if (!queue && device_queue) device->backend->queue_destroy(device, device_queue);
   if (!queue) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a queue");
   devbuf__ref_init(&queue->refs, 1);
-  atomic_init(&queue->incoming, NULL);
   atomic_init(&queue->submitted, 0);
   atomic_init(&queue->worker_idle, false);
   atomic_init(&queue->wake_sent, false);
@@ -886,7 +890,7 @@ devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
   // KiB). Device queues are left to their worker, which feeds the driver.
   if (!queue->device_queue) {
     note_finish(queue);
-    if (atomic_load(&queue->worker_idle) && atomic_load(&queue->incoming) && claim_runner(queue))
+    if (atomic_load(&queue->worker_idle) && has_incoming(queue) && claim_runner(queue))
       run_here(queue);
   }
   pthread_mutex_lock(&queue->lock);

@@ -5,6 +5,7 @@
 #define DEVBUF_QUEUE_H
 
 #include "../core/hazard.h"
+#include "work_fifo.h"
 
 typedef struct devbuf__work devbuf__work;
 
@@ -42,7 +43,7 @@ static inline devbuf__hazard *devbuf__work_use_hazard(const devbuf__work_use *us
 // producer runs ahead (a fill: 232 bytes).
 struct devbuf__work {
   devbuf__fence fence;       // first: what trackers hold; refs: the queue's, plus one per dependent
-  struct devbuf__work *next; // the queue's FIFO
+  struct devbuf__work *next; // lists: the pool's, what a failure or cancel detaches
   devbuf__work_kind kind;
   devbuf_status status; // fence.done: set (release) once retired; status is final then
   atomic_uint waiters;  // threads blocked on its parking place (devbuf__work_parking)
@@ -126,10 +127,10 @@ struct devbuf_queue {
   atomic_uint_least64_t depth;  // most items submitted and not retired (0: no bound)
   atomic_bool full_refuses;     // a submission to a full queue refuses instead of waiting
   char apart_from_flags[CACHE_LINE];
-  // Written by every submission, without a lock: the FIFO reaches the worker as a stack
-  // that it takes whole, so that submitting and taking never wait for each other.
-  devbuf__work *_Atomic incoming;  // submitted, not taken by the worker: newest first
-  atomic_uint_least64_t submitted; // written under the device's submission lock
+  // Written by every submission, under the device's submission lock: the FIFO's end that
+  // submissions fill (work_fifo.h), so that submitting and taking never wait for each other.
+  devbuf__fifo_in fifo_in;
+  atomic_uint_least64_t submitted; // counted before the item is published
   // What submitters last read of `completed`: while submitted - this is under the depth the
   // queue has room, and no submission reads the worker's line.
   atomic_uint_least64_t completed_seen;
@@ -142,12 +143,12 @@ struct devbuf_queue {
   // When a submission first found the worker without work (asleep or spinning) since the
   // last finish; 0: none did.
   atomic_uint_least64_t submitted_to_idle_at;
-  char apart_from_incoming[CACHE_LINE];
+  char apart_from_fifo_in[CACHE_LINE];
   // The thread that takes and runs items holds `runner`: the worker, but while it sleeps a
   // thread in devbuf_queue_finish of a queue with no device queue of its own, which runs
   // what is queued itself instead of waking the worker and sleeping until it is done.
   atomic_bool runner;
-  devbuf__work *taken, *taken_tail; // the runner's: taken, not yet run, oldest first
+  devbuf__fifo_out fifo_out; // the FIFO's end that the runner takes from
   // Whether finishing threads run the work themselves (queue.c, wait_for_work): finishes in
   // a row that came soon after a submission to a worker without work (note_finish).
   atomic_uint finish_streak;

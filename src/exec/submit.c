@@ -74,6 +74,12 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   // records and wait for each other.
   devbuf_device_t *device = queue->device;
   devbuf__spin_lock(&device->submit_lock);
+  if (DEVBUF_UNLIKELY(!devbuf__fifo_room(&queue->fifo_in, &queue->fifo_out))) {
+    abandon(work, 0);
+    devbuf__spin_unlock(&device->submit_lock);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                         "submit: no host memory for the queue's list of items");
+  }
   size_t tracked = 0;
   for (; tracked < work->use_count && status == DEVBUF_OK; tracked++)
     status = track_use(work, tracked, &uses[tracked]);
@@ -93,16 +99,12 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
   atomic_store_explicit(&queue->submitted,
                         atomic_load_explicit(&queue->submitted, memory_order_relaxed) + 1,
                         memory_order_relaxed); // every submitter holds the submission lock
-  devbuf__work *newest = atomic_load_explicit(&queue->incoming, memory_order_relaxed);
-  do {
-    work->next = newest;
-  } while (!atomic_compare_exchange_weak(&queue->incoming, &newest,
-                                         work)); // the worker may take them meanwhile
+  devbuf__fifo_push(&queue->fifo_in, work);    // the runner may take it from here on
   devbuf__spin_unlock(&device->submit_lock);
   // The time of the first submission to a worker without work, for the finish that may come
   // soon after it (queue.c, note_finish). Then one wake per sleep, and none while the worker
   // dozes (queue.c, wait_for_work). A submission that finds the wake sent pushed before it
-  // looked, and the worker clears the flag before each time it reads `incoming` (all
+  // looked, and the worker clears the flag before each time it reads the FIFO (all
   // sequentially consistent): the worker finds this item when it next looks. The one that
   // sends it takes the lock, so the signal comes once the worker waits.
   bool idle = atomic_load(&queue->worker_idle);

@@ -1,0 +1,113 @@
+// A queue's FIFO of submitted items (work_fifo.h): the chunks' lifecycle and the runner's
+// takes.
+#include "work_fifo.h"
+
+static devbuf__fifo_chunk *chunk_new(void) {
+  devbuf__fifo_chunk *chunk = devbuf__malloc(sizeof *chunk);
+  if (chunk) {
+    atomic_init(&chunk->next, NULL);
+    atomic_init(&chunk->filled, 0);
+  }
+  return chunk;
+}
+
+static void free_chain(devbuf__fifo_chunk *chunk) {
+  while (chunk) {
+    devbuf__fifo_chunk *next = atomic_load_explicit(&chunk->next, memory_order_relaxed);
+    devbuf__free(chunk);
+    chunk = next;
+  }
+}
+
+bool devbuf__fifo_init(devbuf__fifo_in *in, devbuf__fifo_out *out) {
+  devbuf__fifo_chunk *first = chunk_new();
+  if (!first) return false;
+  *in = (devbuf__fifo_in){.chunk = first, .slot = 0, .spares = NULL};
+  atomic_init(&in->published, 0);
+  out->lock = (devbuf__spinlock)DEVBUF__SPINLOCK_INITIALIZER;
+  out->chunk = first;
+  out->slot = 0;
+  atomic_init(&out->taken, 0);
+  atomic_init(&out->emptied, NULL);
+  atomic_init(&out->emptied_count, 0);
+  return true;
+}
+
+void devbuf__fifo_destroy(devbuf__fifo_in *in, devbuf__fifo_out *out) {
+  free_chain(out->chunk); // every chunk from the oldest to the submitter's newest
+  free_chain(in->spares);
+  free_chain(atomic_load_explicit(&out->emptied, memory_order_acquire));
+  in->chunk = out->chunk = in->spares = NULL;
+}
+
+// The submitter's chunk is full and it has no spare: the runner's emptied chunks, or a new
+// one.
+bool devbuf__fifo_grow(devbuf__fifo_in *in, devbuf__fifo_out *out) {
+  devbuf__fifo_chunk *emptied = atomic_exchange_explicit(&out->emptied, NULL, memory_order_acquire);
+  if (emptied) {
+    unsigned count = 0;
+    for (devbuf__fifo_chunk *c = emptied; c;
+         c = atomic_load_explicit(&c->next, memory_order_relaxed))
+      count++;
+    atomic_fetch_sub_explicit(&out->emptied_count, count, memory_order_relaxed);
+    in->spares = emptied;
+    return true;
+  }
+  in->spares = chunk_new();
+  return in->spares != NULL;
+}
+
+// The submitter's chunk is full: a spare (devbuf__fifo_room made sure of one) takes `work`
+// and is linked after it, holding it already, so that the runner never sees a reused
+// chunk's old count.
+void devbuf__fifo_push_linking(devbuf__fifo_in *in, devbuf__work *work) {
+  devbuf__fifo_chunk *spare = in->spares, *full = in->chunk;
+  in->spares = atomic_load_explicit(&spare->next, memory_order_relaxed);
+  atomic_store_explicit(&spare->next, NULL, memory_order_relaxed);
+  spare->slots[0] = work;
+  atomic_store_explicit(&spare->filled, 1, memory_order_relaxed);
+  atomic_store_explicit(&full->next, spare, memory_order_release); // after all of that
+  in->chunk = spare;
+  in->slot = 1;
+}
+
+// A chunk read to its end, which the submitter has left for the next: back to the
+// submitter, or freed when it holds enough.
+static void hand_back(devbuf__fifo_out *out, devbuf__fifo_chunk *chunk) {
+  if (atomic_load_explicit(&out->emptied_count, memory_order_relaxed) >= DEVBUF__FIFO_SPARES) {
+    devbuf__free(chunk);
+    return;
+  }
+  atomic_fetch_add_explicit(&out->emptied_count, 1, memory_order_relaxed);
+  devbuf__fifo_chunk *top = atomic_load_explicit(&out->emptied, memory_order_relaxed);
+  do {
+    atomic_store_explicit(&chunk->next, top, memory_order_relaxed);
+  } while (!atomic_compare_exchange_weak_explicit(&out->emptied, &top, chunk, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+size_t devbuf__fifo_take(devbuf__fifo_out *out, devbuf__work **items, size_t most) {
+  size_t count = 0;
+  devbuf__spin_lock(&out->lock);
+  while (count < most) {
+    devbuf__fifo_chunk *chunk = out->chunk;
+    uint32_t filled = atomic_load_explicit(&chunk->filled, memory_order_acquire);
+    if (out->slot == filled) {
+      devbuf__fifo_chunk *next = filled == DEVBUF__FIFO_SLOTS
+                                     ? atomic_load_explicit(&chunk->next, memory_order_acquire)
+                                     : NULL;
+      if (!next) break;
+      out->chunk = next;
+      out->slot = 0;
+      hand_back(out, chunk);
+      continue;
+    }
+    while (out->slot < filled && count < most) items[count++] = chunk->slots[out->slot++];
+  }
+  if (count)
+    atomic_store_explicit(&out->taken,
+                          atomic_load_explicit(&out->taken, memory_order_relaxed) + count,
+                          memory_order_relaxed);
+  devbuf__spin_unlock(&out->lock);
+  return count;
+}
