@@ -320,6 +320,24 @@ static inline void devbuf__cpu_pause(void) {
 #endif
 }
 
+// Fetches the cache line at `address` for writing, without waiting for it: a line that
+// another core holds moves here once, where a read prefetch would share it and the write
+// then take it again. (x86's prefetchw is a no-op on processors without it.)
+static inline void devbuf__prefetch_for_write(const void *address) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ __volatile__("prefetchw %0" : : "m"(*(const char *)address));
+#else
+  __builtin_prefetch(address, 1);
+#endif
+}
+
+// Fetches the lines of `bytes` from `address` for writing (devbuf__prefetch_for_write).
+static inline void devbuf__prefetch_bytes_for_write(const void *address, size_t bytes) {
+  const char *first = address;
+  for (size_t at = 0; at < bytes; at += 64) devbuf__prefetch_for_write(first + at);
+  devbuf__prefetch_for_write(first + bytes - 1); // the last line, where `address` is unaligned
+}
+
 static inline void devbuf__spin_lock(devbuf__spinlock *lock) {
   while (atomic_exchange_explicit(&lock->held, true, memory_order_acquire)) {
     for (unsigned spins = 0; atomic_load_explicit(&lock->held, memory_order_relaxed); spins++) {

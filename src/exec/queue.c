@@ -398,8 +398,7 @@ static devbuf_status run_cancellable(devbuf_queue_t *queue, devbuf__work *work) 
 #define PREFETCH_BYTES 256 // a small item whole: a fill, a kernel over one buffer
 
 static inline void prefetch_item(const devbuf__work *work) {
-  for (size_t at = 0; at < PREFETCH_BYTES; at += CACHE_LINE)
-    __builtin_prefetch((const char *)work + at, 1);
+  devbuf__prefetch_bytes_for_write(work, PREFETCH_BYTES);
 }
 
 // Runs a batch in order. Finished items are retired together, and always before anything

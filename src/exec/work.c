@@ -17,7 +17,9 @@ enum { NOT_POOLED, POOL_ONE_USE, POOL_FOUR_USES, POOLS };
 static const size_t pool_uses[POOLS] = {0, 1, 4}, pool_scalars[POOLS] = {0, 16, 64};
 
 static devbuf__spinlock pool_lock = DEVBUF__SPINLOCK_INITIALIZER;
-static devbuf__work *pool[POOLS];
+// Each pool is a stack of pointers, not a list through the items: a submission finds the
+// next items to reuse without reading them, and fetches their lines ahead (prefetch_pooled).
+static devbuf__work *pool[POOLS][POOL_CAPACITY];
 static size_t pool_count[POOLS];
 // Items of each pool's size in existence (queued, running or in the pool): at most
 // POOL_CAPACITY. Beyond it (a producer far ahead of an unbounded queue) items are made to
@@ -93,26 +95,23 @@ void devbuf__work_cleanup(devbuf__work *work, devbuf__work **recycled) {
 }
 
 #if DEVBUF_DEBUG_CHECKS
-// Each pool holds as many items as it counts, all of them its own and unreferenced; checked
-// on every 64th return. Caller holds pool_lock.
+// Each pool holds only its own unreferenced items, each once; checked on every 64th return.
+// Caller holds pool_lock.
 static void validate_pool_locked(void) {
   static unsigned steps;
   if ((++steps & 63) != 0) return;
   for (int p = POOL_ONE_USE; p < POOLS; p++) {
-    size_t length = 0;
-    for (const devbuf__work *work = pool[p]; work; work = work->next) {
-      if (++length > pool_count[p] || work->pool != p ||
-          atomic_load(&work->fence.refs.count) != 0) {
-        fprintf(stderr, "devbuf: work item pool invariant broken: %s\n",
-                length > pool_count[p] ? "the pool is longer than its count"
-                                       : "a referenced or foreign item in the pool");
+    if (pool_count[p] > pool_made[p]) {
+      fprintf(stderr, "devbuf: work item pool invariant broken: more pooled items than made\n");
+      abort();
+    }
+    for (size_t i = 0; i < pool_count[p]; i++) {
+      const devbuf__work *work = pool[p][i];
+      if (work->pool != p || atomic_load(&work->fence.refs.count) != 0) {
+        fprintf(stderr, "devbuf: work item pool invariant broken: a referenced or foreign item "
+                        "in the pool\n");
         abort();
       }
-    }
-    if (length != pool_count[p]) {
-      fprintf(stderr,
-              "devbuf: work item pool invariant broken: the pool is shorter than its count\n");
-      abort();
     }
   }
 }
@@ -129,9 +128,7 @@ void devbuf__work_pool_return(devbuf__work *recycled) {
     devbuf__work *next = recycled->next;
     int p = recycled->pool;
     if (pool_count[p] < POOL_CAPACITY) {
-      recycled->next = pool[p];
-      pool[p] = recycled;
-      pool_count[p]++;
+      pool[p][pool_count[p]++] = recycled;
     } else {
       recycled->next = surplus;
       surplus = recycled;
@@ -148,26 +145,38 @@ void devbuf__work_pool_return(devbuf__work *recycled) {
 }
 
 void devbuf__work_pool_trim(void) {
-  devbuf__work *items[POOLS];
+  devbuf__work *items = NULL;
   devbuf__spin_lock(&pool_lock);
   for (int p = 0; p < POOLS; p++) {
-    items[p] = pool[p];
-    pool[p] = NULL;
-    pool_count[p] = 0;
+    while (pool_count[p]) {
+      devbuf__work *work = pool[p][--pool_count[p]];
+      work->next = items;
+      items = work;
+    }
   }
   devbuf__spin_unlock(&pool_lock);
-  for (int p = 0; p < POOLS; p++)
-    while (items[p]) {
-      devbuf__work *next = items[p]->next;
-      work_destroy(items[p]);
-      items[p] = next;
-    }
+  while (items) {
+    devbuf__work *next = items->next;
+    work_destroy(items);
+    items = next;
+  }
 }
 
 void devbuf__work_release(devbuf__work *work) {
   devbuf__work *recycled = NULL;
   devbuf__work_unref(work, &recycled);
   devbuf__work_pool_return(recycled);
+}
+
+// The items that the next submissions will reuse were last written by the worker that
+// retired them, on another core: their lines are fetched now, for writing, so that a
+// submission does not wait for them (a line's move costs some hundreds of cycles where
+// the submission's own work takes a few hundred). Two ahead: the one after next has
+// the time of a whole submission to arrive.
+static inline void prefetch_pooled(devbuf__work *const *stack, size_t count, int p) {
+  size_t bytes = devbuf__work_bytes(DEVBUF__WORK_KERNEL, pool_uses[p], pool_scalars[p]);
+  if (count) devbuf__prefetch_bytes_for_write(stack[count - 1], bytes);
+  if (count > 1) devbuf__prefetch_bytes_for_write(stack[count - 2], bytes);
 }
 
 devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, size_t use_count,
@@ -181,10 +190,11 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
   devbuf__work *work = NULL;
   if (p != NOT_POOLED) {
     devbuf__spin_lock(&pool_lock);
-    work = pool[p];
-    if (work) {
-      pool[p] = work->next;
-      pool_count[p]--;
+    size_t count = pool_count[p];
+    if (count) {
+      work = pool[p][--count];
+      pool_count[p] = count;
+      prefetch_pooled(pool[p], count, p);
     } else if (pool_made[p] < POOL_CAPACITY) {
       pool_made[p]++; // made below, to the pool's size
       bytes = devbuf__work_bytes(DEVBUF__WORK_KERNEL, pool_uses[p], pool_scalars[p]); // any fits
