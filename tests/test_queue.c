@@ -704,6 +704,48 @@ static void test_destroy_and_cancel_with_pending_work(void) {
   devbuf_event_release(done);
 }
 
+typedef struct delayed_signal {
+  devbuf_event_t *event;
+  uint64_t value;
+} delayed_signal;
+
+static void *signal_later(void *arg) {
+  const delayed_signal *d = arg;
+  usleep(20000);
+  devbuf_event_signal(d->event, d->value);
+  return NULL;
+}
+
+// devbuf_device_synchronize returns once the work of every queue of the device has retired,
+// held work included (its counts of submitted and retired items, several queues at once).
+static void test_device_synchronize_waits_for_every_queue(void) {
+  devbuf_queue_t *queues[2] = {NULL, NULL};
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_event_create(0, &gate));
+  devbuf_buffer_t *x = floats(16), *y = floats(16);
+  for (int q = 0; q < 2; q++) {
+    CHECK_OK(devbuf_queue_create(device, &queues[q]));
+    CHECK_OK(devbuf_queue_wait(queues[q], gate, 1));
+  }
+  for (int i = 0; i < 100; i++) {
+    CHECK_OK(submit_axpb(queues[0], x, NULL, 0, (float)i));
+    CHECK_OK(submit_axpb(queues[1], y, NULL, 0, (float)(1000 + i)));
+  }
+  delayed_signal later = {gate, 1};
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, signal_later, &later) == 0);
+  CHECK_OK(devbuf_device_synchronize(device));
+  CHECK(!devbuf_buffer_in_use(x) && !devbuf_buffer_in_use(y));
+  CHECK(read_float(x, 15) == 99.0f);
+  CHECK(read_float(y, 15) == 1099.0f);
+  pthread_join(thread, NULL);
+  CHECK_OK(devbuf_device_synchronize(device)); // nothing pending: returns at once
+  for (int q = 0; q < 2; q++) devbuf_queue_release(queues[q]);
+  devbuf_buffer_release(x);
+  devbuf_buffer_release(y);
+  devbuf_event_release(gate);
+}
+
 // ---- bounded queues ---------------------------------------------------------------------
 
 typedef struct held_submission {
@@ -1010,6 +1052,7 @@ int main(void) {
   RUN(test_failure_propagation);
   RUN(test_reuse_does_not_inherit_failure);
   RUN(test_destroy_and_cancel_with_pending_work);
+  RUN(test_device_synchronize_waits_for_every_queue);
   RUN(test_submission_errors);
   RUN(test_concurrent_submitters);
   RUN(test_wakes_are_never_lost);

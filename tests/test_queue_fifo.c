@@ -143,12 +143,57 @@ static void test_submitters_keep_their_order(void) {
   devbuf_queue_release(queue);
 }
 
+// ---- a worker that goes idle while others take its items ---------------------------------
+
+static devbuf_status nothing(const devbuf_kernel_args_t *args) {
+  (void)args;
+  return DEVBUF_OK;
+}
+
+typedef struct burst_args {
+  devbuf_queue_t *queue;
+  atomic_bool done;
+  devbuf_status status;
+} burst_args;
+
+static void *submit_bursts(void *arg) {
+  burst_args *a = arg;
+  for (int i = 0; i < 200000 && a->status == DEVBUF_OK; i++)
+    a->status = devbuf_queue_host_task(a->queue, nothing, NULL, 0, NULL, 0);
+  atomic_store(&a->done, true);
+  return NULL;
+}
+
+// One thread submits while another finishes over and over (taking the items itself while the
+// worker sleeps, so that the worker goes idle and wakes again and again, racing the takes).
+// Then the worker still runs what comes: a signal reaches its event without a finish.
+static void test_worker_outlives_idle_races(void) {
+  devbuf_queue_t *queue = NULL;
+  devbuf_event_t *event = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_event_create(0, &event));
+  burst_args args = {.queue = queue, .status = DEVBUF_OK};
+  atomic_init(&args.done, false);
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, submit_bursts, &args) == 0);
+  while (!atomic_load(&args.done)) CHECK_OK(devbuf_queue_finish(queue));
+  pthread_join(thread, NULL);
+  CHECK_OK(args.status);
+  for (uint64_t value = 1; value <= 50; value++) {
+    CHECK_OK(devbuf_queue_signal(queue, event, value));
+    CHECK_OK(devbuf_event_wait(event, value, 10ull * 1000 * 1000 * 1000)); // not TIMEOUT
+  }
+  devbuf_queue_release(queue);
+  devbuf_event_release(event);
+}
+
 int main(void) {
   CHECK_OK(devbuf_device_open("cpu", &device));
   RUN(test_held_items_run_in_order);
   RUN(test_streams_run_in_order);
   RUN(test_cancel_takes_what_is_queued);
   RUN(test_submitters_keep_their_order);
+  RUN(test_worker_outlives_idle_races);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }

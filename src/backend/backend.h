@@ -192,12 +192,17 @@ struct devbuf_device {
   atomic_uint_least64_t mapped_bytes;      // bytes of live file mappings on this device
   void *backend_state;                     // owned by the backend
   struct devbuf_device *next_open;         // registry list
-  atomic_uint_least64_t pending_work;      // submitted work items not completed, all queues
-  atomic_uint queues_made;                 // for each queue's number, which messages use
-  atomic_size_t sync_waiters;              // threads in devbuf_device_synchronize
-  pthread_mutex_t work_lock;               // with work_idle: synchronize's wait
+  // Work items of all its queues, retired (by their workers) and submitted (under
+  // submit_lock, below): none is pending when the two agree, retired read first. Two counts
+  // on two lines, where one count of pending items made every submission a locked
+  // instruction on a line that every worker wrote.
+  atomic_uint_least64_t work_retired;
+  atomic_uint queues_made;    // for each queue's number, which messages use
+  atomic_size_t sync_waiters; // threads in devbuf_device_synchronize
+  pthread_mutex_t work_lock;  // with work_idle: synchronize's wait
   pthread_cond_t work_idle;
-  devbuf__spinlock submit_lock; // one submission at a time records its uses (submit.c)
+  devbuf__spinlock submit_lock;         // one submission at a time records its uses (submit.c)
+  atomic_uint_least64_t work_submitted; // under submit_lock (see work_retired)
   // Holds on the device by the storages of its own allocators (core.h), counted apart from
   // `refs` on the line of the thread that takes or drops one (base.h): threads that make
   // and drop buffers each write a line of their own. A thread may drop what another took, so
@@ -212,6 +217,14 @@ struct devbuf_device {
   atomic_bool unreferenced; // `refs` reached 0 while holds were left: each drop checks
   bool open;                // in the registry (not a kept record)
 };
+
+// Whether work submitted to the device's queues has not retired. Retired is read first: it
+// never passes submitted (counted before an item is queued), so equal counts mean that at
+// that read, everything submitted had retired.
+static inline bool devbuf__device_work_pending(const devbuf_device_t *device) {
+  uint64_t retired = atomic_load(&device->work_retired);
+  return atomic_load(&device->work_submitted) != retired;
+}
 
 // A reference to a device for the layers below it (see `release` above).
 static inline devbuf_device_t *devbuf__device_keep(devbuf_device_t *device) {

@@ -59,7 +59,8 @@ static void devices_fork_release(bool child) {
   devbuf__caching_fork_unlock_threads();
   for (devbuf_device_t *device = open_devices; device; device = device->next_open) {
     if (child) { // the parent's work never completes here, and none of its threads waits
-      atomic_store(&device->pending_work, 0);
+      atomic_store(&device->work_retired, 0);
+      atomic_store(&device->work_submitted, 0);
       atomic_store(&device->sync_waiters, 0);
       devbuf__mutex_init(&device->work_lock);
       pthread_cond_init(&device->work_idle, NULL);
@@ -141,7 +142,8 @@ static devbuf_status device_create(const devbuf__backend_entry *entry, int index
   devbuf__ref_init(&device->refs, 1);
   device->release = devbuf_device_release;
   atomic_init(&device->mapped_bytes, 0);
-  atomic_init(&device->pending_work, 0);
+  atomic_init(&device->work_retired, 0);
+  atomic_init(&device->work_submitted, 0);
   atomic_init(&device->queues_made, 0);
   atomic_init(&device->sync_waiters, 0);
   for (size_t i = 0; i <= DEVBUF__SHARED_LINE; i++) {
@@ -368,11 +370,11 @@ devbuf_status devbuf_device_synchronize(devbuf_device_t *device) {
   if (!device) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device is NULL");
   if (DEVBUF_UNLIKELY(devbuf__worker_device == device))
     return devbuf__refuse_self_wait("device_synchronize");
-  if (atomic_load(&device->pending_work)) {
+  if (devbuf__device_work_pending(device)) {
     devbuf__wait_begins();
     pthread_mutex_lock(&device->work_lock);
     atomic_fetch_add(&device->sync_waiters, 1);
-    while (atomic_load(&device->pending_work))
+    while (devbuf__device_work_pending(device))
       pthread_cond_wait(&device->work_idle, &device->work_lock);
     atomic_fetch_sub(&device->sync_waiters, 1);
     pthread_mutex_unlock(&device->work_lock);

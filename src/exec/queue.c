@@ -152,8 +152,8 @@ static void count_retired(devbuf_queue_t *queue, size_t count) {
     pthread_cond_broadcast(&queue->drained);
     pthread_mutex_unlock(&queue->lock); // a released, drained queue may be gone from here on
   }
-  if (atomic_fetch_sub(&device->pending_work, count) == count &&
-      atomic_load(&device->sync_waiters)) {
+  uint64_t retired = atomic_fetch_add(&device->work_retired, count) + count;
+  if (atomic_load(&device->sync_waiters) && retired == atomic_load(&device->work_submitted)) {
     pthread_mutex_lock(&device->work_lock);
     pthread_cond_broadcast(&device->work_idle);
     pthread_mutex_unlock(&device->work_lock);
@@ -203,7 +203,7 @@ static bool has_incoming(const devbuf_queue_t *queue) {
 static devbuf__work *take_incoming(devbuf_queue_t *queue) {
   devbuf__work *items[BATCH], *oldest = NULL, **link = &oldest;
   size_t count;
-  while ((count = devbuf__fifo_take(&queue->fifo_out, items, BATCH)))
+  while ((count = devbuf__fifo_take(&queue->fifo_in, &queue->fifo_out, items, BATCH)))
     for (size_t i = 0; i < count; i++) {
       *link = items[i];
       link = &items[i]->next;
@@ -445,7 +445,7 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
 
 // Takes up to BATCH submitted items, oldest first, into `batch`; their count.
 static size_t take_batch(devbuf_queue_t *queue, devbuf__work **batch) {
-  return devbuf__fifo_take(&queue->fifo_out, batch, BATCH);
+  return devbuf__fifo_take(&queue->fifo_in, &queue->fifo_out, batch, BATCH);
 }
 
 static bool claim_runner(devbuf_queue_t *queue) {
@@ -536,7 +536,9 @@ static bool wait_for_work(devbuf_queue_t *queue) {
   atomic_store(&queue->run_now, false);
   atomic_store(&queue->worker_woken, true);
   atomic_store(&queue->worker_idle, false);
-  bool more = has_incoming(queue);
+  // Only a released, drained queue ends its worker: whatever the FIFO's counts say meanwhile,
+  // an unreleased queue's worker goes back to look.
+  bool more = !queue->released || has_incoming(queue);
   pthread_mutex_unlock(&queue->lock);
   return more;
 }

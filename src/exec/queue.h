@@ -134,6 +134,10 @@ struct devbuf_queue {
   // What submitters last read of `completed`: while submitted - this is under the depth the
   // queue has room, and no submission reads the worker's line.
   atomic_uint_least64_t completed_seen;
+  char apart_from_fifo_in[CACHE_LINE];
+  // The worker's state as submissions see it: read by every submission, written when the
+  // worker runs dry, sleeps or wakes. Off the line that every submission writes, which the
+  // worker would otherwise take away each time it runs dry.
   atomic_bool worker_idle;     // the worker waits (or is about to) on work_available
   atomic_bool worker_spinning; // the worker looks for work before it sleeps (spin_for_work)
   // A submission has woken the idle worker: the others of the burst need not (the worker
@@ -143,7 +147,7 @@ struct devbuf_queue {
   // When a submission first found the worker without work (asleep or spinning) since the
   // last finish; 0: none did.
   atomic_uint_least64_t submitted_to_idle_at;
-  char apart_from_fifo_in[CACHE_LINE];
+  char apart_from_worker_state[CACHE_LINE];
   // The thread that takes and runs items holds `runner`: the worker, but while it sleeps a
   // thread in devbuf_queue_finish of a queue with no device queue of its own, which runs
   // what is queued itself instead of waking the worker and sleeping until it is done.

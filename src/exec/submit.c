@@ -95,7 +95,9 @@ static devbuf_status submit(devbuf_queue_t *queue, devbuf__work *work, const dev
     devbuf__spin_unlock(&device->submit_lock);
     return status;
   }
-  atomic_fetch_add(&queue->device->pending_work, 1);
+  atomic_store_explicit(&device->work_submitted,
+                        atomic_load_explicit(&device->work_submitted, memory_order_relaxed) + 1,
+                        memory_order_relaxed); // ordered before the push by its seq_cst store
   atomic_store_explicit(&queue->submitted,
                         atomic_load_explicit(&queue->submitted, memory_order_relaxed) + 1,
                         memory_order_relaxed); // every submitter holds the submission lock

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define SPIN_CHECKS 100 // checks of an item's flag before yielding ...
 #define YIELDS      64  // ... and yields before blocking
@@ -119,28 +120,33 @@ static void validate_pool_locked(void) {
 static inline void validate_pool_locked(void) {}
 #endif
 
-// Gives a list of cleaned items to their pools in one step; what does not fit is freed.
+// Items returned under one taking of the pool's lock at most: sorted by pool before it is
+// taken, so that a submission waiting for the lock waits for copies only.
+#define RETURN_GROUP 64
+
+// Gives a list of cleaned items to their pools, a group at a time; what does not fit is
+// freed.
 void devbuf__work_pool_return(devbuf__work *recycled) {
-  if (!recycled) return;
-  devbuf__work *surplus = NULL;
-  devbuf__spin_lock(&pool_lock);
   while (recycled) {
-    devbuf__work *next = recycled->next;
-    int p = recycled->pool;
-    if (pool_count[p] < POOL_CAPACITY) {
-      pool[p][pool_count[p]++] = recycled;
-    } else {
-      recycled->next = surplus;
-      surplus = recycled;
+    devbuf__work *group[POOLS][RETURN_GROUP];
+    size_t counts[POOLS] = {0};
+    for (size_t taken = 0; recycled && taken < RETURN_GROUP; taken++) {
+      int p = recycled->pool;
+      group[p][counts[p]++] = recycled;
+      recycled = recycled->next;
     }
-    recycled = next;
-  }
-  validate_pool_locked();
-  devbuf__spin_unlock(&pool_lock);
-  while (surplus) {
-    devbuf__work *next = surplus->next;
-    work_destroy(surplus);
-    surplus = next;
+    size_t kept[POOLS] = {0};
+    devbuf__spin_lock(&pool_lock);
+    for (int p = POOL_ONE_USE; p < POOLS; p++) {
+      size_t room = POOL_CAPACITY - pool_count[p];
+      kept[p] = counts[p] < room ? counts[p] : room;
+      memcpy(&pool[p][pool_count[p]], group[p], kept[p] * sizeof *group[p]);
+      pool_count[p] += kept[p];
+    }
+    validate_pool_locked();
+    devbuf__spin_unlock(&pool_lock);
+    for (int p = POOL_ONE_USE; p < POOLS; p++)
+      for (size_t i = kept[p]; i < counts[p]; i++) work_destroy(group[p][i]);
   }
 }
 

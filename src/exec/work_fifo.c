@@ -86,9 +86,15 @@ static void hand_back(devbuf__fifo_out *out, devbuf__fifo_chunk *chunk) {
                                                   memory_order_relaxed));
 }
 
-size_t devbuf__fifo_take(devbuf__fifo_out *out, devbuf__work **items, size_t most) {
+size_t devbuf__fifo_take(const devbuf__fifo_in *in, devbuf__fifo_out *out, devbuf__work **items,
+                         size_t most) {
   size_t count = 0;
   devbuf__spin_lock(&out->lock);
+  // No further than what is counted published: `taken` never passes `published`, so that
+  // the two counts tell emptiness (devbuf__fifo_waiting) at every moment.
+  uint64_t published = atomic_load_explicit(&in->published, memory_order_acquire);
+  uint64_t taken = atomic_load_explicit(&out->taken, memory_order_relaxed);
+  if (published - taken < most) most = (size_t)(published - taken);
   while (count < most) {
     devbuf__fifo_chunk *chunk = out->chunk;
     uint32_t filled = atomic_load_explicit(&chunk->filled, memory_order_acquire);
@@ -104,10 +110,7 @@ size_t devbuf__fifo_take(devbuf__fifo_out *out, devbuf__work **items, size_t mos
     }
     while (out->slot < filled && count < most) items[count++] = chunk->slots[out->slot++];
   }
-  if (count)
-    atomic_store_explicit(&out->taken,
-                          atomic_load_explicit(&out->taken, memory_order_relaxed) + count,
-                          memory_order_relaxed);
+  if (count) atomic_store_explicit(&out->taken, taken + count, memory_order_relaxed);
   devbuf__spin_unlock(&out->lock);
   return count;
 }

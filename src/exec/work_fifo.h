@@ -68,11 +68,14 @@ static inline void devbuf__fifo_push(devbuf__fifo_in *in, devbuf__work *work) {
 }
 
 // Takes up to `most` published items, oldest first, into `items`; their count.
-size_t devbuf__fifo_take(devbuf__fifo_out *out, devbuf__work **items, size_t most);
+size_t devbuf__fifo_take(const devbuf__fifo_in *in, devbuf__fifo_out *out, devbuf__work **items,
+                         size_t most);
 
-// Whether items are published and not taken (sequentially consistent loads).
+// Whether items are published and not taken (sequentially consistent loads; a stale `taken`
+// read from another thread than the runner's may say yes when the runner has them).
 static inline bool devbuf__fifo_waiting(const devbuf__fifo_in *in, const devbuf__fifo_out *out) {
-  return atomic_load(&in->published) != atomic_load(&out->taken);
+  uint64_t published = atomic_load(&in->published);
+  return published > atomic_load(&out->taken);
 }
 
 #endif // DEVBUF_WORK_FIFO_H
