@@ -4,10 +4,7 @@
 
 static devbuf__fifo_chunk *chunk_new(void) {
   devbuf__fifo_chunk *chunk = devbuf__malloc(sizeof *chunk);
-  if (chunk) {
-    atomic_init(&chunk->next, NULL);
-    atomic_init(&chunk->filled, 0);
-  }
+  if (chunk) atomic_init(&chunk->next, NULL);
   return chunk;
 }
 
@@ -57,16 +54,14 @@ bool devbuf__fifo_grow(devbuf__fifo_in *in, devbuf__fifo_out *out) {
   return in->spares != NULL;
 }
 
-// The submitter's chunk is full: a spare (devbuf__fifo_room made sure of one) takes `work`
-// and is linked after it, holding it already, so that the runner never sees a reused
-// chunk's old count.
+// The submitter's chunk is full: a spare (devbuf__fifo_room made sure of one) is linked after
+// it and takes `work`.
 void devbuf__fifo_push_linking(devbuf__fifo_in *in, devbuf__work *work) {
   devbuf__fifo_chunk *spare = in->spares, *full = in->chunk;
   in->spares = atomic_load_explicit(&spare->next, memory_order_relaxed);
   atomic_store_explicit(&spare->next, NULL, memory_order_relaxed);
   spare->slots[0] = work;
-  atomic_store_explicit(&spare->filled, 1, memory_order_relaxed);
-  atomic_store_explicit(&full->next, spare, memory_order_release); // after all of that
+  atomic_store_explicit(&full->next, spare, memory_order_relaxed); // published with the item
   in->chunk = spare;
   in->slot = 1;
 }
@@ -88,27 +83,21 @@ static void hand_back(devbuf__fifo_out *out, devbuf__fifo_chunk *chunk) {
 
 size_t devbuf__fifo_take(const devbuf__fifo_in *in, devbuf__fifo_out *out, devbuf__work **items,
                          size_t most) {
-  size_t count = 0;
   devbuf__spin_lock(&out->lock);
-  // No further than what is counted published: `taken` never passes `published`, so that
-  // the two counts tell emptiness (devbuf__fifo_waiting) at every moment.
+  // What is counted published is in its slots, in order, and `taken` never passes it, so
+  // that the two counts tell emptiness (devbuf__fifo_waiting) at every moment.
   uint64_t published = atomic_load_explicit(&in->published, memory_order_acquire);
   uint64_t taken = atomic_load_explicit(&out->taken, memory_order_relaxed);
-  if (published - taken < most) most = (size_t)(published - taken);
-  while (count < most) {
-    devbuf__fifo_chunk *chunk = out->chunk;
-    uint32_t filled = atomic_load_explicit(&chunk->filled, memory_order_acquire);
-    if (out->slot == filled) {
-      devbuf__fifo_chunk *next = filled == DEVBUF__FIFO_SLOTS
-                                     ? atomic_load_explicit(&chunk->next, memory_order_acquire)
-                                     : NULL;
-      if (!next) break;
-      out->chunk = next;
+  size_t count = 0, wanted = published - taken < most ? (size_t)(published - taken) : most;
+  while (count < wanted) {
+    if (out->slot == DEVBUF__FIFO_SLOTS) { // the next chunk holds the rest: it is linked
+      devbuf__fifo_chunk *read = out->chunk;
+      out->chunk = atomic_load_explicit(&read->next, memory_order_relaxed);
       out->slot = 0;
-      hand_back(out, chunk);
-      continue;
+      hand_back(out, read);
     }
-    while (out->slot < filled && count < most) items[count++] = chunk->slots[out->slot++];
+    while (out->slot < DEVBUF__FIFO_SLOTS && count < wanted)
+      items[count++] = out->chunk->slots[out->slot++];
   }
   if (count) atomic_store_explicit(&out->taken, taken + count, memory_order_relaxed);
   devbuf__spin_unlock(&out->lock);

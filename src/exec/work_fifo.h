@@ -11,11 +11,12 @@
 
 typedef struct devbuf__work devbuf__work;
 
-#define DEVBUF__FIFO_SLOTS 62 // a chunk of 512 bytes
+#define DEVBUF__FIFO_SLOTS 63 // a chunk of 512 bytes
 
+// The slots hold no count: the runner takes as many items as `published` says, in order, and
+// a chunk is full before the next is linked. So nothing of a chunk is written by both sides.
 typedef struct devbuf__fifo_chunk {
   struct devbuf__fifo_chunk *_Atomic next; // the newer chunk, linked once this one is full
-  atomic_uint filled;                      // slots published (release)
   devbuf__work *slots[DEVBUF__FIFO_SLOTS];
 } devbuf__fifo_chunk;
 
@@ -56,14 +57,19 @@ static inline bool devbuf__fifo_room(devbuf__fifo_in *in, devbuf__fifo_out *out)
 }
 
 void devbuf__fifo_push_linking(devbuf__fifo_in *in, devbuf__work *work);
-// Appends `work` (after devbuf__fifo_room said yes) and publishes it. Submitter only.
+// Appends `work` (after devbuf__fifo_room said yes) and publishes it. Submitter only. The
+// line of the slots eight ahead is fetched for writing: a reused chunk's lines were last read
+// by the runner.
 static inline void devbuf__fifo_push(devbuf__fifo_in *in, devbuf__work *work) {
-  if (DEVBUF_LIKELY(in->slot < DEVBUF__FIFO_SLOTS)) {
-    in->chunk->slots[in->slot] = work;
-    atomic_store_explicit(&in->chunk->filled, ++in->slot, memory_order_release);
+  uint32_t slot = in->slot;
+  if (DEVBUF_LIKELY(slot < DEVBUF__FIFO_SLOTS)) {
+    if (slot + 8 < DEVBUF__FIFO_SLOTS) devbuf__prefetch_for_write(&in->chunk->slots[slot + 8]);
+    in->chunk->slots[slot] = work;
+    in->slot = slot + 1;
   } else {
     devbuf__fifo_push_linking(in, work);
   }
+  // seq_cst: a release of the slot (and of a new chunk's link) to the runner's acquire
   atomic_store(&in->published, atomic_load_explicit(&in->published, memory_order_relaxed) + 1);
 }
 
