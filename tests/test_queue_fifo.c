@@ -33,16 +33,23 @@ static void check_log_runs(size_t first, size_t count) {
   CHECK_EQ_U(wrong, 0);
 }
 
+// A new queue holding `items` appends of 0, 1, ... behind a wait for *gate (new) to reach 1;
+// the log is empty.
+static devbuf_queue_t *held_queue(size_t items, devbuf_event_t **gate) {
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_event_create(0, gate));
+  atomic_store(&log_length, 0);
+  CHECK_OK(devbuf_queue_wait(queue, *gate, 1));
+  for (size_t i = 0; i < items; i++) CHECK_OK(submit_append(queue, i));
+  CHECK_EQ_U(atomic_load(&log_length), 0);
+  return queue;
+}
+
 // Items held behind a wait, many chunks of them, then run: in order.
 static void test_held_items_run_in_order(void) {
-  devbuf_queue_t *queue = NULL;
   devbuf_event_t *gate = NULL;
-  CHECK_OK(devbuf_queue_create(device, &queue));
-  CHECK_OK(devbuf_event_create(0, &gate));
-  atomic_store(&log_length, 0);
-  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
-  for (size_t i = 0; i < 1000; i++) CHECK_OK(submit_append(queue, i));
-  CHECK_EQ_U(atomic_load(&log_length), 0);
+  devbuf_queue_t *queue = held_queue(1000, &gate);
   CHECK_OK(devbuf_event_signal(gate, 1));
   CHECK_OK(devbuf_queue_finish(queue));
   check_log_runs(0, 1000);
@@ -73,13 +80,8 @@ static void test_streams_run_in_order(void) {
 
 // Cancel drops what is queued, across chunks, and the queue goes on in order after it.
 static void test_cancel_takes_what_is_queued(void) {
-  devbuf_queue_t *queue = NULL;
   devbuf_event_t *gate = NULL;
-  CHECK_OK(devbuf_queue_create(device, &queue));
-  CHECK_OK(devbuf_event_create(0, &gate));
-  atomic_store(&log_length, 0);
-  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
-  for (size_t i = 0; i < 500; i++) CHECK_OK(submit_append(queue, i));
+  devbuf_queue_t *queue = held_queue(500, &gate);
   CHECK_OK(devbuf_queue_cancel(queue));
   CHECK_EQ_U(atomic_load(&log_length), 0);
   for (size_t i = 0; i < 300; i++) CHECK_OK(submit_append(queue, 1000 + i));
