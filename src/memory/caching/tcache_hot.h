@@ -49,14 +49,15 @@ static inline void bin_count_add(tcache *cache, size_t bin, uint32_t delta) {
 static inline bool devbuf__tcache_alloc(caching_allocator *self, size_t requested,
                                         devbuf_memory_t *out) {
   tcache *cache = hot_cache(self);
-  if (!cache || requested > self->bin_size[self->bin_count - 1]) return false;
+  if (!cache) return false;
   size_t bin;
   if (requested <= self->small_limit)
     bin = (requested + GRANULE - 1) / GRANULE - 1;
   else if (DEVBUF_LIKELY(requested <= self->classed_limit))
     bin = self->small_classes + ((requested + self->policy.page - 1) >> self->page_shift) - 2;
-  else if ((bin = pow2_bin_of(self, (requested + GRANULE - 1) & ~(size_t)(GRANULE - 1))) ==
-           self->bin_count)
+  else if (requested > self->bin_size[self->bin_count - 1] || // no rounding past SIZE_MAX
+           (bin = pow2_bin_of(self, (requested + GRANULE - 1) & ~(size_t)(GRANULE - 1))) ==
+               self->bin_count)
     return false;
   cblock *block = cache->bins[bin];
   if (!block) return false;
