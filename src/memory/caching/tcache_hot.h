@@ -51,13 +51,14 @@ static inline bool devbuf__tcache_alloc(caching_allocator *self, size_t requeste
   tcache *cache = hot_cache(self);
   if (!cache) return false;
   size_t bin;
-  if (requested <= self->small_limit)
+  if (requested <= self->small_limit) // within every bin's reach: no test against the last
     bin = (requested + GRANULE - 1) / GRANULE - 1;
+  else if (requested > self->bin_size[self->bin_count - 1])
+    return false;
   else if (DEVBUF_LIKELY(requested <= self->classed_limit))
     bin = self->small_classes + ((requested + self->policy.page - 1) >> self->page_shift) - 2;
-  else if (requested > self->bin_size[self->bin_count - 1] || // no rounding past SIZE_MAX
-           (bin = pow2_bin_of(self, (requested + GRANULE - 1) & ~(size_t)(GRANULE - 1))) ==
-               self->bin_count)
+  else if ((bin = pow2_bin_of(self, (requested + GRANULE - 1) & ~(size_t)(GRANULE - 1))) ==
+           self->bin_count)
     return false;
   cblock *block = cache->bins[bin];
   if (!block) return false;
