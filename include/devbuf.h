@@ -886,8 +886,11 @@ DEVBUF_API devbuf_status devbuf_queue_wait(devbuf_queue_t *queue, devbuf_event_t
 // way (an event, a host access, a synchronize), when the queue is released, or when a doze
 // ends with the work still queued (docs/hazards.md).
 DEVBUF_API devbuf_status devbuf_queue_finish(devbuf_queue_t *queue);
-// Drops the work not yet started (its events fail with CANCELLED) and waits for the item
-// that is running. The queue stays usable.
+// Drops the work not yet started (its events fail with CANCELLED at once) and waits for the
+// item that is running. The dropped work counts as done only after that item: work ordered
+// after it (a buffer's reused memory included) never overlaps the running item. Cancels
+// from several threads at once each return once the running item is done. The queue stays
+// usable.
 DEVBUF_API devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue);
 // OK, or the failure that stopped the queue (its message goes to devbuf_last_error).
 DEVBUF_API devbuf_status devbuf_queue_status(const devbuf_queue_t *queue);

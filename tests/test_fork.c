@@ -59,6 +59,13 @@ static int child_work(void) {
   if (devbuf_queue_submit(parent_queue, add_one, NULL, 0, NULL, 0) != DEVBUF_INVALID_ARGUMENT ||
       !strstr(devbuf_last_error(), "forked"))
     return 1;
+  // Refused before the queue's lock, which a parent's thread may have held at the fork.
+  if (devbuf_queue_status(parent_queue) != DEVBUF_INVALID_ARGUMENT ||
+      !strstr(devbuf_last_error(), "forked"))
+    return 14;
+  if (devbuf_queue_set_depth(parent_queue, 8, 0) != DEVBUF_INVALID_ARGUMENT ||
+      !strstr(devbuf_last_error(), "forked"))
+    return 15;
   devbuf_device_t *device = NULL;
   if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 2;
   devbuf_queue_t *queue = NULL;

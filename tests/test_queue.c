@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 static devbuf_device_t *device;
@@ -668,6 +670,122 @@ static void test_reuse_does_not_inherit_failure(void) {
   allocator = device_allocator;
 }
 
+// Cancel retires the items it drops after the one that is running. Memory released with
+// both queued is reused by work of another queue that waits only for the newest item of
+// each queue (a dropped one here): that work must not start while the older, running item
+// still writes the bytes.
+static atomic_bool writer_started, writer_may_end, writer_ended, writer_ended_before_reuse;
+
+static devbuf_status slow_writer(const devbuf_kernel_args_t *args) {
+  atomic_store(&writer_started, true);
+  while (!atomic_load(&writer_may_end)) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  ((float *)args->data[0])[0] = 7.0f;
+  atomic_store(&writer_ended, true);
+  return DEVBUF_OK;
+}
+
+static devbuf_status reuser(const devbuf_kernel_args_t *args) {
+  atomic_store(&writer_ended_before_reuse, atomic_load(&writer_ended));
+  ((float *)args->data[0])[0] = 9.0f;
+  return DEVBUF_OK;
+}
+
+static void *cancel_on_thread(void *queue) { return (void *)(intptr_t)devbuf_queue_cancel(queue); }
+
+static void test_cancel_retires_after_the_running_item(void) {
+  devbuf_allocator_t *own = own_caching_allocator(device); // which block a request gets is known
+  devbuf_queue_t *old_queue = NULL, *new_queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &old_queue));
+  CHECK_OK(devbuf_queue_create(device, &new_queue));
+  devbuf_event_t *dropped = NULL;
+  CHECK_OK(devbuf_event_create(0, &dropped));
+  size_t n = 1024;
+  devbuf_buffer_t *old = NULL, *fresh = NULL;
+  CHECK_OK(devbuf_buffer_allocate(own, DEVBUF_FLOAT32, &n, 1, 0, &old));
+  uint64_t old_address = 0, new_address = 0;
+  CHECK_OK(devbuf_buffer_device_ptr(old, &old_address));
+  devbuf_use_t use = {old, DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(old_queue, slow_writer, &use, 1, NULL, 0));
+  // Once the writer runs, so that the next two wait in the FIFO, not in the worker's batch.
+  while (!atomic_load(&writer_started)) nanosleep(&(struct timespec){0, 100000}, NULL);
+  CHECK_OK(submit_axpb(old_queue, old, NULL, 0, 4));    // dropped by the cancel
+  CHECK_OK(devbuf_queue_signal(old_queue, dropped, 1)); // dropped too: tells when
+  devbuf_buffer_release(old);                           // in flight
+  CHECK_OK(devbuf_buffer_new(own, DEVBUF_FLOAT32, &n, 1, 0, &fresh));
+  use = (devbuf_use_t){fresh, DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(new_queue, reuser, &use, 1, NULL, 0));
+  CHECK_OK(devbuf_buffer_device_ptr(fresh, &new_address));
+  CHECK(new_address == old_address); // the bytes are reused, after the dropped item only
+  pthread_t canceller;
+  CHECK(pthread_create(&canceller, NULL, cancel_on_thread, old_queue) == 0);
+  CHECK_STATUS(devbuf_event_wait(dropped, 1, 10000000000ull), DEVBUF_CANCELLED);
+  // Work let go with the dropped item would run now, long before the writer ends.
+  nanosleep(&(struct timespec){0, 50000000}, NULL);
+  atomic_store(&writer_may_end, true);
+  void *cancelled = NULL;
+  pthread_join(canceller, &cancelled);
+  CHECK_EQ_U((uintptr_t)cancelled, DEVBUF_OK);
+  CHECK_OK(devbuf_queue_finish(new_queue));
+  CHECK(atomic_load(&writer_ended_before_reuse));
+  CHECK(read_float(fresh, 0) == 9.0f);
+  CHECK_OK(devbuf_queue_status(old_queue)); // usable again
+  devbuf_buffer_release(fresh);
+  devbuf_event_release(dropped);
+  devbuf_queue_release(old_queue);
+  devbuf_queue_release(new_queue);
+  devbuf_allocator_release(own);
+}
+
+// Two cancels at once, each holding items it dropped while the same item runs: each waits
+// for that item only, not for the other's items, and nothing they dropped runs.
+static atomic_int cancels_returned;
+
+static void *cancel_and_say(void *queue_and_event) {
+  void **both = queue_and_event;
+  devbuf_status status = devbuf_queue_cancel(both[0]);
+  if (atomic_fetch_add(&cancels_returned, 1) == 1) devbuf_event_signal(both[1], 1); // the second
+  return (void *)(intptr_t)status;
+}
+
+static void test_cancels_at_once_hold_no_one_up(void) {
+  atomic_store(&writer_started, false);
+  atomic_store(&writer_may_end, false);
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_event_t *dropped[2] = {NULL, NULL}, *returned = NULL;
+  CHECK_OK(devbuf_event_create(0, &returned));
+  devbuf_buffer_t *x = floats(16);
+  devbuf_use_t use = {x, DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(queue, slow_writer, &use, 1, NULL, 0));
+  while (!atomic_load(&writer_started)) nanosleep(&(struct timespec){0, 100000}, NULL);
+  int runs_before = atomic_load(&kernel_runs);
+  pthread_t cancellers[2];
+  void *args[2] = {queue, returned};
+  for (int c = 0; c < 2; c++) { // each cancel takes an item and a signal of its own
+    CHECK_OK(devbuf_event_create(0, &dropped[c]));
+    CHECK_OK(devbuf_queue_submit(queue, count_runs, &use, 1, NULL, 0));
+    CHECK_OK(devbuf_queue_signal(queue, dropped[c], 1));
+    CHECK(pthread_create(&cancellers[c], NULL, cancel_and_say, args) == 0);
+    CHECK_STATUS(devbuf_event_wait(dropped[c], 1, 10000000000ull), DEVBUF_CANCELLED);
+  }
+  atomic_store(&writer_may_end, true);
+  devbuf_status both = devbuf_event_wait(returned, 1, 10000000000ull);
+  CHECK_OK(both);                // both returned: no hang
+  if (both != DEVBUF_OK) return; // the cancels stay stuck: the test has failed
+  for (int c = 0; c < 2; c++) {
+    void *status = NULL;
+    pthread_join(cancellers[c], &status);
+    CHECK_EQ_U((uintptr_t)status, DEVBUF_OK);
+    devbuf_event_release(dropped[c]);
+  }
+  CHECK_EQ_U(atomic_load(&kernel_runs), runs_before);
+  CHECK(read_float(x, 0) == 7.0f); // the running item's write, and no other
+  CHECK_OK(devbuf_queue_status(queue));
+  devbuf_buffer_release(x);
+  devbuf_event_release(returned);
+  devbuf_queue_release(queue);
+}
+
 static void test_destroy_and_cancel_with_pending_work(void) {
   devbuf_event_t *gate = NULL, *done = NULL;
   CHECK_OK(devbuf_event_create(0, &gate));
@@ -1052,6 +1170,8 @@ int main(void) {
   RUN(test_failure_propagation);
   RUN(test_reuse_does_not_inherit_failure);
   RUN(test_destroy_and_cancel_with_pending_work);
+  RUN(test_cancel_retires_after_the_running_item);
+  RUN(test_cancels_at_once_hold_no_one_up);
   RUN(test_device_synchronize_waits_for_every_queue);
   RUN(test_submission_errors);
   RUN(test_concurrent_submitters);

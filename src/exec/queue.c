@@ -789,6 +789,9 @@ static devbuf_status failure_locked(const devbuf_queue_t *queue) {
 
 devbuf_status devbuf_queue_status(const devbuf_queue_t *queue) {
   if (!queue) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue is NULL");
+  // An ancestor's lock may have been held at the fork, by a thread this process lacks.
+  devbuf_status usable = devbuf__queue_check_process(queue, "queue_status");
+  if (usable != DEVBUF_OK) return usable;
   devbuf_queue_t *mutable_queue = (devbuf_queue_t *)queue; // the lock is not part of the value
   pthread_mutex_lock(&mutable_queue->lock);
   devbuf_status status = queue->failure == DEVBUF_OK ? DEVBUF_OK : failure_locked(queue);
@@ -841,6 +844,8 @@ devbuf_status devbuf_queue_set_depth(devbuf_queue_t *queue, uint64_t max_items, 
   if (flags & ~(uint32_t)DEVBUF_QUEUE_FULL_REFUSES)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue_set_depth: unknown flags 0x%x",
                          flags & ~(unsigned)DEVBUF_QUEUE_FULL_REFUSES);
+  devbuf_status usable = devbuf__queue_check_process(queue, "queue_set_depth"); // as status
+  if (usable != DEVBUF_OK) return usable;
   atomic_store(&queue->full_refuses, (flags & DEVBUF_QUEUE_FULL_REFUSES) != 0);
   atomic_store(&queue->depth, max_items);
   pthread_mutex_lock(&queue->lock); // submitters waiting for room under the old depth look again
@@ -853,6 +858,15 @@ devbuf_status devbuf_queue_set_depth(devbuf_queue_t *queue, uint64_t max_items, 
 static void wait_drained_locked(devbuf_queue_t *queue) {
   atomic_fetch_add(&queue->drain_waiters, 1);
   while (atomic_load(&queue->completed) != atomic_load(&queue->submitted))
+    pthread_cond_wait(&queue->drained, &queue->lock);
+  atomic_fetch_sub(&queue->drain_waiters, 1);
+}
+
+// Waits until every submitted item is retired but those that cancels hold (taken from the
+// FIFO, to retire once this wait ends). Caller holds queue->lock.
+static void wait_for_the_runner_locked(devbuf_queue_t *queue) {
+  atomic_fetch_add(&queue->drain_waiters, 1);
+  while (atomic_load(&queue->completed) + queue->cancel_held < atomic_load(&queue->submitted))
     pthread_cond_wait(&queue->drained, &queue->lock);
   atomic_fetch_sub(&queue->drain_waiters, 1);
 }
@@ -910,11 +924,28 @@ devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->cancel_requested, true); // the worker drops what it took but has not started
   devbuf__work *pending = take_incoming(queue);
+  uint64_t held = 0;
+  for (devbuf__work *work = pending; work; work = work->next) held++;
+  queue->cancel_held += held;
   devbuf__work *waiting = queue->waiting;
   if (waiting) {
     atomic_store(&waiting->cancel, true);
     devbuf__wait_item_cancel(waiting);
   }
+  pthread_mutex_unlock(&queue->lock);
+  // The dropped signals' events fail at once: a running item may wait for one of them.
+  for (devbuf__work *work = pending; work; work = work->next) {
+    work->status = DEVBUF_CANCELLED;
+    if (work->kind == DEVBUF__WORK_SIGNAL) fail_signal(queue, work);
+  }
+  // The dropped items retire once the runner has retired the running item and the rest of
+  // its batch. Retired first, one would let what is ordered after it start while an older
+  // item still writes the same bytes: work of another queue on memory reused after it
+  // waits only for the newest item of each queue. Cancels at once wait for the runner
+  // alike, not for each other (what they hold is counted out of the wait).
+  pthread_mutex_lock(&queue->lock);
+  wait_for_the_runner_locked(queue);
+  queue->cancel_held -= held; // before they count as retired: no other wait passes early
   pthread_mutex_unlock(&queue->lock);
   retire_unrun(queue, pending, DEVBUF_CANCELLED);
   pthread_mutex_lock(&queue->lock);

@@ -166,6 +166,7 @@ struct devbuf_queue {
   pthread_cond_t work_available; // the worker waits here
   pthread_cond_t drained;        // finish and cancel wait here
   devbuf__work *waiting;         // the WAIT item the worker blocks in, for cancel
+  uint64_t cancel_held;          // items cancels took from the FIFO and have not yet retired
   devbuf_status failure;         // OK until a work item fails
   char apart_from_submissions[CACHE_LINE];
   // Written by the worker for every group of items it retires.
