@@ -3,6 +3,9 @@
 // and fault adaptors (segments: test_segments.c).
 #include "check.h"
 
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 static size_t page;
@@ -125,6 +128,54 @@ static void test_page_size_option(void) {
     CHECK_MESSAGE("page_size");
   }
   CHECK(caching == NULL);
+  test_allocators_close(&t);
+}
+
+// Sizes around every bin and power of two, on every page size: each request gets at least
+// its bytes, and blocks alive at once never overlap, whatever the bins held before (a
+// 64 KiB request on 2 MiB pages once took a released 32 KiB block from its bin).
+static int by_address(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const devbuf_memory_t *)a)->host,
+            y = (uintptr_t)((const devbuf_memory_t *)b)->host;
+  return (x > y) - (x < y);
+}
+
+static void test_sizes_near_every_bin(void) {
+  static const uint64_t pages[] = {4096, 8192, 16384, 32768, 65536, 2u << 20};
+  size_t sizes[128], count = 0;
+  for (unsigned k = 9; k <= 21; k++)
+    for (int d = -1; d <= 1; d++) sizes[count++] = ((size_t)1 << k) + (size_t)(ptrdiff_t)d;
+  for (size_t c = 3; c <= 96; c += 31) sizes[count++] = c * 512 + 1; // between classes
+  test_allocators t = test_allocators_open(NULL);
+  for (size_t p = 0; p < sizeof pages / sizeof *pages; p++) {
+    devbuf_caching_options_t options = {.page_size = pages[p]};
+    devbuf_allocator_t *caching = NULL;
+    CHECK_OK(devbuf_caching_allocator_create(t.raw, &options, &caching));
+    if (!caching) continue;
+    devbuf_memory_t live[128];
+    for (int round = 0; round < 3; round++) { // the bins hold every size after the first
+      for (size_t i = 0; i < count; i++) {
+        size_t want = sizes[round == 1 ? count - 1 - i : i];
+        CHECK_OK(devbuf_allocator_alloc(caching, want, &live[i]));
+        CHECK(live[i].size >= want);
+        unsigned char *bytes = live[i].host;
+        bytes[0] = 1;
+        bytes[want - 1] = 2;
+      }
+      devbuf_memory_t sorted[128];
+      memcpy(sorted, live, count * sizeof *live);
+      qsort(sorted, count, sizeof *sorted, by_address);
+      size_t overlaps = 0;
+      for (size_t i = 1; i < count; i++)
+        overlaps += (char *)sorted[i - 1].host + sorted[i - 1].size > (char *)sorted[i].host;
+      if (overlaps)
+        fprintf(stderr, "  page %llu: %zu overlaps\n", (unsigned long long)pages[p], overlaps);
+      CHECK_EQ_U(overlaps, 0);
+      for (size_t i = 0; i < count; i++) devbuf_allocator_free(caching, &live[i]);
+    }
+    CHECK_EQ_U(stats_of(caching).live_buffers, 0);
+    devbuf_allocator_release(caching);
+  }
   test_allocators_close(&t);
 }
 
@@ -362,6 +413,7 @@ int main(void) {
   RUN(test_lazy_allocation);
   RUN(test_buffer_count_limit);
   RUN(test_page_size_option);
+  RUN(test_sizes_near_every_bin);
   RUN(test_zero_and_huge_requests);
   RUN(test_user_allocator);
   RUN(test_fault_adaptor);

@@ -134,6 +134,9 @@ static devbuf_status parse_shape(devbuf__json *json, const char *context,
     if (ndim == DEVBUF_MAX_NDIM)
       return devbuf__error(DEVBUF_UNSUPPORTED, "safetensors header: %s has more than %d dimensions",
                            context, DEVBUF_MAX_NDIM);
+    if (dim != (size_t)dim) // a 32-bit build: never cut a dimension short
+      return devbuf__error(DEVBUF_OVERFLOW, "safetensors header: %s has dimension %llu, past %zu",
+                           context, (unsigned long long)dim, (size_t)SIZE_MAX);
     dims[ndim++] = (size_t)dim;
   }
   if (status != DEVBUF_OK) return status;

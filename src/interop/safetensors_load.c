@@ -8,9 +8,25 @@
 
 #define STAGING_BYTES ((size_t)8 << 20) // file reads for devices the CPU cannot address
 
-// The table (without buffers) of the open file: its 8-byte prefix and header, read.
-static devbuf_status read_table(int fd, uint64_t file_size, const char *path,
+// Where the table's bytes come from: the open file (pread), or its mapping, read with a
+// guard so that a file cut short under the mapping answers IO_ERROR, not SIGBUS.
+typedef struct table_source {
+  int fd;                      // or -1: `mapped`
+  const unsigned char *mapped; // the whole file
+  const char *path;
+} table_source;
+
+static devbuf_status read_source(const table_source *source, void *out, size_t size,
+                                 uint64_t offset) {
+  if (source->fd >= 0) return devbuf__read_at(source->fd, out, size, offset, source->path);
+  return devbuf__guarded_copy(out, source->mapped + offset, size, source->path);
+}
+
+// The table (without buffers) of the file: its 8-byte prefix and header, read. A format error
+// names the file (a model comes in several).
+static devbuf_status read_table(const table_source *source, uint64_t file_size,
                                 devbuf_tensor_file_t **out_file) {
+  const char *path = source->path;
   if (file_size < 8)
     return devbuf__error(DEVBUF_FORMAT_ERROR,
                          "safetensors: '%.200s' has %llu bytes, too few for the 8-byte header "
@@ -18,18 +34,23 @@ static devbuf_status read_table(int fd, uint64_t file_size, const char *path,
                          path, (unsigned long long)file_size);
   unsigned char prefix[8];
   uint64_t header_size = 0;
-  devbuf_status status = devbuf__read_at(fd, prefix, 8, 0, path);
-  if (status == DEVBUF_OK)
-    status = devbuf__safetensors_header_length(prefix, file_size, &header_size);
+  devbuf_status status = read_source(source, prefix, 8, 0);
+  if (status != DEVBUF_OK) return status;
+  status = devbuf__safetensors_header_length(prefix, file_size, &header_size);
   char *header = NULL;
   if (status == DEVBUF_OK && !(header = devbuf__malloc(header_size ? (size_t)header_size : 1)))
-    status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a %llu-byte header",
-                           (unsigned long long)header_size);
-  if (status == DEVBUF_OK) status = devbuf__read_at(fd, header, (size_t)header_size, 8, path);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a %llu-byte header",
+                         (unsigned long long)header_size);
+  if (status == DEVBUF_OK &&
+      (status = read_source(source, header, (size_t)header_size, 8)) != DEVBUF_OK) {
+    devbuf__free(header);
+    return status;
+  }
   if (status == DEVBUF_OK)
     status = devbuf__safetensors_parse_header(header, header_size, file_size - 8 - header_size,
                                               out_file);
   devbuf__free(header);
+  if (status != DEVBUF_OK) devbuf__error_cause(status, "the header of '%.200s'", path);
   return status;
 }
 
@@ -42,7 +63,7 @@ devbuf_status devbuf_safetensors_inspect(const char *path, devbuf_tensor_file_t 
   uint64_t file_size = 0;
   devbuf_status status = devbuf__open_regular_file(path, &fd, &file_size);
   if (status != DEVBUF_OK) return status;
-  status = read_table(fd, file_size, path, out_file);
+  status = read_table(&(table_source){fd, NULL, path}, file_size, out_file);
   close(fd);
   return status;
 }
@@ -167,7 +188,31 @@ static devbuf_status load_copies(devbuf_device_t *device, devbuf_allocator_t *al
   return status;
 }
 
-// Every tensor as a zero-copy view of one mapping of the file.
+// Whether a tensor's bytes at file offset `at` are off its element's alignment (a writer that
+// did not pad): a view would hand out misaligned typed pointers.
+static bool misaligned(const devbuf__tensor_entry *entry, uint64_t at) {
+  size_t element = devbuf_dtype_bits(entry->dtype) / 8;
+  if (element > 16) element = 16;
+  return element > 1 && at % element != 0;
+}
+
+// A tensor of the mapped file in aligned memory of its own, copied out of the mapping.
+static devbuf_status aligned_copy(devbuf_device_t *device, const unsigned char *file_bytes,
+                                  uint64_t at, const devbuf__tensor_entry *entry, const char *path,
+                                  devbuf_buffer_t **out) {
+  devbuf_status status = devbuf_buffer_allocate(devbuf_device_allocator(device), entry->dtype,
+                                                entry->shape, entry->ndim, 0, out);
+  size_t size = (size_t)(entry->end - entry->begin);
+  void *data = NULL;
+  if (status != DEVBUF_OK || !size) return status;
+  status = devbuf_buffer_contents_mut(*out, &data, NULL);
+  if (status != DEVBUF_OK) return status;
+  status = devbuf__guarded_copy(data, file_bytes + at, size, path);
+  devbuf_buffer_end_access(*out, data);
+  return status;
+}
+
+// Every tensor as a zero-copy view of one mapping of the file (a misaligned one, a copy).
 static devbuf_status load_views(devbuf_device_t *device, const char *path,
                                 devbuf_tensor_file_t **out_file,
                                 const devbuf_load_options_t *options) {
@@ -175,18 +220,9 @@ static devbuf_status load_views(devbuf_device_t *device, const char *path,
   devbuf_status status = devbuf_buffer_map_file(device, path, &mapping);
   if (status != DEVBUF_OK) return status;
   const unsigned char *bytes = mapping->storage->memory.host;
-  uint64_t file_size = mapping->size, header_size = 0;
+  uint64_t file_size = mapping->size;
   devbuf_tensor_file_t *file = NULL;
-  if (file_size < 8)
-    status = devbuf__error(DEVBUF_FORMAT_ERROR,
-                           "safetensors: '%.200s' has %llu bytes, too few for the 8-byte header "
-                           "length",
-                           path, (unsigned long long)file_size);
-  if (status == DEVBUF_OK)
-    status = devbuf__safetensors_header_length(bytes, file_size, &header_size);
-  if (status == DEVBUF_OK)
-    status = devbuf__safetensors_parse_header((const char *)bytes + 8, header_size,
-                                              file_size - 8 - header_size, &file);
+  status = read_table(&(table_source){-1, bytes, path}, file_size, &file);
   if (status == DEVBUF_OK &&
       !(file->buffers = devbuf__calloc(file->count ? file->count : 1, sizeof *file->buffers)))
     status =
@@ -195,11 +231,18 @@ static devbuf_status load_views(devbuf_device_t *device, const char *path,
   for (size_t i = 0; status == DEVBUF_OK && i < file->count; i++) {
     if (!selected(file, i, options)) continue;
     const devbuf__tensor_entry *entry = &file->entries[i];
-    devbuf__ref_retain(&storage->refs);
-    status = devbuf__buffer_wrap(storage, (size_t)(8 + header_size + entry->begin),
-                                 (size_t)(entry->end - entry->begin), entry->dtype, entry->shape,
-                                 entry->ndim, &file->buffers[i]);
-    if (status == DEVBUF_OK) tell(file, i, options);
+    uint64_t at = 8 + file->header_size + entry->begin;
+    if (misaligned(entry, at)) {
+      status = aligned_copy(device, bytes, at, entry, path, &file->buffers[i]);
+    } else {
+      devbuf__ref_retain(&storage->refs);
+      status = devbuf__buffer_wrap(storage, (size_t)at, (size_t)(entry->end - entry->begin),
+                                   entry->dtype, entry->shape, entry->ndim, &file->buffers[i]);
+    }
+    if (status == DEVBUF_OK)
+      tell(file, i, options);
+    else
+      devbuf__error_cause(status, "loading tensor '%.100s' of '%.200s'", entry->name, path);
   }
   devbuf_buffer_release(mapping); // the views keep the mapping alive
   if (status != DEVBUF_OK) {
@@ -236,7 +279,7 @@ devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path,
   devbuf_status status = devbuf__open_regular_file(path, &fd, &file_size);
   if (status != DEVBUF_OK) return status;
   devbuf_tensor_file_t *file = NULL;
-  status = read_table(fd, file_size, path, &file);
+  status = read_table(&(table_source){fd, NULL, path}, file_size, &file);
   if (status == DEVBUF_OK &&
       !(file->buffers = devbuf__calloc(file->count ? file->count : 1, sizeof *file->buffers)))
     status =

@@ -261,6 +261,34 @@ static void sync_folder(const char *path) {
   }
 }
 
+static int compare_keys(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+// Every key and value valid UTF-8, and no key twice (found sorted: a million keys must not
+// take a million squared comparisons).
+static devbuf_status check_metadata(const devbuf_metadata_entry_t *metadata, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    devbuf_status status = check_string(metadata[i].key, "metadata key", i);
+    if (status == DEVBUF_OK) status = check_string(metadata[i].value, "metadata value", i);
+    if (status != DEVBUF_OK) return status;
+  }
+  if (count < 2) return DEVBUF_OK;
+  const char **keys = devbuf__malloc(count * sizeof *keys);
+  if (!keys)
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                         "safetensors_write: no host memory for %zu metadata keys", count);
+  for (size_t i = 0; i < count; i++) keys[i] = metadata[i].key;
+  qsort(keys, count, sizeof *keys, compare_keys);
+  devbuf_status status = DEVBUF_OK;
+  for (size_t i = 1; i < count && status == DEVBUF_OK; i++)
+    if (strcmp(keys[i - 1], keys[i]) == 0)
+      status = devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                             "safetensors_write: metadata key '%.100s' is given twice", keys[i]);
+  devbuf__free(keys);
+  return status;
+}
+
 devbuf_status devbuf_safetensors_write(const char *path, const devbuf_named_buffer_t *tensors,
                                        size_t count, const devbuf_metadata_entry_t *metadata,
                                        size_t metadata_count) {
@@ -268,16 +296,8 @@ devbuf_status devbuf_safetensors_write(const char *path, const devbuf_named_buff
     return devbuf__error(
         DEVBUF_INVALID_ARGUMENT,
         "safetensors_write: path, and tensors/metadata when counted, are required");
-  for (size_t i = 0; i < metadata_count; i++) {
-    devbuf_status status = check_string(metadata[i].key, "metadata key", i);
-    if (status == DEVBUF_OK) status = check_string(metadata[i].value, "metadata value", i);
-    if (status != DEVBUF_OK) return status;
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(metadata[i].key, metadata[j].key) == 0)
-        return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                             "safetensors_write: metadata key '%.100s' is given twice",
-                             metadata[i].key);
-  }
+  devbuf_status checked = check_metadata(metadata, metadata_count);
+  if (checked != DEVBUF_OK) return checked;
   layout_entry *layout = devbuf__malloc((count ? count : 1) * sizeof *layout);
   if (!layout)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "safetensors_write: no host memory for %zu entries",

@@ -21,10 +21,10 @@
 #define GRANULE            512 // sizes round to this up to the thread bins' top
 #define MAX_SMALL_CLASSES  64  // thread bins of 512 B .. 32 KiB
 #define TCACHE_MAX_PAGES   16  // and of 2 .. 16 pages where pages are that small
-// and of one block each of exactly 2^17 .. 2^20 bytes (128 KiB .. 1 MiB, the small pool's
-// top) above the other bins: the powers of two programs ask for most, which otherwise
-// split a free block and merge it back under their shard's lock on every pair.
-#define TCACHE_POW2_BINS   4
+// and of one block each of exactly 2^16 or 2^17 .. 2^20 bytes (64 or 128 KiB .. 1 MiB, the
+// small pool's top) above the other bins: the powers of two programs ask for most, which
+// otherwise split a free block and merge it back under their shard's lock on every pair.
+#define TCACHE_POW2_BINS   5
 #define TCACHE_POW2_TOP    20
 #define TCACHE_BINS        (MAX_SMALL_CLASSES + TCACHE_MAX_PAGES - 1 + TCACHE_POW2_BINS)
 #define TCACHE_CLASS_BYTES ((size_t)32 << 10) // a thread keeps about this much per class ...

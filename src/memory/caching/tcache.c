@@ -27,7 +27,9 @@ void devbuf__tcache_init_bins(caching_allocator *self) {
   }
   self->classed_limit = self->bin_size[count - 1];
   self->pow2_base = count;
-  unsigned shift = 17;
+  // The first power of two above the other bins: 64 KiB where pages of 64 KiB and more leave
+  // the classes at 32 KiB (CUDA's 2 MiB), else past the page bins.
+  unsigned shift = 16;
   while (shift <= TCACHE_POW2_TOP && ((size_t)1 << shift) <= self->classed_limit) shift++;
   self->pow2_first_shift = shift;
   for (; shift <= TCACHE_POW2_TOP && ((size_t)1 << shift) <= self->policy.small_max; shift++) {

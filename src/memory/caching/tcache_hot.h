@@ -18,8 +18,9 @@ extern _Thread_local devbuf__tcache_slot devbuf__tcache_slots[TCACHE_SLOTS]
 
 // The power-of-two bin of a block of `size` bytes (above classed_limit), or bin_count.
 static inline uint32_t pow2_bin_of(const caching_allocator *self, size_t size) {
-  if (size & (size - 1)) return (uint32_t)self->bin_count;
-  size_t bin = self->pow2_base + (unsigned)__builtin_ctzll(size) - self->pow2_first_shift;
+  unsigned shift = (unsigned)__builtin_ctzll(size);
+  if ((size & (size - 1)) || shift < self->pow2_first_shift) return (uint32_t)self->bin_count;
+  size_t bin = self->pow2_base + shift - self->pow2_first_shift;
   return bin < self->bin_count ? (uint32_t)bin : (uint32_t)self->bin_count;
 }
 
