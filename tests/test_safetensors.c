@@ -417,6 +417,63 @@ static size_t files_in_scratch(void) {
 
 // Refused arguments leave nothing behind; a write that fails half-way leaves the old file
 // whole and no temporary file.
+// Writes a safetensors file by hand: `header` padded with spaces to `header_size` bytes, then
+// `data`.
+static void write_raw(const char *path, const char *header, size_t header_size, const void *data,
+                      size_t data_size) {
+  FILE *out = fopen(path, "wb");
+  CHECK(out != NULL);
+  if (!out) return;
+  unsigned char prefix[8];
+  for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)header_size >> (8 * i));
+  fwrite(prefix, 1, 8, out);
+  fwrite(header, 1, strlen(header), out);
+  for (size_t i = strlen(header); i < header_size; i++) fputc(' ', out);
+  fwrite(data, 1, data_size, out);
+  fclose(out);
+}
+
+// A file written without padding puts a tensor off its element's alignment: the zero-copy
+// load hands it out in aligned memory of its own, with the file's values; its aligned
+// neighbour stays a view. Format errors name the file.
+static void test_misaligned_tensors_and_named_errors(void) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/misaligned.safetensors", scratch);
+  const char *header = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                       "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}";
+  size_t header_size = strlen(header);
+  while ((8 + header_size) % 4 != 1) header_size++; // `a` at an odd offset
+  unsigned char data[11];
+  const float values[2] = {1.5f, -2.0f};
+  memcpy(data, values, 8);
+  memcpy(data + 8, "xyz", 3);
+  write_raw(path, header, header_size, data, sizeof data);
+  devbuf_tensor_file_t *file = NULL;
+  CHECK_OK(devbuf_safetensors_load(device, path, NULL, &file));
+  if (!file) return;
+  const float *a = NULL;
+  const unsigned char *b = NULL;
+  CHECK_OK(devbuf_buffer_contents(devbuf_tensor_file_buffer(file, 0), (const void **)&a, NULL));
+  CHECK_OK(devbuf_buffer_contents(devbuf_tensor_file_buffer(file, 1), (const void **)&b, NULL));
+  if (a && b) {
+    CHECK((uintptr_t)a % 4 == 0);
+    CHECK(a[0] == 1.5f && a[1] == -2.0f);
+    CHECK(memcmp(b, "xyz", 3) == 0);
+  }
+  devbuf_buffer_end_access(devbuf_tensor_file_buffer(file, 0), a);
+  devbuf_buffer_end_access(devbuf_tensor_file_buffer(file, 1), b);
+  devbuf_tensor_file_release(file);
+  // A header that is not JSON: every entry point names the file.
+  write_raw(path, "{\"a\":", 6, NULL, 0);
+  devbuf_load_options_t copy = {.flags = DEVBUF_LOAD_COPY};
+  CHECK_STATUS(devbuf_safetensors_load(device, path, NULL, &file), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE(path);
+  CHECK_STATUS(devbuf_safetensors_load(device, path, &copy, &file), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE(path);
+  CHECK_STATUS(devbuf_safetensors_inspect(path, &file), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE(path);
+}
+
 static void test_write_errors_and_atomicity(void) {
   char path[128];
   snprintf(path, sizeof path, "%s/atomic.safetensors", scratch);
@@ -440,6 +497,23 @@ static void test_write_errors_and_atomicity(void) {
   CHECK_STATUS(devbuf_safetensors_write(path, no_buffer, 1, NULL, 0), DEVBUF_INVALID_ARGUMENT);
   devbuf_metadata_entry_t same_key[] = {{"k", "1"}, {"k", "2"}};
   CHECK_STATUS(devbuf_safetensors_write(path, one, 1, same_key, 2), DEVBUF_INVALID_ARGUMENT);
+  // Among many keys, the first and the last the same.
+  enum { MANY_KEYS = 20000 };
+  devbuf_metadata_entry_t *many = calloc(MANY_KEYS, sizeof *many);
+  char(*keys)[16] = calloc(MANY_KEYS, sizeof *keys);
+  if (many && keys) {
+    for (int i = 0; i < MANY_KEYS; i++) {
+      snprintf(keys[i], sizeof keys[i], "key%d", i == MANY_KEYS - 1 ? 0 : i);
+      many[i] = (devbuf_metadata_entry_t){keys[i], ""};
+    }
+    CHECK_STATUS(devbuf_safetensors_write(path, one, 1, many, MANY_KEYS), DEVBUF_INVALID_ARGUMENT);
+    CHECK_MESSAGE("metadata key 'key0' is given twice");
+    snprintf(keys[MANY_KEYS - 1], sizeof keys[0], "last");
+    CHECK_OK(devbuf_safetensors_write(path, one, 1, many, MANY_KEYS));
+    CHECK_OK(devbuf_safetensors_write(path, one, 1, NULL, 0)); // as it was
+  }
+  free(many);
+  free(keys);
   CHECK_STATUS(devbuf_safetensors_write("/nonexistent-folder/x.safetensors", one, 1, NULL, 0),
                DEVBUF_IO_ERROR);
 
@@ -701,6 +775,7 @@ int main(void) {
   RUN(test_file_changed_under_load);
   RUN(test_load_with_faults);
   RUN(test_write_permissions_and_long_names);
+  RUN(test_misaligned_tensors_and_named_errors);
   rmdir(scratch);
   devbuf_device_release(device);
   return CHECK_EXIT();
