@@ -803,6 +803,13 @@ static void test_hostile_messages(void) {
   CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("does not watch the exporting process");
   devbuf_export_free(got);
+  int named_pidfd = memfd_create("pidfd", MFD_CLOEXEC), posing[3] = {memory, named_pidfd, memory};
+  CHECK(named_pidfd >= 0);
+  CHECK_OK(deliver(&event, sizeof event, posing, 3, &got)); // its link names "pidfd" too
+  CHECK_STATUS(devbuf_event_import(got, &imported), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("does not watch the exporting process");
+  devbuf_export_free(got);
+  close(named_pidfd);
   int self = devbuf__process_watch(getpid()), with_self[3] = {memory, self, memory};
   CHECK(self >= 0);
   CHECK_OK(deliver(&event, sizeof event, with_self, 3, &got)); // a page of zeros
@@ -871,6 +878,37 @@ static void test_refusals(void) {
   devbuf_buffer_release(empty);
 }
 
+// An empty message on a socket that keeps message bounds still carries descriptors: the
+// receiver refuses it and closes them, every one.
+static void test_empty_message_leaves_no_descriptor(void) {
+  int sockets[2];
+  CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sockets) == 0);
+  int memory = memfd_create("empty", MFD_CLOEXEC);
+  CHECK(memory >= 0);
+  size_t before = open_descriptors();
+  union {
+    struct cmsghdr header;
+    char space[CMSG_SPACE(3 * sizeof(int))];
+  } control;
+  memset(&control, 0, sizeof control);
+  struct msghdr message = {.msg_control = control.space, .msg_controllen = sizeof control.space};
+  struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(3 * sizeof(int));
+  int three[3] = {memory, memory, memory};
+  memcpy(CMSG_DATA(header), three, sizeof three);
+  CHECK(sendmsg(sockets[0], &message, 0) == 0);
+  devbuf_export_t *got = NULL;
+  CHECK_STATUS(devbuf_export_receive(sockets[1], &got), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("cut short");
+  CHECK(got == NULL);
+  CHECK_EQ_U(open_descriptors(), before);
+  close(memory);
+  close(sockets[0]);
+  close(sockets[1]);
+}
+
 int main(int argc, char **argv) {
   self_path = argv[0];
   signal(SIGPIPE, SIG_IGN);
@@ -896,6 +934,7 @@ int main(int argc, char **argv) {
   RUN(test_exec_release_and_failure);
   RUN(test_racing_raisers);
   RUN(test_hostile_messages);
+  RUN(test_empty_message_leaves_no_descriptor);
   RUN(test_hostile_exporter_lowers_value);
   RUN(test_sleeping_importer_is_woken);
   RUN(test_sleeping_waits_wake_at_once);

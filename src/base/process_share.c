@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +16,14 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010 // Linux 5.1
@@ -53,24 +59,32 @@ devbuf_status devbuf__memory_file_seal(int fd, bool read_only_elsewhere) {
 }
 
 devbuf_status devbuf__memory_file_check(int fd, size_t size, const char *what) {
+  // Seals first: only memory files have them, and asking costs no file system a round trip
+  // (fstat of a FUSE file waits for its daemon, which a hostile sender may run).
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0)
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "%s: descriptor %d is not a memory file (it has no seals: %s)", what, fd,
+                         strerror(errno));
+  if (!(seals & F_SEAL_SHRINK))
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "%s: the memory file is not sealed against shrinking (its owner could "
+                         "cut it under the mapping; seals 0x%x)",
+                         what, (unsigned)seals);
   struct stat info;
-  if (fstat(fd, &info) != 0)
+  struct statfs where;
+  if (fstat(fd, &info) != 0 || fstatfs(fd, &where) != 0)
     return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: descriptor %d cannot be examined: %s", what, fd,
                          strerror(errno));
   if (!S_ISREG(info.st_mode))
     return devbuf__error(DEVBUF_FORMAT_ERROR, "%s: descriptor %d is not a memory file (mode %o)",
                          what, fd, (unsigned)info.st_mode);
-  long page = sysconf(_SC_PAGESIZE);
-  if (page > 0 && info.st_blksize > page) // huge pages: mappings would not be what they seem
+  // hugetlbfs (a memory file made with MFD_HUGETLB): mappings would not be what they seem.
+  // The file system, not st_blksize, which transparent huge pages may raise on tmpfs too.
+  if ((unsigned long)where.f_type == HUGETLBFS_MAGIC)
     return devbuf__error(DEVBUF_FORMAT_ERROR,
-                         "%s: the memory file has %ld-byte pages, not the system's %ld", what,
-                         (long)info.st_blksize, page);
-  int seals = fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || !(seals & F_SEAL_SHRINK))
-    return devbuf__error(DEVBUF_FORMAT_ERROR,
-                         "%s: the memory file is not sealed against shrinking (its owner could "
-                         "cut it under the mapping)",
-                         what);
+                         "%s: the memory file has huge pages (%ld bytes), not the system's", what,
+                         (long)info.st_blksize);
   if ((uint64_t)info.st_size < size)
     return devbuf__error(DEVBUF_FORMAT_ERROR,
                          "%s: the memory file has %lld bytes, fewer than the %zu it should have",
@@ -219,11 +233,11 @@ devbuf_status devbuf__receive_with_fds(int socket, void *bytes, size_t size, int
     message.msg_controllen = sizeof control.space;
     ssize_t done = recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
     if (done < 0 && errno == EINTR) continue;
-    if (done > 0) {
+    if (done >= 0) { // an empty message may carry descriptors too: they are ours to close
       fits = collect_fds(&message, fds, max_fds, &count) && fits;
       cut = cut || (message.msg_flags & (MSG_CTRUNC | MSG_TRUNC));
     }
-    if (done <= 0) {
+    if (done < 0 || (done == 0 && type == SOCK_STREAM)) {
       int error = errno;
       devbuf__close_fds(fds, count);
       return devbuf__error(DEVBUF_IO_ERROR, "receiving %zu bytes on socket %d: %s after %zu", size,
@@ -305,7 +319,11 @@ bool devbuf__is_process_watch(int fd, int *out_pid) {
   char path[64], target[64] = "", line[128];
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   ssize_t length = readlink(path, target, sizeof target - 1);
-  if (length <= 0 || !strstr(target, "pidfd")) return false;
+  // The link of a pidfd, and only of one (a memory file or a FIFO named "pidfd" is not):
+  // "anon_inode:[pidfd]", or "pidfd:[inode]" where pidfs has them (Linux 6.9).
+  if (length <= 0 ||
+      (strcmp(target, "anon_inode:[pidfd]") != 0 && strncmp(target, "pidfd:[", 7) != 0))
+    return false;
   snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
   FILE *info = fopen(path, "re");
   *out_pid = 0; // not shown (before Linux 5.5, or another namespace's process)
