@@ -3,6 +3,7 @@
 // and fault adaptors (segments: test_segments.c).
 #include "check.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -176,6 +177,46 @@ static void test_sizes_near_every_bin(void) {
     CHECK_EQ_U(stats_of(caching).live_buffers, 0);
     devbuf_allocator_release(caching);
   }
+  test_allocators_close(&t);
+}
+
+// A thread's later key destructor allocates and frees after devbuf's own destructor gave the
+// thread's bins back: the block must not stay in a cache nobody owns, where clear_cache
+// cannot reach it.
+static pthread_key_t late_key;
+static devbuf_allocator_t *late_allocator;
+static devbuf_memory_t late_block;
+
+static void free_late(void *unused) {
+  (void)unused;
+  devbuf_allocator_free(late_allocator, &late_block);
+  devbuf_memory_t again; // an allocation adopts a cache for the thread once more
+  if (devbuf_allocator_alloc(late_allocator, 4096, &again) == DEVBUF_OK)
+    devbuf_allocator_free(late_allocator, &again);
+}
+
+static void *allocate_then_exit(void *unused) {
+  (void)unused;
+  if (devbuf_allocator_alloc(late_allocator, 4096, &late_block) == DEVBUF_OK)
+    pthread_setspecific(late_key, &late_block); // its destructor runs after devbuf's
+  return NULL;
+}
+
+static void test_block_freed_by_a_later_destructor(void) {
+  test_allocators t = test_allocators_open(NULL);
+  late_allocator = t.caching;
+  devbuf_memory_t first;
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 256, &first)); // devbuf's key exists before ours
+  devbuf_allocator_free(t.caching, &first);
+  CHECK(pthread_key_create(&late_key, free_late) == 0);
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, allocate_then_exit, NULL) == 0);
+  pthread_join(thread, NULL);
+  devbuf_allocator_clear_cache(t.caching);
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.live_buffers, 0);
+  CHECK_EQ_U(s.reserved, 0); // nothing stranded in an exited thread's bins
+  pthread_key_delete(late_key);
   test_allocators_close(&t);
 }
 
@@ -414,6 +455,7 @@ int main(void) {
   RUN(test_buffer_count_limit);
   RUN(test_page_size_option);
   RUN(test_sizes_near_every_bin);
+  RUN(test_block_freed_by_a_later_destructor);
   RUN(test_zero_and_huge_requests);
   RUN(test_user_allocator);
   RUN(test_fault_adaptor);

@@ -113,6 +113,9 @@ static void release_slot(devbuf__tcache_slot *s) {
 
 static void on_thread_exit(void *unused) {
   (void)unused;
+  // Another key's destructor that runs after this one may still free blocks into a cache
+  // it adopts: the key is set again then, so this runs again (as record_cache.c does).
+  exit_hook_set = false;
   pthread_mutex_lock(&global_lock);
   for (int i = 0; i < TCACHE_SLOTS; i++) release_slot(&devbuf__tcache_slots[i]);
   pthread_mutex_unlock(&global_lock);
