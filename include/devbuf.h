@@ -358,7 +358,9 @@ DEVBUF_API const char *devbuf_allocator_kind(const devbuf_allocator_t *allocator
 // Allocates `size` bytes (> 0). OUT_OF_MEMORY names requested, active and limit figures.
 DEVBUF_API devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
                                                 devbuf_memory_t *out_memory);
-// Gives back memory from devbuf_allocator_alloc on the same allocator.
+// Gives back memory from devbuf_allocator_alloc on the same allocator. A caching
+// allocator's block that is not handed out now (freed twice) is left alone, with an
+// INVALID_ARGUMENT in devbuf_last_error naming its address.
 DEVBUF_API void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory);
 // Statistics of this allocator. Every figure is exact while no other thread is allocating
 // at the moment. `peak` is exact while one thread allocates at a time; when several threads

@@ -220,6 +220,32 @@ static void test_block_freed_by_a_later_destructor(void) {
   test_allocators_close(&t);
 }
 
+// A block freed twice, and a record never handed out, are left alone with an error: the bins
+// stay sound (a second free once put a binned block on its own bin, and every later request
+// got that one block).
+static void test_double_free_is_refused(void) {
+  test_allocators t = test_allocators_open(NULL);
+  const size_t sizes[] = {256, 4096, 1 << 20, 16 << 20}; // binned, and through the pools
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    devbuf_memory_t a, b, c;
+    CHECK_OK(devbuf_allocator_alloc(t.caching, sizes[i], &a));
+    devbuf_allocator_free(t.caching, &a);
+    devbuf_set_error(DEVBUF_OK, "%s", "none");
+    devbuf_allocator_free(t.caching, &a);
+    CHECK_MESSAGE("freed already");
+    CHECK_OK(devbuf_allocator_alloc(t.caching, sizes[i], &b));
+    CHECK_OK(devbuf_allocator_alloc(t.caching, sizes[i], &c));
+    CHECK(b.host != c.host);
+    devbuf_allocator_free(t.caching, &b);
+    devbuf_allocator_free(t.caching, &c);
+  }
+  devbuf_memory_t never = {0};
+  devbuf_allocator_free(t.caching, &never);
+  CHECK_MESSAGE("not handed out");
+  CHECK_EQ_U(stats_of(t.caching).live_buffers, 0);
+  test_allocators_close(&t);
+}
+
 static void test_zero_and_huge_requests(void) {
   test_allocators t = test_allocators_open(NULL);
   devbuf_memory_t memory;
@@ -456,6 +482,7 @@ int main(void) {
   RUN(test_page_size_option);
   RUN(test_sizes_near_every_bin);
   RUN(test_block_freed_by_a_later_destructor);
+  RUN(test_double_free_is_refused);
   RUN(test_zero_and_huge_requests);
   RUN(test_user_allocator);
   RUN(test_fault_adaptor);

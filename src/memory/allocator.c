@@ -105,8 +105,27 @@ void devbuf__allocator_free_uncached(devbuf_allocator_t *allocator, const devbuf
   allocator->ops->free(allocator, memory);
 }
 
+// Off the free's own path, so that it stays short.
+__attribute__((noinline, cold)) static void refuse_free(const devbuf_memory_t *memory) {
+  devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                "allocator_free: the %zu bytes at %p are not handed out by this allocator now "
+                "(freed already?): left alone",
+                memory->size, memory->host);
+}
+
 void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
-  if (allocator && memory) devbuf__allocator_free_known(allocator, memory);
+  if (!allocator || !memory) return;
+  // A caching allocator's block freed twice (or a record never handed out): a second free
+  // put a binned block on its own bin, and every later request got that one block.
+  if (DEVBUF_LIKELY(allocator->ops == &devbuf__caching_ops)) {
+    const cblock *block = memory->token;
+    if (DEVBUF_UNLIKELY(!block || atomic_load_explicit(&block->state, memory_order_relaxed) !=
+                                      BLOCK_ACTIVE)) {
+      refuse_free(memory);
+      return;
+    }
+  }
+  devbuf__allocator_free_known(allocator, memory);
 }
 
 // ---- memory released in flight: allocators that can, and adaptors that forward it ----------
