@@ -518,6 +518,32 @@ static void test_growable_snapshot_while_allocating(void) {
   devbuf_device_release(device);
 }
 
+// Under a limit, a growable segment's step past its block stops at the limit: blocks that
+// fit are handed out up to the last page (a step of a 32nd of what is mapped once refused a
+// 64 KiB block with 9.7 MiB of 10 mapped).
+static void test_growable_fills_its_limit(void) {
+  devbuf_device_t *device = NULL;
+  devbuf_allocator_t *raw = NULL, *caching = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw)); // a stats allocator cannot map
+  devbuf_caching_options_t options = cpu_page;
+  options.growable = 1;
+  options.memory_limit = 10 * MiB;
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &caching));
+  if (!caching) return;
+  enum { MOST = 200 };
+  devbuf_memory_t blocks[MOST];
+  size_t count = 0;
+  while (count < MOST && devbuf_allocator_alloc(caching, 64 * 1024, &blocks[count]) == DEVBUF_OK)
+    count++;
+  CHECK_EQ_U(count, 10 * MiB / (64 * 1024));
+  CHECK(stats_of(caching).reserved <= 10 * MiB);
+  for (size_t i = 0; i < count; i++) devbuf_allocator_free(caching, &blocks[i]);
+  devbuf_allocator_release(caching);
+  devbuf_allocator_release(raw);
+  devbuf_device_release(device);
+}
+
 static void test_growable_segments(void) {
   devbuf_device_t *device = NULL;
   devbuf_allocator_t *raw = NULL, *caching = NULL;
@@ -720,6 +746,7 @@ int main(void) {
   RUN(test_thread_bins_before_new_memory);
   RUN(test_over_any_upstream);
   RUN(test_growable_segments);
+  RUN(test_growable_fills_its_limit);
   RUN(test_growable_holes_go_back);
   RUN(test_peak_reserved);
   RUN(test_growable_snapshot_while_allocating);
