@@ -253,6 +253,26 @@ static cblock *take_free(caching_allocator *self, int pool, size_t size, const v
   return NULL;
 }
 
+// Hands out a block taken from a free tree (either pool's): one of a growable segment gets
+// its pages mapped first, whichever pool it came from.
+static devbuf_status hand_out_free(caching_allocator *self, tcache *cache, cblock *block,
+                                   size_t requested, size_t size, cblock **out) {
+  bool grew = false;
+  if (block->segment->growable) {
+    devbuf_status mapped = devbuf__growable_map_for(self, block, &grew);
+    if (mapped != DEVBUF_OK) {
+      devbuf__caching_put(self, block, false);
+      uint64_t limit = atomic_load(&self->memory_limit);
+      return mapped == DEVBUF_OUT_OF_MEMORY && limit
+                 ? out_of_memory(self, requested, size, limit)
+                 : fail(self, mapped); // the system's own refusal
+    }
+  }
+  if (!grew) owner_add(&cache->shared_hits, 1); // a hit unless its segment had to grow
+  *out = block;
+  return DEVBUF_OK;
+}
+
 // The shared path: a free block of the request's pool, else a new segment; at the memory
 // limit, a free block of the other pool rather than churn or a refusal.
 static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t requested,
@@ -286,34 +306,17 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
   if (atomic_load_explicit(&self->growable, memory_order_relaxed) && !block &&
       devbuf__growable_ensure(self, my_shard(self), pool))
     block = take_free(self, pool, size, ordered); // the new segment's free end
-  if (block && block->segment->growable) {
-    bool grew;
-    devbuf_status mapped = devbuf__growable_map_for(self, block, &grew);
-    if (mapped != DEVBUF_OK) {
-      devbuf__caching_put(self, block, false);
-      uint64_t limit = atomic_load(&self->memory_limit);
-      return mapped == DEVBUF_OUT_OF_MEMORY && limit
-                 ? out_of_memory(self, requested, size, limit)
-                 : fail(self, mapped); // the system's own refusal
-    }
-    if (!grew) owner_add(&cache->shared_hits, 1); // a hit unless its segment had to grow
-    *out = block;
-    return DEVBUF_OK;
-  }
+  if (block) return hand_out_free(self, cache, block, requested, size, out);
   // Where a new segment would not fit under the memory limit without giving idle ones
   // back, the other pool's free bytes come first: giving back to allocate again is churn.
   uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
-  if (!block && limit && atomic_load_explicit(&self->reserved, memory_order_relaxed) + size > limit)
-    block = take_free(self, POOL_COUNT - 1 - pool, size, ordered);
-  if (block) {
-    owner_add(&cache->shared_hits, 1);
-    *out = block;
-    return DEVBUF_OK;
-  }
+  if (limit && atomic_load_explicit(&self->reserved, memory_order_relaxed) + size > limit &&
+      (block = take_free(self, POOL_COUNT - 1 - pool, size, ordered)))
+    return hand_out_free(self, cache, block, requested, size, out);
   devbuf_status status = grow(self, size, pool, &block);
   if (status == DEVBUF_OK && !block &&
       (block = take_free(self, POOL_COUNT - 1 - pool, size, ordered)))
-    owner_add(&cache->shared_hits, 1);
+    return hand_out_free(self, cache, block, requested, size, out);
   if (status != DEVBUF_OK || block) {
     *out = block;
     return status;
