@@ -576,6 +576,11 @@ const devbuf__allocator_ops devbuf__caching_ops = {
     .snapshot = devbuf__caching_snapshot,
 };
 
+static bool bins_may_hold(caching_allocator *self) {
+  return !atomic_load(&self->memory_limit) && !atomic_load(&self->cache_limit) &&
+         !atomic_load(&self->max_buffers) && !atomic_load(&self->growable);
+}
+
 static void apply_options(caching_allocator *self, const devbuf_caching_options_t *options) {
   atomic_store(&self->memory_limit, options->memory_limit);
   atomic_store(&self->cache_limit, options->cache_limit);
@@ -584,9 +589,14 @@ static void apply_options(caching_allocator *self, const devbuf_caching_options_
   // Growable segments hold what their blocks reach, and a block waiting in one thread's bin
   // made another thread map more memory for the same size (as often as the threads that
   // release and allocate differ, such as a queue's worker and its submitter): no bins there.
-  atomic_store(&self->bins_allowed,
-               !options->memory_limit && !options->cache_limit && !options->max_buffers &&
-                   !atomic_load_explicit(&self->growable, memory_order_relaxed));
+  // Read back from the allocator, not from `options`, and again after the store: of two
+  // threads setting options at once, the one that stores last may have looked first, and
+  // bins left on under the other's limits would bypass them.
+  for (;;) {
+    bool allowed = bins_may_hold(self);
+    atomic_store(&self->bins_allowed, allowed);
+    if (bins_may_hold(self) == allowed) break;
+  }
   request_flush(self);
 }
 
