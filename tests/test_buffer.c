@@ -273,6 +273,8 @@ static void test_typed_access(void) {
   devbuf_array_t array;
   CHECK_STATUS(devbuf_buffer_as_array(buffer, DEVBUF_FLOAT32, &array), DEVBUF_TYPE_MISMATCH);
   CHECK_MESSAGE("as float32 of a float64 buffer");
+  CHECK_STATUS(devbuf_buffer_as_array(buffer, (devbuf_dtype)99, &array), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("dtype 99");
   CHECK_OK(devbuf_buffer_as_array_mut(buffer, DEVBUF_FLOAT64, &array));
   CHECK_EQ_U(array.ndim, 2);
   CHECK_EQ_U(array.shape[0], 2);

@@ -255,7 +255,9 @@ static void test_import_refusals(void) {
   CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), DEVBUF_UNSUPPORTED);
   CHECK(buffer == NULL && p.deleted == 0);
   CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(NULL, &buffer), DEVBUF_INVALID_ARGUMENT);
+  buffer = (devbuf_buffer_t *)&buffer; // a stale value: cleared, as the versioned import does
   CHECK_STATUS(devbuf_buffer_from_dlpack(NULL, &buffer), DEVBUF_INVALID_ARGUMENT);
+  CHECK(buffer == NULL);
 }
 
 // devbuf to devbuf through both structures, every dtype: bit-exact, and the export's

@@ -967,6 +967,9 @@ static void test_submission_errors(void) {
   CHECK_STATUS(devbuf_queue_submit(queue, count_runs, &no_buffer, 1, NULL, 0),
                DEVBUF_INVALID_ARGUMENT);
   CHECK_STATUS(devbuf_queue_submit(queue, NULL, NULL, 0, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("the kernel is NULL");
+  CHECK_STATUS(devbuf_queue_submit(queue, count_runs, NULL, 2, NULL, 0), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("uses is NULL (2 uses");
   // Counts past what one work item holds, named, before a use or scalar is read.
   CHECK_STATUS(devbuf_queue_submit(queue, count_runs, &no_buffer, (size_t)1 << 40, NULL, 0),
                DEVBUF_INVALID_ARGUMENT);

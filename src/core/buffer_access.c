@@ -100,10 +100,12 @@ size_t devbuf_buffer_open_accesses(const devbuf_buffer_t *buffer) {
 static devbuf_status check_dtype(const devbuf_buffer_t *buffer, devbuf_dtype dtype,
                                  const char *what) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: buffer is NULL", what);
+  if (!devbuf_dtype_name(dtype))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s as dtype %d, which is none (of a %s buffer)",
+                         what, (int)dtype, devbuf_dtype_name(buffer->dtype));
   if (buffer->dtype != dtype)
     return devbuf__error(DEVBUF_TYPE_MISMATCH, "%s as %s of a %s buffer", what,
-                         devbuf_dtype_name(dtype) ? devbuf_dtype_name(dtype) : "an unknown dtype",
-                         devbuf_dtype_name(buffer->dtype));
+                         devbuf_dtype_name(dtype), devbuf_dtype_name(buffer->dtype));
   return DEVBUF_OK;
 }
 

@@ -144,11 +144,14 @@ static inline devbuf_status submit_function(devbuf_queue_t *queue, devbuf__work_
                                             size_t scalars_size) {
   bool host = kind == DEVBUF__WORK_HOST;
   const char *what = host ? "host_task" : "submit", *role = host ? "task" : "kernel";
-  if (!queue || !function || (use_count && !uses) || (scalars_size && !scalars))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "%s: queue and %s are required; uses and scalars must "
-                         "be given when their counts are not zero",
-                         what, role);
+  if (!queue || !function || (use_count && !uses) || (scalars_size && !scalars)) {
+    const char *missing = !queue      ? "the queue is NULL"
+                          : !function ? (host ? "the task is NULL" : "the kernel is NULL")
+                          : (use_count && !uses) ? "uses is NULL"
+                                                 : "scalars is NULL";
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: %s (%zu uses, %zu scalar bytes)", what,
+                         missing, use_count, scalars_size);
+  }
   if (!host && !queue->device->backend->runs_c_kernels)
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "submit: C kernels run on the CPU; %s %s (devbuf_queue_host_task runs "

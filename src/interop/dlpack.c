@@ -287,6 +287,7 @@ devbuf_status devbuf_buffer_from_dlpack_versioned(struct DLManagedTensorVersione
 
 devbuf_status devbuf_buffer_from_dlpack(struct DLManagedTensor *tensor,
                                         devbuf_buffer_t **out_buffer) {
+  if (out_buffer) *out_buffer = NULL;
   if (!tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: tensor is NULL");
   return import_tensor(&tensor->dl_tensor, false, &import_legacy, tensor, out_buffer);
 }
