@@ -724,7 +724,7 @@ static void test_hostile_messages(void) {
       four[4] = {memory, hold, pipe_ends[0], pipe_ends[1]};
   devbuf__export_header h = valid_header(segment);
 
-  EXPECT_REFUSED(with_magic(h, "devbufX9"), both, 2, DEVBUF_FORMAT_ERROR, "does not start with");
+  EXPECT_REFUSED(with_magic(h, "devbufX9"), both, 2, DEVBUF_FORMAT_ERROR, "but with 'devbufX9'");
   devbuf__export_header bad = h;
   bad.kind = 9;
   EXPECT_REFUSED(bad, both, 2, DEVBUF_FORMAT_ERROR, "kind 9");

@@ -4,6 +4,7 @@
 // importers hold leases on it parks its memory here until they have all let go.
 #include "core.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -243,11 +244,17 @@ devbuf_status devbuf_buffer_import(devbuf_device_t *device, devbuf_export_t *sha
                          "of %s's %zu-byte alignment (kernels would get misaligned data)",
                          (unsigned long long)h->storage_offset, device->spec, device->alignment);
   static const unsigned char anywhere[16];
-  if (memcmp(h->device_uuid, anywhere, 16) != 0 && memcmp(h->device_uuid, device->uuid, 16) != 0)
+  if (memcmp(h->device_uuid, anywhere, 16) != 0 && memcmp(h->device_uuid, device->uuid, 16) != 0) {
+    char theirs[33], ours[33];
+    for (int i = 0; i < 16; i++) {
+      snprintf(theirs + 2 * i, 3, "%02x", h->device_uuid[i]);
+      snprintf(ours + 2 * i, 3, "%02x", device->uuid[i]);
+    }
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "the export holds memory of another device than %s (its UUID differs): "
-                         "import it on the device that made it",
-                         device->spec);
+                         "the export holds memory of another device than %s (its UUID differs: "
+                         "%s, not %s): import it on the device that made it",
+                         device->spec, theirs, ours);
+  }
   if (shared->fds[DEVBUF__EXPORT_MEMORY] < 0 || shared->fds[DEVBUF__EXPORT_LEASE] < 0)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "this export was imported or sent already: each export is imported once");

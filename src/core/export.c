@@ -94,11 +94,18 @@ static devbuf_status check_buffer_header(const devbuf__export_header *h) {
 }
 
 static devbuf_status check_header(const devbuf__export_header *h) {
-  if (memcmp(h->magic, DEVBUF__EXPORT_MAGIC, sizeof h->magic) != 0)
+  if (memcmp(h->magic, DEVBUF__EXPORT_MAGIC, sizeof h->magic) != 0) {
+    char seen[4 * sizeof h->magic + 1], *at = seen; // printable bytes as they are, others \xNN
+    for (size_t i = 0; i < sizeof h->magic; i++) {
+      unsigned char c = (unsigned char)h->magic[i];
+      at += c >= 0x20 && c < 0x7f && c != '\\' ? snprintf(at, 2, "%c", c)
+                                               : snprintf(at, 5, "\\x%02x", c);
+    }
     return devbuf__error(DEVBUF_FORMAT_ERROR,
-                         "export: the message does not start with '%s' (not a devbuf export of "
-                         "this version)",
-                         DEVBUF__EXPORT_MAGIC);
+                         "export: the message does not start with '%s' but with '%s' (not a "
+                         "devbuf export of this version)",
+                         DEVBUF__EXPORT_MAGIC, seen);
+  }
   if (h->pid <= 0) return devbuf__error(DEVBUF_FORMAT_ERROR, "export: process id %d", (int)h->pid);
   if (h->kind == DEVBUF_EXPORT_BUFFER) return check_buffer_header(h);
   if (h->kind != DEVBUF_EXPORT_EVENT)

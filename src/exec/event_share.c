@@ -336,10 +336,18 @@ static devbuf_status map_timeline(const devbuf_export_t *shared, shared_timeline
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping an imported event's page failed: %s",
                          strerror(errno));
   if (memcmp(page->magic, TIMELINE_MAGIC, sizeof page->magic) != 0 || page->pid != pid) {
+    bool magic = memcmp(page->magic, TIMELINE_MAGIC, sizeof page->magic) == 0;
+    int claimed = (int)page->pid;
     munmap(page, TIMELINE_BYTES);
+    if (magic)
+      return devbuf__error(DEVBUF_FORMAT_ERROR,
+                           "the imported event's page is not a devbuf timeline of process %d (it "
+                           "names process %d)",
+                           (int)pid, claimed);
     return devbuf__error(DEVBUF_FORMAT_ERROR,
-                         "the imported event's page is not a devbuf timeline of process %d",
-                         (int)pid);
+                         "the imported event's page is not a devbuf timeline of process %d (its "
+                         "first bytes are not '%s')",
+                         (int)pid, TIMELINE_MAGIC);
   }
   *out_page = page;
   *out_pid = pid;
