@@ -871,10 +871,14 @@ DEVBUF_API devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_
                                            const void *pattern, size_t pattern_size);
 DEVBUF_API devbuf_status devbuf_queue_copy(devbuf_queue_t *queue, devbuf_buffer_t *dst,
                                            devbuf_buffer_t *src);
-// Signals `value` on `event` when the work submitted before has completed.
+// Signals `value` on `event` when the work submitted before has completed. A value at or
+// below the event's by then changes nothing (two queues may raise one timeline in turn).
 DEVBUF_API devbuf_status devbuf_queue_signal(devbuf_queue_t *queue, devbuf_event_t *event,
                                              uint64_t value);
-// Holds the work submitted after this until `event` reaches `value`.
+// Holds the work submitted after this until `event` reaches `value`. A value that only a
+// later item of the same queue would signal, or that nothing can signal any more (its event
+// released by everyone else), holds the queue for good: devbuf_queue_cancel ends such a
+// wait, and a queue released while held never drains (nor does devbuf_device_synchronize).
 DEVBUF_API devbuf_status devbuf_queue_wait(devbuf_queue_t *queue, devbuf_event_t *event,
                                            uint64_t value);
 // Waits on the host until every submitted work item has completed; returns the queue's

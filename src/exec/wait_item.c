@@ -68,7 +68,9 @@ static devbuf_status wait_at_gate(devbuf__work *work, wait_gate *gate, void *eve
     gate_unref(gate);
   }
   devbuf__device_done passed = {event, "an event wait", DEVBUF_OK};
+  devbuf__wait_begins(); // a dozing CPU queue may hold the signal this waits for
   devbuf_status status = device->backend->complete(device, gate->device_queue, &passed, 1);
+  devbuf__wait_ends();
   pthread_mutex_lock(&place->lock);
   work->gate = NULL;
   pthread_mutex_unlock(&place->lock);
