@@ -430,6 +430,13 @@ static void test_trace_and_replay(void) {
       {"# devbuf trace 1\na 1 8\na 3 8\n", "the next allocation is number 2"},
       {"# devbuf trace 1\na 1 8\nf 1\nf 1\n", "line 4: free of allocation 1 that is not live"},
       {"# devbuf trace 1\na 1 8 junk\n", "line 2"},
+      // Numbers are digits: no sign (sscanf read "-4096" as 2^64 - 4096), no overflow.
+      {"# devbuf trace 1\na 1 -4096\nf 1\n", "line 2 is not a record"},
+      {"# devbuf trace 1\na 1 +8\n", "line 2 is not a record"},
+      {"# devbuf trace 1\na 1 18446744073709551616\n", "line 2 is not a record"},
+      {"# devbuf trace 1\nf -1\n", "line 2 is not a record"},
+      {"# devbuf trace 1\na 1 140737488355329\n", "past the 140737488355328"},
+      {"# devbuf trace 12\na 1 8\n", "does not start with"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     write_file(path, bad[i].text);
@@ -437,6 +444,15 @@ static void test_trace_and_replay(void) {
     CHECK_MESSAGE(bad[i].needle);
   }
   CHECK_EQ_U(stats_of(target.caching).active, 0); // a refused trace frees what it made
+  // A line of 255 characters is one; of 256, refused.
+  char long_line[512];
+  snprintf(long_line, sizeof long_line, "# devbuf trace 1\n#%0254d\na 1 8\nf 1\n", 0);
+  write_file(path, long_line);
+  CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));
+  snprintf(long_line, sizeof long_line, "# devbuf trace 1\n#%0255d\na 1 8\nf 1\n", 0);
+  write_file(path, long_line);
+  CHECK_STATUS(devbuf_trace_replay(path, target.caching, &summary), DEVBUF_FORMAT_ERROR);
+  CHECK_MESSAGE("line 2 is longer than 255 characters");
   // A trace that never frees: the replay frees it and reports the leak.
   write_file(path, "# devbuf trace 1\na 1 64\na 2 64\nf 1\n");
   CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));

@@ -2,16 +2,32 @@
 #include "counting_upstream.h"
 #include "cca_model.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #define FAKE_BASE      ((uint64_t)1 << 40) // far from anything real, aligned to every page size
 #define FAKE_ALIGNMENT ((uint64_t)2 << 20)
 
+// Takes the next `size` bytes of fake addresses; false (an error set) once they would pass
+// 2^62: addresses are never reused, and a replay of huge requests must not wrap them.
+static bool take_addresses(devbuf_counting_upstream *counts, size_t size, uint64_t *out) {
+  if (!counts->next_address) counts->next_address = FAKE_BASE;
+  uint64_t span = ((uint64_t)size + FAKE_ALIGNMENT - 1) & ~(FAKE_ALIGNMENT - 1);
+  if (size > ((uint64_t)1 << 62) || span > ((uint64_t)1 << 62) - counts->next_address) {
+    devbuf_set_error(DEVBUF_OUT_OF_MEMORY,
+                     "the replay's fake address space is spent: %zu more bytes after %llu", size,
+                     (unsigned long long)(counts->next_address - FAKE_BASE));
+    return false;
+  }
+  *out = counts->next_address;
+  counts->next_address += span;
+  return true;
+}
+
 static devbuf_status counting_alloc(void *context, size_t size, devbuf_memory_t *out) {
   devbuf_counting_upstream *counts = context;
-  if (!counts->next_address) counts->next_address = FAKE_BASE;
-  uint64_t address = counts->next_address;
-  counts->next_address += (size + FAKE_ALIGNMENT - 1) & ~(FAKE_ALIGNMENT - 1);
+  uint64_t address;
+  if (!take_addresses(counts, size, &address)) return DEVBUF_OUT_OF_MEMORY;
   counts->held += size;
   if (counts->held > counts->peak_held) counts->peak_held = counts->held;
   counts->allocs++;
@@ -32,9 +48,8 @@ static void counting_free(void *context, const devbuf_memory_t *memory) {
 // Growable segments: addresses cost nothing; mapped ranges count as held.
 static devbuf_status counting_reserve(void *context, size_t size, devbuf_memory_t *out) {
   devbuf_counting_upstream *counts = context;
-  if (!counts->next_address) counts->next_address = FAKE_BASE;
-  uint64_t address = counts->next_address;
-  counts->next_address += (size + FAKE_ALIGNMENT - 1) & ~(FAKE_ALIGNMENT - 1);
+  uint64_t address;
+  if (!take_addresses(counts, size, &address)) return DEVBUF_OUT_OF_MEMORY;
   *out = (devbuf_memory_t){
       .host = NULL, .device = address, .size = size}; // no memory: the CPU may not touch it
   return DEVBUF_OK;

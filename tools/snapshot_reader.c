@@ -28,9 +28,15 @@ typedef struct int_map {
   size_t capacity, used; // slots; slots not empty
 } int_map;
 
+// Every bit of the key reaches the low bits (a multiply alone left addresses that differ
+// only above bit 47 all in one slot): the mix of splitmix64.
 static uint64_t hash_key(int64_t key) {
-  uint64_t x = (uint64_t)key * 0x9e3779b97f4a7c15u;
-  return x ^ (x >> 29);
+  uint64_t x = (uint64_t)key;
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9u;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebu;
+  return x ^ (x >> 31);
 }
 
 // The slot of `key`, or the empty slot where it would go.
@@ -114,7 +120,10 @@ typedef struct converter {
   size_t capacity;
 } converter;
 
+// The first failure's message stays: what follows it (a lookup refused past the step limit
+// reads as a missing key) is its consequence.
 __attribute__((format(printf, 2, 3))) static int fail(converter *c, const char *format, ...) {
+  if (c->message[0]) return -1;
   va_list args;
   va_start(args, format);
   vsnprintf(c->message, c->capacity, format, args);
@@ -150,8 +159,15 @@ static int count_step(converter *c, uint64_t steps) {
   return 0;
 }
 
+// Past the step limit every lookup misses at once, and the conversion fails saying why: each
+// lookup scans its dictionary, and a snapshot of one large dictionary looked up for every
+// event cost its size squared before the next count_step.
 static const devbuf_pickle_value *get(converter *c, const devbuf_pickle_value *dict,
                                       const char *key) {
+  if (c->steps > c->step_limit) {
+    count_step(c, 0);
+    return NULL;
+  }
   return devbuf_pickle_get(dict, key, &c->steps);
 }
 
@@ -510,6 +526,11 @@ static int segments_at_start(converter *c) {
 // Adds or replaces the allocation live at the start at `address`.
 static int live_at(converter *c, int64_t address, int64_t requested, int64_t block,
                    size_t capacity) {
+  if (requested <= 0 || block <= 0)
+    return fail(c,
+                "an allocation live at the start, at address %" PRId64 ", of %" PRId64
+                " bytes (%" PRId64 " requested): sizes are above 0",
+                address, block, requested);
   uint64_t *index = map_find(&c->live_index, address);
   if (index) {
     c->live_at_start[*index] = (live_block){address, requested, block};

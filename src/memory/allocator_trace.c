@@ -12,7 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TRACE_HEADER "# devbuf trace 1"
+#define TRACE_HEADER    "# devbuf trace 1"
+#define TRACE_LINE_MOST 255                 // characters of a line, its end aside
+#define TRACE_LARGEST   ((uint64_t)1 << 47) // bytes of one allocation: the x86-64 user space
 
 typedef struct trace_adaptor {
   devbuf__adaptor adaptor;
@@ -268,15 +270,65 @@ static devbuf_status replay_free(uint64_t id, unsigned long line, replay_table *
   return DEVBUF_OK;
 }
 
+// A record's number: digits only (no sign, which sscanf took, so that "-4096" was 2^64 -
+// 4096), and no overflow. Moves *at past it and the blanks before it.
+static bool read_number(const char **at, uint64_t *out) {
+  const char *p = *at;
+  while (*p == ' ' || *p == '\t') p++;
+  if (*p < '0' || *p > '9') return false;
+  uint64_t value = 0;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    unsigned digit = (unsigned)(*p - '0');
+    if (value > (UINT64_MAX - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  *at = p;
+  *out = value;
+  return true;
+}
+
+static bool at_line_end(const char *p) {
+  while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+  return *p == '\n' || *p == '\0';
+}
+
+typedef enum line_read { LINE, TOO_LONG, HOLDS_NUL, ENDED } line_read;
+
+// The next line of `file` into `text` (of `capacity` bytes) without its '\n', NUL-ended; the
+// rest of a line too long for it is read and dropped. ENDED at the end of the file.
+static line_read read_line(FILE *file, char *text, size_t capacity) {
+  size_t length = 0;
+  bool long_line = false, nul = false;
+  int c = getc(file);
+  if (c == EOF) return ENDED;
+  for (; c != EOF && c != '\n'; c = getc(file)) {
+    nul = nul || c == '\0';
+    if (length + 1 < capacity)
+      text[length++] = (char)c;
+    else
+      long_line = true;
+  }
+  text[length] = '\0';
+  if (length && text[length - 1] == '\r') text[--length] = '\0';
+  return long_line || length > TRACE_LINE_MOST ? TOO_LONG : nul ? HOLDS_NUL : LINE;
+}
+
 static devbuf_status replay_line(const char *text, unsigned long line, replay_table *table,
                                  devbuf_allocator_t *allocator, devbuf_trace_summary_t *summary) {
-  uint64_t id;
-  size_t size;
-  char tail;
+  uint64_t id, size;
   if (text[0] == '#' || text[0] == '\n' || text[0] == '\0') return DEVBUF_OK;
-  if (sscanf(text, "a %" SCNu64 " %zu %c", &id, &size, &tail) == 2)
-    return replay_alloc(id, size, line, table, allocator, summary);
-  if (sscanf(text, "f %" SCNu64 " %c", &id, &tail) == 1)
+  const char *at = text + 1;
+  bool blank = text[1] == ' ' || text[1] == '\t';
+  if (text[0] == 'a' && blank && read_number(&at, &id) && read_number(&at, &size) &&
+      at_line_end(at)) {
+    if (size > TRACE_LARGEST)
+      return devbuf__error(DEVBUF_FORMAT_ERROR,
+                           "trace line %lu: allocation %" PRIu64 " of %" PRIu64
+                           " bytes, past the %" PRIu64 " a process can address",
+                           line, id, size, TRACE_LARGEST);
+    return replay_alloc(id, (size_t)size, line, table, allocator, summary);
+  }
+  if (text[0] == 'f' && blank && read_number(&at, &id) && at_line_end(at))
     return replay_free(id, line, table, allocator, summary);
   return devbuf__error(DEVBUF_FORMAT_ERROR, "trace line %lu is not a record: '%.60s'", line, text);
 }
@@ -303,16 +355,19 @@ devbuf_status devbuf_trace_replay_observed(const char *path, devbuf_allocator_t 
   }
   devbuf_trace_summary_t summary = {0};
   replay_table table = {.next_id = 1, .observer = observer, .observer_context = context};
-  char text[256];
+  char text[TRACE_LINE_MOST + 2]; // and a '\r' before the line's end, and the NUL
   unsigned long line = 0;
-  while (status == DEVBUF_OK && fgets(text, sizeof text, file)) {
+  size_t header = strlen(TRACE_HEADER);
+  for (line_read got; status == DEVBUF_OK && (got = read_line(file, text, sizeof text)) != ENDED;) {
     line++;
-    if (line == 1 && strncmp(text, TRACE_HEADER, strlen(TRACE_HEADER)) != 0)
+    if (line == 1 && (strncmp(text, TRACE_HEADER, header) != 0 || !at_line_end(text + header)))
       status = devbuf__error(DEVBUF_FORMAT_ERROR, "'%.200s' does not start with '%s'", path,
                              TRACE_HEADER);
-    else if (!strchr(text, '\n') && !feof(file))
-      status = devbuf__error(DEVBUF_FORMAT_ERROR, "trace line %lu is longer than %zu characters",
-                             line, sizeof text);
+    else if (got == TOO_LONG)
+      status = devbuf__error(DEVBUF_FORMAT_ERROR, "trace line %lu is longer than %d characters",
+                             line, TRACE_LINE_MOST);
+    else if (got == HOLDS_NUL)
+      status = devbuf__error(DEVBUF_FORMAT_ERROR, "trace line %lu holds a NUL byte", line);
     else
       status = replay_line(text, line, &table, allocator, &summary);
   }
