@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@
 // ---- figures for --json ----------------------------------------------------------------
 
 typedef struct figure {
-  char section[16], name[96], unit[16];
+  char section[16], name[256], unit[16]; // names carry trace paths
   double value;
   int target_met;
 } figure;
@@ -52,7 +53,10 @@ static void print_figures(FILE *out, const bench_config *config) {
     const figure *f = &figures[i];
     fprintf(out, "%s\n  {\"section\": \"%s\", \"name\": ", i ? "," : "", f->section);
     devbuf_tool_json_string(f->name, out);
-    fprintf(out, ", \"value\": %.6g, \"unit\": \"%s\"", f->value, f->unit);
+    if (isfinite(f->value)) // JSON has no inf or nan: a ratio over a zero reference is null
+      fprintf(out, ", \"value\": %.6g, \"unit\": \"%s\"", f->value, f->unit);
+    else
+      fprintf(out, ", \"value\": null, \"unit\": \"%s\"", f->unit);
     if (f->target_met >= 0) fprintf(out, ", \"target_met\": %s", f->target_met ? "true" : "false");
     fprintf(out, "}");
   }

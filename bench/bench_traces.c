@@ -6,6 +6,7 @@
 // says all.
 #include "bench.h"
 #include "counting_upstream.h"
+#include "printable.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -33,9 +34,10 @@ static bool number_after(const char *from, const char *until, const char *key, u
 // The entries of a figures.json (written by the traces' converter: one `"trace": "NAME"`
 // per entry, its numbers after it). Returns how many were read, at most `capacity`.
 static size_t read_figures(const char *path, cca_figures *out, size_t capacity) {
-  FILE *file = fopen(path, "r");
+  char why[160];
+  FILE *file = devbuf_tool_open_regular(path, why, sizeof why); // a FIFO never blocks
   if (!file) {
-    printf("   (skipped: cannot read %s: %s)\n", path, strerror(errno));
+    printf("   (skipped: cannot read %s: %s)\n", path, why);
     return 0;
   }
   static char text[1 << 20];
