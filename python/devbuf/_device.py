@@ -146,7 +146,11 @@ class Device(Owned):
                 raise wrong_type("data", data, "a devbuf.Buffer, an array with __dlpack__ (numpy, torch) or a "
                                  "bytes-like object") from None
             known = _FORMAT_TO_DTYPE.get(view.format.lstrip("@=<"))
-            name = _dtypes.name_of(dtype) if dtype is not None else known or "uint8"
+            if known is None and dtype is None:  # big-endian, say: never bytes by stealth
+                raise InvalidArgumentError(
+                    f"data of format {view.format!r}, which no devbuf dtype is: give dtype= to take its bytes "
+                    f"as that dtype, or convert it (numpy: .astype(native type))")
+            name = _dtypes.name_of(dtype) if dtype is not None else known
             if shape is not None:
                 dims = shape
             elif dtype is None and known:

@@ -75,7 +75,9 @@ class Event(Owned):
 # exit.
 _ext.tasks_init(ctypes.cast(lib.devbuf_set_error, ctypes.c_void_p).value or 0,
                 {name: code for code, name in enumerate(
-                    (lib.devbuf_status_name(i) or b"").decode() for i in range(len(ERRORS) + 1))})
+                    (lib.devbuf_status_name(i) or b"").decode() for i in range(len(ERRORS) + 1))},
+                ctypes.cast(lib.devbuf_buffer_retain, ctypes.c_void_p).value or 0,
+                ctypes.cast(lib.devbuf_buffer_release, ctypes.c_void_p).value or 0)
 atexit.register(_ext.tasks_close)
 _ext.launch_init(ctypes.cast(lib.devbuf_queue_launch, ctypes.c_void_p).value or 0, Buffer)
 
@@ -123,8 +125,7 @@ class Queue(Owned):
         """Bounds the work the queue holds (0: no bound; new queues hold 4096 items). A
         submission to a full queue waits for room, or with refuse_when_full raises
         a TimeoutError (devbuf.DevbufTimeoutError) at once."""
-        if max_items < 0:
-            raise InvalidArgumentError(f"a queue's depth is a count of items, not {max_items}")
+        max_items = count(max_items, "a queue's depth")  # 2**64 would wrap to 0: no bound
         check(lib.devbuf_queue_set_depth(self._handle, max_items, 1 if refuse_when_full else 0))
 
     def __enter__(self) -> Queue:
@@ -242,7 +243,7 @@ class Queue(Owned):
         if not callable(task):
             raise ArgumentTypeError(f"host_task: task is a callable, not {type(task).__name__}")
         use_array, use_count, buffers, modes = _work.uses_array(uses, "host_task")
-        views = tuple((_dtypes.FORMATS.get(buffer.dtype), tuple(buffer.shape), mode == "r")
+        views = tuple((_dtypes.FORMATS.get(buffer.dtype), tuple(buffer.shape), mode == "r", buffer._h)
                       for buffer, mode in zip(buffers, modes))
         self._submit_task(lib.devbuf_queue_host_task, _ext.Task(0, task, views), use_array, use_count, b"")
 

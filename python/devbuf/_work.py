@@ -119,6 +119,8 @@ def _dims(value: Any, what: str) -> tuple[int, ...]:
     for size in values:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ArgumentTypeError(f"{what} is {value!r}: sizes are ints >= 0")
+        if size >= 2**64:  # a size_t would keep its low bits only
+            raise InvalidArgumentError(f"{what} is {value!r}: sizes are below 2**64")
     return tuple(values)
 
 

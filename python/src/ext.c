@@ -168,12 +168,12 @@ typedef struct {
 
 static void end_now(HostMemory *self) {
   end_access_fn end = self->end_access;
+  void *buffer = self->buffer;
   self->end_access = NULL;
+  self->buffer = NULL;
   self->closed = 1;
-  if (end) {
-    end(self->buffer, self->size ? self->address : NULL);
-    self->release(self->buffer);
-  }
+  if (end) end(buffer, self->size ? self->address : NULL);
+  if (buffer) self->release(buffer); // an access's reference, or a hold's
 }
 
 static int host_memory_getbuffer(PyObject *object, Py_buffer *view, int flags) {
@@ -194,14 +194,14 @@ static int host_memory_getbuffer(PyObject *object, Py_buffer *view, int flags) {
 static void host_memory_releasebuffer(PyObject *object, Py_buffer *view) {
   (void)view;
   HostMemory *self = (HostMemory *)object;
-  if (--self->exports == 0 && self->end_access) end_now(self);
+  if (--self->exports == 0 && (self->end_access || self->buffer)) end_now(self);
 }
 
 // A HostMemory owns its access from the moment an Access opens it, and ends it when it goes:
 // however Python code around it is interrupted, the access cannot outlive it.
 static void host_memory_dealloc(PyObject *object) {
   HostMemory *self = (HostMemory *)object;
-  if (self->end_access) end_now(self);
+  if (self->end_access || self->buffer) end_now(self);
   Py_TYPE(object)->tp_free(object);
 }
 
@@ -225,6 +225,12 @@ PyObject *devbuf_ext_memory_new(void *address, Py_ssize_t size, int readonly) {
 Py_ssize_t devbuf_ext_memory_exports(PyObject *memory) { return ((HostMemory *)memory)->exports; }
 
 void devbuf_ext_memory_close(PyObject *memory) { ((HostMemory *)memory)->closed = 1; }
+
+void devbuf_ext_memory_hold(PyObject *memory, void *buffer, void (*release)(void *buffer)) {
+  HostMemory *self = (HostMemory *)memory;
+  self->buffer = buffer;
+  self->release = release;
+}
 
 static PyTypeObject host_memory_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "devbuf._ext.HostMemory",
@@ -282,7 +288,10 @@ static int access_init(PyObject *object, PyObject *args, PyObject *kwargs) {
   self->end_access = (end_access_fn)(uintptr_t)end;
   self->release = (release_fn)(uintptr_t)release;
   self->retain = (retain_fn)(uintptr_t)retain;
-  self->buffer = (void *)(uintptr_t)buffer;
+  // Its own reference from the start: a Buffer closed before the block is entered (or
+  // between two entries) must not leave the access a freed handle.
+  if (self->buffer) self->release(self->buffer); // __init__ called again
+  self->buffer = self->retain((void *)(uintptr_t)buffer);
   Py_XSETREF(self->owner, Py_NewRef(owner));
   Py_XSETREF(self->format, Py_NewRef(format));
   Py_XSETREF(self->shape, Py_NewRef(shape));
@@ -377,6 +386,8 @@ static void access_dealloc(PyObject *object) {
   else
     PyErr_Clear(); // views still alive: the access ends with the last of them
   PyErr_Restore(type, value, traceback);
+  if (self->buffer) self->release(self->buffer);
+  self->buffer = NULL;
   Py_CLEAR(self->owner);
   Py_CLEAR(self->format);
   Py_CLEAR(self->shape);

@@ -12,6 +12,9 @@ PyObject *devbuf_ext_memory_new(void *address, Py_ssize_t size, int readonly);
 Py_ssize_t devbuf_ext_memory_exports(PyObject *memory);
 // No new views of it from now on (those alive stay).
 void devbuf_ext_memory_close(PyObject *memory);
+// Makes `memory` hold `buffer` (a reference of the caller's, dropped with `release`) until
+// its last view goes: bytes a view still shows are never freed under it.
+void devbuf_ext_memory_hold(PyObject *memory, void *buffer, void (*release)(void *buffer));
 
 // Adds Task, TRAMPOLINE, tasks_init and tasks_close to the module (tasks.c); -1 with an
 // exception set on failure.

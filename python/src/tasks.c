@@ -20,6 +20,8 @@
 typedef devbuf_status (*set_error_fn)(devbuf_status status, const char *format, ...);
 
 static set_error_fn set_error;   // devbuf_set_error, from tasks_init
+static void *(*retain_buffer)(void *buffer);  // devbuf_buffer_retain, from tasks_init
+static void (*release_buffer)(void *buffer);  // devbuf_buffer_release, from tasks_init
 static PyObject *status_codes;   // {"OUT_OF_MEMORY": 2, ...}, from tasks_init
 static atomic_int tasks_running; // trampolines between their check and their end
 static atomic_bool closing;      // the interpreter is exiting
@@ -27,7 +29,7 @@ static atomic_bool closing;      // the interpreter is exiting
 typedef struct {
   PyObject_HEAD devbuf_cpu_kernel_fn kernel; // a native kernel, or NULL: call `callable`
   PyObject *callable;  // the host task; for a native kernel, what keeps it alive
-  PyObject *views;     // per use: (format or None, shape, readonly)
+  PyObject *views;     // per use: (format or None, shape, readonly, buffer handle)
   PyObject *exception; // what the host task raised (written on the worker, under the GIL)
   atomic_bool done;    // the work has run: the last thing the worker writes
 } Task;
@@ -124,6 +126,10 @@ static devbuf_status run_python(Task *task, const devbuf_kernel_args_t *args) {
     PyObject *memory = PyTuple_GET_ITEM(memories, (Py_ssize_t)i);
     if (!memory || memory == Py_None || devbuf_ext_memory_exports(memory) == 0) continue;
     devbuf_ext_memory_close(memory);
+    // The kept view must not outlive the bytes: the memory holds the buffer until it goes.
+    void *handle = PyLong_AsVoidPtr(PyTuple_GET_ITEM(PyTuple_GET_ITEM(task->views, (Py_ssize_t)i), 3));
+    if (handle && retain_buffer) devbuf_ext_memory_hold(memory, retain_buffer(handle), release_buffer);
+    PyErr_Clear();
     if (status == DEVBUF_OK)
       status = set_error(DEVBUF_DEVICE_FAILURE,
                          "host task: a view of use %zu (%zu bytes) outlived the task (a "
@@ -178,9 +184,10 @@ static int task_init(PyObject *object, PyObject *args, PyObject *kwargs) {
   }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(views); i++) {
     PyObject *spec = PyTuple_GET_ITEM(views, i);
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3 ||
-        !PyTuple_Check(PyTuple_GET_ITEM(spec, 1))) {
-      PyErr_SetString(PyExc_TypeError, "a Task's views are (format, shape tuple, readonly)");
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 4 ||
+        !PyTuple_Check(PyTuple_GET_ITEM(spec, 1)) || !PyLong_Check(PyTuple_GET_ITEM(spec, 3))) {
+      PyErr_SetString(PyExc_TypeError,
+                      "a Task's views are (format, shape tuple, readonly, buffer handle)");
       return -1;
     }
   }
@@ -239,14 +246,18 @@ static PyTypeObject task_type = {
 
 static PyObject *tasks_init(PyObject *self, PyObject *args) {
   (void)self;
-  unsigned long long address;
+  unsigned long long address, retain, release;
   PyObject *codes;
-  if (!PyArg_ParseTuple(args, "KO!", &address, &PyDict_Type, &codes)) return NULL;
-  if (!address) {
-    PyErr_SetString(PyExc_ValueError, "tasks_init needs devbuf_set_error's address");
+  if (!PyArg_ParseTuple(args, "KO!KK", &address, &PyDict_Type, &codes, &retain, &release))
+    return NULL;
+  if (!address || !retain || !release) {
+    PyErr_SetString(PyExc_ValueError, "tasks_init needs the addresses of devbuf_set_error, "
+                                      "devbuf_buffer_retain and devbuf_buffer_release");
     return NULL;
   }
   set_error = (set_error_fn)(uintptr_t)address;
+  retain_buffer = (void *(*)(void *))(uintptr_t)retain;
+  release_buffer = (void (*)(void *))(uintptr_t)release;
   Py_XSETREF(status_codes, Py_NewRef(codes));
   Py_RETURN_NONE;
 }

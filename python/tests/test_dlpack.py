@@ -67,6 +67,9 @@ def test_asbuffer_copies_any_layout(cpu):
     assert raw.shape == (2,) and np.from_dlpack(raw).tolist() == [1.0, 1.0]
     with pytest.raises(devbuf.InvalidArgumentError):
         cpu.asbuffer(b"abc", dtype="int16")
+    # A format no dtype is (big-endian) is refused, not taken as its bytes.
+    with pytest.raises(devbuf.InvalidArgumentError, match="format '>f'"):
+        cpu.asbuffer(np.arange(4, dtype=">f4"))
 
 
 @pytest.mark.parametrize("dtype", LACKING)

@@ -257,6 +257,14 @@ def test_host_task_that_keeps_a_view_fails(cpu):
     q.host_task(lambda view: kept.append(np.asarray(view)), uses=[(x, "rw")])
     with pytest.raises(devbuf.DeviceFailureError, match="a view of use 0 .* outlived the task"):
         q.finish()
+    # The kept view holds the buffer: its bytes are not freed under it when the buffer closes.
+    live = cpu.memory_stats()["live_buffers"]
+    x.close()
+    assert cpu.memory_stats()["live_buffers"] == live
+    kept[0][:] = 1
+    assert kept[0].sum() == 4
+    kept.clear()
+    assert cpu.memory_stats()["live_buffers"] == live - 1
 
 
 def test_host_task_cannot_write_a_read_use(cpu):

@@ -81,6 +81,18 @@ def test_access_that_outlives_its_block_ends_with_its_last_view(cpu):
     queue.finish()
 
 
+def test_access_made_before_its_buffer_closes(cpu):
+    buffer = cpu.zeros((4,), "float64")
+    with buffer.write() as view:
+        view[1] = 2.5
+    access = buffer.read()  # not entered yet: it holds its own reference from here
+    buffer.close()
+    with access as view:
+        assert view[1] == 2.5
+    with access as view:  # and again
+        assert view[1] == 2.5
+
+
 def test_typed_views_where_python_has_a_format(cpu):
     for dtype, size in (("float16", 8), ("bfloat16", 8), ("float8_e4m3", 4)):
         with cpu.zeros((4,), dtype).read() as view:
@@ -122,6 +134,10 @@ def test_a_full_queue_refuses_or_waits(cpu):
     queue.fill(buffer, 2)  # with the wait: 3 items
     with pytest.raises(TimeoutError, match="its depth 3"):  # no excinfo kept: no cycle holds buffer
         queue.fill(buffer, 3)
+    with pytest.raises(devbuf.InvalidArgumentError, match="2\\*\\*64"):
+        queue.set_depth(2**64)  # no wrap to 0 (no bound)
+    with pytest.raises(devbuf.InvalidArgumentError, match="below 2\\*\\*64"):
+        devbuf._work.launch_grid(2**64 + 4, None, "launch")
     queue.set_depth(3)  # now a full queue waits: the fill below returns once the gate opens
     threading.Timer(0.05, gate.signal, (1,)).start()
     queue.fill(buffer, 4)
