@@ -143,9 +143,13 @@ static PyObject *consume(PyObject *self, PyObject *capsule) {
     PyErr_SetString(PyExc_TypeError, "not an unconsumed DLPack capsule");
     return NULL;
   }
+  bool ours = PyCapsule_GetDestructor(capsule) == capsule_destructor;
   if (PyCapsule_SetName(capsule, versioned ? used_versioned_name : used_legacy_name) != 0)
     return NULL;
-  if (PyCapsule_SetDestructor(capsule, NULL) != 0) return NULL;
+  // Ours frees its proxy once both the consumer and the capsule are done (the renamed
+  // capsule tells it the tensor was taken): clearing it leaked the proxy at every import.
+  // Another producer's destructor may not look at the name: cleared.
+  if (!ours && PyCapsule_SetDestructor(capsule, NULL) != 0) return NULL;
   Py_RETURN_NONE;
 }
 

@@ -51,3 +51,35 @@ def test_dlpack_round_trips_leave_memory_steady(cpu):
     gc.collect()
     assert cpu.memory_stats()["live_buffers"] == live
     assert rss_kib() - rss < 8 * 1024
+
+
+def test_reimported_devbuf_capsules_leave_nothing(cpu):
+    """devbuf's own capsule consumed by devbuf: its proxy goes with it (tracemalloc counts
+    the raw allocations the proxies take)."""
+    import tracemalloc
+
+    buffer = cpu.zeros((16,), "float32")
+
+    class Producer:  # another object whose __dlpack__ is a devbuf buffer's: a capsule each time
+        def __dlpack__(self, **kwargs):
+            return buffer.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return buffer.__dlpack_device__()
+
+    def reimports(count):
+        for _ in range(count):
+            imported = devbuf.from_dlpack(Producer())
+            del imported
+
+    reimports(200)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        reimports(5000)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, f"{grown} bytes stayed after 5000 imports"
