@@ -109,6 +109,16 @@ static void test_kernels(void) {
   CHECK_EQ_U(wrong, 0);
   CHECK_STATUS(devbuf_queue_launch(queue, program, "absent", &launch, uses, 2, args, 2),
                DEVBUF_NOT_FOUND);
+  // A scalar of another size than the kernel's parameter (4 bytes for its 8-byte count: the
+  // driver would read 4 more) fails the launch's queue, naming both sizes.
+  devbuf_queue_t *sized = NULL;
+  CHECK_OK(devbuf_queue_create(device, &sized));
+  unsigned n32 = N / 2;
+  devbuf_arg_t short_args[2] = {{&factor, sizeof factor}, {&n32, sizeof n32}};
+  CHECK_OK(devbuf_queue_launch(sized, program, "scale", &launch, uses, 2, short_args, 2));
+  CHECK_STATUS(devbuf_queue_finish(sized), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("takes 8 bytes as argument 3; the launch gives 4 (scalar 1)");
+  devbuf_queue_release(sized);
   // A launch no GPU can run (a block of 2^20 threads) fails the queue when its turn comes,
   // naming the sizes; what was queued behind it fails with the same cause.
   devbuf_launch_t huge = {1, {1u << 20, 1, 1}, {1u << 20, 0, 0}};

@@ -192,9 +192,26 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, cons
   if (code != CUDA_SUCCESS)
     return devbuf__cuda_error(cu, code, "%s: kernel '%.100s'", device->spec, op->kernel_name);
   size_t count = op->operand_count + op->arg_count;
-  if (cu->cuFuncGetParamInfo) { // the driver reads as many arguments as the kernel declares
+  if (cu->cuFuncGetParamInfo) {
+    // The driver reads as many arguments as the kernel declares, each of the size it
+    // declares: a 4-byte scalar for a size_t parameter would hand the kernel 4 bytes more.
     size_t declared = 0, offset, size;
-    while (cu->cuFuncGetParamInfo(function, declared, &offset, &size) == CUDA_SUCCESS) declared++;
+    for (; (code = cu->cuFuncGetParamInfo(function, declared, &offset, &size)) == CUDA_SUCCESS;
+         declared++) {
+      if (declared >= count) continue;
+      bool use = declared < op->operand_count;
+      size_t given = use ? sizeof(CUdeviceptr) : op->arg_sizes[declared - op->operand_count];
+      if (size != given)
+        return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                             "%s: kernel '%.100s' takes %zu bytes as argument %zu; the launch "
+                             "gives %zu (%s %zu)",
+                             device->spec, op->kernel_name, size, declared, given,
+                             use ? "the address of use" : "scalar",
+                             use ? declared : declared - op->operand_count);
+    }
+    if (code != CUDA_ERROR_INVALID_VALUE) // past the last parameter: anything else is a fault
+      return devbuf__cuda_error(cu, code, "%s: kernel '%.100s': its parameters", device->spec,
+                                op->kernel_name);
     if (declared != count)
       return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                            "%s: kernel '%.100s' takes %zu arguments; the launch gives %zu uses "
