@@ -10,6 +10,7 @@
 // The Python side keeps each Task alive until the work has run or been dropped.
 #include "ext.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
@@ -244,6 +245,11 @@ static PyTypeObject task_type = {
 
 // ---- the module's functions ----------------------------------------------------------------
 
+// A child forked while a trampoline ran has no thread to bring the count down: tasks_close
+// at its exit would wait for good.
+static void tasks_forked_child(void) { atomic_store(&tasks_running, 0); }
+static void register_fork_hook(void) { pthread_atfork(NULL, NULL, tasks_forked_child); }
+
 static PyObject *tasks_init(PyObject *self, PyObject *args) {
   (void)self;
   unsigned long long address, retain, release;
@@ -255,6 +261,8 @@ static PyObject *tasks_init(PyObject *self, PyObject *args) {
                                       "devbuf_buffer_retain and devbuf_buffer_release");
     return NULL;
   }
+  static pthread_once_t fork_hook = PTHREAD_ONCE_INIT;
+  pthread_once(&fork_hook, register_fork_hook);
   set_error = (set_error_fn)(uintptr_t)address;
   retain_buffer = (void *(*)(void *))(uintptr_t)retain;
   release_buffer = (void (*)(void *))(uintptr_t)release;

@@ -145,3 +145,35 @@ def test_a_full_queue_refuses_or_waits(cpu):
     assert struct.unpack("<4i", buffer.to_bytes()) == (4,) * 4
     with pytest.raises(devbuf.InvalidArgumentError):
         queue.set_depth(-1)
+
+
+FORK_WHILE_A_TASK_RUNS = """
+import os, sys, threading
+import devbuf
+started, gate = threading.Event(), threading.Event()
+queue = devbuf.Device("cpu").queue()
+queue.host_task(lambda: (started.set(), gate.wait(10)))
+started.wait(10)
+child = os.fork()
+if child == 0:
+    sys.exit(0)  # the exit hook must not wait for a task that runs only in the parent
+gate.set()
+queue.finish()
+import time
+for _ in range(400):  # 20 s, then the child is killed: a hang fails, and leaves nothing behind
+    done, status = os.waitpid(child, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.05)
+os.kill(child, 9)
+os.waitpid(child, 0)
+sys.exit(3)
+"""
+
+
+def test_child_forked_while_a_task_runs_exits():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FORK_WHILE_A_TASK_RUNS], timeout=60)
+    assert done.returncode == 0
