@@ -429,7 +429,7 @@ static void write_raw(const char *path, const char *header, size_t header_size, 
   fwrite(prefix, 1, 8, out);
   fwrite(header, 1, strlen(header), out);
   for (size_t i = strlen(header); i < header_size; i++) fputc(' ', out);
-  fwrite(data, 1, data_size, out);
+  if (data_size) fwrite(data, 1, data_size, out);
   fclose(out);
 }
 

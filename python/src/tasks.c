@@ -20,12 +20,12 @@
 
 typedef devbuf_status (*set_error_fn)(devbuf_status status, const char *format, ...);
 
-static set_error_fn set_error;   // devbuf_set_error, from tasks_init
-static void *(*retain_buffer)(void *buffer);  // devbuf_buffer_retain, from tasks_init
-static void (*release_buffer)(void *buffer);  // devbuf_buffer_release, from tasks_init
-static PyObject *status_codes;   // {"OUT_OF_MEMORY": 2, ...}, from tasks_init
-static atomic_int tasks_running; // trampolines between their check and their end
-static atomic_bool closing;      // the interpreter is exiting
+static set_error_fn set_error;               // devbuf_set_error, from tasks_init
+static void *(*retain_buffer)(void *buffer); // devbuf_buffer_retain, from tasks_init
+static void (*release_buffer)(void *buffer); // devbuf_buffer_release, from tasks_init
+static PyObject *status_codes;               // {"OUT_OF_MEMORY": 2, ...}, from tasks_init
+static atomic_int tasks_running;             // trampolines between their check and their end
+static atomic_bool closing;                  // the interpreter is exiting
 
 typedef struct {
   PyObject_HEAD devbuf_cpu_kernel_fn kernel; // a native kernel, or NULL: call `callable`
@@ -128,8 +128,10 @@ static devbuf_status run_python(Task *task, const devbuf_kernel_args_t *args) {
     if (!memory || memory == Py_None || devbuf_ext_memory_exports(memory) == 0) continue;
     devbuf_ext_memory_close(memory);
     // The kept view must not outlive the bytes: the memory holds the buffer until it goes.
-    void *handle = PyLong_AsVoidPtr(PyTuple_GET_ITEM(PyTuple_GET_ITEM(task->views, (Py_ssize_t)i), 3));
-    if (handle && retain_buffer) devbuf_ext_memory_hold(memory, retain_buffer(handle), release_buffer);
+    void *handle =
+        PyLong_AsVoidPtr(PyTuple_GET_ITEM(PyTuple_GET_ITEM(task->views, (Py_ssize_t)i), 3));
+    if (handle && retain_buffer)
+      devbuf_ext_memory_hold(memory, retain_buffer(handle), release_buffer);
     PyErr_Clear();
     if (status == DEVBUF_OK)
       status = set_error(DEVBUF_DEVICE_FAILURE,
