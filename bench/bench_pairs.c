@@ -57,7 +57,8 @@ static void *run_pairs(void *arg) {
   pair_job *result = arg;
   // The loop works on its own copy: the two threads' jobs sit side by side in one array, and
   // a store per pair into either moved their shared cache line between the cores (every
-  // allocator took 2.4-3.9x its one-thread time on 2 threads; with the copy, 1.0-1.3x).
+  // allocator took 2 to 4 times its one-thread time on 2 threads in `devbuf bench --only
+  // threads` before, about its one-thread time since: docs/allocator.md).
   pair_job job = *result;
   bool failed = false;
   for (int i = 0; i < 64 && !failed; i++) failed = !one_pair(&job); // warm

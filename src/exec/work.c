@@ -179,8 +179,13 @@ void devbuf__work_release(devbuf__work *work) {
 // submission does not wait for them (a line's move costs some hundreds of cycles where
 // the submission's own work takes a few hundred). Two ahead: the one after next has
 // the time of a whole submission to arrive.
+// The size every item of pool `p` is made to: any item kind of the pool's counts fits.
+static inline size_t pool_item_bytes(int p) {
+  return devbuf__work_bytes(DEVBUF__WORK_KERNEL, pool_uses[p], pool_scalars[p]);
+}
+
 static inline void prefetch_pooled(devbuf__work *const *stack, size_t count, int p) {
-  size_t bytes = devbuf__work_bytes(DEVBUF__WORK_KERNEL, pool_uses[p], pool_scalars[p]);
+  size_t bytes = pool_item_bytes(p);
   if (count) devbuf__prefetch_bytes_for_write(stack[count - 1], bytes);
   if (count > 1) devbuf__prefetch_bytes_for_write(stack[count - 2], bytes);
 }
@@ -203,7 +208,7 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
       prefetch_pooled(pool[p], count, p);
     } else if (pool_made[p] < POOL_CAPACITY) {
       pool_made[p]++; // made below, to the pool's size
-      bytes = devbuf__work_bytes(DEVBUF__WORK_KERNEL, pool_uses[p], pool_scalars[p]); // any fits
+      bytes = pool_item_bytes(p);
     } else {
       p = NOT_POOLED;
     }

@@ -316,7 +316,7 @@ static line_read read_line(FILE *file, char *text, size_t capacity) {
 static devbuf_status replay_line(const char *text, unsigned long line, replay_table *table,
                                  devbuf_allocator_t *allocator, devbuf_trace_summary_t *summary) {
   uint64_t id, size;
-  if (text[0] == '#' || text[0] == '\n' || text[0] == '\0') return DEVBUF_OK;
+  if (text[0] == '#' || text[0] == '\0') return DEVBUF_OK; // read_line took the '\n' off
   const char *at = text + 1;
   bool blank = text[1] == ' ' || text[1] == '\t';
   if (text[0] == 'a' && blank && read_number(&at, &id) && read_number(&at, &size) &&
