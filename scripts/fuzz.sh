@@ -24,6 +24,14 @@ cp tests/corpus/snapshot/*.pickle "$build/corpus/snapshot/"
 for real in tests/data/snapshots/*/*.pickle; do
   [[ -f "$real" ]] && head -c 60000 "$real" >"$build/corpus/snapshot/truncated_$(basename "$real")"
 done
+# The start of each real trace, behind first bytes that pick 4 KiB, 2 MiB, growable, a limit
+# of 22 MiB and the model of PyTorch's allocator; and the hostile traces.
+cp tests/corpus/trace/*.trace "$build/corpus/trace/"
+for real in tests/data/traces/*/*.trace; do
+  for choice in 00 02 06 4a 20; do
+    { printf "\\x$choice"; head -c 20000 "$real"; } >"$build/corpus/trace/${choice}_$(basename "$real")"
+  done
+done
 
 status=0
 for target in "${targets[@]}"; do

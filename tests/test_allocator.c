@@ -429,6 +429,10 @@ static void test_trace_and_replay(void) {
       {"# devbuf trace 1\na 4294967296 16\n", "the next allocation is number 1"},
       {"# devbuf trace 1\na 1 8\na 3 8\n", "the next allocation is number 2"},
       {"# devbuf trace 1\na 1 8\nf 1\nf 1\n", "line 4: free of allocation 1 that is not live"},
+      // 0 marks the table's empty slots, whose memory is a freed allocation's: freeing it again
+      // made a double free that PyTorch's model took (a use after free in its pools).
+      {"# devbuf trace 1\na 1 8\nf 1\nf 0\n", "line 4: free of allocation 0 that is not live"},
+      {"# devbuf trace 1\nf 0\n", "line 2: free of allocation 0 that is not live"},
       {"# devbuf trace 1\na 1 8 junk\n", "line 2"},
       // Numbers are digits: no sign (sscanf read "-4096" as 2^64 - 4096), no overflow.
       {"# devbuf trace 1\na 1 -4096\nf 1\n", "line 2 is not a record"},

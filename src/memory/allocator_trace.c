@@ -164,7 +164,7 @@ static size_t slot_of(const replay_table *table, uint64_t id) {
 }
 
 static replay_entry *table_find(const replay_table *table, uint64_t id) {
-  if (!table->capacity) return NULL;
+  if (!table->capacity || id == 0) return NULL; // 0 marks an empty slot: no allocation has it
   for (size_t i = slot_of(table, id);; i = (i + 1) & (table->capacity - 1)) {
     if (table->entries[i].id == id) return &table->entries[i];
     if (table->entries[i].id == 0) return NULL;
