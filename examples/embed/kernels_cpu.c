@@ -166,14 +166,15 @@ static void team_run(part_fn fn, void *ctx, unsigned chunks) { // chunks < 65536
 
 devbuf_status embed_cpu_start(unsigned threads) {
   openblas_set_num_threads(1);
-  team.threads = threads >= 2 ? 2 : 1;
+  team.threads = 1; // 2 once the helper runs: embed_cpu_stop joins only a thread that started
   for (unsigned p = 0; p < 2; p++) {
     team.scratch[p] = aligned_alloc(64, SCRATCH_BYTES);
     if (!team.scratch[p]) return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "no memory for scratch");
   }
-  if (team.threads == 2 && pthread_create(&team.helper, NULL, helper_main, NULL) != 0) {
-    team.threads = 1;
-    return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "cannot start the kernels' helper thread");
+  if (threads >= 2) {
+    if (pthread_create(&team.helper, NULL, helper_main, NULL) != 0)
+      return devbuf_set_error(DEVBUF_OUT_OF_MEMORY, "cannot start the kernels' helper thread");
+    team.threads = 2;
   }
   return DEVBUF_OK;
 }

@@ -306,6 +306,18 @@ int main(int argc, char **argv) {
     code = fail(NULL, err);
     goto done;
   }
+  // Every id the tokenizer gives must be a row of the embedding matrix, and a vocabulary of
+  // another size is another model's: its ids would pick the wrong rows.
+  size_t id_count = embed_tokenizer_id_count(tokenizer);
+  if (id_count != EMBED_VOCAB) {
+    snprintf(err, sizeof err,
+             "model folder '%s': the tokenizer gives %zu ids (vocab.txt's lines, and added "
+             "tokens past them) where the model's embedding matrix has %d rows: a tokenizer of "
+             "another model",
+             o.model, id_count, EMBED_VOCAB);
+    code = fail(NULL, err);
+    goto done;
+  }
   if ((status = devbuf_device_open(o.device, &device)) != DEVBUF_OK) {
     code = devbuf_fail(status, NULL); // the message names the spec
     goto done;
@@ -364,7 +376,7 @@ int main(int argc, char **argv) {
       ids = grown, capacity *= 2;
     }
     if (embed_tokenizer_encode(tokenizer, lines[i].text, lines[i].length, ids + used,
-                               EMBED_MAX_TOKENS, &counts[i], err, sizeof err) != 0) {
+                               model->max_tokens, &counts[i], err, sizeof err) != 0) {
       char what[64];
       snprintf(what, sizeof what, "line %zu", i + 1);
       code = fail(what, err);

@@ -60,6 +60,7 @@ static void describe_shape(char *out, size_t size, size_t ndim, const size_t *sh
 // the file; on a device, in one storage of device memory. Found from the first tensor.
 typedef struct weights_place {
   bool zero_copy;
+  size_t copied;    // CPU: tensors the loader copied (misaligned in the file), not views
   const char *base; // the file's first byte in memory (zero-copy); NULL until the first
   uint64_t storage; // the storage all tensors share; 0 until the first
 } weights_place;
@@ -95,11 +96,11 @@ static int take_tensor(devbuf_device_t *device, const devbuf_tensor_file_t *file
   }
   if (!place->storage) place->storage = devbuf_buffer_storage_id(buffer);
   bool shared = devbuf_buffer_storage_id(buffer) == place->storage;
-  if (place->zero_copy) { // a view of the mapping at the tensor's place in the file
+  if (place->zero_copy && devbuf_buffer_is_mapped(buffer)) {
+    // A view of the mapping at the tensor's place in the file.
     const void *data = NULL;
-    if (!devbuf_buffer_is_mapped(buffer) ||
-        devbuf_buffer_contents(buffer, &data, NULL) != DEVBUF_OK) {
-      snprintf(err, err_size, "%s: tensor '%s' is not a view of the mapped file", path, name);
+    if (devbuf_buffer_contents(buffer, &data, NULL) != DEVBUF_OK) {
+      snprintf(err, err_size, "%s: tensor '%s': %s", path, name, devbuf_last_error());
       return -1;
     }
     devbuf_buffer_end_access(buffer, data);
@@ -108,6 +109,9 @@ static int take_tensor(devbuf_device_t *device, const devbuf_tensor_file_t *file
       snprintf(err, err_size, "%s: tensor '%s' is not at its place in the one mapping", path, name);
       return -1;
     }
+  } else if (place->zero_copy) {
+    // The loader copied it: its offset in the file is no multiple of a float's size.
+    place->copied++;
   } else if (!shared || devbuf_buffer_is_mapped(buffer) ||
              devbuf_buffer_is_cpu_accessible(buffer)) {
     snprintf(err, err_size, "%s: tensor '%s' is not in the one allocation of %s's memory", path,
@@ -119,9 +123,10 @@ static int take_tensor(devbuf_device_t *device, const devbuf_tensor_file_t *file
 }
 
 // Whether the model uses a tensor: only those are loaded (the position ids and the pooler
-// are left in the file).
+// are left in the file). A layer past the model's is remembered: a deeper model's file.
 static int used_by_model(void *context, size_t index, const devbuf_tensor_info_t *info) {
-  (void)context, (void)index;
+  (void)index;
+  char *extra_layer = context;
   for (size_t i = 0; i < COUNT(model_tensors); i++)
     if (strcmp(info->name, model_tensors[i].name) == 0) return 1;
   for (int l = 0; l < EMBED_LAYERS; l++) {
@@ -131,6 +136,11 @@ static int used_by_model(void *context, size_t index, const devbuf_tensor_info_t
       if (strcmp(info->name, name) == 0) return 1;
     }
   }
+  unsigned layer;
+  int consumed = 0;
+  if (!extra_layer[0] && sscanf(info->name, "encoder.layer.%u.%n", &layer, &consumed) == 1 &&
+      consumed > 0)
+    snprintf(extra_layer, 128, "%s", info->name);
   return 0;
 }
 
@@ -159,12 +169,27 @@ int embed_model_load(devbuf_device_t *device, const char *dir, embed_model_t **o
   // allocation per tensor (30 below 1 MiB, 12 of 2.25 MiB) left a tenth of the 2 MiB and
   // 20 MiB segments empty.
   bool cpu = devbuf_device_kind_of(device) == DEVBUF_DEVICE_CPU;
-  devbuf_load_options_t options = {.flags = DEVBUF_LOAD_ONE_ALLOCATION, .select = used_by_model};
+  if (embed_model_check_settings(dir, &model->max_tokens, err, err_size) != 0) {
+    free(model);
+    return -1;
+  }
+  char extra_layer[128] = "";
+  devbuf_load_options_t options = {
+      .flags = DEVBUF_LOAD_ONE_ALLOCATION, .context = extra_layer, .select = used_by_model};
   devbuf_tensor_file_t *file = NULL;
   devbuf_status loaded = devbuf_safetensors_load(device, path, &options, &file);
   if (loaded != DEVBUF_OK) {
     snprintf(err, err_size, "%s%s", loaded == DEVBUF_OUT_OF_MEMORY ? "device out of memory: " : "",
              devbuf_last_error());
+    free(model);
+    return -1;
+  }
+  if (extra_layer[0]) {
+    snprintf(err, err_size,
+             "%s: tensor '%s' belongs to a layer past the model's %d: a deeper model, whose "
+             "other layers this program would skip",
+             path, extra_layer, EMBED_LAYERS);
+    devbuf_tensor_file_release(file);
     free(model);
     return -1;
   }
@@ -196,7 +221,7 @@ int embed_model_load(devbuf_device_t *device, const char *dir, embed_model_t **o
       if (failed) snprintf(err, err_size, "%s", devbuf_last_error());
     }
   }
-  model->zero_copy = cpu && !failed;
+  model->zero_copy = cpu && !failed && place.copied == 0;
   devbuf_tensor_file_release(file); // the model holds its tensors
   if (failed) {
     embed_model_free(model);

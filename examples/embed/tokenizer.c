@@ -9,6 +9,8 @@
 // work stops as soon as the token budget is full.
 #include "tokenizer.h"
 
+#include "json_reader.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -409,40 +411,6 @@ oom:
 
 /* ---- loading ------------------------------------------------------------------------- */
 
-// Reads a whole file; returns 0, 1 when it does not exist (and missing_ok), or -1.
-static int read_file(const char *path, bool missing_ok, char **out, size_t *out_len, char *err,
-                     size_t err_size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (missing_ok && errno == ENOENT) return 1;
-    set_err(err, err_size, "%s: %s", path, strerror(errno));
-    return -1;
-  }
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap + 1);
-  while (buf) {
-    len += fread(buf + len, 1, cap - len, f);
-    if (len < cap) break;
-    char *bigger = cap > SIZE_MAX / 4 ? NULL : realloc(buf, 2 * cap + 1);
-    if (!bigger) {
-      free(buf);
-      buf = NULL;
-      break;
-    }
-    buf = bigger, cap *= 2;
-  }
-  const char *bad = !buf ? "out of memory" : ferror(f) ? "read error" : NULL;
-  fclose(f);
-  if (bad) {
-    free(buf);
-    set_err(err, err_size, "%s: %s", path, bad);
-    return -1;
-  }
-  buf[len] = '\0';
-  *out = buf, *out_len = len;
-  return 0;
-}
-
 static bool valid_utf8(const char *s, size_t n) {
   utf8proc_int32_t c;
   for (size_t i = 0; i < n;) {
@@ -456,7 +424,7 @@ static bool valid_utf8(const char *s, size_t n) {
 
 static int load_vocab(embed_tokenizer_t *t, const char *path, char *err, size_t err_size) {
   size_t len;
-  if (read_file(path, false, &t->arena, &len, err, err_size)) return -1;
+  if (embed_read_file(path, false, &t->arena, &len, err, err_size)) return -1;
   if (len > UINT32_MAX) {
     set_err(err, err_size, "%s: larger than 4 GiB", path);
     return -1;
@@ -494,21 +462,8 @@ static int load_vocab(embed_tokenizer_t *t, const char *path, char *err, size_t 
   return 0;
 }
 
-/* A JSON reader just big enough to check tokenizer.json: it walks the document and hands
-   each scalar to json_value with the path of its container ("model", arrays with "[]":
-   "added_tokens[]", "post_processor.single[].SpecialToken") and its key ("" in an array),
-   and each object's end with type J_END. */
-
-enum { J_STR, J_NUM, J_TRUE, J_FALSE, J_NULL, J_END };
-
+// What the walk of tokenizer.json found (json_reader.h walks it).
 typedef struct {
-  const char *p, *end;
-  char path[192];
-  size_t path_len;
-  char val[1024];  // the last string value, unescaped
-  bool val_cut;    // it did not fit in val
-  const char *msg; // the first error
-  // what the walk found
   embed_tokenizer_t *t;
   size_t vocab_seen;
   char bad_vocab[64]; // the first model.vocab entry vocab.txt disagrees with
@@ -522,265 +477,93 @@ typedef struct {
   bool cur_bad;    // it sets lstrip, rstrip, single_word or normalized
 } json;
 
-static void json_value(json *j, const char *key, int type, const char *v, long long num);
-
-static void ws(json *j) {
-  while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-
-static int fail(json *j, const char *msg) {
-  if (!j->msg) j->msg = msg;
-  return -1;
-}
-
-static int hex4(json *j, int32_t *c) {
-  if (j->end - j->p < 4) return fail(j, "short \\u escape");
-  *c = 0;
-  for (int i = 0; i < 4; i++) {
-    char h = *j->p++;
-    int d = h >= '0' && h <= '9'   ? h - '0'
-            : h >= 'a' && h <= 'f' ? h - 'a' + 10
-            : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                   : -1;
-    if (d < 0) return fail(j, "bad \\u escape");
-    *c = *c * 16 + d;
-  }
-  return 0;
-}
-
-// The string at j->p (on its quote), unescaped into out and NUL-terminated; what does not
-// fit in cap is dropped and *cut set.
-static int string(json *j, char *out, size_t cap, bool *cut) {
-  size_t n = 0;
-  *cut = false;
-  j->p++;
-  while (j->p < j->end && *j->p != '"') {
-    unsigned char ch = (unsigned char)*j->p++;
-    int32_t c = ch;
-    if (ch < 0x20) return fail(j, "control character in a string");
-    if (ch == '\\') {
-      if (j->p >= j->end) break;
-      switch (*j->p++) {
-      case '"':
-        c = '"';
-        break;
-      case '\\':
-        c = '\\';
-        break;
-      case '/':
-        c = '/';
-        break;
-      case 'b':
-        c = '\b';
-        break;
-      case 'f':
-        c = '\f';
-        break;
-      case 'n':
-        c = '\n';
-        break;
-      case 'r':
-        c = '\r';
-        break;
-      case 't':
-        c = '\t';
-        break;
-      case 'u':
-        if (hex4(j, &c)) return -1;
-        if (c >= 0xDC00 && c <= 0xDFFF) return fail(j, "lone surrogate escape");
-        if (c >= 0xD800 && c <= 0xDBFF) {
-          int32_t lo;
-          if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u')
-            return fail(j, "lone surrogate escape");
-          j->p += 2;
-          if (hex4(j, &lo)) return -1;
-          if (lo < 0xDC00 || lo > 0xDFFF) return fail(j, "lone surrogate escape");
-          c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
-        }
-        break;
-      default:
-        return fail(j, "bad escape");
-      }
-      utf8proc_uint8_t b[4];
-      size_t k = (size_t)utf8proc_encode_char(c, b);
-      if (n + k < cap)
-        memcpy(out + n, b, k), n += k;
-      else
-        *cut = true;
-    } else if (n + 1 < cap) {
-      out[n++] = (char)ch;
-    } else {
-      *cut = true;
-    }
-  }
-  if (j->p >= j->end) return fail(j, "unterminated string");
-  j->p++;
-  out[n] = '\0';
-  return 0;
-}
-
-static int value(json *j, const char *key, int depth);
-
-static void path_add(json *j, const char *sep, const char *part) {
-  size_t n = j->path_len;
-  int k = snprintf(j->path + n, sizeof j->path - n, "%s%s", n ? sep : "", part);
-  n += k > 0 ? (size_t)k : 0;
-  j->path_len = n < sizeof j->path ? n : sizeof j->path - 1;
-}
-
-static int container(json *j, const char *key, int depth) {
-  bool obj = *j->p == '{';
-  char close = obj ? '}' : ']';
-  size_t saved = j->path_len;
-  if (depth > 64) return fail(j, "nested too deeply");
-  if (key) path_add(j, ".", key);
-  if (!obj) path_add(j, "", "[]");
-  j->p++;
-  ws(j);
-  if (j->p < j->end && *j->p == close)
-    j->p++;
-  else
-    for (;;) {
-      char k[256];
-      bool cut;
-      if (obj) {
-        if (j->p >= j->end || *j->p != '"') return fail(j, "expected a key");
-        if (string(j, k, sizeof k, &cut)) return -1;
-        ws(j);
-        if (j->p >= j->end || *j->p++ != ':') return fail(j, "expected ':'");
-        ws(j);
-      }
-      if (value(j, obj ? k : NULL, depth + 1)) return -1;
-      ws(j);
-      if (j->p < j->end && *j->p == ',') {
-        j->p++;
-        ws(j);
-        continue;
-      }
-      if (j->p < j->end && *j->p == close) {
-        j->p++;
-        break;
-      }
-      return fail(j, obj ? "expected ',' or '}'" : "expected ',' or ']'");
-    }
-  if (obj) json_value(j, "", J_END, "", 0);
-  j->path_len = saved;
-  j->path[saved] = '\0';
-  return 0;
-}
-
-static int value(json *j, const char *key, int depth) {
-  if (j->p >= j->end) return fail(j, "unexpected end");
-  char ch = *j->p;
-  if (ch == '{' || ch == '[') return container(j, key, depth);
-  if (!key) key = "";
-  if (ch == '"') {
-    if (string(j, j->val, sizeof j->val, &j->val_cut)) return -1;
-    json_value(j, key, J_STR, j->val, 0);
-    return 0;
-  }
-  static const struct {
-    const char *word;
-    int type;
-  } words[] = {{"true", J_TRUE}, {"false", J_FALSE}, {"null", J_NULL}};
-  for (size_t i = 0; i < 3; i++) {
-    size_t n = strlen(words[i].word);
-    if ((size_t)(j->end - j->p) >= n && memcmp(j->p, words[i].word, n) == 0) {
-      j->p += n;
-      json_value(j, key, words[i].type, "", 0);
-      return 0;
-    }
-  }
-  const char *q = j->p + (*j->p == '-');
-  if (q >= j->end || *q < '0' || *q > '9') return fail(j, "unexpected character");
-  long long num = 0;
-  for (; q < j->end && *q >= '0' && *q <= '9'; q++)
-    num = num < 100000000000LL ? num * 10 + (*q - '0') : num;
-  bool whole = true;
-  for (; q < j->end && *q && strchr(".eE+-0123456789", *q); q++) whole = false;
-  json_value(j, key, J_NUM, "", !whole ? -1 : *j->p == '-' ? -num : num);
-  j->p = q;
-  return 0;
-}
-
-static bool path_is(const json *j, const char *p) { return strcmp(j->path, p) == 0; }
+static bool path_is(const json_item *item, const char *p) { return strcmp(item->path, p) == 0; }
 
 static void copy(char *dst, size_t cap, const char *src) { snprintf(dst, cap, "%s", src); }
 
-static void added_end(json *j) {
-  if (j->cur_bad)
-    fail(j, "an added token sets lstrip, rstrip, single_word or normalized");
-  else if (!j->cur.text || !j->cur.len)
-    fail(j, "an added token without content");
-  else if (j->t->n_added == MAX_ADDED)
-    fail(j, "too many added_tokens");
-  else {
+static const char *added_end(json *j) {
+  const char *refused = j->cur_bad ? "an added token sets lstrip, rstrip, single_word or normalized"
+                        : !j->cur.text || !j->cur.len ? "an added token without content"
+                        : j->t->n_added == MAX_ADDED  ? "too many added_tokens"
+                                                      : NULL;
+  if (!refused) {
     j->t->added[j->t->n_added++] = j->cur;
     j->cur.text = NULL;
   }
   free(j->cur.text);
   j->cur = (added_token){.id = -1};
   j->cur_bad = false;
+  return refused;
 }
 
-static void json_value(json *j, const char *key, int type, const char *v, long long num) {
-  bool t = type == J_TRUE, f = type == J_FALSE;
-  if (type == J_END) {
-    if (path_is(j, "added_tokens[]")) added_end(j);
-  } else if (path_is(j, "model.vocab")) { // one token: its id must be its vocab.txt line
+// Copies a name the tokenizer keeps; false when it does not fit (a cut name could be another
+// token's).
+static bool keep(char *dst, size_t cap, const json_item *item) {
+  if (item->text_cut || strlen(item->text) >= cap) return false;
+  copy(dst, cap, item->text);
+  return true;
+}
+
+static const char *json_value(void *context, const json_item *item) {
+  json *j = context;
+  const char *key = item->key, *v = item->text;
+  json_type type = item->type;
+  long long num = item->whole;
+  bool t = type == JSON_TRUE, f = type == JSON_FALSE;
+  if (item->key_cut) return "a key longer than 255 bytes";
+  if (type == JSON_OBJECT_END) {
+    if (path_is(item, "added_tokens[]")) return added_end(j);
+  } else if (path_is(item, "model.vocab")) { // one token: its id must be its vocab.txt line
     j->vocab_seen++;
-    if ((type != J_NUM || vocab_id(j->t, key) != num) && !j->bad_vocab[0])
+    if ((type != JSON_NUMBER || vocab_id(j->t, key) != num) && !j->bad_vocab[0])
       copy(j->bad_vocab, sizeof j->bad_vocab, key), j->bad_vocab_id = num;
-  } else if (path_is(j, "normalizer")) {
+  } else if (path_is(item, "normalizer")) {
     static const char *const names[4] = {"clean_text", "handle_chinese_chars", "strip_accents",
                                          "lowercase"};
     if (strcmp(key, "type") == 0) copy(j->norm_type, sizeof j->norm_type, v);
     for (int i = 0; i < 4; i++)
-      if (strcmp(key, names[i]) == 0) j->flags[i] = t ? 1 : f ? 0 : type == J_NULL ? -1 : 2;
-  } else if (path_is(j, "pre_tokenizer")) {
+      if (strcmp(key, names[i]) == 0) j->flags[i] = t ? 1 : f ? 0 : type == JSON_NULL ? -1 : 2;
+  } else if (path_is(item, "pre_tokenizer")) {
     if (strcmp(key, "type") == 0) copy(j->pretok_type, sizeof j->pretok_type, v);
-  } else if (path_is(j, "model")) {
+  } else if (path_is(item, "model")) {
     if (strcmp(key, "type") == 0)
       copy(j->model_type, sizeof j->model_type, v);
-    else if (strcmp(key, "unk_token") == 0)
-      copy(j->unk, sizeof j->unk, v);
+    else if (strcmp(key, "unk_token") == 0 && !keep(j->unk, sizeof j->unk, item))
+      return "model.unk_token is longer than 63 bytes";
     else if (strcmp(key, "continuing_subword_prefix") == 0)
       copy(j->prefix, sizeof j->prefix, v);
     else if (strcmp(key, "max_input_chars_per_word") == 0)
-      j->max_chars = type == J_NUM ? num : -1;
-  } else if (path_is(j, "added_tokens[]")) {
-    if (strcmp(key, "content") == 0 && type == J_STR && !j->cur.text) {
-      if (j->val_cut) {
-        fail(j, "an added token longer than 1023 bytes");
-        return;
-      }
+      j->max_chars = type == JSON_NUMBER ? num : -1;
+  } else if (path_is(item, "added_tokens[]")) {
+    if (strcmp(key, "content") == 0 && type == JSON_STRING && !j->cur.text) {
+      if (item->text_cut) return "an added token longer than 1023 bytes";
       j->cur.len = strlen(v);
-      if (!(j->cur.text = malloc(j->cur.len + 1))) {
-        fail(j, "out of memory");
-        return;
-      }
+      if (!(j->cur.text = malloc(j->cur.len + 1))) return "out of memory";
       memcpy(j->cur.text, v, j->cur.len + 1);
-    } else if (strcmp(key, "id") == 0 && type == J_NUM && num >= 0 && num <= INT32_MAX) {
+    } else if (strcmp(key, "id") == 0 && type == JSON_NUMBER && num >= 0 && num <= INT32_MAX) {
       j->cur.id = (int32_t)num;
     } else if (!f && (strcmp(key, "lstrip") == 0 || strcmp(key, "rstrip") == 0 ||
                       strcmp(key, "single_word") == 0 || strcmp(key, "normalized") == 0)) {
       j->cur_bad = true;
     }
-  } else if (path_is(j, "post_processor")) {
+  } else if (path_is(item, "post_processor")) {
     if (strcmp(key, "type") == 0) copy(j->pp_type, sizeof j->pp_type, v);
-  } else if ((path_is(j, "post_processor.single[].SpecialToken") ||
-              path_is(j, "post_processor.single[].Sequence")) &&
+  } else if ((path_is(item, "post_processor.single[].SpecialToken") ||
+              path_is(item, "post_processor.single[].Sequence")) &&
              strcmp(key, "id") == 0) {
     size_t n = strlen(j->tmpl);
+    if (item->text_cut || strlen(v) > 63 || n + 1 + strlen(v) >= sizeof j->tmpl)
+      return "post_processor.single names a token longer than 63 bytes, or too many";
     snprintf(j->tmpl + n, sizeof j->tmpl - n, "%s%s", n ? " " : "", v);
   }
+  return NULL;
 }
 
 // Returns 0, 1 when there is no tokenizer.json, or -1.
 static int load_json(embed_tokenizer_t *t, const char *path, char *err, size_t err_size) {
   char *text;
   size_t len;
-  int rc = read_file(path, true, &text, &len, err, err_size);
+  int rc = embed_read_file(path, true, &text, &len, err, err_size);
   if (rc) return rc;
   json *j = malloc(sizeof *j);
   if (!j) {
@@ -788,26 +571,14 @@ static int load_json(embed_tokenizer_t *t, const char *path, char *err, size_t e
     set_err(err, err_size, "%s: out of memory", path);
     return -1;
   }
-  *j = (json){.p = text,
-              .end = text + len,
-              .t = t,
-              .flags = {1, 1, -1, 1},
-              .max_chars = 100,
-              .prefix = "##",
-              .cur = {.id = -1}};
-  ws(j);
-  if (value(j, NULL, 0) == 0) {
-    ws(j);
-    if (j->p != j->end) fail(j, "text after the document");
-  }
+  *j = (json){.t = t, .flags = {1, 1, -1, 1}, .max_chars = 100, .prefix = "##", .cur = {.id = -1}};
+  bool walked = json_walk(text, len, path, json_value, j, err, err_size) == 0;
   free(j->cur.text);
   char cls[64] = "", mid[8] = "", sep[64] = "", extra[2];
   int parts = sscanf(j->tmpl, "%63s %7s %63s %1s", cls, mid, sep, extra);
   rc = -1;
-  if (j->msg) {
-    size_t line = 1;
-    for (const char *q = text; q < j->p; q++) line += *q == '\n';
-    set_err(err, err_size, "%s: line %zu: %s", path, line, j->msg);
+  if (!walked) {
+    // err names the line
   } else if (strcmp(j->norm_type, "BertNormalizer") != 0) {
     set_err(err, err_size, "%s: normalizer is \"%s\"; only BertNormalizer is supported", path,
             j->norm_type);
@@ -829,10 +600,14 @@ static int load_json(embed_tokenizer_t *t, const char *path, char *err, size_t e
     set_err(err, err_size, "%s: model.continuing_subword_prefix is over %d bytes", path,
             MAX_PREFIX - 1);
   } else if (j->bad_vocab[0] || j->vocab_seen != t->n_tokens) {
-    set_err(err, err_size,
-            "%s: model.vocab disagrees with vocab.txt: %zu tokens for %zu lines%s%s%s", path,
-            j->vocab_seen, t->n_tokens, j->bad_vocab[0] ? ", first \"" : "", j->bad_vocab,
-            j->bad_vocab[0] ? "\" has another id" : "");
+    if (j->bad_vocab[0])
+      set_err(err, err_size,
+              "%s: model.vocab disagrees with vocab.txt: \"%s\" has id %lld there (-1: not a "
+              "whole number) and %d in vocab.txt (-1: absent)",
+              path, j->bad_vocab, j->bad_vocab_id, (int)vocab_id(t, j->bad_vocab));
+    else
+      set_err(err, err_size, "%s: model.vocab disagrees with vocab.txt: %zu tokens for %zu lines",
+              path, j->vocab_seen, t->n_tokens);
   } else if (strcmp(j->pp_type, "TemplateProcessing") != 0 || parts != 3 || strcmp(mid, "A") != 0) {
     set_err(err, err_size,
             "%s: post_processor must be a TemplateProcessing whose single is "
@@ -925,6 +700,13 @@ int embed_tokenizer_load(const char *model_dir, embed_tokenizer_t **out, char *e
   }
   *out = t;
   return 0;
+}
+
+size_t embed_tokenizer_id_count(const embed_tokenizer_t *tok) {
+  size_t count = tok->n_tokens;
+  for (size_t i = 0; i < tok->n_added; i++)
+    if ((size_t)tok->added[i].id >= count) count = (size_t)tok->added[i].id + 1;
+  return count;
 }
 
 void embed_tokenizer_free(embed_tokenizer_t *tok) {

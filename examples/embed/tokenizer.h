@@ -29,6 +29,10 @@ int embed_tokenizer_load(const char *model_dir, embed_tokenizer_t **out, char *e
 int embed_tokenizer_encode(const embed_tokenizer_t *tok, const char *text, size_t len, int32_t *ids,
                            size_t max_len, size_t *out_count, char *err, size_t err_size);
 
+// How many ids the tokenizer can give: one past the largest (vocab.txt's lines, and any added
+// token's id beyond them). The model's embedding matrix must have that many rows.
+size_t embed_tokenizer_id_count(const embed_tokenizer_t *tok);
+
 // Frees the tokenizer; NULL is fine.
 void embed_tokenizer_free(embed_tokenizer_t *tok);
 
