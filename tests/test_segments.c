@@ -540,6 +540,23 @@ static void test_growable_fills_its_limit(void) {
   CHECK(stats_of(caching).reserved <= 10 * MiB);
   for (size_t i = 0; i < count; i++) devbuf_allocator_free(caching, &blocks[i]);
   devbuf_allocator_release(caching);
+  // A growable segment made for a request the limit refuses maps nothing: its picture has no
+  // block (and the snapshot made no pointer from a NULL array of blocks).
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &caching));
+  devbuf_memory_t refused;
+  CHECK_STATUS(devbuf_allocator_alloc(caching, 20 * MiB, &refused), DEVBUF_OUT_OF_MEMORY);
+  devbuf_allocator_snapshot_t *snapshot = NULL;
+  CHECK_OK(devbuf_allocator_snapshot(caching, &snapshot));
+  if (snapshot) {
+    CHECK_EQ_U(snapshot->segment_count, 1);
+    for (size_t i = 0; i < snapshot->segment_count; i++) {
+      CHECK_EQ_U(snapshot->segments[i].size, 0);
+      CHECK_EQ_U(snapshot->segments[i].block_count, 0);
+      CHECK(snapshot->segments[i].blocks == NULL);
+    }
+    devbuf_allocator_snapshot_free(snapshot);
+  }
+  devbuf_allocator_release(caching);
   devbuf_allocator_release(raw);
   devbuf_device_release(device);
 }

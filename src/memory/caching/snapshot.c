@@ -145,8 +145,9 @@ devbuf_status devbuf__caching_snapshot(devbuf_allocator_t *allocator,
     devbuf__free(p);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a snapshot");
   }
+  // Block indices become pointers (no block at all: a growable segment that maps nothing yet).
   for (size_t i = 0; i < p->public.segment_count; i++)
-    p->segments[i].blocks = p->blocks + (uintptr_t)p->segments[i].blocks;
+    p->segments[i].blocks = p->blocks ? p->blocks + (uintptr_t)p->segments[i].blocks : NULL;
   if (p->public.segment_count)
     qsort(p->segments, p->public.segment_count, sizeof *p->segments, by_serial);
   p->public.segments = p->segments;
