@@ -128,7 +128,11 @@ static int read_all(const char *path, text *out, char *err, size_t err_size) {
   while (bytes) {
     if (size == capacity) {
       char *grown = realloc(bytes, capacity * 2);
-      if (!grown) break;
+      if (!grown) { // no memory for the rest: refused, never cut short
+        free(bytes);
+        bytes = NULL;
+        break;
+      }
       bytes = grown, capacity *= 2;
     }
     size_t got = fread(bytes + size, 1, capacity - size, f);
@@ -405,6 +409,15 @@ int main(int argc, char **argv) {
             model->zero_copy ? ", zero-copy views of the mapped file" : "");
 
   if (o.verbose) print_segments(devbuf_device_allocator(device));
+  // A weight that is NaN or infinite spreads to every sentence: say so, print nothing.
+  for (size_t i = 0; i < line_count * EMBED_HIDDEN; i++) {
+    if (isfinite(embeddings[i])) continue;
+    snprintf(err, sizeof err,
+             "line %zu: its embedding holds %f: the model's weights are not all finite numbers",
+             i / EMBED_HIDDEN + 1, (double)embeddings[i]);
+    code = fail(NULL, err);
+    goto done;
+  }
 
   FILE *out = stdout;
   if (o.json) {

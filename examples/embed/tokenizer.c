@@ -462,6 +462,13 @@ static int load_vocab(embed_tokenizer_t *t, const char *path, char *err, size_t 
   return 0;
 }
 
+// The ids the template writes for one special token.
+typedef struct special_token {
+  char name[64];
+  long long id; // the first
+  size_t ids;
+} special_token;
+
 // What the walk of tokenizer.json found (json_reader.h walks it).
 typedef struct {
   embed_tokenizer_t *t;
@@ -473,8 +480,10 @@ typedef struct {
                        // 1 true, 0 false, -1 null, 2 anything else
   long long max_chars; // -1 when not a whole number
   char prefix[64];
-  added_token cur; // the added token being read
-  bool cur_bad;    // it sets lstrip, rstrip, single_word or normalized
+  added_token cur;          // the added token being read
+  bool cur_bad;             // it sets lstrip, rstrip, single_word or normalized
+  special_token special[4]; // post_processor.special_tokens
+  size_t special_count;
 } json;
 
 static bool path_is(const json_item *item, const char *p) { return strcmp(item->path, p) == 0; }
@@ -504,12 +513,24 @@ static bool keep(char *dst, size_t cap, const json_item *item) {
   return true;
 }
 
+// Whether `path` is "post_processor.special_tokens.NAME.ids[]"; the NAME into `name`.
+static bool special_ids_of(const char *path, char *name, size_t name_size) {
+  const char *prefix = "post_processor.special_tokens.", *suffix = ".ids[]";
+  size_t length = strlen(path), before = strlen(prefix), after = strlen(suffix);
+  if (length <= before + after || strncmp(path, prefix, before) != 0 ||
+      strcmp(path + length - after, suffix) != 0)
+    return false;
+  snprintf(name, name_size, "%.*s", (int)(length - before - after), path + before);
+  return true;
+}
+
 static const char *json_value(void *context, const json_item *item) {
   json *j = context;
   const char *key = item->key, *v = item->text;
   json_type type = item->type;
   long long num = item->whole;
   bool t = type == JSON_TRUE, f = type == JSON_FALSE;
+  char name[192];
   if (item->key_cut) return "a key longer than 255 bytes";
   if (type == JSON_OBJECT_END) {
     if (path_is(item, "added_tokens[]")) return added_end(j);
@@ -550,12 +571,38 @@ static const char *json_value(void *context, const json_item *item) {
     if (strcmp(key, "type") == 0) copy(j->pp_type, sizeof j->pp_type, v);
   } else if ((path_is(item, "post_processor.single[].SpecialToken") ||
               path_is(item, "post_processor.single[].Sequence")) &&
+             strcmp(key, "type_id") == 0) {
+    if (type != JSON_NUMBER || num != 0)
+      return "post_processor.single gives a type id other than 0 (the model embeds type 0)";
+  } else if (special_ids_of(item->path, name, sizeof name)) {
+    size_t at = 0;
+    while (at < j->special_count && strcmp(j->special[at].name, name) != 0) at++;
+    if (at == j->special_count) {
+      if (at == sizeof j->special / sizeof j->special[0] ||
+          strlen(name) >= sizeof j->special[0].name)
+        return "post_processor.special_tokens: more than 4, or a name over 63 bytes";
+      snprintf(j->special[at].name, sizeof j->special[at].name, "%s", name);
+      j->special_count++;
+    }
+    j->special[at].id = type == JSON_NUMBER ? num : -1;
+    j->special[at].ids++;
+  } else if ((path_is(item, "post_processor.single[].SpecialToken") ||
+              path_is(item, "post_processor.single[].Sequence")) &&
              strcmp(key, "id") == 0) {
     size_t n = strlen(j->tmpl);
     if (item->text_cut || strlen(v) > 63 || n + 1 + strlen(v) >= sizeof j->tmpl)
       return "post_processor.single names a token longer than 63 bytes, or too many";
     snprintf(j->tmpl + n, sizeof j->tmpl - n, "%s%s", n ? " " : "", v);
   }
+  return NULL;
+}
+
+// The first special token of the template whose ids are not the one id vocab.txt gives it
+// (the template writes its ids, the tokenizer writes vocab.txt's), or NULL.
+static const special_token *special_disagrees(const json *j) {
+  for (size_t i = 0; i < j->special_count; i++)
+    if (j->special[i].ids != 1 || j->special[i].id != vocab_id(j->t, j->special[i].name))
+      return &j->special[i];
   return NULL;
 }
 
@@ -577,6 +624,7 @@ static int load_json(embed_tokenizer_t *t, const char *path, char *err, size_t e
   char cls[64] = "", mid[8] = "", sep[64] = "", extra[2];
   int parts = sscanf(j->tmpl, "%63s %7s %63s %1s", cls, mid, sep, extra);
   rc = -1;
+  const special_token *bad_special = NULL;
   if (!walked) {
     // err names the line
   } else if (strcmp(j->norm_type, "BertNormalizer") != 0) {
@@ -617,6 +665,12 @@ static int load_json(embed_tokenizer_t *t, const char *path, char *err, size_t e
              (t->unk_id = vocab_id(t, j->unk)) < 0) {
     set_err(err, err_size, "%s: \"%s\", \"%s\" or \"%s\" is not in vocab.txt", path, cls, sep,
             j->unk);
+  } else if ((bad_special = special_disagrees(j)) != NULL) {
+    set_err(err, err_size,
+            "%s: post_processor.special_tokens gives \"%s\" %zu ids, the first %lld; vocab.txt "
+            "gives it the one id %d",
+            path, bad_special->name, bad_special->ids, bad_special->id,
+            (int)vocab_id(t, bad_special->name));
   } else {
     t->clean_text = j->flags[0], t->chinese = j->flags[1], t->lowercase = j->flags[3];
     t->strip_accents = j->flags[2] < 0 ? t->lowercase : j->flags[2]; // None follows lowercase

@@ -3,7 +3,7 @@
 real folder (its large files linked) with one file changed. Another model's settings (a
 deeper config, another activation, CLS pooling, no normalising, a tokenizer whose ids pass
 the embedding matrix, a file with a seventh layer) must be refused with exit 1 and a message
-naming what is wrong; what the program can honour (max_seq_length below 256, a file whose
+naming what is wrong (NaN weights too); what the program can honour (max_seq_length below 256, a file whose
 tensors sit at offsets misaligned for floats, settings files that are absent) must run and
 give the same embeddings as the real folder.
 
@@ -123,6 +123,17 @@ with tempfile.TemporaryDirectory() as scratch:
          "normalized": False, "special": True}))
     refused(folder, "the tokenizer gives 100000 ids", "an added token with id 99999")
 
+    # A template that writes other ids for [CLS] than the tokenizer, or the second type row.
+    folder = copy_folder(scratch, "special")
+    edit_json(folder, "tokenizer.json",
+              lambda t: t["post_processor"]["special_tokens"]["[CLS]"].update(ids=[100]))
+    refused(folder, 'gives "[CLS]" 1 ids, the first 100; vocab.txt gives it the one id 101',
+            "special_tokens with another id for [CLS]")
+    folder = copy_folder(scratch, "type_id")
+    edit_json(folder, "tokenizer.json",
+              lambda t: t["post_processor"]["single"][1]["Sequence"].update(type_id=1))
+    refused(folder, "a type id other than 0", "a template of type 1")
+
     # Another model's vocabulary, with no tokenizer.json to say so.
     folder = copy_folder(scratch, "vocab")
     os.remove(os.path.join(folder, "tokenizer.json"))
@@ -140,6 +151,15 @@ with tempfile.TemporaryDirectory() as scratch:
     save_file(deeper, os.path.join(folder, "model.safetensors"))
     refused(folder, "tensor 'encoder.layer.6.output.dense.bias' belongs to a layer past the model's 6",
             "a seventh layer")
+
+    # Weights that are not numbers: refused once they reach the embeddings, never printed.
+    broken = dict(tensors)
+    broken["embeddings.LayerNorm.weight"] = tensors["embeddings.LayerNorm.weight"].copy()
+    broken["embeddings.LayerNorm.weight"][7] = np.nan
+    folder = copy_folder(scratch, "nan")
+    os.remove(os.path.join(folder, "model.safetensors"))
+    save_file(broken, os.path.join(folder, "model.safetensors"))
+    refused(folder, "the model's weights are not all finite numbers", "a NaN weight")
 
     # Honoured: the settings files absent.
     folder = copy_folder(scratch, "bare")
