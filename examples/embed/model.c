@@ -139,7 +139,7 @@ static int used_by_model(void *context, size_t index, const devbuf_tensor_info_t
   unsigned layer;
   int consumed = 0;
   if (!extra_layer[0] && sscanf(info->name, "encoder.layer.%u.%n", &layer, &consumed) == 1 &&
-      consumed > 0)
+      consumed > 0 && layer >= EMBED_LAYERS)
     snprintf(extra_layer, 128, "%s", info->name);
   return 0;
 }
