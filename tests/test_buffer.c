@@ -140,11 +140,11 @@ static void test_reshape(void) {
 
 // A typed view of part of a byte buffer in one call: its bytes, dtype and shape.
 static void test_view_as(void) {
-  size_t bytes[] = {4096 + 6 * 4 + 2};
+  size_t bytes[] = {4096 + 6 * 4 + 4};
   devbuf_buffer_t *raw = make(DEVBUF_UINT8, bytes, 1, 0), *outer = NULL, *matrix = NULL,
                   *bad = NULL;
   float values[6] = {1, 2, 3, 4, 5, 6};
-  CHECK_OK(devbuf_buffer_view(raw, 2, 4096 + 24, &outer)); // views of views add offsets
+  CHECK_OK(devbuf_buffer_view(raw, 4, 4096 + 24, &outer)); // views of views add offsets
   devbuf_buffer_t *place = NULL;
   CHECK_OK(devbuf_buffer_view(outer, 4096, 24, &place));
   CHECK_OK(devbuf_buffer_copyin(place, values, sizeof values));
@@ -165,6 +165,26 @@ static void test_view_as(void) {
   CHECK_STATUS(devbuf_buffer_view_as(outer, 4096, DEVBUF_FLOAT32, too_big, 2, &bad),
                DEVBUF_OUT_OF_RANGE);
   CHECK_MESSAGE("view_as(offset 4096, 32 bytes of float32) does not fit a 4120-byte buffer");
+  // Whole elements of the view are not enough: the elements' place in the memory must be
+  // aligned for them, or as_array would hand out a misaligned float pointer.
+  devbuf_buffer_t *odd = NULL;
+  CHECK_OK(devbuf_buffer_view(raw, 2, 4096 + 24, &odd));
+  CHECK_STATUS(devbuf_buffer_view_as(odd, 4096, DEVBUF_FLOAT32, shape, 2, &bad),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("view_as puts float32 elements at byte 4098 of their memory, not a multiple of "
+                "their 4-byte alignment");
+  CHECK(bad == NULL);
+  devbuf_buffer_t *odd_bytes = NULL;
+  CHECK_OK(devbuf_buffer_view(odd, 4096, 24, &odd_bytes));
+  CHECK_STATUS(devbuf_buffer_reshape(odd_bytes, DEVBUF_FLOAT32, shape, 2, &bad),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("reshape puts float32 elements at byte 4098");
+  size_t as_bytes[] = {24};
+  CHECK_OK(devbuf_buffer_reshape(odd_bytes, DEVBUF_INT8, as_bytes, 1, &bad)); // bytes: any place
+  devbuf_buffer_release(bad);
+  bad = NULL;
+  devbuf_buffer_release(odd_bytes);
+  devbuf_buffer_release(odd);
   CHECK_STATUS(devbuf_buffer_view_as(outer, SIZE_MAX - 8, DEVBUF_FLOAT32, shape, 2, &bad),
                DEVBUF_OUT_OF_RANGE);
   CHECK_STATUS(devbuf_buffer_view_as(outer, 4094, DEVBUF_FLOAT32, shape, 2, &bad),

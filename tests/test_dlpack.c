@@ -207,7 +207,18 @@ static void test_import_refusals(void) {
   REFUSED(p.versioned.dl_tensor.byte_offset = UINT64_MAX - 8, DEVBUF_OVERFLOW, "overflows");
   REFUSED((p.shape[0] = INT64_MAX, p.shape[1] = 4), DEVBUF_OVERFLOW, "");
   REFUSED(p.versioned.dl_tensor.device.device_type = DEVBUF_DL_CUDA, DEVBUF_UNAVAILABLE, "cuda");
+  // uint32 elements at an address off their alignment: as_array would give a misaligned pointer.
+  REFUSED(p.versioned.dl_tensor.byte_offset = 65, DEVBUF_INVALID_ARGUMENT,
+          "+ byte_offset 65 is not aligned to the 4 bytes of a uint32 element");
 #undef REFUSED
+  // What counts on the host is the address: a data pointer off by one that the byte offset
+  // brings back is aligned.
+  producer_init(&p);
+  p.versioned.dl_tensor.data = p.bytes + 1;
+  p.versioned.dl_tensor.byte_offset = 63;
+  CHECK_OK(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer));
+  devbuf_buffer_release(buffer);
+  CHECK_EQ_U(p.deleted, 1);
   // Pinned host memory of any GPU (kDLCUDAHost, device 1) is host memory: the CPU's.
   producer_init(&p);
   p.versioned.dl_tensor.device = (DLDevice){DEVBUF_DL_CUDA_HOST, 1};

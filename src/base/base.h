@@ -392,6 +392,13 @@ static inline bool devbuf__one_dimension_bytes(devbuf_dtype dtype, size_t extent
   return element && !devbuf__mul_overflows(extent, element, out) && *out <= (uint64_t)INT64_MAX;
 }
 
+// The alignment a typed pointer to elements of `dtype` needs: the element's bytes (at most 16);
+// 1 for sub-byte elements, which are addressed as bytes.
+static inline size_t devbuf__dtype_alignment(devbuf_dtype dtype) {
+  size_t element = (unsigned)dtype < DEVBUF_DTYPE_COUNT ? devbuf__dtype_whole_bytes[dtype] : 0;
+  return element > 16 ? 16 : element ? element : 1;
+}
+
 // Raises an atomic maximum to `value` (statistics' peaks).
 static inline void devbuf__raise_peak(atomic_uint_least64_t *peak, uint64_t value) {
   uint64_t seen = atomic_load_explicit(peak, memory_order_relaxed);

@@ -137,6 +137,19 @@ devbuf_status devbuf_buffer_view(devbuf_buffer_t *buffer, size_t offset, size_t 
                              1, out_view);
 }
 
+// Elements of another dtype must start where a typed pointer to them is aligned: a byte view
+// at an odd offset reinterpreted as floats would hand out a misaligned float pointer. The
+// offset counts from the start of the memory, whose own start is aligned (allocations, file
+// mappings and imports all are).
+static devbuf_status check_alignment(const char *call, size_t storage_offset, devbuf_dtype dtype) {
+  size_t alignment = devbuf__dtype_alignment(dtype);
+  if (storage_offset % alignment == 0) return DEVBUF_OK;
+  return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                       "%s puts %s elements at byte %zu of their memory, not a multiple of their "
+                       "%zu-byte alignment",
+                       call, devbuf_dtype_name(dtype), storage_offset, alignment);
+}
+
 devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype,
                                     const size_t *shape, size_t ndim, devbuf_buffer_t **out_view) {
   if (!buffer || !out_view)
@@ -147,6 +160,8 @@ devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype,
   if (bytes != buffer->size)
     return devbuf__error(DEVBUF_SIZE_MISMATCH, "reshape to %zu bytes of %s from a %zu-byte buffer",
                          bytes, devbuf_dtype_name(dtype), buffer->size);
+  status = check_alignment("reshape", buffer->offset, dtype);
+  if (status != DEVBUF_OK) return status;
   devbuf__ref_retain(&buffer->storage->refs);
   return devbuf__buffer_wrap(buffer->storage, buffer->offset, bytes, dtype, shape, ndim, out_view);
 }
@@ -167,6 +182,8 @@ devbuf_status devbuf_buffer_view_as(devbuf_buffer_t *buffer, size_t offset, devb
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "view_as(offset %zu) is not a whole number of %s elements (%u bits each)",
                          offset, devbuf_dtype_name(dtype), bits);
+  status = check_alignment("view_as", buffer->offset + offset, dtype);
+  if (status != DEVBUF_OK) return status;
   devbuf__ref_retain(&buffer->storage->refs);
   return devbuf__buffer_wrap(buffer->storage, buffer->offset + offset, bytes, dtype, shape, ndim,
                              out_view);

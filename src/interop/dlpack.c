@@ -253,6 +253,17 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only,
   // handle, so the view keeps the offset.
   bool host = device->host_accessible;
   size_t view_offset = host ? 0 : (size_t)tensor->byte_offset;
+  // A host address (or a device handle's byte offset) off the element's alignment would
+  // hand out misaligned typed pointers.
+  size_t alignment = devbuf__dtype_alignment(dtype);
+  if (bytes && (host ? address : tensor->byte_offset) % alignment != 0) {
+    devbuf_device_release(device);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "dlpack import: data %p + byte_offset %llu is not aligned to the %zu "
+                         "bytes of a %s element",
+                         tensor->data, (unsigned long long)tensor->byte_offset, alignment,
+                         devbuf_dtype_name(dtype));
+  }
   devbuf__storage *storage;
   status = devbuf__storage_create(NULL, device, host ? bytes : extent, 0, &storage);
   devbuf_device_release(device); // the storage holds its own reference

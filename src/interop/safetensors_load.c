@@ -191,9 +191,7 @@ static devbuf_status load_copies(devbuf_device_t *device, devbuf_allocator_t *al
 // Whether a tensor's bytes at file offset `at` are off its element's alignment (a writer that
 // did not pad): a view would hand out misaligned typed pointers.
 static bool misaligned(const devbuf__tensor_entry *entry, uint64_t at) {
-  size_t element = devbuf_dtype_bits(entry->dtype) / 8;
-  if (element > 16) element = 16;
-  return element > 1 && at % element != 0;
+  return at % devbuf__dtype_alignment(entry->dtype) != 0;
 }
 
 // A tensor of the mapped file in aligned memory of its own, copied out of the mapping.
