@@ -667,7 +667,9 @@ DEVBUF_API size_t devbuf_buffer_describe(const devbuf_buffer_t *buffer, char *ou
 // ---------------------------------------------------------------------------------------
 // Events: timelines. An event holds a counter that only grows; work and the host
 // signal values and wait for them. A failure of the work that was to signal it marks the
-// event failed: every wait then returns that failure.
+// event failed: a wait for a value the event had reached before then still succeeds, and
+// every other wait returns that failure, whatever signals the event later (another queue's
+// signal of a higher value counts for nothing, and the host's is refused).
 // ---------------------------------------------------------------------------------------
 
 typedef struct devbuf_event devbuf_event_t;
@@ -676,7 +678,8 @@ typedef struct devbuf_event devbuf_event_t;
 DEVBUF_API devbuf_status devbuf_event_create(uint64_t initial, devbuf_event_t **out_event);
 DEVBUF_API devbuf_event_t *devbuf_event_retain(devbuf_event_t *event);
 DEVBUF_API void devbuf_event_release(devbuf_event_t *event);
-// Signals `value` from the host. INVALID_ARGUMENT if it is below the current value.
+// Signals `value` from the host. INVALID_ARGUMENT if it is below the current value; the
+// event's failure status (its message after the values) if it failed.
 DEVBUF_API devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value);
 // Waits until the value is at least `value`: spins briefly, then blocks. timeout_ns 0
 // only checks; UINT64_MAX waits forever. TIMEOUT when the time passes first; the failure

@@ -59,7 +59,86 @@ static void test_event_export_without_descriptors_names_the_limit(void) {
   CHECK_EQ_U(WEXITSTATUS(status), 0);
 }
 
+static devbuf_status fails_with_its_values(const devbuf_kernel_args_t *args) {
+  (void)args;
+  return devbuf_set_error(DEVBUF_DEVICE_FAILURE,
+                          "NaN at row 1234, column 5678, step 91011: check the learning rate "
+                          "schedule and the loss scale of the optimizer");
+}
+
+// A failed event stays failed for every value it had not reached: another queue (or the host)
+// that signals a higher value later does not make a failed producer's consumer run.
+static void test_failed_event_stays_failed(void) {
+  devbuf_device_t *device = NULL;
+  devbuf_queue_t *failing = NULL, *other = NULL;
+  devbuf_event_t *event = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_queue_create(device, &failing));
+  CHECK_OK(devbuf_queue_create(device, &other));
+  CHECK_OK(devbuf_event_create(0, &event));
+  CHECK_OK(devbuf_event_signal(event, 5));
+  CHECK_OK(devbuf_queue_host_task(failing, fails_with_its_values, NULL, 0, NULL, 0));
+  CHECK_OK(devbuf_queue_signal(failing, event, 10));
+  CHECK_STATUS(devbuf_queue_finish(failing), DEVBUF_DEVICE_FAILURE);
+  CHECK_STATUS(devbuf_event_wait(event, 10, 0), DEVBUF_DEVICE_FAILURE);
+  CHECK_OK(devbuf_queue_signal(other, event, 20)); // "two queues may raise one timeline"
+  CHECK_OK(devbuf_queue_finish(other));
+  CHECK_EQ_U(devbuf_event_value(event), 20);
+  CHECK_STATUS(devbuf_event_wait(event, 10, 0), DEVBUF_DEVICE_FAILURE);
+  CHECK_STATUS(devbuf_event_wait(event, 20, UINT64_MAX), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("NaN at row 1234");
+  CHECK_OK(devbuf_event_wait(event, 5, 0)); // reached before the failure
+  // A queue that waits for it fails too, and its work does not run.
+  devbuf_queue_t *consumer = NULL;
+  CHECK_OK(devbuf_queue_create(device, &consumer));
+  CHECK_OK(devbuf_queue_wait(consumer, event, 15));
+  CHECK_OK(devbuf_queue_host_task(consumer, fails_with_its_values, NULL, 0, NULL, 0));
+  CHECK_STATUS(devbuf_queue_finish(consumer), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("NaN at row 1234");
+  CHECK_STATUS(devbuf_event_signal(event, 30), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("signalling 30: the event failed at 5");
+  CHECK_EQ_U(devbuf_event_value(event), 20);
+  devbuf_queue_release(consumer);
+  devbuf_event_release(event);
+  devbuf_queue_release(failing);
+  devbuf_queue_release(other);
+  devbuf_device_release(device);
+}
+
+// A failure passed along a chain of queues keeps its root cause, whatever the chain adds in
+// front: queue k+1 waits on the event queue k signals, and the first one's work fails.
+static void test_long_chain_keeps_the_cause(void) {
+  enum { HOPS = 12 };
+  devbuf_device_t *device = NULL;
+  devbuf_queue_t *queues[HOPS] = {NULL};
+  devbuf_event_t *events[HOPS] = {NULL};
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  for (int i = 0; i < HOPS; i++) {
+    CHECK_OK(devbuf_queue_create(device, &queues[i]));
+    CHECK_OK(devbuf_event_create(0, &events[i]));
+    if (i)
+      CHECK_OK(devbuf_queue_wait(queues[i], events[i - 1], 1));
+    else
+      CHECK_OK(devbuf_queue_host_task(queues[i], fails_with_its_values, NULL, 0, NULL, 0));
+    CHECK_OK(devbuf_queue_signal(queues[i], events[i], 1));
+  }
+  CHECK_STATUS(devbuf_event_wait(events[HOPS - 1], 1, UINT64_MAX), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("the loss scale of the optimizer");
+  CHECK_MESSAGE("...");
+  CHECK_STATUS(devbuf_queue_finish(queues[HOPS - 1]), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("NaN at row 1234, column 5678, step 91011: check the learning rate schedule and "
+                "the loss scale of the optimizer");
+  for (int i = 0; i < HOPS; i++) {
+    devbuf_queue_finish(queues[i]);
+    devbuf_queue_release(queues[i]);
+    devbuf_event_release(events[i]);
+  }
+  devbuf_device_release(device);
+}
+
 int main(void) {
+  RUN(test_failed_event_stays_failed);
+  RUN(test_long_chain_keeps_the_cause);
   RUN(test_cancelled_event_says_cancelled_once);
   RUN(test_event_export_without_descriptors_names_the_limit);
   return CHECK_EXIT();

@@ -33,6 +33,11 @@ void devbuf__clear_error(void);
 // OUT_OF_MEMORY: ..."). Returns `status`. Never allocates.
 devbuf_status devbuf__error_cause(devbuf_status status, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
+// Writes `head` then `cause` into `out` (of `size` bytes, terminated). Where both do not fit,
+// the middle goes ("head...end of the cause"): a failure passed along a chain of queues and
+// events gains a head at each hop, and its root cause, at the end, must survive them all.
+// `out` overlaps neither.
+void devbuf__join_message(char *out, size_t size, const char *head, const char *cause);
 // `bytes` for a message: "100 bytes", "4 KiB", "1.5 MiB", "64 MiB".
 const char *devbuf__bytes_text(uint64_t bytes, char text[32]);
 

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 // A fixed thread-local buffer: reporting an error must work when memory is exhausted.
 static _Thread_local char error_message[512];
@@ -65,6 +66,27 @@ devbuf_status devbuf__error_cause(devbuf_status status, const char *format, ...)
       error_message[used++] = *c;
   if (used < sizeof error_message) error_message[used] = '\0';
   return status;
+}
+
+void devbuf__join_message(char *out, size_t size, const char *head, const char *cause) {
+  if (!size) return;
+  static const char elided[] = "...";
+  size_t head_length = strlen(head), cause_length = strlen(cause);
+  if (head_length >= size) head_length = size - 1;
+  memcpy(out, head, head_length);
+  size_t room = size - 1 - head_length;
+  if (cause_length > room && room >= sizeof elided) {
+    size_t skip = cause_length - (room - (sizeof elided - 1));
+    while (skip < cause_length && ((unsigned char)cause[skip] & 0xC0) == 0x80) skip++; // UTF-8
+    memcpy(out + head_length, elided, sizeof elided - 1);
+    head_length += sizeof elided - 1;
+    cause += skip;
+    cause_length -= skip;
+    room = size - 1 - head_length;
+  }
+  if (cause_length > room) cause_length = room;
+  memcpy(out + head_length, cause, cause_length);
+  out[head_length + cause_length] = '\0';
 }
 
 const char *devbuf__bytes_text(uint64_t bytes, char text[32]) {

@@ -15,6 +15,7 @@ devbuf_status devbuf_event_create(uint64_t initial, devbuf_event_t **out_event) 
   if (!event) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event");
   devbuf__ref_init(&event->refs, 1);
   atomic_init(&event->value, initial);
+  atomic_init(&event->failed_at, UINT64_MAX);
   atomic_init(&event->interest, 0);
   devbuf__mutex_init(&event->lock);
   devbuf__cond_init_monotonic(&event->reached);
@@ -46,7 +47,7 @@ devbuf_status devbuf__event_watch_value(devbuf_event_t *event, uint64_t value,
   pthread_mutex_lock(&event->lock);
   atomic_fetch_add(&event->interest, 1); // before the value: a raise after it takes the lock
   devbuf_status now = event->failure;
-  bool ready = atomic_load(&event->value) >= value;
+  bool ready = devbuf__event_reached(event, value);
   if (!ready && now == DEVBUF_OK) {
     watch->next = event->watches;
     event->watches = watch;
@@ -122,7 +123,8 @@ void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char 
   pthread_mutex_lock(&event->lock);
   if (event->failure == DEVBUF_OK) {
     event->failure = status;
-    snprintf(event->message, sizeof event->message, "%s", message);
+    atomic_store(&event->failed_at, atomic_load(&event->value));
+    devbuf__join_message(event->message, sizeof event->message, "", message);
     if (event->share) devbuf__event_share_publish(event);
   }
   pthread_cond_broadcast(&event->reached);
@@ -144,6 +146,14 @@ void devbuf__event_interrupt(devbuf_event_t *event) {
 devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
   if (devbuf__event_is_imported(event)) return devbuf__event_signallable(event);
+  uint64_t failed_at = atomic_load(&event->failed_at);
+  if (DEVBUF_UNLIKELY(failed_at != UINT64_MAX)) {
+    devbuf_status failure = devbuf_event_status(event); // its message, to put after ours
+    return devbuf__error_cause(failure,
+                               "signalling %llu: the event failed at %llu, and a value signalled "
+                               "since counts for nothing",
+                               (unsigned long long)value, (unsigned long long)failed_at);
+  }
   uint64_t current = atomic_load_explicit(&event->value, memory_order_relaxed);
   if (value < current)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
@@ -173,7 +183,7 @@ devbuf_status devbuf_event_status(const devbuf_event_t *event) {
 devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns,
                                  const atomic_bool *cancel) {
   for (int spin = 0; spin < SPIN_CHECKS && timeout_ns; spin++) {
-    if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) return DEVBUF_OK;
+    if (devbuf__event_reached(event, value)) return DEVBUF_OK;
     devbuf__cpu_pause();
   }
   bool forever = timeout_ns == UINT64_MAX;
@@ -183,7 +193,7 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
   pthread_mutex_lock(&event->lock);
   atomic_fetch_add(&event->interest, 1); // before the value: a raise after it takes the lock
   for (;;) {
-    if (atomic_load(&event->value) >= value) break;
+    if (devbuf__event_reached(event, value)) break;
     if (event->failure != DEVBUF_OK) {
       status = devbuf__error(event->failure, "%s", event->message);
       break;
@@ -198,7 +208,8 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
     int result = forever ? pthread_cond_wait(&event->reached, &event->lock)
                          : pthread_cond_timedwait(&event->reached, &event->lock, &deadline);
     event->waiters--;
-    if (result == ETIMEDOUT && atomic_load_explicit(&event->value, memory_order_acquire) < value) {
+    if (result == ETIMEDOUT && !devbuf__event_reached(event, value) &&
+        event->failure == DEVBUF_OK) {
       status = devbuf__error(DEVBUF_TIMEOUT, "event stayed at %llu, below %llu, for %llu ns",
                              (unsigned long long)atomic_load(&event->value),
                              (unsigned long long)value, (unsigned long long)timeout_ns);
@@ -214,7 +225,7 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
 devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
   if (devbuf__event_is_imported(event)) return devbuf__event_share_wait(event, value, timeout_ns);
-  if (atomic_load_explicit(&event->value, memory_order_acquire) >= value) return DEVBUF_OK;
+  if (devbuf__event_reached(event, value)) return DEVBUF_OK;
   if (timeout_ns == 0) {
     devbuf_status failed = devbuf_event_status(event);
     if (failed != DEVBUF_OK) return failed;

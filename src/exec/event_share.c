@@ -111,7 +111,7 @@ void devbuf__event_share_publish(devbuf_event_t *event) {
   if (event->failure != DEVBUF_OK) {
     atomic_store(&share->page_ended, true);
     page->failure = (uint32_t)event->failure;
-    memcpy(page->message, event->message, sizeof page->message);
+    devbuf__join_message(page->message, sizeof page->message, "", event->message);
     atomic_store(&page->state, TIMELINE_FAILED);
   }
   page_changed(page);
@@ -228,15 +228,15 @@ static bool local_failure(devbuf_event_t *event, devbuf_status *out) {
 // page's value only upwards, so a hostile exporter that lowers the page never makes a value
 // already reached look unreached.
 static bool reached(devbuf_event_t *event, const shared_timeline *page, uint64_t value) {
+  if (devbuf__event_reached(event, value)) return true;
   uint64_t local = atomic_load_explicit(&event->value, memory_order_acquire);
-  if (local >= value) return true;
   uint64_t published = atomic_load_explicit(&page->value, memory_order_acquire);
   if (published > local) { // as devbuf__event_raise does for an import, without the call
     while (published > local && !atomic_compare_exchange_weak(&event->value, &local, published)) {
     }
     if (atomic_load(&event->interest) != 0) devbuf__event_raise(event, published);
   }
-  return published >= value;
+  return published >= value && value <= atomic_load(&event->failed_at);
 }
 
 // The sleeper's half of the protocol (devbuf__event_share_raised has the waker's): counted in

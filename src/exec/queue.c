@@ -219,8 +219,9 @@ static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, con
   pthread_mutex_lock(&queue->lock);
   if (queue->failure == DEVBUF_OK) { // the cause's message goes on, after what failed
     queue->failure = status;
-    snprintf(queue->failure_message, sizeof queue->failure_message, "queue %u on %s failed: %.440s",
-             queue->number, queue->device->spec, message);
+    char head[160];
+    snprintf(head, sizeof head, "queue %u on %.100s failed: ", queue->number, queue->device->spec);
+    devbuf__join_message(queue->failure_message, sizeof queue->failure_message, head, message);
     atomic_store(&queue->failed, true);
   }
   pthread_mutex_unlock(&queue->lock);

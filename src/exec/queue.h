@@ -173,7 +173,7 @@ struct devbuf_queue {
   atomic_uint_least64_t completed; // retired items
   char apart_from_completed[CACHE_LINE];
   devbuf__refcount refs;
-  char failure_message[512];
+  char failure_message[480]; // with "STATUS: " in front, within devbuf_last_error's 512 bytes
 };
 
 // Waits until the queue holds fewer items than its depth (or refuses, as the queue is set
@@ -274,7 +274,10 @@ struct devbuf_event {
   // raising the value knows nobody needs the lock's wake-up (seq_cst on both sides).
   _Atomic uint32_t interest;
   devbuf_status failure; // under lock; OK while healthy
-  char message[256];
+  // The value when the event failed (UINT64_MAX while healthy): raises after a failure no
+  // longer count, so a later signaller cannot make a failed producer's wait succeed.
+  atomic_uint_least64_t failed_at;
+  char message[400];            // with "STATUS: " in front, within devbuf_last_error's 512 bytes
   devbuf__event_watch *watches; // under lock
   // Shared with other processes (event_share.c): the exporter publishes to it, an
   // importer's watcher mirrors it. Set once: by an export under the lock, by an import before
@@ -282,6 +285,12 @@ struct devbuf_event {
   struct devbuf__event_share *_Atomic share;
   bool imported; // follows another process's event: set before an import hands it out
 };
+
+// Whether a wait for `wanted` is over and succeeded: the value reached it before any failure.
+static inline bool devbuf__event_reached(const devbuf_event_t *event, uint64_t wanted) {
+  return atomic_load_explicit(&event->value, memory_order_acquire) >= wanted &&
+         wanted <= atomic_load_explicit(&event->failed_at, memory_order_acquire);
+}
 
 // ---- events shared with other processes (event_share.c) ----
 // An exported event's change (value or failure) reaches its importers; caller holds the lock.
