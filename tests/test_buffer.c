@@ -48,6 +48,21 @@ static void test_creation_errors(void) {
   CHECK_MESSAGE("dimension 1");
   size_t big[] = {SIZE_MAX / 4 + 1};
   CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_FLOAT32, big, 1, 0, &buffer), DEVBUF_OVERFLOW);
+  // An extent of 0 empties a shape but not its strides: judged alike in any order.
+  size_t empty_first[] = {0, SIZE_MAX, SIZE_MAX}, empty_last[] = {SIZE_MAX, SIZE_MAX, 0};
+  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_UINT8, empty_first, 3, 0, &buffer),
+               DEVBUF_OVERFLOW);
+  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_UINT8, empty_last, 3, 0, &buffer),
+               DEVBUF_OVERFLOW);
+  size_t wide_empty[] = {(size_t)1 << 61, 0, 2};
+  CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_FLOAT32, wide_empty, 3, 0, &buffer),
+               DEVBUF_OVERFLOW);
+  CHECK_MESSAGE("in its strides (it has an extent of 0)");
+  size_t fits_empty[] = {(size_t)1 << 40, 0, (size_t)1 << 20};
+  CHECK_OK(devbuf_buffer_new(t.caching, DEVBUF_FLOAT32, fits_empty, 3, 0, &buffer));
+  CHECK_EQ_U(devbuf_buffer_size(buffer), 0);
+  devbuf_buffer_release(buffer);
+  buffer = NULL;
   size_t odd[] = {3};
   CHECK_STATUS(devbuf_buffer_new(t.caching, DEVBUF_FLOAT4_E2M1, odd, 1, 0, &buffer),
                DEVBUF_INVALID_ARGUMENT);

@@ -113,20 +113,29 @@ devbuf_status devbuf__shape_bytes(devbuf_dtype dtype, const size_t *shape, size_
                          DEVBUF_MAX_NDIM);
   if (ndim > 0 && !shape)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "shape is NULL with ndim %zu", ndim);
-  size_t count = 1;
+  // `span`: the product of the extents other than 0. Strides reach it even where an extent
+  // of 0 leaves no element, so a shape is judged by it whatever the order of its extents.
+  size_t span = 1;
+  bool empty = false;
   for (size_t i = 0; i < ndim; i++) {
-    if (devbuf__mul_overflows(count, shape[i], &count))
+    if (shape[i] == 0) {
+      empty = true;
+    } else if (devbuf__mul_overflows(span, shape[i], &span)) {
       return devbuf__error(DEVBUF_OVERFLOW, "shape overflows size_t at dimension %zu (extent %zu)",
                            i, shape[i]);
+    }
   }
-  size_t bytes = 0;
+  // Strides (devbuf_array_t, DLPack) and file offsets are signed 64-bit: every element
+  // index, stride and byte offset of a buffer must fit them.
+  unsigned __int128 span_bits = (unsigned __int128)span * dtype_table[dtype].bits;
+  if (span > (uint64_t)INT64_MAX || span_bits / 8 > (uint64_t)INT64_MAX)
+    return devbuf__error(
+        DEVBUF_OVERFLOW, "shape of %zu elements (%llu bytes) exceeds INT64_MAX%s", span,
+        (unsigned long long)(span_bits / 8 > UINT64_MAX ? UINT64_MAX : span_bits / 8),
+        empty ? " in its strides (it has an extent of 0)" : "");
+  size_t count = empty ? 0 : span, bytes = 0;
   devbuf_status status = devbuf_dtype_bytes(dtype, count, &bytes);
   if (status != DEVBUF_OK) return status;
-  // Strides (devbuf_array_t, DLPack) and file offsets are signed 64-bit: every element
-  // index and byte offset of a buffer must fit them.
-  if (count > (uint64_t)INT64_MAX || bytes > (uint64_t)INT64_MAX)
-    return devbuf__error(DEVBUF_OVERFLOW, "shape of %zu elements (%zu bytes) exceeds INT64_MAX",
-                         count, bytes);
   if (out_bytes) *out_bytes = bytes;
   if (out_count) *out_count = count;
   return DEVBUF_OK;
