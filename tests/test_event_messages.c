@@ -136,7 +136,33 @@ static void test_long_chain_keeps_the_cause(void) {
   devbuf_device_release(device);
 }
 
+static devbuf_status returns_its_own_code(const devbuf_kernel_args_t *args) {
+  (void)args;
+  return (devbuf_status)999;
+}
+
+// A kernel that returns a number that is no status fails its queue and events as a device
+// failure that names the number, not as "UNKNOWN".
+static void test_kernel_status_that_is_no_status(void) {
+  devbuf_device_t *device = NULL;
+  devbuf_queue_t *queue = NULL;
+  devbuf_event_t *done = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_event_create(0, &done));
+  CHECK_OK(devbuf_queue_host_task(queue, returns_its_own_code, NULL, 0, NULL, 0));
+  CHECK_OK(devbuf_queue_signal(queue, done, 1));
+  CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("kernel returned 999, which is no devbuf status");
+  CHECK_STATUS(devbuf_event_wait(done, 1, 0), DEVBUF_DEVICE_FAILURE);
+  CHECK(!strstr(devbuf_last_error(), "UNKNOWN"));
+  devbuf_event_release(done);
+  devbuf_queue_release(queue);
+  devbuf_device_release(device);
+}
+
 int main(void) {
+  RUN(test_kernel_status_that_is_no_status);
   RUN(test_failed_event_stays_failed);
   RUN(test_long_chain_keeps_the_cause);
   RUN(test_cancelled_event_says_cancelled_once);

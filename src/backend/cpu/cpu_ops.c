@@ -27,7 +27,18 @@ static void fill(void *data, size_t size, const void *pattern, size_t pattern_si
 static devbuf_status call(const devbuf__op *op) {
   devbuf__clear_error(); // so that a kernel failing silently reports no stale text
   devbuf_status status = op->kernel(op->kernel_args);
-  if (status != DEVBUF_OK && devbuf_last_error()[0] == '\0')
+  if (status == DEVBUF_OK) return status;
+  // A number that is no status (a kernel returning its own error codes) would reach every
+  // waiter as "UNKNOWN": it counts as a device failure that names it.
+  if (strcmp(devbuf_status_name(status), "UNKNOWN") == 0) {
+    int number = (int)status;
+    if (devbuf_last_error()[0] == '\0')
+      return devbuf__error(DEVBUF_DEVICE_FAILURE, "kernel returned %d, which is no devbuf status",
+                           number);
+    return devbuf__error_cause(DEVBUF_DEVICE_FAILURE,
+                               "kernel returned %d, which is no devbuf status", number);
+  }
+  if (devbuf_last_error()[0] == '\0')
     devbuf__error(status, "kernel returned %s without a message", devbuf_status_name(status));
   return status;
 }
