@@ -372,6 +372,20 @@ static void test_copies(void) {
   CHECK_STATUS(devbuf_buffer_copy_from(small, a), DEVBUF_SIZE_MISMATCH);
   CHECK_STATUS(devbuf_buffer_copy_from(a, NULL), DEVBUF_INVALID_ARGUMENT);
   CHECK_STATUS(devbuf_buffer_copyin(a, NULL, 16), DEVBUF_INVALID_ARGUMENT);
+  // A refused copy does nothing else: a lazy buffer stays without memory; so does one that an
+  // empty copy touches through an empty view.
+  size_t lazy_shape[] = {1 << 20};
+  devbuf_buffer_t *lazy = NULL, *nothing = NULL;
+  CHECK_OK(devbuf_buffer_new(t.caching, DEVBUF_UINT8, lazy_shape, 1, 0, &lazy));
+  CHECK_STATUS(devbuf_buffer_copyin(lazy, NULL, 1 << 20), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("copyin: src is NULL");
+  CHECK_STATUS(devbuf_buffer_copyout(lazy, NULL, 1 << 20), DEVBUF_INVALID_ARGUMENT);
+  CHECK_OK(devbuf_buffer_view(lazy, 4096, 0, &nothing));
+  CHECK_OK(devbuf_buffer_copyin(nothing, out, 0));
+  CHECK_OK(devbuf_buffer_copy_from(nothing, nothing));
+  CHECK(!devbuf_buffer_is_allocated(lazy));
+  devbuf_buffer_release(nothing);
+  devbuf_buffer_release(lazy);
   // Copies work across allocators of the device.
   devbuf_buffer_t *other = NULL;
   CHECK_OK(devbuf_buffer_new(devbuf_device_allocator(t.device), DEVBUF_UINT8, shape, 1, 0, &other));

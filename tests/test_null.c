@@ -124,6 +124,7 @@ static void test_buffers(devbuf_device_t *cpu) {
   INVALID(devbuf_buffer_view(NULL, 0, 0, NULL));
   INVALID(devbuf_buffer_view(NULL, 0, 0, &out));
   INVALID(devbuf_buffer_view(buffer, 0, 4, NULL));
+  CHECK_MESSAGE("INVALID_ARGUMENT: out_view is NULL"); // the one that is, not a list
   INVALID(devbuf_buffer_reshape(NULL, DEVBUF_UINT8, NULL, 1, NULL));
   INVALID(devbuf_buffer_reshape(buffer, DEVBUF_UINT8, NULL, 1, &out));
   INVALID(devbuf_buffer_view_as(NULL, 0, DEVBUF_UINT8, NULL, 0, &out));
@@ -228,6 +229,7 @@ static void test_queues_and_events(devbuf_device_t *cpu) {
   INVALID(devbuf_queue_create(NULL, NULL));
   INVALID(devbuf_queue_create(NULL, &queue));
   INVALID(devbuf_queue_create(cpu, NULL));
+  CHECK_MESSAGE("INVALID_ARGUMENT: out_queue is NULL");
   CHECK(devbuf_queue_retain(NULL) == NULL);
   devbuf_queue_release(NULL);
   CHECK(devbuf_queue_device(NULL) == NULL);
@@ -269,6 +271,7 @@ static void test_files(devbuf_device_t *cpu) {
   devbuf_tensor_file_t *file = NULL;
   INVALID(devbuf_safetensors_load(NULL, NULL, NULL, NULL));
   INVALID(devbuf_safetensors_load(cpu, NULL, NULL, &file));
+  CHECK_MESSAGE("INVALID_ARGUMENT: safetensors_load: path is NULL");
   INVALID(devbuf_safetensors_load(cpu, "/tmp/x", NULL, NULL));
   INVALID(devbuf_safetensors_inspect(NULL, NULL));
   INVALID(devbuf_safetensors_inspect(NULL, &file));

@@ -33,6 +33,10 @@ void devbuf__clear_error(void);
 // OUT_OF_MEMORY: ..."). Returns `status`. Never allocates.
 devbuf_status devbuf__error_cause(devbuf_status status, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
+// INVALID_ARGUMENT naming the first of `names` (", "-separated, one for each of `pointers`)
+// whose pointer is NULL: "CALL: NAME is NULL" (without "CALL: " where `call` is "").
+devbuf_status devbuf__null_argument(const char *call, const char *names,
+                                    const void *const *pointers);
 // Writes `head` then `cause` into `out` (of `size` bytes, terminated). Where both do not fit,
 // the middle goes ("head...end of the cause"): a failure passed along a chain of queues and
 // events gains a head at each hop, and its root cause, at the end, must survive them all.

@@ -68,6 +68,21 @@ devbuf_status devbuf__error_cause(devbuf_status status, const char *format, ...)
   return status;
 }
 
+devbuf_status devbuf__null_argument(const char *call, const char *names,
+                                    const void *const *pointers) {
+  const char *name = names;
+  for (size_t i = 0; *name; i++) {
+    const char *end = strstr(name, ", ");
+    size_t length = end ? (size_t)(end - name) : strlen(name);
+    if (!pointers[i])
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s%s%.*s is NULL", call, *call ? ": " : "",
+                           (int)length, name);
+    name += length + (end ? 2 : 0);
+  }
+  return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s%s%s are required", call, *call ? ": " : "",
+                       names);
+}
+
 void devbuf__join_message(char *out, size_t size, const char *head, const char *cause) {
   if (!size) return;
   static const char elided[] = "...";

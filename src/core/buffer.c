@@ -38,7 +38,8 @@ static inline devbuf_status buffer_make(devbuf_allocator_t *allocator, devbuf_dt
                                         const size_t *shape, size_t ndim, uint32_t flags,
                                         devbuf_buffer_t **out_buffer) {
   if (!allocator || !out_buffer)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_buffer is NULL");
+    return devbuf__null_argument("", "allocator, out_buffer",
+                                 (const void *[]){allocator, out_buffer});
   if (flags & ~(uint32_t)DEVBUF_BUFFER_ZERO)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown buffer flags 0x%x",
                          flags & ~(unsigned)DEVBUF_BUFFER_ZERO);
@@ -119,7 +120,7 @@ static size_t elements_in(size_t bytes, unsigned bits) {
 devbuf_status devbuf_buffer_view(devbuf_buffer_t *buffer, size_t offset, size_t size,
                                  devbuf_buffer_t **out_view) {
   if (!buffer || !out_view)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_view is NULL");
+    return devbuf__null_argument("", "buffer, out_view", (const void *[]){buffer, out_view});
   size_t end;
   if (devbuf__add_overflows(offset, size, &end) || end > buffer->size)
     return devbuf__error(DEVBUF_OUT_OF_RANGE,
@@ -153,7 +154,7 @@ static devbuf_status check_alignment(const char *call, size_t storage_offset, de
 devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype,
                                     const size_t *shape, size_t ndim, devbuf_buffer_t **out_view) {
   if (!buffer || !out_view)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_view is NULL");
+    return devbuf__null_argument("", "buffer, out_view", (const void *[]){buffer, out_view});
   size_t bytes;
   devbuf_status status = devbuf__shape_bytes(dtype, shape, ndim, &bytes, NULL);
   if (status != DEVBUF_OK) return status;
@@ -169,7 +170,7 @@ devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype,
 devbuf_status devbuf_buffer_view_as(devbuf_buffer_t *buffer, size_t offset, devbuf_dtype dtype,
                                     const size_t *shape, size_t ndim, devbuf_buffer_t **out_view) {
   if (!buffer || !out_view)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_view is NULL");
+    return devbuf__null_argument("", "buffer, out_view", (const void *[]){buffer, out_view});
   size_t bytes, end;
   devbuf_status status = devbuf__shape_bytes(dtype, shape, ndim, &bytes, NULL);
   if (status != DEVBUF_OK) return status;
@@ -287,7 +288,7 @@ size_t devbuf_buffer_count(const devbuf_buffer_t *buffer) {
 
 devbuf_status devbuf_buffer_device_ptr(devbuf_buffer_t *buffer, uint64_t *out_address) {
   if (!buffer || !out_address)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer or out_address is NULL");
+    return devbuf__null_argument("", "buffer, out_address", (const void *[]){buffer, out_address});
   if (!devbuf_buffer_is_allocated(buffer))
     return devbuf__error(DEVBUF_NOT_ALLOCATED,
                          "buffer %llu (storage %llu, %zu bytes) has no memory yet",
@@ -305,7 +306,8 @@ devbuf_status devbuf_buffer_device_ptr(devbuf_buffer_t *buffer, uint64_t *out_ad
 devbuf_status devbuf_buffer_device_handle(devbuf_buffer_t *buffer, uint64_t *out_handle,
                                           size_t *out_offset) {
   if (!buffer || !out_handle || !out_offset)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "buffer, out_handle or out_offset is NULL");
+    return devbuf__null_argument("", "buffer, out_handle, out_offset",
+                                 (const void *[]){buffer, out_handle, out_offset});
   if (!devbuf_buffer_is_allocated(buffer))
     return devbuf__error(DEVBUF_NOT_ALLOCATED,
                          "buffer %llu (storage %llu, %zu bytes) has no memory yet",

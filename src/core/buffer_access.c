@@ -144,6 +144,7 @@ devbuf_status devbuf_buffer_as_slice(devbuf_buffer_t *buffer, devbuf_dtype dtype
                                      const void **out_data, size_t *out_count) {
   devbuf_status status = check_dtype(buffer, dtype, "as_slice");
   if (status != DEVBUF_OK) return status;
+  if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "as_slice: out_data is NULL");
   status = devbuf_buffer_contents(buffer, out_data, NULL);
   if (status == DEVBUF_OK && out_count) *out_count = devbuf_buffer_count(buffer);
   return status;
@@ -152,12 +153,12 @@ devbuf_status devbuf_buffer_as_slice(devbuf_buffer_t *buffer, devbuf_dtype dtype
 devbuf_status devbuf_buffer_item(devbuf_buffer_t *buffer, devbuf_dtype dtype, void *out_value) {
   devbuf_status status = check_dtype(buffer, dtype, "item");
   if (status != DEVBUF_OK) return status;
+  if (!out_value) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "item: out_value is NULL");
   size_t count = devbuf_buffer_count(buffer);
   if (count != 1)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "item needs exactly one element; buffer %llu holds %zu",
                          (unsigned long long)buffer->handle_id, count);
-  if (!out_value) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "item: out_value is NULL");
   return devbuf_buffer_copyout(buffer, out_value, buffer->size); // works on every backend
 }
 

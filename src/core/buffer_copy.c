@@ -7,7 +7,9 @@
 // Bounce buffer size when neither side of a cross-device copy is host-accessible.
 #define STAGING_CHUNK ((size_t)4 << 20)
 
-// What a copy needs from one side before it starts: a size match, write permission, memory.
+// What a copy needs from one side before it starts: a size match, write permission. Its
+// memory comes after every check, and only for a copy of some bytes: a refused copy does
+// nothing else, and an empty one allocates nothing.
 static devbuf_status check_side(devbuf_buffer_t *buffer, size_t size, bool write,
                                 const char *what) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: buffer is NULL", what);
@@ -17,7 +19,7 @@ static devbuf_status check_side(devbuf_buffer_t *buffer, size_t size, bool write
   if (write && buffer->storage->read_only)
     return devbuf__error(DEVBUF_READ_ONLY, "%s into read-only buffer %llu", what,
                          (unsigned long long)buffer->handle_id);
-  return devbuf__storage_ensure_allocated(buffer->storage);
+  return DEVBUF_OK;
 }
 
 // A copy is a host operation: it waits for conflicting submitted work, refuses bytes
@@ -33,6 +35,8 @@ devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, siz
   devbuf_status status = check_side(buffer, size, true, "copyin");
   if (status != DEVBUF_OK || size == 0) return status;
   if (!src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copyin: src is NULL");
+  status = devbuf__storage_ensure_allocated(buffer->storage);
+  if (status != DEVBUF_OK) return status;
   devbuf__host_access *access = NULL;
   status = begin(buffer, true, "copyin", &access);
   if (status != DEVBUF_OK) return status;
@@ -47,6 +51,8 @@ devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t s
   devbuf_status status = check_side(buffer, size, false, "copyout");
   if (status != DEVBUF_OK || size == 0) return status;
   if (!dst) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copyout: dst is NULL");
+  status = devbuf__storage_ensure_allocated(buffer->storage);
+  if (status != DEVBUF_OK) return status;
   devbuf__host_access *access = NULL;
   status = begin(buffer, false, "copyout", &access);
   if (status != DEVBUF_OK) return status;
@@ -117,6 +123,9 @@ devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src
   devbuf_status status = check_side(dst, src->size, true, "copy_from (destination)");
   if (status == DEVBUF_OK) status = check_side(src, dst->size, false, "copy_from (source)");
   if (status != DEVBUF_OK || dst->size == 0) return status;
+  status = devbuf__storage_ensure_allocated(dst->storage);
+  if (status == DEVBUF_OK) status = devbuf__storage_ensure_allocated(src->storage);
+  if (status != DEVBUF_OK) return status;
   devbuf__storage *to = dst->storage, *from = src->storage;
   devbuf__host_access *dst_access = NULL, *src_access = NULL;
   if (to == from) { // both views' accesses at once: they may overlap each other

@@ -351,7 +351,8 @@ static uint32_t capabilities(const devbuf_device_t *device) {
 
 devbuf_status devbuf_device_info(const devbuf_device_t *device, devbuf_device_info_t *out_info) {
   if (!device || !out_info)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device_info: device and out_info are required");
+    return devbuf__null_argument("device_info", "device, out_info",
+                                 (const void *[]){device, out_info});
   *out_info = (devbuf_device_info_t){
       .name = device->name,
       .version = device->version,

@@ -25,8 +25,8 @@ static const devbuf__storage_kind mapped_file = {
 devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path,
                                      devbuf_buffer_t **out_buffer) {
   if (!device || !path || !out_buffer)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "map_file: device, path and out_buffer are required");
+    return devbuf__null_argument("map_file", "device, path, out_buffer",
+                                 (const void *[]){device, path, out_buffer});
   if (!device->host_accessible)
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "map_file: %s cannot read host memory; load the file with copies",

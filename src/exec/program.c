@@ -4,8 +4,8 @@
 devbuf_status devbuf_program_build(devbuf_device_t *device, const char *source, const char *options,
                                    devbuf_program_t **out_program) {
   if (!device || !source || !out_program)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "program_build: device, source and out_program are required");
+    return devbuf__null_argument("program_build", "device, source, out_program",
+                                 (const void *[]){device, source, out_program});
   *out_program = NULL;
   if (!device->backend->program_build)
     return devbuf__error(DEVBUF_UNSUPPORTED,

@@ -693,7 +693,7 @@ static uint64_t doze_ns(void) {
 
 devbuf_status devbuf_queue_create(devbuf_device_t *device, devbuf_queue_t **out_queue) {
   if (!device || !out_queue)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_queue is NULL");
+    return devbuf__null_argument("", "device, out_queue", (const void *[]){device, out_queue});
   if (!device->backend->enqueue)
     return devbuf__error(DEVBUF_UNSUPPORTED, "%s has no queues in this build", device->spec);
   void *device_queue = NULL;

@@ -207,7 +207,7 @@ devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer, 
 
 devbuf_status devbuf_queue_copy(devbuf_queue_t *queue, devbuf_buffer_t *dst, devbuf_buffer_t *src) {
   if (!queue || !dst || !src)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copy: queue, dst and src are required");
+    return devbuf__null_argument("copy", "queue, dst, src", (const void *[]){queue, dst, src});
   if (dst->size != src->size)
     return devbuf__error(DEVBUF_SIZE_MISMATCH, "copy of a %zu-byte buffer into a %zu-byte buffer",
                          src->size, dst->size);
@@ -285,7 +285,7 @@ devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *progr
 static devbuf_status submit_event_op(devbuf_queue_t *queue, devbuf__work_kind kind,
                                      devbuf_event_t *event, uint64_t value) {
   if (!queue || !event)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue and event are required");
+    return devbuf__null_argument("", "queue, event", (const void *[]){queue, event});
   devbuf__work *work = devbuf__work_new(queue, kind, 0, 0);
   if (!work) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an event operation");
   work->event = devbuf_event_retain(event);

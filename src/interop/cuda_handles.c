@@ -6,7 +6,7 @@
 devbuf_status devbuf_cuda_device_handles(devbuf_device_t *device,
                                          devbuf_cuda_handles_t *out_handles) {
   if (!device || !out_handles)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_handles is NULL");
+    return devbuf__null_argument("", "device, out_handles", (const void *[]){device, out_handles});
   if (device->kind != DEVBUF_DEVICE_CUDA)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s is not a CUDA device", device->spec);
   const devbuf__cuda_device *state = devbuf__cuda_of(device);
@@ -16,7 +16,7 @@ devbuf_status devbuf_cuda_device_handles(devbuf_device_t *device,
 
 devbuf_status devbuf_cuda_queue_stream(devbuf_queue_t *queue, void **out_stream) {
   if (!queue || !out_stream)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue or out_stream is NULL");
+    return devbuf__null_argument("", "queue, out_stream", (const void *[]){queue, out_stream});
   devbuf_device_t *device = devbuf_queue_device(queue);
   if (device->kind != DEVBUF_DEVICE_CUDA)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "a queue on %s is not on a CUDA device",

@@ -6,7 +6,7 @@
 devbuf_status devbuf_opencl_device_handles(devbuf_device_t *device,
                                            devbuf_opencl_handles_t *out_handles) {
   if (!device || !out_handles)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_handles is NULL");
+    return devbuf__null_argument("", "device, out_handles", (const void *[]){device, out_handles});
   if (device->kind != DEVBUF_DEVICE_OPENCL)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s is not an OpenCL device", device->spec);
   const devbuf__opencl_device *state = devbuf__opencl_of(device);
@@ -16,7 +16,8 @@ devbuf_status devbuf_opencl_device_handles(devbuf_device_t *device,
 
 devbuf_status devbuf_opencl_queue_handle(devbuf_queue_t *queue, void **out_command_queue) {
   if (!queue || !out_command_queue)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "queue or out_command_queue is NULL");
+    return devbuf__null_argument("", "queue, out_command_queue",
+                                 (const void *[]){queue, out_command_queue});
   devbuf_device_t *device = devbuf_queue_device(queue);
   if (device->kind != DEVBUF_DEVICE_OPENCL)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "a queue on %s is not on an OpenCL device",

@@ -398,8 +398,8 @@ devbuf_status devbuf__safetensors_parse_header(const char *header, uint64_t head
 devbuf_status devbuf_safetensors_parse(const void *data, size_t size,
                                        devbuf_tensor_file_t **out_file) {
   if (!out_file || (!data && size))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "safetensors_parse: data and out_file are required");
+    return devbuf__null_argument("safetensors_parse", "data, out_file",
+                                 (const void *[]){data, out_file});
   *out_file = NULL;
   if (size < 8)
     return devbuf__error(
@@ -419,8 +419,8 @@ size_t devbuf_tensor_file_count(const devbuf_tensor_file_t *file) { return file 
 devbuf_status devbuf_tensor_file_info(const devbuf_tensor_file_t *file, size_t index,
                                       devbuf_tensor_info_t *out_info) {
   if (!file || !out_info)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "tensor_file_info: file and out_info are required");
+    return devbuf__null_argument("tensor_file_info", "file, out_info",
+                                 (const void *[]){file, out_info});
   if (index >= file->count)
     return devbuf__error(DEVBUF_OUT_OF_RANGE,
                          "tensor_file_info: index %zu, but the file holds %zu tensors", index,
@@ -439,8 +439,8 @@ devbuf_status devbuf_tensor_file_info(const devbuf_tensor_file_t *file, size_t i
 devbuf_status devbuf_tensor_file_find(const devbuf_tensor_file_t *file, const char *name,
                                       size_t *out_index) {
   if (!file || !name || !out_index)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "tensor_file_find: file, name and out_index are required");
+    return devbuf__null_argument("tensor_file_find", "file, name, out_index",
+                                 (const void *[]){file, name, out_index});
   size_t low = 0, high = file->count;
   while (low < high) {
     size_t middle = low + (high - low) / 2;
@@ -468,8 +468,8 @@ size_t devbuf_tensor_file_metadata_count(const devbuf_tensor_file_t *file) {
 devbuf_status devbuf_tensor_file_metadata(const devbuf_tensor_file_t *file, size_t index,
                                           const char **out_key, const char **out_value) {
   if (!file || !out_key || !out_value)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "tensor_file_metadata: file, out_key and out_value are required");
+    return devbuf__null_argument("tensor_file_metadata", "file, out_key, out_value",
+                                 (const void *[]){file, out_key, out_value});
   if (index >= file->metadata_count)
     return devbuf__error(DEVBUF_OUT_OF_RANGE,
                          "tensor_file_metadata: index %zu, but the file has %zu entries", index,

@@ -56,8 +56,8 @@ static devbuf_status read_table(const table_source *source, uint64_t file_size,
 
 devbuf_status devbuf_safetensors_inspect(const char *path, devbuf_tensor_file_t **out_file) {
   if (!path || !out_file)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "safetensors_inspect: path and out_file are required");
+    return devbuf__null_argument("safetensors_inspect", "path, out_file",
+                                 (const void *[]){path, out_file});
   *out_file = NULL;
   int fd = -1;
   uint64_t file_size = 0;
@@ -255,8 +255,8 @@ devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path,
                                       const devbuf_load_options_t *options,
                                       devbuf_tensor_file_t **out_file) {
   if (!device || !path || !out_file)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "safetensors_load: device, path and out_file are required");
+    return devbuf__null_argument("safetensors_load", "device, path, out_file",
+                                 (const void *[]){device, path, out_file});
   *out_file = NULL;
   devbuf_load_options_t none = {0};
   if (!options) options = &none;

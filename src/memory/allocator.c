@@ -93,7 +93,8 @@ devbuf_status devbuf__allocator_alloc_unbinned(devbuf_allocator_t *allocator, si
 devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
                                      devbuf_memory_t *out_memory) {
   if (DEVBUF_UNLIKELY(!allocator || !out_memory))
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_memory is NULL");
+    return devbuf__null_argument("", "allocator, out_memory",
+                                 (const void *[]){allocator, out_memory});
   if (DEVBUF_UNLIKELY(size == 0))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "allocation of 0 bytes (zero-length buffers own no memory)");
@@ -182,7 +183,8 @@ devbuf_status devbuf__allocator_alloc_ordered(devbuf_allocator_t *allocator, siz
 devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator,
                                      devbuf_allocator_stats_t *out_stats) {
   if (!allocator || !out_stats)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_stats is NULL");
+    return devbuf__null_argument("", "allocator, out_stats",
+                                 (const void *[]){allocator, out_stats});
   devbuf_allocator_stats_t stats = {0};
   if (allocator->ops->stats) {
     allocator->ops->stats(allocator, &stats);
@@ -284,7 +286,8 @@ devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memor
 devbuf_status devbuf_device_raw_allocator(devbuf_device_t *device,
                                           devbuf_allocator_t **out_allocator) {
   if (!device || !out_allocator)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "device or out_allocator is NULL");
+    return devbuf__null_argument("", "device, out_allocator",
+                                 (const void *[]){device, out_allocator});
   return devbuf__raw_allocator_create(device, DEVBUF_MEMORY_DEVICE, false, out_allocator);
 }
 
@@ -393,7 +396,8 @@ devbuf_status devbuf_allocator_create(devbuf_device_t *device,
 devbuf_status devbuf_allocator_snapshot(devbuf_allocator_t *allocator,
                                         devbuf_allocator_snapshot_t **out_snapshot) {
   if (!allocator || !out_snapshot)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "allocator or out_snapshot is NULL");
+    return devbuf__null_argument("", "allocator, out_snapshot",
+                                 (const void *[]){allocator, out_snapshot});
   *out_snapshot = NULL;
   if (!allocator->ops->snapshot)
     return devbuf__error(DEVBUF_UNSUPPORTED,

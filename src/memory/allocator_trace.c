@@ -111,8 +111,8 @@ static const devbuf__allocator_ops trace_ops = {
 devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const char *path,
                                           devbuf_allocator_t **out_allocator) {
   if (!upstream || !path || !out_allocator)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "trace adaptor: upstream, path and out_allocator are required");
+    return devbuf__null_argument("trace adaptor", "upstream, path, out_allocator",
+                                 (const void *[]){upstream, path, out_allocator});
   FILE *file = fopen(path, "w");
   if (!file)
     return devbuf__error(DEVBUF_IO_ERROR, "trace: cannot create '%.200s': %s", path,
@@ -342,8 +342,8 @@ devbuf_status devbuf_trace_replay_observed(const char *path, devbuf_allocator_t 
                                            devbuf_trace_observer_fn observer, void *context,
                                            devbuf_trace_summary_t *out_summary) {
   if (!path || !allocator || !out_summary)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "trace replay: path, allocator and out_summary are required");
+    return devbuf__null_argument("trace replay", "path, allocator, out_summary",
+                                 (const void *[]){path, allocator, out_summary});
   int fd = -1;
   uint64_t file_size = 0;
   devbuf_status status = devbuf__open_regular_file(path, &fd, &file_size);

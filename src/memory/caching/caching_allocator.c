@@ -638,7 +638,8 @@ devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
                                               const devbuf_caching_options_t *options,
                                               devbuf_allocator_t **out_allocator) {
   if (!upstream || !out_allocator)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "upstream or out_allocator is NULL");
+    return devbuf__null_argument("", "upstream, out_allocator",
+                                 (const void *[]){upstream, out_allocator});
   uint64_t page = options ? options->page_size : 0;
   if (page && (page < 4096 || page > ((uint64_t)1 << 30) || (page & (page - 1))))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
