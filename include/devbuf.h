@@ -578,9 +578,10 @@ DEVBUF_API int devbuf_buffer_is_cpu_accessible(const devbuf_buffer_t *buffer);
 DEVBUF_API int devbuf_buffer_in_use(const devbuf_buffer_t *buffer);
 
 // Host access: the CPU and the device never race on a buffer. Each call opens an access
-// that stays open until devbuf_buffer_end_access(buffer, pointer) closes it; allocates
-// first if needed. While it
-// is open, submitting work that would race with it is refused (HOST_ACCESS_OPEN).
+// that stays open until devbuf_buffer_end_access(buffer, pointer) closes it, or until the
+// handle that opened it is released (which closes it: the pointer must not be used after
+// that, even where other handles keep the memory alive); allocates first if needed. While
+// it is open, submitting work that would race with it is refused (HOST_ACCESS_OPEN).
 // contents: read access. NOT_CPU_ACCESSIBLE for device-only memory; IN_USE while
 // submitted work writes the bytes. Zero-length buffers give a NULL pointer and size 0.
 // Memory reused from a released buffer whose work is still running is first waited for.
