@@ -212,7 +212,7 @@ static unsigned chunks_of(size_t items, size_t least, unsigned most) {
 // exp for x <= 0 (softmax): Cephes' polynomial on a range-reduced argument, relative error
 // below 1e-7; no library call, so that the loops that use it vectorise.
 static inline float exp_neg(float x) {
-  x = x < -87.0f ? -87.0f : x;
+  x = x >= -87.0f ? x : -87.0f; // NaN too: converting it to an integer below would be undefined
   float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round to nearest
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
