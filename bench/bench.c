@@ -2,6 +2,7 @@
 // memcpy in one process, and prints tables of medians and ratios.
 #include "bench.h"
 #include "../tools/sample_model.h"
+#include "../tools/sizes.h"
 #include "commands.h"
 #include "printable.h"
 #include "usage.h"
@@ -190,12 +191,10 @@ int devbuf_cmd_bench(int argc, char **argv) {
         return devbuf_tool_misuse("bench", "--device needs a device, such as cpu or opencl:0");
       spec = argv[i];
     } else if (strcmp(argv[i], "--runs") == 0) {
-      char *end = NULL;
-      long runs = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
-      if (!end || *end || runs < 1 || runs > 101)
-        return devbuf_tool_misuse(
-            "bench", "--runs takes 1 to 101, not '%s'",
-            devbuf_tool_printable(i < argc ? argv[i] : "", safe, sizeof safe));
+      long runs;
+      int misuse = devbuf_tool_count_option("bench", "--runs", i + 1 < argc ? argv[++i] : NULL, 1,
+                                            101, &runs);
+      if (misuse) return misuse;
       config.runs = (int)runs;
     } else if (strcmp(argv[i], "--only") == 0) {
       if (i + 1 == argc || !known_section(argv[i + 1]))

@@ -516,6 +516,15 @@ static void test_write_errors_and_atomicity(void) {
   free(keys);
   CHECK_STATUS(devbuf_safetensors_write("/nonexistent-folder/x.safetensors", one, 1, NULL, 0),
                DEVBUF_IO_ERROR);
+  // A FIFO (or a device node) in the target's place is not replaced by the new file.
+  char fifo[160];
+  snprintf(fifo, sizeof fifo, "%s/a-fifo", scratch);
+  CHECK(mkfifo(fifo, 0600) == 0);
+  CHECK_STATUS(devbuf_safetensors_write(fifo, one, 1, NULL, 0), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("is not a regular file (a FIFO): refusing to replace it");
+  struct stat kept;
+  CHECK(lstat(fifo, &kept) == 0 && S_ISFIFO(kept.st_mode));
+  unlink(fifo);
 
   // The second tensor's memory cannot be allocated: the write fails after the first.
   devbuf_allocator_t *failing = NULL;

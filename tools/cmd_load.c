@@ -70,14 +70,20 @@ static void on_verified(void *context, uint64_t done, uint64_t total) {
 static int sample_path(char *path, size_t capacity, int quiet) {
   const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   char folder[900];
+  int length;
   if (cache && cache[0] == '/')
-    snprintf(folder, sizeof folder, "%s/devbuf", cache);
+    length = snprintf(folder, sizeof folder, "%s/devbuf", cache);
   else if (home && home[0] == '/')
-    snprintf(folder, sizeof folder, "%s/.cache/devbuf", home);
+    length = snprintf(folder, sizeof folder, "%s/.cache/devbuf", home);
   else
     return devbuf_tool_misuse("load",
                               "without FILE the sample model goes to $XDG_CACHE_HOME or $HOME, and "
                               "neither is set: name a FILE");
+  if (length < 0 || (size_t)length >= sizeof folder) // cut short, it would name another folder
+    return devbuf_tool_misuse("load",
+                              "without FILE the sample model goes to $XDG_CACHE_HOME or $HOME, "
+                              "whose path is too long here (%d bytes): name a FILE",
+                              length);
   char parent[900];
   snprintf(parent, sizeof parent, "%.*s", (int)(strrchr(folder, '/') - folder), folder);
   mkdir(parent, 0755);

@@ -16,16 +16,12 @@ int devbuf_cmd_sample(int argc, char **argv) {
   const char *path = NULL;
   uint64_t bytes = (uint64_t)64 << 20;
   for (int i = 1; i < argc; i++) {
-    char safe[256];
     if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("sample");
     if (strcmp(argv[i], "--mib") == 0) {
-      char *end = NULL;
-      long mib = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
-      if (!end || *end || mib < 1 || mib > (1L << 20))
-        return devbuf_tool_misuse("sample",
-                                  "--mib takes a number of MiB from 1 to 1048576, not '%s' "
-                                  "(--size takes units: 512MiB, 2G)",
-                                  DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
+      long mib;
+      int misuse = devbuf_tool_count_option("sample", "--mib", i + 1 < argc ? argv[++i] : NULL, 1,
+                                            1L << 20, &mib);
+      if (misuse) return misuse;
       bytes = (uint64_t)mib << 20;
     } else if (strcmp(argv[i], "--size") == 0) {
       int misuse = devbuf_tool_size_option("sample", "--size", i + 1 < argc ? argv[++i] : NULL,

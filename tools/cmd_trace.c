@@ -123,19 +123,16 @@ int devbuf_cmd_trace(int argc, char **argv) {
     } else if (strcmp(argv[i], "--growable") == 0 && subcommand[0] == 'r') {
       options.growable = 1;
     } else if (strcmp(argv[i], "--cuda-device") == 0) {
-      char *end = NULL;
-      long number = i + 1 < argc ? strtol(argv[++i], &end, 10) : -1;
-      if (!end || *end || number < 0 || number > 1023)
-        return devbuf_tool_misuse("trace",
-                                  "--cuda-device takes a device number from 0 to 1023, not '%s'",
-                                  DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
+      long number;
+      int misuse = devbuf_tool_count_option("trace", "--cuda-device",
+                                            i + 1 < argc ? argv[++i] : NULL, 0, 1023, &number);
+      if (misuse) return misuse;
       cuda_device = (int)number;
     } else if (strcmp(argv[i], "--passes") == 0 && subcommand[0] == 'r') {
-      char *end = NULL;
-      long count = i + 1 < argc ? strtol(argv[++i], &end, 10) : 0;
-      if (!end || *end || count < 1 || count > 100)
-        return devbuf_tool_misuse("trace", "--passes takes a count from 1 to 100, not '%s'",
-                                  DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
+      long count;
+      int misuse = devbuf_tool_count_option("trace", "--passes", i + 1 < argc ? argv[++i] : NULL, 1,
+                                            100, &count);
+      if (misuse) return misuse;
       pass_count = (int)count;
     } else if (strcmp(argv[i], "--memory-limit") == 0 || strcmp(argv[i], "--page") == 0) {
       const char *option = argv[i];

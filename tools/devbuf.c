@@ -4,6 +4,7 @@
 #include "printable.h"
 #include "usage.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@ static void reserve_static_tls(char **argv) {
   unsetenv("GLIBC_TUNABLES"); // exec failed: go on without jemalloc
 }
 
-int main(int argc, char **argv) {
+static int run_command(int argc, char **argv) {
   if (argc < 2) return devbuf_tool_misuse("", "a command is needed");
   const char *command = argv[1];
   if (strcmp(command, "--version") == 0 || strcmp(command, "version") == 0) {
@@ -47,4 +48,15 @@ int main(int argc, char **argv) {
   if (strcmp(command, "sample") == 0) return devbuf_cmd_sample(argc - 1, argv + 1);
   char safe[256];
   return devbuf_tool_misuse("", "unknown command '%s'", DEVBUF_PRINTABLE(command, safe));
+}
+
+int main(int argc, char **argv) {
+  int code = run_command(argc, argv);
+  // Output that could not be written (a full disk, a closed pipe) is a failure, not a success
+  // that printed nothing.
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "devbuf: cannot write the output: %s\n", strerror(errno));
+    if (code == 0) code = 1;
+  }
+  return code;
 }

@@ -117,6 +117,7 @@ void devbuf_sha256_init(devbuf_sha256 *hash) {
 }
 
 void devbuf_sha256_update(devbuf_sha256 *hash, const void *data, size_t size) {
+  if (size == 0) return; // data may be NULL (an empty tensor's)
   const unsigned char *bytes = data;
   hash->length += size;
   if (hash->used) {

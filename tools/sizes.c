@@ -3,7 +3,9 @@
 #include "printable.h"
 #include "usage.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -91,4 +93,19 @@ const char *devbuf_tool_grouped(uint64_t value, char *out, size_t capacity) {
   }
   out[used] = '\0';
   return out;
+}
+
+int devbuf_tool_count_option(const char *command, const char *option, const char *text, long min,
+                             long max, long *out) {
+  char safe[256];
+  if (!text)
+    return devbuf_tool_misuse(command, "%s needs a number from %ld to %ld", option, min, max);
+  char *end = NULL;
+  errno = 0;
+  long value = text[0] >= '0' && text[0] <= '9' ? strtol(text, &end, 10) : -1;
+  if (!end || *end || errno || value < min || value > max)
+    return devbuf_tool_misuse(command, "%s takes a number from %ld to %ld, not '%s'", option, min,
+                              max, DEVBUF_PRINTABLE(text, safe));
+  *out = value;
+  return 0;
 }

@@ -19,6 +19,11 @@ const char *devbuf_tool_parse_size(const char *text, uint64_t *out);
 // *out, or 2 after printing the mistake, naming the value, and the usage (the exit code).
 int devbuf_tool_size_option(const char *command, const char *option, const char *text, uint64_t min,
                             uint64_t max, uint64_t *out);
+// The value of a counting option (`text`: the argument after it, NULL when there is none): a
+// whole number of decimal digits, no sign or blank, from `min` to `max`. 0 and *out, or the
+// exit code of a usage error naming the option and what was given.
+int devbuf_tool_count_option(const char *command, const char *option, const char *text, long min,
+                             long max, long *out);
 
 // "1.62 GiB", "512 KiB", "100 bytes" (binary units, three significant figures) into `out`;
 // returns `out`.

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define POLICIES   2
 #define MAX_FRAMES 64 // `# frame` lines kept per allocation
@@ -350,6 +351,13 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char
   view v = {.runs = {{.policy = DEVBUF_TOOL_POLICY_DEVBUF}, {.policy = DEVBUF_TOOL_POLICY_CCA}}};
   char safe[1024], labels[POLICIES][160];
   int code = 1;
+  struct stat input, output; // the page must not replace the run it draws
+  if (stat(shown, &input) == 0 && stat(page, &output) == 0 && input.st_dev == output.st_dev &&
+      input.st_ino == output.st_ino) {
+    fprintf(stderr, "devbuf trace: the page %s would overwrite its input: name another file\n",
+            DEVBUF_PRINTABLE(page, safe));
+    return 1;
+  }
   uint64_t page_size =
       options && options->page_size ? options->page_size : devbuf_device_page_size(device);
   snprintf(labels[0], sizeof labels[0], "devbuf's caching allocator (%s, %" PRIu64 "-byte page)",

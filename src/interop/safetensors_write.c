@@ -298,6 +298,19 @@ devbuf_status devbuf_safetensors_write(const char *path, const devbuf_named_buff
         "safetensors_write: path, and tensors/metadata when counted, are required");
   devbuf_status checked = check_metadata(metadata, metadata_count);
   if (checked != DEVBUF_OK) return checked;
+  // The new file is renamed over the target: that must not replace a device node, a FIFO or
+  // a socket (as root, writing to /dev/full made it a regular file). A symlink is replaced
+  // itself, not what it points to.
+  struct stat target;
+  if (lstat(path, &target) == 0 && !S_ISREG(target.st_mode) && !S_ISLNK(target.st_mode))
+    return devbuf__error(DEVBUF_IO_ERROR,
+                         "safetensors_write: '%.200s' is not a regular file (a %s): refusing to "
+                         "replace it",
+                         path,
+                         S_ISDIR(target.st_mode)    ? "directory"
+                         : S_ISFIFO(target.st_mode) ? "FIFO"
+                         : S_ISSOCK(target.st_mode) ? "socket"
+                                                    : "device");
   layout_entry *layout = devbuf__malloc((count ? count : 1) * sizeof *layout);
   if (!layout)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "safetensors_write: no host memory for %zu entries",

@@ -12,6 +12,7 @@ Usage: check_cli.py DEVBUF_TOOL SCRATCH_FOLDER BUILD_FOLDER SOURCE_FOLDER [SANIT
 import hashlib
 import json
 import os
+import stat
 import shutil
 import struct
 import subprocess
@@ -45,6 +46,23 @@ expect(run("sample", model, "--mib", "2").returncode == 0, "sample writes a mode
 # --version and help
 result = run("--version")
 expect(result.returncode == 0 and result.stdout.startswith("devbuf "), "--version")
+# Output that cannot be written is a failure, not an empty success.
+if os.path.exists("/dev/full"):
+    for args in (["--version"], ["info"], ["trace", "replay", trace, "--json"]):
+        with open("/dev/full", "w") as full:
+            result = subprocess.run([tool, *args], stdout=full, stderr=subprocess.PIPE, text=True, env=env)
+        expect(result.returncode == 1 and "cannot write the output: No space left on device" in result.stderr,
+               f"{' '.join(args)} > /dev/full: exit {result.returncode}, {result.stderr.strip()!r}")
+# The trace view never writes its page over the run it draws.
+result = run("trace", "view", trace, "-o", trace)
+expect(result.returncode == 1 and "would overwrite its input" in result.stderr and
+       open(trace).read().startswith("# devbuf trace 1"), f"trace view -o its input: {result.stderr.strip()!r}")
+# The sample model is never renamed over a FIFO (or a device node, as root).
+fifo = os.path.join(scratch, "a-fifo")
+os.mkfifo(fifo)
+result = run("sample", fifo, "--mib", "1")
+expect(result.returncode == 1 and "not a regular file (a FIFO)" in result.stderr and
+       stat.S_ISFIFO(os.lstat(fifo).st_mode), f"sample over a FIFO: {result.stderr.strip()!r}")
 for args in (["help"], ["--help"], ["-h"]):
     result = run(*args)
     expect(result.returncode == 0 and "usage: devbuf" in result.stdout and not result.stderr, f"{args} on stdout")
