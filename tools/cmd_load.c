@@ -154,7 +154,13 @@ static void print_digest_text(const devbuf_tensor_file_t *file, const devbuf_too
     devbuf_tensor_file_info(file, i, &info);
     char hex[65], name[1024];
     devbuf_sha256_hex(digests[i].sha256, hex);
-    printf("  %s  %s\n", hex, DEVBUF_PRINTABLE(info.name, name));
+    // Whole, however long: --expect reads these lines back (an escaped byte takes 4).
+    size_t whole = 4 * strlen(info.name) + 1;
+    char *long_name = whole > sizeof name ? malloc(whole) : NULL;
+    printf("  %s  %s\n", hex,
+           long_name ? devbuf_tool_printable(info.name, long_name, whole)
+                     : DEVBUF_PRINTABLE(info.name, name));
+    free(long_name);
   }
 }
 

@@ -31,8 +31,8 @@ bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *wh
     while (length > 0 && (line[length - 1] == '\n' || line[length - 1] == '\r'))
       line[--length] = '\0';
     const char *at = line;
-    while (*at == ' ') at++; // the tool indents its own lines
-    if (strlen(at) < 67 || !is_hex_digest(at)) continue;
+    while (*at == ' ') at++;                             // the tool indents its own lines
+    if (strlen(at) < 66 || !is_hex_digest(at)) continue; // the name may be empty
     if (out->count == capacity) {
       capacity = capacity ? 2 * capacity : 64;
       devbuf_digest_entry *grown = realloc(out->entries, capacity * sizeof *grown);
@@ -59,16 +59,26 @@ bool devbuf_digest_list_read(const char *path, devbuf_digest_list *out, char *wh
   fclose(file);
   if (!ok) devbuf_digest_list_free(out);
   if (ok && out->count) qsort(out->entries, out->count, sizeof *out->entries, by_name); // for find
+  size_t kept = out->count ? 1 : 0;
   for (size_t i = 1; ok && i < out->count; i++) { // one name, two digests: which one holds?
-    if (strcmp(out->entries[i].name, out->entries[i - 1].name) != 0 ||
-        strcmp(out->entries[i].hex, out->entries[i - 1].hex) == 0)
+    devbuf_digest_entry *last = &out->entries[kept - 1];
+    if (strcmp(out->entries[i].name, last->name) != 0) {
+      out->entries[kept++] = out->entries[i];
       continue;
+    }
+    if (strcmp(out->entries[i].hex, last->hex) == 0) { // the same line again: one entry
+      free(out->entries[i].name);
+      continue;
+    }
     char name[200];
     snprintf(why, why_capacity, "tensor '%s' has two different digests",
              DEVBUF_PRINTABLE(out->entries[i].name, name));
+    for (size_t j = i; j < out->count; j++) free(out->entries[j].name); // not kept yet
+    out->count = kept;
     devbuf_digest_list_free(out);
     ok = false;
   }
+  if (ok) out->count = kept;
   return ok;
 }
 

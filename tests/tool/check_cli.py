@@ -306,6 +306,17 @@ result = run("load", odd, "--expect", saved)
 expect(result.returncode == 1 and "\x1b" not in result.stderr and "\x07" not in result.stderr
        and "evil\\x1b]0;title\\x07" in result.stderr, "names from the list are printed escaped")
 
+# The tool's own digest lists pass --expect: with a line given twice, with an empty name,
+# and with a name longer than any fixed buffer (printed whole).
+for label, name in (("empty", ""), ("long", "n" * 3000 + "\x01")):
+    path = os.path.join(scratch, f"{label}_name.safetensors")
+    write_one_tensor(path, name)
+    digests = run("load", path, "--verify").stdout
+    with open(saved, "w") as f:
+        f.write(digests + digests)  # every line twice
+    result = run("load", path, "--expect", saved)
+    expect(result.returncode == 0, f"--expect on its own list, twice over, {label} name: {result.stderr[-300:]!r}")
+
 # load without FILE: the sample model in the cache folder, not in the build tree
 result = run("load", "--json")
 expect(result.returncode == 0 and json.loads(result.stdout)["file"].startswith(env["XDG_CACHE_HOME"]),
