@@ -91,7 +91,7 @@ bool bench_sample_file(const bench_config *config, char *path, size_t capacity) 
     snprintf(path, capacity, "%s", open_path);
     return true;
   }
-  const char *folder = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  const char *folder = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
   size_t target = config->quick ? (size_t)256 << 20 : (size_t)1 << 30;
   char written[512];
   snprintf(written, sizeof written, "%s/devbuf-bench-XXXXXX", folder);
@@ -178,6 +178,7 @@ static bool known_section(const char *name) {
 
 int devbuf_cmd_bench(int argc, char **argv) {
   bench_config config = {.runs = 5};
+  bool runs_given = false; // --runs holds, before or after --quick
   const char *spec = "cpu", *only = NULL;
   int json = 0;
   for (int i = 1; i < argc; i++) {
@@ -185,7 +186,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
     if (devbuf_tool_wants_help(argv[i])) return devbuf_tool_help("bench");
     if (strcmp(argv[i], "--quick") == 0) {
       config.quick = 1;
-      config.runs = 3;
+      if (!runs_given) config.runs = 3;
     } else if (strcmp(argv[i], "--device") == 0) {
       if (++i == argc)
         return devbuf_tool_misuse("bench", "--device needs a device, such as cpu or opencl:0");
@@ -196,6 +197,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
                                             101, &runs);
       if (misuse) return misuse;
       config.runs = (int)runs;
+      runs_given = true;
     } else if (strcmp(argv[i], "--only") == 0) {
       if (i + 1 == argc || !known_section(argv[i + 1]))
         return devbuf_tool_misuse(
@@ -205,6 +207,12 @@ int devbuf_cmd_bench(int argc, char **argv) {
     } else if (strcmp(argv[i], "--traces") == 0) {
       if (++i == argc) return devbuf_tool_misuse("bench", "--traces needs a folder of traces");
       config.traces = argv[i];
+      struct stat folder; // a folder named on purpose that is not there is a mistake, not a skip
+      bool found = stat(config.traces, &folder) == 0;
+      if (!found || !S_ISDIR(folder.st_mode))
+        return devbuf_tool_misuse("bench", "--traces needs a folder of traces: '%s': %s",
+                                  devbuf_tool_printable(config.traces, safe, sizeof safe),
+                                  found ? "not a folder" : strerror(errno));
     } else if (strcmp(argv[i], "--load") == 0) {
       only = "load";
     } else if (strcmp(argv[i], "--json") == 0) {

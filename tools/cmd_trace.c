@@ -137,12 +137,14 @@ int devbuf_cmd_trace(int argc, char **argv) {
     } else if (strcmp(argv[i], "--memory-limit") == 0 || strcmp(argv[i], "--page") == 0) {
       const char *option = argv[i];
       uint64_t bytes;
-      int misuse = devbuf_tool_size_option("trace", option, i + 1 < argc ? argv[++i] : NULL,
-                                           option[2] == 'p' ? 4096 : 0, UINT64_MAX, &bytes);
+      bool page = option[2] == 'p'; // the library takes pages from 4 KiB to 1 GiB
+      int misuse =
+          devbuf_tool_size_option("trace", option, i + 1 < argc ? argv[++i] : NULL, page ? 4096 : 0,
+                                  page ? (uint64_t)1 << 30 : UINT64_MAX, &bytes);
       if (misuse) return misuse;
-      if (option[2] == 'p' && (bytes & (bytes - 1)))
+      if (page && (bytes & (bytes - 1)))
         return devbuf_tool_misuse("trace",
-                                  "--page takes a power of two of at least 4 KiB, not '%s' (%llu "
+                                  "--page takes a power of two from 4 KiB to 1 GiB, not '%s' (%llu "
                                   "bytes)",
                                   DEVBUF_PRINTABLE(argv[i], safe), (unsigned long long)bytes);
       *(option[2] == 'p' ? &options.page_size : &options.memory_limit) = bytes;

@@ -77,7 +77,9 @@ const char *devbuf_tool_shape_text(const size_t *shape, size_t ndim, const char 
   size_t used = (size_t)snprintf(out, capacity, "[");
   for (size_t d = 0; d < ndim && used < capacity; d++)
     used += (size_t)snprintf(out + used, capacity - used, "%s%zu", d ? separator : "", shape[d]);
-  if (used < capacity) snprintf(out + used, capacity - used, "]");
+  if (used < capacity) used += (size_t)snprintf(out + used, capacity - used, "]");
+  if (used >= capacity && capacity >= 5) // cut: say so, never end on a shortened number
+    memcpy(out + capacity - 5, "...]", 5);
   return out;
 }
 

@@ -317,6 +317,12 @@ static devbuf_status validate(devbuf_tensor_file_t *file) {
                            "not fill whole bytes",
                            e->name, count, bits);
     bytes /= 8;
+    // What a buffer of this shape must satisfy (its strides too, where an extent of 0 leaves
+    // no element), judged as devbuf_buffer_new judges it.
+    size_t shape_bytes;
+    if (devbuf__shape_bytes(e->dtype, e->shape, e->ndim, &shape_bytes, NULL) != DEVBUF_OK)
+      return devbuf__error_cause(DEVBUF_FORMAT_ERROR, "safetensors header: tensor '%.100s'",
+                                 e->name);
     if (e->end < e->begin)
       return devbuf__error(DEVBUF_FORMAT_ERROR,
                            "safetensors header: tensor '%.100s': data_offsets [%llu, %llu] "

@@ -58,6 +58,9 @@ tensors("shape_overflow", {"a": {"dtype": "F32", "shape": [1 << 32, 1 << 32, 16]
         "FORMAT_ERROR", "overflows at dimension 1 (4294967296)")
 tensors("bytes_overflow", {"a": {"dtype": "F64", "shape": [1 << 62], "data_offsets": [0, 0]}}, 0,
         "FORMAT_ERROR", "overflow")
+# No element, but strides past INT64_MAX: refused whatever the order of the extents.
+tensors("empty_wide_strides", {"a": {"dtype": "F32", "shape": [0, 1 << 61, 4], "data_offsets": [0, 0]}}, 0,
+        "FORMAT_ERROR", "in its strides (it has an extent of 0)")
 tensors("unknown_dtype", {"a": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}}, 16, "FORMAT_ERROR",
         "unknown dtype 'F128'")
 tensors("lowercase_dtype", {"a": {"dtype": "f32", "shape": [1], "data_offsets": [0, 4]}}, 4, "FORMAT_ERROR",

@@ -133,7 +133,9 @@ for bad, why in (("1.5G", "is not a whole number"), ("-1", "is negative"), ("", 
 result = run("trace", "replay", sized, "--page", "3M")
 expect(result.returncode == 2 and "power of two" in result.stderr and "'3M'" in result.stderr, "--page 3M refused")
 result = run("trace", "replay", sized, "--page", "2K")
-expect(result.returncode == 2 and "at least 4 KiB" in result.stderr, "--page 2K refused")
+expect(result.returncode == 2 and "from 4 KiB to 1 GiB" in result.stderr, "--page 2K refused")
+result = run("trace", "replay", sized, "--page", "2G")
+expect(result.returncode == 2 and "from 4 KiB to 1 GiB, not '2G'" in result.stderr, "--page 2G refused (usage)")
 
 # trace replay's text: human units first, the exact bytes after them (--json keeps bytes)
 result = run("trace", "replay", sized)
