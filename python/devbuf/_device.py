@@ -8,7 +8,7 @@ from typing import Any, Iterator, cast
 
 from . import _dtypes
 from ._buffer import Buffer, _host_bytes, shape_dims
-from ._errors import DevbufError, InvalidArgumentError, check, count, wrong_type
+from ._errors import DevbufError, InvalidArgumentError, c_text, check, count, wrong_type
 from ._native import BUFFER_ZERO, AllocatorStats, CachingOptions, DeviceInfo, Owned, P, Snapshot, lib
 
 _CAPABILITIES = ((1, "queues"), (2, "c-kernels"), (4, "programs"), (8, "sharing"), (16, "growable-segments"))
@@ -33,7 +33,7 @@ class Device(Owned):
         if not isinstance(spec, str):
             raise wrong_type("spec", spec, 'a device spec ("cpu", "opencl:0", "cuda:0") or a devbuf.Device')
         out = P()
-        check(lib.devbuf_device_open(spec.encode(), ctypes.byref(out)))
+        check(lib.devbuf_device_open(c_text(spec, "a device spec"), ctypes.byref(out)))
         self._handle = out.value
 
     @classmethod
@@ -235,7 +235,7 @@ class Device(Owned):
         block (by any thread) to `path`, in the format `devbuf trace replay` reads. The
         file is complete once the block has ended and those buffers are gone."""
         out = P()
-        check(lib.devbuf_trace_adaptor_create(lib.devbuf_device_allocator(self._handle), str(path).encode(),
+        check(lib.devbuf_trace_adaptor_create(lib.devbuf_device_allocator(self._handle), c_text(str(path), "a trace path"),
                                               ctypes.byref(out)))
         spec, tracer = self.spec, out.value or 0
         with _tracing_lock:

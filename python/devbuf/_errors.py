@@ -142,6 +142,20 @@ def short_repr(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def c_text(value: str | bytes, what: str) -> bytes:
+    """`value` as the bytes of a C string (str as UTF-8). A NUL byte would end the string
+    there and the call would quietly use a shorter one (another path, another name): refused,
+    as Python's own open() refuses it."""
+    try:
+        data = value.encode() if isinstance(value, str) else bytes(value)
+    except UnicodeEncodeError as error:
+        raise InvalidArgumentError(f"{what} {short_repr(value)} is not valid UTF-8 text: {error.reason}") from None
+    at = data.find(b"\0")
+    if at >= 0:
+        raise InvalidArgumentError(f"{what} {short_repr(value)} holds a NUL byte at {at}: a C string would end there")
+    return data
+
+
 def wrong_type(what: str, value: object, accepted: str) -> ArgumentTypeError:
     """The error for argument `what` given `value` of a type it does not take."""
     return ArgumentTypeError(f"{what} {short_repr(value)} ({type(value).__name__}): give {accepted}")

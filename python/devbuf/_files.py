@@ -8,7 +8,7 @@ from typing import Any, Iterator, cast
 
 from ._buffer import Buffer
 from ._device import Device, as_device
-from ._errors import DevbufError, InvalidArgumentError, NotFoundError, check, wrong_type
+from ._errors import DevbufError, InvalidArgumentError, NotFoundError, c_text, check, wrong_type
 from ._native import (LOAD_COPY, LOAD_ONE_ALLOCATION, SELECT_TENSOR, LoadOptions, MetadataEntry, NamedBuffer, Owned,
                       P, TensorInfo, lib)
 
@@ -35,7 +35,7 @@ class TensorFile(Owned, Mapping[str, Buffer]):
 
     def __getitem__(self, name: str) -> Buffer:
         index = ctypes.c_size_t()
-        status = lib.devbuf_tensor_file_find(self._h, str(name).encode(), ctypes.byref(index))
+        status = lib.devbuf_tensor_file_find(self._h, c_text(str(name), "a tensor name"), ctypes.byref(index))
         if status != 0:
             try:
                 check(status)
@@ -65,7 +65,9 @@ class TensorFile(Owned, Mapping[str, Buffer]):
 
     def __contains__(self, name: object) -> bool:
         index = ctypes.c_size_t()
-        return (isinstance(name, str) and lib.devbuf_tensor_file_find(self._h, name.encode(), ctypes.byref(index)) == 0
+        # A name with a NUL byte names no tensor (C would read only what comes before it).
+        return (isinstance(name, str) and "\0" not in name
+                and lib.devbuf_tensor_file_find(self._h, name.encode(), ctypes.byref(index)) == 0
                 and bool(lib.devbuf_tensor_file_buffer(self._h, index.value)))
 
     @property
@@ -105,7 +107,8 @@ def load(path: str | os.PathLike[str], device: Device | str = "cpu", *, copy: bo
         wanted = {name.encode() for name in listed}
         options.select = SELECT_TENSOR(lambda context, index, info: int(info.contents.name in wanted))
     out = P()
-    check(lib.devbuf_safetensors_load(target._handle, os.fsencode(where), ctypes.byref(options), ctypes.byref(out)))
+    check(lib.devbuf_safetensors_load(target._handle, c_text(os.fsencode(where), "the path"), ctypes.byref(options),
+                                      ctypes.byref(out)))
     return TensorFile(out.value, os.fsdecode(where))
 
 
@@ -126,14 +129,14 @@ def save(path: str | os.PathLike[str], tensors: Mapping[str, Any], metadata: Map
             if not isinstance(name, str):
                 raise wrong_type("a tensor name in tensors", name, "a str")
             buffers.append((name, _as_buffer(name, value, from_dlpack)))
-        named = (NamedBuffer * max(len(buffers), 1))(*[NamedBuffer(n.encode(), b._h) for n, b in buffers])
+        named = (NamedBuffer * max(len(buffers), 1))(*[NamedBuffer(c_text(n, "a tensor name"), b._h) for n, b in buffers])
         entries = list((metadata or {}).items())
         for key, value in entries:
             if not isinstance(key, str) or not isinstance(value, str):
                 raise wrong_type(f"metadata entry {key!r}", value if isinstance(key, str) else key,
                                  "str keys and str values")
-        meta = (MetadataEntry * max(len(entries), 1))(*[MetadataEntry(k.encode(), v.encode()) for k, v in entries])
-        check(lib.devbuf_safetensors_write(os.fsencode(where), named, len(buffers), meta, len(entries)))
+        meta = (MetadataEntry * max(len(entries), 1))(*[MetadataEntry(c_text(k, "a metadata key"), c_text(v, "a metadata value")) for k, v in entries])
+        check(lib.devbuf_safetensors_write(c_text(os.fsencode(where), "the path"), named, len(buffers), meta, len(entries)))
     finally:
         for _, buffer in buffers:
             buffer.close()

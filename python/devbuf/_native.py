@@ -321,6 +321,17 @@ class Owned:
     def __del__(self) -> None:
         self.close()
 
+    # A copy or a pickle would hold the same handle without its own reference: once either
+    # went, the other would use freed memory. Refused, as open files refuse.
+    def __reduce_ex__(self, protocol: object) -> Any:
+        raise TypeError(f"a devbuf.{type(self).__name__} cannot be pickled or copied (it holds a library object)")
+
+    def __copy__(self) -> Any:
+        raise TypeError(f"a devbuf.{type(self).__name__} cannot be copied (it holds a library object)")
+
+    def __deepcopy__(self, memo: object) -> Any:
+        raise TypeError(f"a devbuf.{type(self).__name__} cannot be copied (it holds a library object)")
+
     def __enter__(self: _Self) -> _Self:
         return self
 

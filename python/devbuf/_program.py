@@ -5,7 +5,7 @@ import ctypes
 from typing import Any
 
 from ._device import Device
-from ._errors import ArgumentTypeError, InvalidArgumentError, check
+from ._errors import ArgumentTypeError, InvalidArgumentError, c_text, check
 from ._native import Owned, P, lib
 
 
@@ -24,7 +24,7 @@ class Program(Owned):
         if not isinstance(device, (Device, str)):
             raise ArgumentTypeError(f"device is a devbuf.Device or a spec such as 'opencl:0', not {type(device).__name__}")
         if isinstance(source, str):
-            data = source.encode()
+            data = c_text(source, "the program's source")
         elif isinstance(source, (bytes, bytearray, memoryview)):
             data = bytes(source)
         else:
@@ -35,7 +35,7 @@ class Program(Owned):
         self.device = device if isinstance(device, Device) else Device(device)
         self._names: dict[str, bytes] = {}
         out = P()
-        check(lib.devbuf_program_build(self.device._handle, data, options.encode(), ctypes.byref(out)))
+        check(lib.devbuf_program_build(self.device._handle, data, c_text(options, "the build options"), ctypes.byref(out)))
         self._handle = out.value
 
     _release = lib.devbuf_program_release
@@ -52,7 +52,7 @@ class Program(Owned):
         if encoded is None:
             if not isinstance(name, str):
                 raise ArgumentTypeError(f"the kernel's name is a str, not {type(name).__name__}")
-            encoded = self._names[name] = name.encode()
+            encoded = self._names[name] = c_text(name, "a kernel name")
         return encoded
 
     def __repr__(self) -> str:

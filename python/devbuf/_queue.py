@@ -6,6 +6,7 @@ import collections
 import ctypes
 import math
 import struct
+import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _dtypes, _ext, _work
@@ -97,7 +98,7 @@ class Queue(Owned):
     writes; work on other queues touching the same bytes is ordered after it, and host
     access that would race with it is refused or waits."""
 
-    __slots__ = ("_handle", "device", "_tasks", "_task_serial", "__weakref__")
+    __slots__ = ("_handle", "device", "_tasks", "_task_serial", "_tasks_lock", "__weakref__")
 
     def __init__(self, device: Device):
         self._handle = None
@@ -105,6 +106,9 @@ class Queue(Owned):
         # first: each is kept until it has run, or until finish or cancel has retired it.
         self._tasks: collections.deque[tuple[int, Any]] = collections.deque()
         self._task_serial = 0
+        # Submissions and finishes from several threads: a check-then-pop on the deque could
+        # let go of a Task that has not run (it was freed under the worker).
+        self._tasks_lock = threading.Lock()
         out = P()
         check(lib.devbuf_queue_create(device._handle, ctypes.byref(out)))
         self._handle = out.value
@@ -179,13 +183,15 @@ class Queue(Owned):
         the exception of the host task that failed it as its cause)."""
         mark = self._task_serial
         status = lib.devbuf_queue_finish(self._handle)
-        _check_with_cause(status, self._let_go(mark))
+        # Refused (called from the queue's own work): nothing retired, the running Task stays.
+        _check_with_cause(status, self._let_go(mark) if status != _INVALID_ARGUMENT else None)
 
     def cancel(self) -> None:
         """Drops the work not started yet (its events fail with CANCELLED)."""
         mark = self._task_serial
         status = lib.devbuf_queue_cancel(self._handle)
-        self._let_go(mark)
+        if status != _INVALID_ARGUMENT:  # refused from the queue's own work: nothing retired
+            self._let_go(mark)
         check(status)
 
     # ---- kernels and host tasks ----------------------------------------------------------
@@ -252,22 +258,24 @@ class Queue(Owned):
         until it has run."""
         data = task.header + scalars
         check(submit(self._handle, _ext.TRAMPOLINE, use_array, use_count, data, len(data)))
-        tasks = self._tasks
-        while tasks and tasks[0][1].done:
-            tasks.popleft()
-        self._task_serial += 1
-        tasks.append((self._task_serial, task))
+        with self._tasks_lock:
+            tasks = self._tasks
+            while tasks and tasks[0][1].done:
+                tasks.popleft()
+            self._task_serial += 1
+            tasks.append((self._task_serial, task))
         _let_orphans_go()
 
     def _let_go(self, mark: int) -> BaseException | None:
         """Lets go of the tasks submitted up to serial `mark` (finish or cancel has retired
         them all); the first exception one of them raised."""
         cause = None
-        tasks = self._tasks
-        while tasks and tasks[0][0] <= mark:
-            task = tasks.popleft()[1]
-            if cause is None and task.exception is not None:
-                cause = task.exception
+        with self._tasks_lock:
+            tasks = self._tasks
+            while tasks and tasks[0][0] <= mark:
+                task = tasks.popleft()[1]
+                if cause is None and task.exception is not None:
+                    cause = task.exception
         return cause
 
     def check(self) -> None:

@@ -81,3 +81,36 @@ def test_an_access_dropped_unclosed_ends(cpu):
     del access
     gc.collect()
     assert buffer.open_accesses == 0
+
+
+def test_handles_refuse_pickle_and_copy(cpu):
+    """A copy would share the handle without its own reference: one going frees the other's."""
+    import copy
+    import pickle
+    buffer, queue, event = cpu.zeros((4,), "float32"), cpu.queue(), devbuf.Event()
+    for thing in (buffer, queue, event, cpu):
+        with pytest.raises(TypeError, match="cannot be"):
+            pickle.dumps(thing)
+        with pytest.raises(TypeError, match="cannot be copied"):
+            copy.copy(thing)
+        with pytest.raises(TypeError, match="cannot be copied"):
+            copy.deepcopy(thing)
+    queue.close()
+
+
+def test_nul_bytes_in_names_are_refused(cpu, tmp_path):
+    """C would read a string only up to its first NUL: another path, another name."""
+    with pytest.raises(devbuf.InvalidArgumentError, match="NUL byte at 3"):
+        devbuf.Device("cpu\0junk")
+    target = tmp_path / "x"
+    with pytest.raises(devbuf.InvalidArgumentError, match="NUL byte at"):
+        devbuf.save(str(target) + "\0y", {"a": cpu.zeros((2,), "float32")})
+    assert not target.exists()
+    with pytest.raises(devbuf.InvalidArgumentError, match="a tensor name 'a\\\\x00b' holds a NUL byte"):
+        devbuf.save(str(target), {"a\0b": cpu.zeros((2,), "float32")})
+    with pytest.raises(devbuf.InvalidArgumentError, match="a metadata key"):
+        devbuf.save(str(target), {"a": cpu.zeros((2,), "float32")}, metadata={"k\0x": "v"})
+    devbuf.save(str(target), {"a": cpu.zeros((2,), "float32")})
+    with pytest.raises(devbuf.InvalidArgumentError, match="the path"):
+        devbuf.load(str(target) + "\0ignored")
+    assert "a\0b" not in devbuf.load(str(target))

@@ -177,3 +177,60 @@ def test_child_forked_while_a_task_runs_exits():
 
     done = subprocess.run([sys.executable, "-c", FORK_WHILE_A_TASK_RUNS], timeout=60)
     assert done.returncode == 0
+
+
+def test_finish_inside_its_own_task_keeps_the_running_task(cpu):
+    """finish from the queue's own host task is refused, and the Task that runs it is not let
+    go of (it was freed under the worker: a crash)."""
+    for _ in range(50):
+        queue = cpu.queue()
+        refused = []
+
+        def task():
+            for call in (queue.finish, queue.cancel):
+                try:
+                    call()
+                except devbuf.InvalidArgumentError as error:
+                    refused.append(error)
+            raise ValueError("the task's own failure")
+
+        queue.host_task(task)
+        with pytest.raises(devbuf.DevbufError) as failed:
+            queue.finish()
+        assert len(refused) == 2
+        assert isinstance(failed.value.__cause__, ValueError)
+        queue.close()
+
+
+def test_host_tasks_from_several_threads(cpu):
+    """Submissions and finishes from several threads share the queue's list of Tasks."""
+    import sys
+    queue, ran, errors = cpu.queue(), [], []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two steps of the list's upkeep
+
+    def submit():
+        try:
+            for i in range(300):
+                queue.host_task(lambda i=i: ran.append(i))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    def finish():
+        try:
+            for _ in range(100):
+                queue.finish()
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=submit) for _ in range(3)] + [threading.Thread(target=finish)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    queue.finish()
+    assert not errors and len(ran) == 900
+    queue.close()
