@@ -136,7 +136,7 @@ for command in (["replay"], ["view", "-o", os.path.join(scratch, "none.html")]):
     expect(other.returncode == 1 and b"no event and no segment of CUDA device 1" in other.stderr,
            f"{command[0]} --cuda-device 1: {other.stderr}")
 bad = run(tool, "trace", "replay", real, "--cuda-device", "-1")
-expect(bad.returncode == 2 and b"--cuda-device takes a device number" in bad.stderr,
+expect(bad.returncode == 2 and b"--cuda-device takes a number from 0 to 1023, not '-1'" in bad.stderr,
        f"--cuda-device -1: {bad.stderr}")
 page = os.path.join(scratch, "real.html")
 viewed = run(tool, "trace", "view", real, "-o", page)
