@@ -3,6 +3,7 @@
 #include "check.h"
 
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,6 +67,14 @@ static devbuf_status fails_with_its_values(const devbuf_kernel_args_t *args) {
                           "schedule and the loss scale of the optimizer");
 }
 
+static atomic_int runs;
+
+static devbuf_status count_a_run(const devbuf_kernel_args_t *args) {
+  (void)args;
+  atomic_fetch_add(&runs, 1);
+  return DEVBUF_OK;
+}
+
 // A failed event stays failed for every value it had not reached: another queue (or the host)
 // that signals a higher value later does not make a failed producer's consumer run.
 static void test_failed_event_stays_failed(void) {
@@ -77,8 +86,13 @@ static void test_failed_event_stays_failed(void) {
   CHECK_OK(devbuf_queue_create(device, &other));
   CHECK_OK(devbuf_event_create(0, &event));
   CHECK_OK(devbuf_event_signal(event, 5));
+  // Each failing queue is held until all its work is queued: a failed queue refuses more.
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(failing, gate, 1));
   CHECK_OK(devbuf_queue_host_task(failing, fails_with_its_values, NULL, 0, NULL, 0));
   CHECK_OK(devbuf_queue_signal(failing, event, 10));
+  CHECK_OK(devbuf_event_signal(gate, 1));
   CHECK_STATUS(devbuf_queue_finish(failing), DEVBUF_DEVICE_FAILURE);
   CHECK_STATUS(devbuf_event_wait(event, 10, 0), DEVBUF_DEVICE_FAILURE);
   CHECK_OK(devbuf_queue_signal(other, event, 20)); // "two queues may raise one timeline"
@@ -91,14 +105,18 @@ static void test_failed_event_stays_failed(void) {
   // A queue that waits for it fails too, and its work does not run.
   devbuf_queue_t *consumer = NULL;
   CHECK_OK(devbuf_queue_create(device, &consumer));
+  CHECK_OK(devbuf_queue_wait(consumer, gate, 2));
   CHECK_OK(devbuf_queue_wait(consumer, event, 15));
-  CHECK_OK(devbuf_queue_host_task(consumer, fails_with_its_values, NULL, 0, NULL, 0));
+  CHECK_OK(devbuf_queue_host_task(consumer, count_a_run, NULL, 0, NULL, 0));
+  CHECK_OK(devbuf_event_signal(gate, 2));
   CHECK_STATUS(devbuf_queue_finish(consumer), DEVBUF_DEVICE_FAILURE);
+  CHECK_EQ_U(atomic_load(&runs), 0); // the consumer's work did not run
   CHECK_MESSAGE("NaN at row 1234");
   CHECK_STATUS(devbuf_event_signal(event, 30), DEVBUF_DEVICE_FAILURE);
   CHECK_MESSAGE("signalling 30: the event failed at 5");
   CHECK_EQ_U(devbuf_event_value(event), 20);
   devbuf_queue_release(consumer);
+  devbuf_event_release(gate);
   devbuf_event_release(event);
   devbuf_queue_release(failing);
   devbuf_queue_release(other);
@@ -111,17 +129,20 @@ static void test_long_chain_keeps_the_cause(void) {
   enum { HOPS = 12 };
   devbuf_device_t *device = NULL;
   devbuf_queue_t *queues[HOPS] = {NULL};
-  devbuf_event_t *events[HOPS] = {NULL};
+  devbuf_event_t *events[HOPS] = {NULL}, *gate = NULL;
   CHECK_OK(devbuf_device_open("cpu", &device));
-  for (int i = 0; i < HOPS; i++) {
+  CHECK_OK(devbuf_event_create(0, &gate));
+  for (int i = 0; i < HOPS; i++) { // every queue held until the chain is all queued
     CHECK_OK(devbuf_queue_create(device, &queues[i]));
     CHECK_OK(devbuf_event_create(0, &events[i]));
+    CHECK_OK(devbuf_queue_wait(queues[i], gate, 1));
     if (i)
       CHECK_OK(devbuf_queue_wait(queues[i], events[i - 1], 1));
     else
       CHECK_OK(devbuf_queue_host_task(queues[i], fails_with_its_values, NULL, 0, NULL, 0));
     CHECK_OK(devbuf_queue_signal(queues[i], events[i], 1));
   }
+  CHECK_OK(devbuf_event_signal(gate, 1));
   CHECK_STATUS(devbuf_event_wait(events[HOPS - 1], 1, UINT64_MAX), DEVBUF_DEVICE_FAILURE);
   CHECK_MESSAGE("the loss scale of the optimizer");
   CHECK_MESSAGE("...");
@@ -133,6 +154,7 @@ static void test_long_chain_keeps_the_cause(void) {
     devbuf_queue_release(queues[i]);
     devbuf_event_release(events[i]);
   }
+  devbuf_event_release(gate);
   devbuf_device_release(device);
 }
 
@@ -150,8 +172,14 @@ static void test_kernel_status_that_is_no_status(void) {
   CHECK_OK(devbuf_device_open("cpu", &device));
   CHECK_OK(devbuf_queue_create(device, &queue));
   CHECK_OK(devbuf_event_create(0, &done));
+  // Held until the signal is queued: a queue that has failed refuses later submissions.
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
   CHECK_OK(devbuf_queue_host_task(queue, returns_its_own_code, NULL, 0, NULL, 0));
   CHECK_OK(devbuf_queue_signal(queue, done, 1));
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  devbuf_event_release(gate);
   CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
   CHECK_MESSAGE("kernel returned 999, which is no devbuf status");
   CHECK_STATUS(devbuf_event_wait(done, 1, 0), DEVBUF_DEVICE_FAILURE);
