@@ -67,6 +67,20 @@ static devbuf_status fails_with_its_values(const devbuf_kernel_args_t *args) {
                           "schedule and the loss scale of the optimizer");
 }
 
+// Queues `task` and then a signal of `event` to `value`, both behind a gate opened once they
+// are queued: a queue that has failed refuses later submissions, so a task that fails at once
+// would otherwise leave the signal refused and the event never failed.
+static void queue_task_then_signal(devbuf_queue_t *queue, devbuf_cpu_kernel_fn task,
+                                   devbuf_event_t *event, uint64_t value) {
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  CHECK_OK(devbuf_queue_host_task(queue, task, NULL, 0, NULL, 0));
+  CHECK_OK(devbuf_queue_signal(queue, event, value));
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  devbuf_event_release(gate);
+}
+
 static atomic_int runs;
 
 static devbuf_status count_a_run(const devbuf_kernel_args_t *args) {
@@ -86,13 +100,7 @@ static void test_failed_event_stays_failed(void) {
   CHECK_OK(devbuf_queue_create(device, &other));
   CHECK_OK(devbuf_event_create(0, &event));
   CHECK_OK(devbuf_event_signal(event, 5));
-  // Each failing queue is held until all its work is queued: a failed queue refuses more.
-  devbuf_event_t *gate = NULL;
-  CHECK_OK(devbuf_event_create(0, &gate));
-  CHECK_OK(devbuf_queue_wait(failing, gate, 1));
-  CHECK_OK(devbuf_queue_host_task(failing, fails_with_its_values, NULL, 0, NULL, 0));
-  CHECK_OK(devbuf_queue_signal(failing, event, 10));
-  CHECK_OK(devbuf_event_signal(gate, 1));
+  queue_task_then_signal(failing, fails_with_its_values, event, 10);
   CHECK_STATUS(devbuf_queue_finish(failing), DEVBUF_DEVICE_FAILURE);
   CHECK_STATUS(devbuf_event_wait(event, 10, 0), DEVBUF_DEVICE_FAILURE);
   CHECK_OK(devbuf_queue_signal(other, event, 20)); // "two queues may raise one timeline"
@@ -105,10 +113,12 @@ static void test_failed_event_stays_failed(void) {
   // A queue that waits for it fails too, and its work does not run.
   devbuf_queue_t *consumer = NULL;
   CHECK_OK(devbuf_queue_create(device, &consumer));
-  CHECK_OK(devbuf_queue_wait(consumer, gate, 2));
+  devbuf_event_t *gate = NULL; // held until all its work is queued, as below
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(consumer, gate, 1));
   CHECK_OK(devbuf_queue_wait(consumer, event, 15));
   CHECK_OK(devbuf_queue_host_task(consumer, count_a_run, NULL, 0, NULL, 0));
-  CHECK_OK(devbuf_event_signal(gate, 2));
+  CHECK_OK(devbuf_event_signal(gate, 1));
   CHECK_STATUS(devbuf_queue_finish(consumer), DEVBUF_DEVICE_FAILURE);
   CHECK_EQ_U(atomic_load(&runs), 0); // the consumer's work did not run
   CHECK_MESSAGE("NaN at row 1234");
@@ -172,14 +182,7 @@ static void test_kernel_status_that_is_no_status(void) {
   CHECK_OK(devbuf_device_open("cpu", &device));
   CHECK_OK(devbuf_queue_create(device, &queue));
   CHECK_OK(devbuf_event_create(0, &done));
-  // Held until the signal is queued: a queue that has failed refuses later submissions.
-  devbuf_event_t *gate = NULL;
-  CHECK_OK(devbuf_event_create(0, &gate));
-  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
-  CHECK_OK(devbuf_queue_host_task(queue, returns_its_own_code, NULL, 0, NULL, 0));
-  CHECK_OK(devbuf_queue_signal(queue, done, 1));
-  CHECK_OK(devbuf_event_signal(gate, 1));
-  devbuf_event_release(gate);
+  queue_task_then_signal(queue, returns_its_own_code, done, 1);
   CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
   CHECK_MESSAGE("kernel returned 999, which is no devbuf status");
   CHECK_STATUS(devbuf_event_wait(done, 1, 0), DEVBUF_DEVICE_FAILURE);
