@@ -1,4 +1,7 @@
 // The JSON reader of json_reader.h.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE // O_CLOEXEC where built alone with -std=c11 (tests/data/embed/README.md)
+#endif
 #include "json_reader.h"
 
 #include <errno.h>

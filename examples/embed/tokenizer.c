@@ -147,12 +147,44 @@ static size_t utf8_next(const unsigned char *s, size_t n, int32_t *cp) {
 
 /* ---- character classes, as HF's BertNormalizer and BertPreTokenizer define them ------ */
 
+enum { HF_SPACE, HF_DROP, HF_PUNCT, HF_PLAIN };
+#include "unicode_overrides.h"
+
+// The category `tokenizers` gives c. Its tables are of an older Unicode than utf8proc's, so a
+// few hundred code points added or recategorised since (unicode_overrides.h) belong to
+// another class there; each is given a category of that class.
+static utf8proc_category_t category_of(int32_t c) {
+  utf8proc_category_t k = utf8proc_category(c);
+  size_t lo = 0, hi = sizeof unicode_overrides / sizeof unicode_overrides[0];
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c < unicode_overrides[mid].first)
+      hi = mid;
+    else if (c > unicode_overrides[mid].last)
+      lo = mid + 1;
+    else {
+      switch (unicode_overrides[mid].hf_class) {
+      case HF_SPACE:
+        return UTF8PROC_CATEGORY_ZS;
+      case HF_DROP: // a mark is stripped with the accents, anything else dropped as a control
+        return k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME ? UTF8PROC_CATEGORY_MN
+                                                                      : UTF8PROC_CATEGORY_CF;
+      case HF_PUNCT:
+        return UTF8PROC_CATEGORY_PO;
+      default:
+        return UTF8PROC_CATEGORY_LO;
+      }
+    }
+  }
+  return k;
+}
+
 // Rust's char::is_whitespace (the White_Space property): the Zs, Zl, Zp categories plus
 // the C0 controls \t..\r and U+0085.
 static bool is_space(int32_t c) {
   if (c < 0x80) return c == ' ' || (c >= '\t' && c <= '\r');
   if (c == 0x85) return true;
-  utf8proc_category_t k = utf8proc_category(c);
+  utf8proc_category_t k = category_of(c);
   return k == UTF8PROC_CATEGORY_ZS || k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP;
 }
 
@@ -162,7 +194,7 @@ static bool is_space(int32_t c) {
 static bool is_control(int32_t c) {
   if (c == '\t' || c == '\n' || c == '\r') return false;
   if (c < 0x80) return c < 0x20 || c == 0x7F;
-  utf8proc_category_t k = utf8proc_category(c);
+  utf8proc_category_t k = category_of(c);
   return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CO ||
          k == UTF8PROC_CATEGORY_CS;
 }
@@ -182,7 +214,7 @@ static bool is_punct(int32_t c) {
   if (c < 0x80)
     return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
            (c >= 123 && c <= 126);
-  utf8proc_category_t k = utf8proc_category(c);
+  utf8proc_category_t k = category_of(c);
   return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
 }
 
@@ -322,7 +354,7 @@ static void nfd(encoder *e, int32_t c) {
   if (n < 1 || n > 32) d[0] = c, n = 1; // cannot happen for a valid code point
   for (utf8proc_ssize_t i = 0; i < n && !e->full; i++) {
     const utf8proc_property_t *p = utf8proc_get_property(d[i]);
-    bool mn = p->category == UTF8PROC_CATEGORY_MN;
+    bool mn = category_of(d[i]) == UTF8PROC_CATEGORY_MN;
     if (p->combining_class == 0) {
       if (e->n_marks) marks_flush(e);
       if (!mn) lower(e, d[i]);
