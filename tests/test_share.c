@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -168,7 +169,12 @@ static int role_signal(int socket, const char *then) {
     write_byte(socket, 'k');
     for (;;) pause();
   }
-  if (strcmp(then, "exec") == 0) { // the pid lives on, the exporting program does not
+  if (strcmp(then, "fork-exec") == 0 && fork() == 0) { // a child that outlives the exec
+    prctl(PR_SET_PDEATHSIG, SIGKILL);                  // and goes with the sleep
+    for (;;) pause();
+  }
+  if (strncmp(then, "exec", 4) == 0 || strcmp(then, "fork-exec") == 0) {
+    // the pid lives on, the exporting program does not
     write_byte(socket, 'k');
     execl("/bin/sleep", "sleep", "60", (char *)NULL);
     return 1;
@@ -414,10 +420,12 @@ static void expect_end(const char *role, devbuf_status status, const char *why, 
   devbuf_event_release(event);
 }
 
-// The exporter execs another program (its pid lives on, but nothing will signal), releases
-// its event, or its work fails.
+// The exporter execs another program (its pid lives on, but nothing will signal; a child it
+// forked before, which inherited its descriptors, lives on too), releases its event, or its
+// work fails.
 static void test_exec_release_and_failure(void) {
   expect_end("signal-exec", DEVBUF_UNAVAILABLE, "ended at value 1", true);
+  expect_end("signal-fork-exec", DEVBUF_UNAVAILABLE, "ended at value 1", true);
   expect_end("signal-release", DEVBUF_CANCELLED, "released the event at 1", false);
   expect_end("signal-fail", DEVBUF_IO_ERROR, "the exporter's kernel failed on purpose", false);
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -153,6 +154,30 @@ bool devbuf__lease_held(int watch) {
 // ---- descriptors over Unix sockets ----------------------------------------------------------
 
 #define MAX_PASSED_FDS 4
+#ifndef SCM_PIDFD
+#define SCM_PIDFD 0x04 // Linux 6.5: a receiver with SO_PASSPIDFD gets the sender's pidfd
+#endif
+// Room for what a receiver's socket options add beside the descriptors: credentials
+// (SO_PASSCRED), a pidfd (SO_PASSPIDFD), a security label (SO_PASSSEC). Without it the kernel
+// cuts the control data and drops the descriptors with it.
+#define CONTROL_EXTRA 512
+
+// Descriptors travel only on Unix sockets: elsewhere sendmsg takes the bytes and silently
+// drops SCM_RIGHTS (and an export sent that way would be lost).
+static devbuf_status check_unix_socket(int socket, const char *what) {
+  int domain = AF_UNIX;
+  socklen_t domain_size = sizeof domain;
+  if (getsockopt(socket, SOL_SOCKET, SO_DOMAIN, &domain, &domain_size) != 0)
+    return devbuf__error(errno == ENOTSOCK ? DEVBUF_INVALID_ARGUMENT : DEVBUF_IO_ERROR,
+                         "%s: descriptor %d is not a usable socket: %s", what, socket,
+                         strerror(errno));
+  if (domain != AF_UNIX)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: socket %d is not a Unix socket (domain %d): descriptors cannot "
+                         "travel on it",
+                         what, socket, domain);
+  return DEVBUF_OK;
+}
 
 devbuf_status devbuf__send_with_fds(int socket, const void *bytes, size_t size, const int *fds,
                                     size_t fd_count, bool *out_fds_sent) {
@@ -161,6 +186,10 @@ devbuf_status devbuf__send_with_fds(int socket, const void *bytes, size_t size, 
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "%zu descriptors with %zu bytes: at most %d, and with at least a byte",
                          fd_count, size, MAX_PASSED_FDS);
+  if (fd_count) {
+    devbuf_status status = check_unix_socket(socket, "sending descriptors");
+    if (status != DEVBUF_OK) return status;
+  }
   union {
     struct cmsghdr header;
     char space[CMSG_SPACE(sizeof(int) * MAX_PASSED_FDS)];
@@ -194,12 +223,27 @@ devbuf_status devbuf__send_with_fds(int socket, const void *bytes, size_t size, 
   return DEVBUF_OK;
 }
 
+// Whether this process has reached its descriptor limit (the kernel then cuts the control
+// data of a message, as it does for a message that carries too many).
+static bool out_of_descriptors(int socket) {
+  int probe = fcntl(socket, F_DUPFD_CLOEXEC, 0);
+  if (probe >= 0) close(probe);
+  return probe < 0 && errno == EMFILE;
+}
+
 // Takes the descriptors out of a received message's control data (closing those over `max`).
 static bool collect_fds(struct msghdr *message, int *fds, size_t max, size_t *count) {
   bool fits = true;
   for (struct cmsghdr *header = CMSG_FIRSTHDR(message); header;
        header = CMSG_NXTHDR(message, header)) {
-    if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+    if (header->cmsg_level != SOL_SOCKET) continue;
+    if (header->cmsg_type == SCM_PIDFD && header->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int pidfd; // installed for us whether we want it or not
+      memcpy(&pidfd, CMSG_DATA(header), sizeof pidfd);
+      close(pidfd);
+      continue;
+    }
+    if (header->cmsg_type != SCM_RIGHTS) continue;
     size_t n = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < n; i++) {
       int fd;
@@ -219,10 +263,12 @@ devbuf_status devbuf__receive_with_fds(int socket, void *bytes, size_t size, int
                                        size_t max_fds, size_t *out_fd_count) {
   union {
     struct cmsghdr header;
-    char space[CMSG_SPACE(sizeof(int) * (MAX_PASSED_FDS + 4))];
+    char space[CMSG_SPACE(sizeof(int) * (MAX_PASSED_FDS + 4)) + CONTROL_EXTRA];
   } control;
+  devbuf_status status = check_unix_socket(socket, "receiving descriptors");
+  if (status != DEVBUF_OK) return status;
   size_t received = 0, count = 0;
-  bool fits = true, cut = false;
+  bool fits = true, cut = false, control_cut = false;
   int type = SOCK_STREAM;
   socklen_t type_size = sizeof type;
   getsockopt(socket, SOL_SOCKET, SO_TYPE, &type, &type_size);
@@ -236,6 +282,7 @@ devbuf_status devbuf__receive_with_fds(int socket, void *bytes, size_t size, int
     if (done >= 0) { // an empty message may carry descriptors too: they are ours to close
       fits = collect_fds(&message, fds, max_fds, &count) && fits;
       cut = cut || (message.msg_flags & (MSG_CTRUNC | MSG_TRUNC));
+      control_cut = control_cut || (message.msg_flags & MSG_CTRUNC);
     }
     if (done < 0 || (done == 0 && type == SOCK_STREAM)) {
       int error = errno;
@@ -248,7 +295,17 @@ devbuf_status devbuf__receive_with_fds(int socket, void *bytes, size_t size, int
     if (cut) break;
   }
   if (!fits || cut) {
+    bool starved = control_cut && out_of_descriptors(socket); // before ours free a place
     devbuf__close_fds(fds, count);
+    if (starved) {
+      struct rlimit limit = {0, 0};
+      getrlimit(RLIMIT_NOFILE, &limit);
+      return devbuf__error(DEVBUF_UNAVAILABLE,
+                           "a message of %zu bytes came without its descriptors: this process "
+                           "has none left (limit %llu), and the kernel dropped them (the "
+                           "sender must send again)",
+                           size, (unsigned long long)limit.rlim_cur);
+    }
     return devbuf__error(
         DEVBUF_FORMAT_ERROR, "a message of %zu bytes came %s: at most %zu descriptors belong to it",
         size, cut ? "cut short (truncated data or descriptors)" : "with too many descriptors",

@@ -256,24 +256,25 @@ devbuf_status devbuf_buffer_import(devbuf_device_t *device, devbuf_export_t *sha
                          "%s, not %s): import it on the device that made it",
                          device->spec, theirs, ours);
   }
-  if (shared->fds[DEVBUF__EXPORT_MEMORY] < 0 || shared->fds[DEVBUF__EXPORT_LEASE] < 0)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "this export was imported or sent already: each export is imported once");
+  devbuf_status status = devbuf__export_claim(shared, "devbuf_buffer_import");
+  if (status != DEVBUF_OK) return status;
   import_record *record = devbuf__calloc(1, sizeof *record);
-  if (!record) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an import");
-  devbuf_status status = device->backend->raw_import(device, shared->fds[DEVBUF__EXPORT_MEMORY],
-                                                     (size_t)h->segment_size, &record->mapping);
+  status = record ? device->backend->raw_import(device, shared->fds[DEVBUF__EXPORT_MEMORY],
+                                                (size_t)h->segment_size, &record->mapping)
+                  : devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for an import");
   devbuf__storage *storage = NULL;
   if (status == DEVBUF_OK)
     status = devbuf__storage_create(NULL, device, (size_t)h->storage_size, 0, &storage);
   if (status != DEVBUF_OK) {
-    if (record->mapping.size) device->backend->raw_unimport(device, &record->mapping);
+    if (record && record->mapping.size) device->backend->raw_unimport(device, &record->mapping);
     devbuf__free(record);
+    devbuf__export_unclaim(shared);
     return status;
   }
   close(devbuf__export_take_fd(shared, DEVBUF__EXPORT_MEMORY)); // the mapping keeps the memory
   record->device = device;
   record->lease = devbuf__export_take_fd(shared, DEVBUF__EXPORT_LEASE);
+  devbuf__export_unclaim(shared);
   storage->id = h->storage_id;
   storage->read_only = h->read_only;
   storage->memory = (devbuf_memory_t){

@@ -391,6 +391,7 @@ static inline size_t devbuf__export_fd_count(uint32_t kind) {
 struct devbuf_export {
   devbuf__export_header header;
   int fds[DEVBUF__EXPORT_FDS]; // -1 once gone (sent or imported)
+  atomic_bool claimed;         // a send or an import is using the descriptors
 };
 
 // A new export of `header` holding its kind's descriptors (devbuf__export_fd_count), which it
@@ -399,6 +400,11 @@ devbuf_status devbuf__export_new(const devbuf__export_header *header, const int 
                                  devbuf_export_t **out);
 // Takes descriptor `which` out of the export (-1 once taken: an export is imported once).
 int devbuf__export_take_fd(devbuf_export_t *shared, int which);
+// Claims the export's descriptors for one send or import, so that two threads never both take
+// them (two imports of one lease): refused while another call holds them or once they are
+// gone. devbuf__export_unclaim ends the claim, whether the descriptors went or stayed.
+devbuf_status devbuf__export_claim(devbuf_export_t *shared, const char *what);
+void devbuf__export_unclaim(devbuf_export_t *shared);
 // The memory of a storage released with leases still held waits for them (buffer_share.c);
 // the storage's leases and memory go with it (its record frees the rest).
 void devbuf__storage_park(devbuf__storage *storage);

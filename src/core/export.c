@@ -17,6 +17,7 @@ devbuf_status devbuf__export_new(const devbuf__export_header *header, const int 
   }
   shared->header = *header;
   for (size_t i = 0; i < DEVBUF__EXPORT_FDS; i++) shared->fds[i] = i < count ? fds[i] : -1;
+  atomic_init(&shared->claimed, false);
   *out = shared;
   return DEVBUF_OK;
 }
@@ -25,6 +26,28 @@ int devbuf__export_take_fd(devbuf_export_t *shared, int which) {
   int fd = shared->fds[which];
   shared->fds[which] = -1;
   return fd;
+}
+
+devbuf_status devbuf__export_claim(devbuf_export_t *shared, const char *what) {
+  if (atomic_exchange_explicit(&shared->claimed, true, memory_order_acquire))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: another thread is sending or importing this export at the same "
+                         "time (each export goes once)",
+                         what);
+  size_t count = devbuf__export_fd_count(shared->header.kind);
+  for (size_t i = 0; i < count; i++)
+    if (shared->fds[i] < 0) {
+      devbuf__export_unclaim(shared);
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "%s: this export was sent or imported already (each export goes "
+                           "once): export again",
+                           what);
+    }
+  return DEVBUF_OK;
+}
+
+void devbuf__export_unclaim(devbuf_export_t *shared) {
+  atomic_store_explicit(&shared->claimed, false, memory_order_release);
 }
 
 void devbuf_export_free(devbuf_export_t *shared) {
@@ -41,18 +64,17 @@ int devbuf_export_pid(const devbuf_export_t *shared) { return shared ? shared->h
 
 devbuf_status devbuf_export_send(devbuf_export_t *shared, int socket) {
   if (!shared) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "export is NULL");
+  devbuf_status status = devbuf__export_claim(shared, "devbuf_export_send");
+  if (status != DEVBUF_OK) return status;
   size_t count = devbuf__export_fd_count(shared->header.kind);
-  for (size_t i = 0; i < count; i++)
-    if (shared->fds[i] < 0)
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                           "this export was sent or imported already: export again");
   bool fds_sent = false;
-  devbuf_status status = devbuf__send_with_fds(socket, &shared->header, sizeof shared->header,
-                                               shared->fds, count, &fds_sent);
+  status = devbuf__send_with_fds(socket, &shared->header, sizeof shared->header, shared->fds, count,
+                                 &fds_sent);
   // Once the descriptors went they are the peer's, even when the rest of the message failed:
   // sending them again would hand out a second lease.
   if (status == DEVBUF_OK || fds_sent)
     for (size_t i = 0; i < count; i++) close(devbuf__export_take_fd(shared, (int)i));
+  devbuf__export_unclaim(shared);
   return status;
 }
 
@@ -90,6 +112,15 @@ static devbuf_status check_buffer_header(const devbuf__export_header *h) {
                          (unsigned long long)h->view_size, (unsigned long long)h->view_offset,
                          (unsigned long long)h->storage_size, (unsigned long long)h->storage_offset,
                          (unsigned long long)h->segment_size);
+  size_t alignment = devbuf__dtype_alignment((devbuf_dtype)h->dtype);
+  if ((h->storage_offset + h->view_offset) % alignment) // both within the memory: no overflow
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "export: its %s view starts at byte %llu of the memory (storage at %llu, "
+                         "view at %llu in it), not a multiple of its elements' %zu-byte alignment",
+                         devbuf_dtype_name((devbuf_dtype)h->dtype),
+                         (unsigned long long)(h->storage_offset + h->view_offset),
+                         (unsigned long long)h->storage_offset, (unsigned long long)h->view_offset,
+                         alignment);
   return DEVBUF_OK;
 }
 

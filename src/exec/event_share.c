@@ -72,7 +72,40 @@ typedef struct devbuf__event_share {
   // the watcher fails the event, and to stop the watcher.
   _Atomic uint32_t pokes;
   pthread_t watcher;
+  struct devbuf__event_share *next_exported; // exporter: under exported_lock
 } devbuf__event_share;
+
+// This process's exported events. A forked child must not keep their locked page descriptors
+// (`alive`): the lock tells importers that the exporter lives, and a child that outlives an
+// exec of its parent would keep it held, so waits for a process that is gone never end.
+static pthread_mutex_t exported_lock = PTHREAD_MUTEX_INITIALIZER;
+static devbuf__event_share *exported; // through next_exported
+
+static void exported_fork_prepare(void) { pthread_mutex_lock(&exported_lock); }
+static void exported_fork_parent(void) { pthread_mutex_unlock(&exported_lock); }
+static void exported_fork_child(void) {
+  // dup2 moves the number onto the page file itself, which holds no lock: the child lets go
+  // of the locked file, and `alive` stays a descriptor of its own to close later.
+  for (devbuf__event_share *share = exported; share; share = share->next_exported)
+    dup2(share->fd, share->alive);
+  pthread_mutex_unlock(&exported_lock);
+}
+DEVBUF__FORK_HOOK(85, exported_fork_prepare, exported_fork_parent, exported_fork_child)
+
+static void exported_add(devbuf__event_share *share) {
+  pthread_mutex_lock(&exported_lock);
+  share->next_exported = exported;
+  exported = share;
+  pthread_mutex_unlock(&exported_lock);
+}
+
+static void exported_remove(devbuf__event_share *share) {
+  pthread_mutex_lock(&exported_lock);
+  devbuf__event_share **at = &exported;
+  while (*at && *at != share) at = &(*at)->next_exported;
+  if (*at) *at = share->next_exported;
+  pthread_mutex_unlock(&exported_lock);
+}
 
 devbuf_status devbuf__event_signallable(const devbuf_event_t *event) {
   if (!devbuf__event_is_imported(event)) return DEVBUF_OK;
@@ -156,6 +189,7 @@ void devbuf__event_share_end(devbuf_event_t *event) {
       atomic_compare_exchange_strong(&share->page->state, &live, TIMELINE_ENDED);
       page_changed(share->page);
     }
+    exported_remove(share);
     close(share->alive);
   }
   close(share->fd);
@@ -332,9 +366,12 @@ static devbuf_status map_timeline(const devbuf_export_t *shared, shared_timeline
                          "process %d (it watches %d)",
                          (int)pid, watched);
   shared_timeline *page = mmap(NULL, TIMELINE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
-  if (page == MAP_FAILED)
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping an imported event's page failed: %s",
-                         strerror(errno));
+  if (page == MAP_FAILED) { // short of memory, or a descriptor that cannot be read
+    int error = errno;
+    return devbuf__error(
+        error == ENOMEM || error == EAGAIN ? DEVBUF_OUT_OF_MEMORY : DEVBUF_FORMAT_ERROR,
+        "mapping an imported event's page (descriptor %d) to read failed: %s", fd, strerror(error));
+  }
   if (memcmp(page->magic, TIMELINE_MAGIC, sizeof page->magic) != 0 || page->pid != pid) {
     bool magic = memcmp(page->magic, TIMELINE_MAGIC, sizeof page->magic) == 0;
     int claimed = (int)page->pid;
@@ -376,18 +413,18 @@ devbuf_status devbuf_event_import(devbuf_export_t *shared, devbuf_event_t **out_
   *out_event = NULL;
   if (shared->header.kind != DEVBUF_EXPORT_EVENT)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "the export is a buffer, not an event");
-  if (shared->fds[DEVBUF__EXPORT_MEMORY] < 0 || shared->fds[DEVBUF__EXPORT_PROCESS] < 0 ||
-      shared->fds[DEVBUF__EXPORT_SLEEPERS] < 0)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "this export was imported or sent already: each export is imported once");
+  devbuf_status status = devbuf__export_claim(shared, "devbuf_event_import");
+  if (status != DEVBUF_OK) return status;
   shared_timeline *page = NULL;
   shared_sleepers *sleepers = NULL;
   pid_t pid = 0;
-  devbuf_status status = map_timeline(shared, &page, &pid);
-  if (status != DEVBUF_OK) return status;
-  status = map_sleepers(shared, &sleepers);
+  status = map_timeline(shared, &page, &pid);
+  if (status == DEVBUF_OK) {
+    status = map_sleepers(shared, &sleepers);
+    if (status != DEVBUF_OK) munmap(page, TIMELINE_BYTES);
+  }
   if (status != DEVBUF_OK) {
-    munmap(page, TIMELINE_BYTES);
+    devbuf__export_unclaim(shared);
     return status;
   }
   devbuf__event_share *share = devbuf__calloc(1, sizeof *share);
@@ -421,11 +458,13 @@ devbuf_status devbuf_event_import(devbuf_export_t *shared, devbuf_event_t **out_
     munmap(page, TIMELINE_BYTES);
     munmap(sleepers, SLEEPERS_BYTES);
     devbuf__free(share);
+    devbuf__export_unclaim(shared);
     return status;
   }
   devbuf__export_take_fd(shared, DEVBUF__EXPORT_MEMORY); // all the watcher's now
   devbuf__export_take_fd(shared, DEVBUF__EXPORT_PROCESS);
   devbuf__export_take_fd(shared, DEVBUF__EXPORT_SLEEPERS);
+  devbuf__export_unclaim(shared);
   *out_event = event;
   return DEVBUF_OK;
 }
@@ -460,6 +499,7 @@ static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share
                  : devbuf__memory_file_seal(share->fd, true); // importers map it to read only
   }
   if (status == DEVBUF_OK) status = devbuf__lock_reopened(share->fd, &share->alive);
+  if (status == DEVBUF_OK) exported_add(share); // listed before a fork could copy it unlisted
   if (status == DEVBUF_OK)
     status =
         devbuf__memory_file_create("devbuf-event-sleepers", SLEEPERS_BYTES, &share->sleepers_fd);
@@ -475,6 +515,7 @@ static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share
   if (status != DEVBUF_OK) {
     if (share->page != MAP_FAILED) munmap(share->page, TIMELINE_BYTES);
     if (share->sleepers != MAP_FAILED) munmap(share->sleepers, SLEEPERS_BYTES);
+    exported_remove(share);
     devbuf__close_fds((int[]){share->fd, share->sleepers_fd, share->alive}, 3);
     devbuf__free(share);
     return status;
@@ -493,6 +534,7 @@ static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share
   if (raced) { // another thread exported it first
     munmap(share->page, TIMELINE_BYTES);
     munmap(share->sleepers, SLEEPERS_BYTES);
+    exported_remove(share);
     devbuf__close_fds((int[]){share->fd, share->sleepers_fd, share->alive}, 3);
     devbuf__free(share);
     share = raced;

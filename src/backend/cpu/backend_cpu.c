@@ -61,9 +61,14 @@ static int memory_file_of(const devbuf_memory_t *memory) {
 
 static devbuf_status map_memory_file(int fd, size_t size, devbuf_memory_t *out) {
   void *pointer = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (pointer == MAP_FAILED)
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping a %zu-byte memory file failed: %s", size,
-                         strerror(errno));
+  if (pointer == MAP_FAILED) { // short of memory, or a descriptor (imported) that forbids writes
+    int error = errno;
+    return devbuf__error(error == ENOMEM || error == EAGAIN ? DEVBUF_OUT_OF_MEMORY
+                                                            : DEVBUF_FORMAT_ERROR,
+                         "mapping a %zu-byte memory file (descriptor %d) to read and write "
+                         "failed: %s",
+                         size, fd, strerror(error));
+  }
   *out = (devbuf_memory_t){.host = pointer, .device = (uint64_t)(uintptr_t)pointer, .size = size};
   return DEVBUF_OK;
 }
