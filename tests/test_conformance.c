@@ -754,7 +754,7 @@ static void test_export_round_trip(void) {
   CHECK(devbuf_export_kind_of(shared) == DEVBUF_EXPORT_BUFFER);
   CHECK_OK(devbuf_buffer_import(device, shared, &local));
   CHECK_STATUS(devbuf_buffer_import(device, shared, &again), DEVBUF_INVALID_ARGUMENT);
-  CHECK_MESSAGE("imported once");
+  CHECK_MESSAGE("each export goes once");
   devbuf_export_free(shared);
   CHECK_EQ_U(devbuf_buffer_storage_id(local), devbuf_buffer_storage_id(buffer));
   CHECK(devbuf_buffer_handle_id(local) != devbuf_buffer_handle_id(buffer));

@@ -86,6 +86,7 @@ static void test_export_describes_buffer(void) {
   CHECK_OK(devbuf_buffer_to_dlpack_versioned(mapped, 0, &tensor));
   CHECK(tensor->flags & DEVBUF_DL_FLAG_READ_ONLY);
   tensor->deleter(tensor);
+  legacy = NULL;
   CHECK_STATUS(devbuf_buffer_to_dlpack(mapped, 0, &legacy),
                DEVBUF_READ_ONLY); // it could not say so
   CHECK(legacy == NULL);
@@ -245,6 +246,7 @@ static void test_import_refusals(void) {
   int64_t huge_shape[3] = {1, INT64_C(1) << 62, 2};
   p.versioned.dl_tensor.shape = huge_shape;
   p.versioned.dl_tensor.strides = NULL;
+  buffer = NULL;
   CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), DEVBUF_OVERFLOW);
   CHECK_MESSAGE("exceeds INT64_MAX");
   CHECK(buffer == NULL && p.deleted == 0);
@@ -253,6 +255,7 @@ static void test_import_refusals(void) {
   p.shape[0] = 2, p.shape[1] = INT64_C(1) << 61;
   p.strides[0] = INT64_C(1) << 61, p.strides[1] = 1;
   p.versioned.dl_tensor.byte_offset = (UINT64_C(1) << 62) + 64;
+  buffer = NULL;
   CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), DEVBUF_OVERFLOW);
   CHECK(buffer == NULL && p.deleted == 0);
   producer_init(&p);
@@ -262,13 +265,12 @@ static void test_import_refusals(void) {
   buffer = NULL;
   CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), DEVBUF_UNSUPPORTED);
   p.versioned.version.major = 9;
-  buffer = (devbuf_buffer_t *)&p; // a stale value the failure must clear
+  buffer = (devbuf_buffer_t *)&p; // what the caller held: a refusal leaves it (devbuf.h)
   CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer), DEVBUF_UNSUPPORTED);
-  CHECK(buffer == NULL && p.deleted == 0);
+  CHECK(buffer == (devbuf_buffer_t *)&p && p.deleted == 0);
   CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(NULL, &buffer), DEVBUF_INVALID_ARGUMENT);
-  buffer = (devbuf_buffer_t *)&buffer; // a stale value: cleared, as the versioned import does
   CHECK_STATUS(devbuf_buffer_from_dlpack(NULL, &buffer), DEVBUF_INVALID_ARGUMENT);
-  CHECK(buffer == NULL);
+  CHECK(buffer == (devbuf_buffer_t *)&p);
 }
 
 // devbuf to devbuf through both structures, every dtype: bit-exact, and the export's

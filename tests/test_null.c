@@ -338,6 +338,40 @@ static void test_dlpack(devbuf_device_t *cpu) {
   devbuf_buffer_release(buffer);
 }
 
+// `out_` parameters are written only on success (devbuf.h): a refused call leaves the
+// caller's variable as it was, so a handle it held before is not lost.
+#define UNTOUCHED(type, call_with_out)     \
+  do {                                     \
+    type out = (type)(uintptr_t)0x5e5e;    \
+    CHECK(call_with_out != DEVBUF_OK);     \
+    CHECK(out == (type)(uintptr_t)0x5e5e); \
+  } while (0)
+
+static void test_outputs_untouched_on_failure(devbuf_device_t *cpu) {
+  size_t shape[1] = {4}, huge[2] = {SIZE_MAX / 2, 4};
+  devbuf_allocator_t *allocator = devbuf_device_allocator(cpu);
+  devbuf_buffer_t *buffer = NULL;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, shape, 1, 0, &buffer));
+  UNTOUCHED(devbuf_device_t *, devbuf_device_open("no-such-device", &out));
+  UNTOUCHED(devbuf_buffer_t *, devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, huge, 2, 0, &out));
+  UNTOUCHED(devbuf_buffer_t *, devbuf_buffer_new(allocator, DEVBUF_FLOAT32, huge, 2, 0, &out));
+  UNTOUCHED(devbuf_buffer_t *, devbuf_buffer_view(buffer, 8, 64, &out));
+  UNTOUCHED(devbuf_buffer_t *, devbuf_buffer_view_as(buffer, 1, DEVBUF_FLOAT32, shape, 1, &out));
+  UNTOUCHED(devbuf_buffer_t *, devbuf_buffer_reshape(buffer, DEVBUF_FLOAT64, shape, 1, &out));
+  UNTOUCHED(devbuf_buffer_t *, devbuf_buffer_map_file(cpu, "/no/such/file", &out));
+  UNTOUCHED(devbuf_program_t *, devbuf_program_build(cpu, "kernel", NULL, &out));
+  UNTOUCHED(devbuf_tensor_file_t *, devbuf_safetensors_parse("short", 5, &out));
+  UNTOUCHED(devbuf_tensor_file_t *, devbuf_safetensors_inspect("/no/such/file", &out));
+  UNTOUCHED(devbuf_tensor_file_t *, devbuf_safetensors_load(cpu, "/no/such/file", NULL, &out));
+  UNTOUCHED(devbuf_export_t *, devbuf_buffer_export(buffer, &out)); // not shareable memory
+  UNTOUCHED(devbuf_export_t *, devbuf_export_receive(-1, &out));
+  UNTOUCHED(DLManagedTensorVersioned *, devbuf_buffer_to_dlpack_versioned(buffer, ~0u, &out));
+  UNTOUCHED(DLManagedTensor *, devbuf_buffer_to_dlpack(buffer, ~0u, &out));
+  DLManagedTensorVersioned future = {.version = {99, 0}};
+  UNTOUCHED(devbuf_buffer_t *, devbuf_buffer_from_dlpack_versioned(&future, &out));
+  devbuf_buffer_release(buffer);
+}
+
 // RUN for the tests that take the device.
 #define RUN_WITH(test, device)                                                   \
   do {                                                                           \
@@ -358,6 +392,7 @@ int main(void) {
   RUN_WITH(test_queues_and_events, cpu);
   RUN_WITH(test_files, cpu);
   RUN_WITH(test_dlpack, cpu);
+  RUN_WITH(test_outputs_untouched_on_failure, cpu);
   devbuf_device_release(cpu);
   return CHECK_EXIT();
 }

@@ -241,6 +241,7 @@ static void test_memory_the_importer_cannot_use(void) {
 
   devbuf__export_header odd = h;
   odd.view_offset = 2, odd.view_size = segment - 64, odd.shape[0] = (segment - 64) / 4;
+  got = NULL;
   CHECK_STATUS(deliver(&odd, (int[]){memory, hold}, 2, &got), DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("4-byte alignment");
   CHECK(got == NULL);

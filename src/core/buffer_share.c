@@ -168,7 +168,6 @@ static bool push_watch(devbuf__storage *storage, int watch) {
 devbuf_status devbuf_buffer_export(devbuf_buffer_t *buffer, devbuf_export_t **out_export) {
   if (!buffer || !out_export)
     return devbuf__null_argument("", "buffer, out_export", (const void *[]){buffer, out_export});
-  *out_export = NULL;
   devbuf__storage *storage = buffer->storage;
   devbuf_status status = exportable(storage);
   if (status == DEVBUF_OK) status = devbuf__storage_ensure_allocated(storage);
@@ -228,7 +227,6 @@ devbuf_status devbuf_buffer_import(devbuf_device_t *device, devbuf_export_t *sha
   if (!device || !shared || !out_buffer)
     return devbuf__null_argument("", "device, export, out_buffer",
                                  (const void *[]){device, shared, out_buffer});
-  *out_buffer = NULL;
   const devbuf__export_header *h = &shared->header;
   if (h->kind != DEVBUF_EXPORT_BUFFER)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "the export is an event, not a buffer");

@@ -149,7 +149,6 @@ static devbuf_status check_header(const devbuf__export_header *h) {
 
 devbuf_status devbuf_export_receive(int socket, devbuf_export_t **out_export) {
   if (!out_export) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "out_export is NULL");
-  *out_export = NULL;
   devbuf__export_header header;
   int fds[DEVBUF__EXPORT_FDS] = {-1, -1, -1};
   size_t count = 0;

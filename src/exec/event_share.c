@@ -410,7 +410,6 @@ static devbuf_status map_sleepers(const devbuf_export_t *shared, shared_sleepers
 devbuf_status devbuf_event_import(devbuf_export_t *shared, devbuf_event_t **out_event) {
   if (!shared || !out_event)
     return devbuf__null_argument("", "export, out_event", (const void *[]){shared, out_event});
-  *out_event = NULL;
   if (shared->header.kind != DEVBUF_EXPORT_EVENT)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "the export is a buffer, not an event");
   devbuf_status status = devbuf__export_claim(shared, "devbuf_event_import");
@@ -546,7 +545,6 @@ static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share
 devbuf_status devbuf_event_export(devbuf_event_t *event, devbuf_export_t **out_export) {
   if (!event || !out_export)
     return devbuf__null_argument("", "event, out_export", (const void *[]){event, out_export});
-  *out_export = NULL;
   if (devbuf__event_is_imported(event))
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "the event is imported: export it from the process that signals it");

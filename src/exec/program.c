@@ -6,7 +6,6 @@ devbuf_status devbuf_program_build(devbuf_device_t *device, const char *source, 
   if (!device || !source || !out_program)
     return devbuf__null_argument("program_build", "device, source, out_program",
                                  (const void *[]){device, source, out_program});
-  *out_program = NULL;
   if (!device->backend->program_build)
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "%s runs no device programs; its kernels are C functions "

@@ -110,7 +110,6 @@ devbuf_status devbuf_buffer_to_dlpack_versioned(devbuf_buffer_t *buffer, uint32_
                                                 struct DLManagedTensorVersioned **out_tensor) {
   if (!out_tensor)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
-  *out_tensor = NULL;
   export_record *record;
   bool read_only = false;
   devbuf_status status = export_new(buffer, flags, true, &record, &read_only);
@@ -128,7 +127,6 @@ devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags,
                                       struct DLManagedTensor **out_tensor) {
   if (!out_tensor)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: out_tensor is NULL");
-  *out_tensor = NULL;
   export_record *record;
   bool read_only = false;
   devbuf_status status = export_new(buffer, flags, false, &record, &read_only);
@@ -202,7 +200,6 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only,
                                    devbuf_buffer_t **out_buffer) {
   if (!out_buffer)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: out_buffer is NULL");
-  *out_buffer = NULL;
   if (tensor->ndim < 0 || tensor->ndim > DEVBUF_MAX_NDIM)
     return devbuf__error(DEVBUF_UNSUPPORTED, "dlpack import: ndim %d outside 0..%d",
                          (int)tensor->ndim, DEVBUF_MAX_NDIM);
@@ -283,7 +280,6 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only,
 
 devbuf_status devbuf_buffer_from_dlpack_versioned(struct DLManagedTensorVersioned *tensor,
                                                   devbuf_buffer_t **out_buffer) {
-  if (out_buffer) *out_buffer = NULL;
   if (!tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: tensor is NULL");
   if (tensor->version.major != DEVBUF_DLPACK_MAJOR)
     return devbuf__error(
@@ -298,7 +294,6 @@ devbuf_status devbuf_buffer_from_dlpack_versioned(struct DLManagedTensorVersione
 
 devbuf_status devbuf_buffer_from_dlpack(struct DLManagedTensor *tensor,
                                         devbuf_buffer_t **out_buffer) {
-  if (out_buffer) *out_buffer = NULL;
   if (!tensor) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack import: tensor is NULL");
   return import_tensor(&tensor->dl_tensor, false, &import_legacy, tensor, out_buffer);
 }

@@ -385,7 +385,6 @@ static devbuf_status validate(devbuf_tensor_file_t *file) {
 devbuf_status devbuf__safetensors_parse_header(const char *header, uint64_t header_size,
                                                uint64_t data_size,
                                                devbuf_tensor_file_t **out_file) {
-  *out_file = NULL;
   parser p = {.json = {.text = header, .size = (size_t)header_size, .what = "safetensors header"}};
   p.file = devbuf__calloc(1, sizeof *p.file);
   if (!p.file) return no_memory();
@@ -406,7 +405,6 @@ devbuf_status devbuf_safetensors_parse(const void *data, size_t size,
   if (!out_file || (!data && size))
     return devbuf__null_argument("safetensors_parse", "data, out_file",
                                  (const void *[]){data, out_file});
-  *out_file = NULL;
   if (size < 8)
     return devbuf__error(
         DEVBUF_FORMAT_ERROR,

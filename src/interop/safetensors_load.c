@@ -58,7 +58,6 @@ devbuf_status devbuf_safetensors_inspect(const char *path, devbuf_tensor_file_t 
   if (!path || !out_file)
     return devbuf__null_argument("safetensors_inspect", "path, out_file",
                                  (const void *[]){path, out_file});
-  *out_file = NULL;
   int fd = -1;
   uint64_t file_size = 0;
   devbuf_status status = devbuf__open_regular_file(path, &fd, &file_size);
@@ -257,7 +256,6 @@ devbuf_status devbuf_safetensors_load(devbuf_device_t *device, const char *path,
   if (!device || !path || !out_file)
     return devbuf__null_argument("safetensors_load", "device, path, out_file",
                                  (const void *[]){device, path, out_file});
-  *out_file = NULL;
   devbuf_load_options_t none = {0};
   if (!options) options = &none;
   const uint32_t known = DEVBUF_LOAD_COPY | DEVBUF_LOAD_ONE_ALLOCATION;

@@ -398,7 +398,6 @@ devbuf_status devbuf_allocator_snapshot(devbuf_allocator_t *allocator,
   if (!allocator || !out_snapshot)
     return devbuf__null_argument("", "allocator, out_snapshot",
                                  (const void *[]){allocator, out_snapshot});
-  *out_snapshot = NULL;
   if (!allocator->ops->snapshot)
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "a %s allocator keeps no segments to picture: only caching ones (and "
