@@ -929,6 +929,26 @@ static void test_bounded_queue(void) {
   CHECK_OK(devbuf_queue_finish(queue));
   CHECK(read_float(buffer, 0) == 8.0f);
 
+  // A submitter waiting for room goes on once the depth is raised, and is refused once the
+  // queue is set to refuse, while nothing retires.
+  for (int refuse = 0; refuse < 2; refuse++) {
+    CHECK_OK(devbuf_queue_set_depth(queue, 4, 0));
+    CHECK_OK(devbuf_queue_wait(queue, gate, 3 + (uint64_t)refuse));
+    for (int i = 0; i < 3; i++) CHECK_OK(submit_axpb(queue, buffer, NULL, 0, 7));
+    held_submission waiting = {queue, buffer, 0};
+    CHECK(pthread_create(&thread, NULL, submit_one, &waiting) == 0);
+    CHECK_STATUS(devbuf_event_wait(gate, 3 + (uint64_t)refuse, 30 * 1000 * 1000), DEVBUF_TIMEOUT);
+    CHECK_EQ_U(atomic_load(&waiting.state), 0);
+    CHECK_OK(
+        devbuf_queue_set_depth(queue, refuse ? 4 : 100, refuse ? DEVBUF_QUEUE_FULL_REFUSES : 0));
+    for (int ms = 0; ms < 5000 && atomic_load(&waiting.state) == 0; ms++) // the gate stays shut
+      devbuf_event_wait(gate, 3 + (uint64_t)refuse, 1000 * 1000);
+    CHECK_EQ_U(atomic_load(&waiting.state), (refuse ? 2 : 1));
+    CHECK_OK(devbuf_event_signal(gate, 3 + (uint64_t)refuse));
+    pthread_join(thread, NULL);
+    CHECK_OK(devbuf_queue_finish(queue));
+  }
+
   // The queue's own host task submitting to it when it is full: refused.
   CHECK_OK(devbuf_queue_set_depth(queue, 1, 0));
   atomic_store(&kernel_runs, 0);

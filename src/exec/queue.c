@@ -810,34 +810,49 @@ static uint64_t held_items(devbuf_queue_t *queue) {
 
 #define ROOM_SPINS 4000 // checks before a submission to a full queue sleeps
 
-static void wait_for_room(devbuf_queue_t *queue, uint64_t depth) {
+static devbuf_status full_refusal(devbuf_queue_t *queue, uint64_t held, uint64_t depth) {
+  return devbuf__error(DEVBUF_TIMEOUT,
+                       "submit: the queue on %s is full (%llu items submitted and not retired, "
+                       "its depth %llu) and set to refuse rather than wait",
+                       queue->device->spec, (unsigned long long)held, (unsigned long long)depth);
+}
+
+// Waits for room under the depth as it is each time it looks: devbuf_queue_set_depth may
+// raise or remove it, or make the queue refuse, while a submitter waits (and wakes it).
+static devbuf_status wait_for_room(devbuf_queue_t *queue) {
   for (int spin = 0; spin < ROOM_SPINS; spin++) {
-    if (held_items(queue) < depth) return;
+    uint64_t depth = atomic_load_explicit(&queue->depth, memory_order_relaxed);
+    if (!depth || held_items(queue) < depth) return DEVBUF_OK;
     devbuf__cpu_pause();
   }
   // The worker broadcasts `drained` for every group it retires while someone waits.
+  devbuf_status status = DEVBUF_OK;
   pthread_mutex_lock(&queue->lock);
   atomic_fetch_add(&queue->drain_waiters, 1);
-  while (held_items(queue) >= depth && !atomic_load(&queue->failed))
+  for (;;) {
+    uint64_t depth = atomic_load(&queue->depth), held = 0;
+    if (!depth || (held = held_items(queue)) < depth || atomic_load(&queue->failed)) break;
+    if (atomic_load(&queue->full_refuses)) {
+      status = full_refusal(queue, held, depth);
+      break;
+    }
     pthread_cond_wait(&queue->drained, &queue->lock);
+  }
   atomic_fetch_sub(&queue->drain_waiters, 1);
   pthread_mutex_unlock(&queue->lock);
+  return status;
 }
 
 devbuf_status devbuf__queue_wait_room(devbuf_queue_t *queue) {
   uint64_t depth = atomic_load_explicit(&queue->depth, memory_order_relaxed), held;
   if (!depth || (held = held_items(queue)) < depth) return DEVBUF_OK;
-  if (atomic_load(&queue->full_refuses))
-    return devbuf__error(DEVBUF_TIMEOUT,
-                         "submit: the queue on %s is full (%llu items submitted and not retired, "
-                         "its depth %llu) and set to refuse rather than wait",
-                         queue->device->spec, (unsigned long long)held, (unsigned long long)depth);
+  if (atomic_load(&queue->full_refuses)) return full_refusal(queue, held, depth);
   if (DEVBUF_UNLIKELY(devbuf__worker_queue == queue))
     return devbuf__refuse_self_wait("a submission to its own full queue");
   devbuf__wait_begins();
-  wait_for_room(queue, depth);
+  devbuf_status status = wait_for_room(queue);
   devbuf__wait_ends();
-  return DEVBUF_OK; // a failure found meanwhile is the submission's to report
+  return status; // OK with a failure found meanwhile: the submission's to report
 }
 
 devbuf_status devbuf_queue_set_depth(devbuf_queue_t *queue, uint64_t max_items, uint32_t flags) {
