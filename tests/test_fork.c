@@ -1,6 +1,7 @@
 // A child forked while the parent's threads submit work, allocate and release: whatever
 // lock those threads held at the fork, the child makes events of its own and uses the CPU
-// device (docs/processes.md), and never hangs. The parent's queues refuse the child.
+// device (docs/processes.md), and never hangs. The parent's queues refuse the child, and the
+// parent's queued work on a buffer does not hold up the child's reads of it.
 #include "check.h"
 
 #include <pthread.h>
@@ -141,6 +142,52 @@ static void test_fork_while_submitting(void) {
   devbuf_device_release(cpu);
 }
 
+// The child of a parent whose queue still holds a write of a buffer: that work never runs in
+// the child (it counts as done there), so the child's reads of its copy of the bytes answer
+// at once instead of waiting for good.
+static int child_reads(devbuf_buffer_t *buffer) {
+  uint32_t words[WORDS];
+  const void *data = NULL;
+  if (devbuf_buffer_copyout(buffer, words, sizeof words) != DEVBUF_OK) return 1;
+  if (words[0] != 7) return 2; // the bytes as they were at the fork
+  if (devbuf_buffer_wait(buffer) != DEVBUF_OK) return 3;
+  if (devbuf_buffer_in_use(buffer)) return 4;
+  if (devbuf_buffer_contents(buffer, &data, NULL) != DEVBUF_OK) return 5;
+  devbuf_buffer_end_access(buffer, data);
+  return 0;
+}
+
+static void test_parent_work_in_flight(void) {
+  CHECK_OK(devbuf_device_open("cpu", &cpu));
+  CHECK_OK(devbuf_queue_create(cpu, &parent_queue));
+  size_t shape[] = {WORDS};
+  devbuf_buffer_t *buffer = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_buffer_new(devbuf_device_allocator(cpu), DEVBUF_UINT32, shape, 1, 0, &buffer));
+  uint32_t seven[WORDS];
+  for (size_t i = 0; i < WORDS; i++) seven[i] = 7;
+  CHECK_OK(devbuf_buffer_copyin(buffer, seven, sizeof seven));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(parent_queue, gate, 1));
+  devbuf_use_t use = {buffer, DEVBUF_ACCESS_WRITE};
+  uint32_t value = 9;
+  CHECK_OK(devbuf_queue_submit(parent_queue, set_value, &use, 1, &value, sizeof value));
+  pid_t child = fork();
+  if (child == 0) _exit(child_reads(buffer));
+  CHECK(child > 0);
+  CHECK_EQ_U(wait_child(child), 0);
+  CHECK(devbuf_buffer_in_use(buffer)); // the parent's work is its own to wait for
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(parent_queue));
+  uint32_t words[WORDS];
+  CHECK_OK(devbuf_buffer_copyout(buffer, words, sizeof words));
+  CHECK_EQ_U(words[WORDS - 1], 9);
+  devbuf_event_release(gate);
+  devbuf_buffer_release(buffer);
+  devbuf_queue_release(parent_queue);
+  devbuf_device_release(cpu);
+}
+
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SANITIZED_ALLOCATOR 1
 #elif defined(__has_feature)
@@ -157,5 +204,6 @@ int main(void) {
   return SKIP_EXIT_CODE;
 #endif
   RUN(test_fork_while_submitting);
+  RUN(test_parent_work_in_flight);
   return CHECK_EXIT();
 }

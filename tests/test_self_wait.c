@@ -1,7 +1,8 @@
 // Work that waits for itself: a CPU kernel or a host task that calls queue_finish or
 // queue_cancel on its own queue, device_synchronize on its device, or waits for a buffer
 // that it (or later work of its queue) uses. Each is refused with INVALID_ARGUMENT and a
-// message that says why; none hangs (an alarm turns a hang into a failure).
+// message that says why; none hangs (an alarm turns a hang into a failure). Bytes that
+// earlier work of the queue wrote are not refused.
 #include "check.h"
 
 #include <pthread.h>
@@ -152,6 +153,53 @@ static void test_run_by_finish(void) {
   CHECK_OK(devbuf_buffer_wait(used));
 }
 
+static devbuf_status write_words(const devbuf_kernel_args_t *args) {
+  uint32_t value;
+  memcpy(&value, args->scalars, sizeof value);
+  uint32_t *words = args->data[0];
+  for (size_t i = 0; i < args->sizes[0] / sizeof *words; i++) words[i] = value;
+  return DEVBUF_OK;
+}
+
+static uint32_t read_inside[3];
+static devbuf_status read_earlier_writes(const devbuf_kernel_args_t *args) {
+  (void)args;
+  uint32_t words[16];
+  const void *data = NULL;
+  seen[0] = devbuf_buffer_copyout(used, words, sizeof words);
+  read_inside[0] = words[15];
+  seen[1] = devbuf_buffer_wait(used);
+  seen[2] = devbuf_buffer_contents(used, &data, NULL);
+  read_inside[1] = data ? ((const uint32_t *)data)[3] : 0;
+  if (data) devbuf_buffer_end_access(used, data);
+  read_inside[2] = 1;
+  return DEVBUF_OK;
+}
+
+// An item of the queue that reads bytes an earlier item wrote: that item has run, so the
+// reads answer at once, whether the worker retired it yet or still holds it in its batch
+// (it runs the items it takes together, and retires them together).
+static void test_earlier_items_are_done(void) {
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_event_create(0, &gate));
+  for (uint32_t round = 1; round <= 20; round++) {
+    CHECK_OK(devbuf_queue_wait(queue, gate, round)); // both come in one batch
+    devbuf_use_t write = {used, DEVBUF_ACCESS_WRITE};
+    CHECK_OK(devbuf_queue_submit(queue, write_words, &write, 1, &round, sizeof round));
+    memset(read_inside, 0, sizeof read_inside);
+    CHECK_OK(devbuf_queue_submit(queue, read_earlier_writes, NULL, 0, NULL, 0));
+    CHECK_OK(devbuf_event_signal(gate, round));
+    CHECK_OK(devbuf_queue_finish(queue));
+    CHECK(read_inside[2] == 1);
+    CHECK_EQ_U(seen[0], DEVBUF_OK);
+    CHECK_EQ_U(seen[1], DEVBUF_OK);
+    CHECK_EQ_U(seen[2], DEVBUF_OK);
+    CHECK_EQ_U(read_inside[0], round);
+    CHECK_EQ_U(read_inside[1], round);
+  }
+  devbuf_event_release(gate);
+}
+
 // The same calls from the host, once the work is done, answer OK: the refusal is only
 // for the worker's own thread.
 static void test_from_host_thread(void) {
@@ -167,6 +215,7 @@ int main(void) {
   RUN(test_from_cpu_kernel);
   RUN(test_from_host_task);
   RUN(test_run_by_finish);
+  RUN(test_earlier_items_are_done);
   RUN(test_from_host_thread);
   teardown();
   return CHECK_EXIT();

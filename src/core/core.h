@@ -279,6 +279,10 @@ devbuf_status devbuf__storage_track_use(devbuf__storage *storage, struct devbuf_
 // end: such waits are refused instead.
 extern _Thread_local devbuf_queue_t *devbuf__worker_queue;
 extern _Thread_local devbuf_device_t *devbuf__worker_device;
+// Set by the exec layer while a worker runs an item: retires the items it ran before this one
+// and has not retired yet (a worker retires in groups), whose records a host wait the item
+// makes would otherwise take for the queue's own pending work; false when there were none.
+extern _Thread_local bool (*devbuf__worker_settle)(void);
 // INVALID_ARGUMENT naming `what`, for a wait that work running on this thread's queue
 // would have to end.
 devbuf_status devbuf__refuse_self_wait(const char *what);

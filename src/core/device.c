@@ -8,6 +8,7 @@
 #include <string.h>
 
 _Thread_local devbuf_queue_t *devbuf__worker_queue;
+_Thread_local bool (*devbuf__worker_settle)(void);
 _Thread_local devbuf_device_t *devbuf__worker_device;
 
 devbuf_status devbuf__refuse_self_wait(const char *what) {

@@ -38,11 +38,22 @@ static const devbuf__record *newest_overlap(const devbuf__record_list *list, siz
   return NULL;
 }
 
+// Whether a record of `list` that overlaps the range belongs to work that may still run here.
+// Host accesses ask this: in a forked child the parent's records never retire, and its
+// work counts as done (devbuf__fence_done), so they must not wait for it.
+static bool pending_overlap(const devbuf__record_list *list, size_t offset, size_t size) {
+  if (!list->count || list->high <= offset || offset + size <= list->low) return false;
+  for (const devbuf__record *record = list->newest; record; record = record->older)
+    if (overlaps(record, offset, size) && !devbuf__fence_done(devbuf__record_fence(record)))
+      return true;
+  return false;
+}
+
 bool devbuf__hazard_conflicts(const devbuf__hazard *hazard, size_t offset, size_t size,
                               bool write) {
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
-    if (newest_overlap(&segment->writes, offset, size) ||
-        (write && newest_overlap(&segment->reads, offset, size)))
+    if (pending_overlap(&segment->writes, offset, size) ||
+        (write && pending_overlap(&segment->reads, offset, size)))
       return true;
   return false;
 }
@@ -50,16 +61,16 @@ bool devbuf__hazard_conflicts(const devbuf__hazard *hazard, size_t offset, size_
 bool devbuf__hazard_queue_conflicts(const devbuf__hazard *hazard, const devbuf_queue_t *queue,
                                     size_t offset, size_t size, bool write) {
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
-    if (segment->queue == queue && (newest_overlap(&segment->writes, offset, size) ||
-                                    (write && newest_overlap(&segment->reads, offset, size))))
+    if (segment->queue == queue && (pending_overlap(&segment->writes, offset, size) ||
+                                    (write && pending_overlap(&segment->reads, offset, size))))
       return true;
   return false;
 }
 
 bool devbuf__hazard_overlaps(const devbuf__hazard *hazard, size_t offset, size_t size) {
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
-    if (newest_overlap(&segment->writes, offset, size) ||
-        newest_overlap(&segment->reads, offset, size))
+    if (pending_overlap(&segment->writes, offset, size) ||
+        pending_overlap(&segment->reads, offset, size))
       return true;
   return false;
 }

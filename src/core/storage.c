@@ -292,6 +292,11 @@ static bool waits_for_this_worker(devbuf__storage *storage, const devbuf__hazard
   return false;
 }
 
+// On a worker thread: retires what the worker ran before the item it runs now (no lock held).
+static bool settle_worker(void) {
+  return DEVBUF_UNLIKELY(devbuf__worker_settle != NULL) && devbuf__worker_settle();
+}
+
 devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__byte_range *ranges,
                                         size_t count, devbuf__own_work own, const char *what,
                                         devbuf__hazard **out_hazard) {
@@ -306,6 +311,7 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
         own == DEVBUF__OWN_IGNORE ? NULL : conflicting_range(hazard, ranges, count);
     if (range && own == DEVBUF__OWN_REFUSE) {
       devbuf__storage_unlock(storage, hazard);
+      if (settle_worker()) continue; // it may have been work this worker ran already
       return devbuf__error(DEVBUF_IN_USE,
                            "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
                            range->offset, range->offset + range->size,
@@ -314,6 +320,7 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
     if (DEVBUF_UNLIKELY(devbuf__worker_queue) &&
         waits_for_this_worker(storage, hazard, ranges, count, own == DEVBUF__OWN_WAIT)) {
       devbuf__storage_unlock(storage, hazard);
+      if (settle_worker()) continue;
       return devbuf__refuse_self_wait(what);
     }
     devbuf__fence *earlier = first_unfinished_inherited(storage);
@@ -350,10 +357,11 @@ devbuf_status devbuf__storage_wait_unused(devbuf__storage *storage, size_t offse
   if (!hazard || size == 0) return DEVBUF_OK;
   devbuf__spin_lock(&hazard->lock);
   devbuf__byte_range range = {offset, size, true};
-  if (DEVBUF_UNLIKELY(devbuf__worker_queue) &&
-      waits_for_this_worker(storage, hazard, &range, 1, true)) {
+  while (DEVBUF_UNLIKELY(devbuf__worker_queue) &&
+         waits_for_this_worker(storage, hazard, &range, 1, true)) {
     devbuf__spin_unlock(&hazard->lock);
-    return devbuf__refuse_self_wait("buffer_wait");
+    if (!settle_worker()) return devbuf__refuse_self_wait("buffer_wait");
+    devbuf__spin_lock(&hazard->lock);
   }
   for (devbuf__fence *earlier; (earlier = first_unfinished_inherited(storage));) {
     devbuf__fence_retain(earlier);

@@ -405,15 +405,38 @@ static inline void prefetch_item(const devbuf__work *work) {
 // Runs a batch in order. Finished items are retired together, and always before anything
 // that may block or be observed from outside (an event operation, a wait for another
 // queue), so that nobody waits for an item that has finished but is not retired.
-static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count) {
-  devbuf__queue_validate_taken(queue, batch, count);
-  size_t retired = 0;
+// The batch a worker runs: items before `retired` are retired, those from there to `running`
+// have run (a worker retires in groups).
+typedef struct ran_items {
+  devbuf_queue_t *queue;
+  devbuf__work **batch;
+  size_t retired, running;
+} ran_items;
+
+static _Thread_local ran_items *running_batch;
+
+// devbuf__worker_settle: a host wait made by a kernel retires what ran before it, so that
+// bytes an earlier item of its own queue wrote are not taken for the queue's pending work.
+// Only items that run on this thread (CPU work) have completed when they return; every
+// other kind of item retires what came before it before it runs, so nothing is left here.
+static bool settle_ran_items(void) {
+  ran_items *ran = running_batch;
+  if (!ran || ran->running == ran->retired) return false;
+  retire(ran->queue, ran->batch + ran->retired, ran->running - ran->retired);
+  ran->retired = ran->running;
+  return true;
+}
+
+static void run_items(ran_items *ran, size_t count) {
+  devbuf_queue_t *queue = ran->queue;
+  devbuf__work **batch = ran->batch;
   for (size_t i = 0; i < count; i++) {
     devbuf__work *work = batch[i];
     if (i + PREFETCH_AHEAD < count) prefetch_item(batch[i + PREFETCH_AHEAD]);
     bool failed = atomic_load(&queue->failed); // found on the device while retiring earlier items
     if (failed || atomic_load(&queue->cancel_requested)) {
-      retire_stopped(queue, batch, retired, i, count, failed ? queue->failure : DEVBUF_CANCELLED);
+      retire_stopped(queue, batch, ran->retired, i, count,
+                     failed ? queue->failure : DEVBUF_CANCELLED);
       return;
     }
     // Host work may block (an MPI call) and, on a device whose work runs on after it is
@@ -422,13 +445,14 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
     bool visible = work->kind == DEVBUF__WORK_SIGNAL || work->kind == DEVBUF__WORK_WAIT ||
                    work->kind == DEVBUF__WORK_HOST || !deps_done(work);
     if (visible) {
-      retire(queue, batch + retired, i - retired);
-      retired = i;
+      retire(queue, batch + ran->retired, i - ran->retired);
+      ran->retired = i;
       if (atomic_load(&queue->failed)) { // the device reported a failure of what ran before
         retire_stopped(queue, batch, i, i, count, queue->failure);
         return;
       }
     }
+    ran->running = i;
     work->status = run_cancellable(queue, work);
     if (work->status == DEVBUF_CANCELLED && atomic_load(&work->cancel))
       continue; // cancel: not a failure
@@ -436,12 +460,23 @@ static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count)
       char message[512];
       snprintf(message, sizeof message, "%s", devbuf_last_error());
       devbuf__work *pending = fail_queue(queue, work->status, message);
-      retire_stopped(queue, batch, retired, i + 1, count, queue->failure);
+      retire_stopped(queue, batch, ran->retired, i + 1, count, queue->failure);
       retire_unrun(queue, pending, queue->failure);
       return;
     }
   }
-  retire(queue, batch + retired, count - retired);
+  retire(queue, batch + ran->retired, count - ran->retired);
+}
+
+static void run_batch(devbuf_queue_t *queue, devbuf__work **batch, size_t count) {
+  devbuf__queue_validate_taken(queue, batch, count);
+  ran_items ran = {queue, batch, 0, 0}, *outer = running_batch; // finish may run a queue here
+  bool (*outer_settle)(void) = devbuf__worker_settle;
+  running_batch = &ran;
+  devbuf__worker_settle = settle_ran_items;
+  run_items(&ran, count);
+  running_batch = outer;
+  devbuf__worker_settle = outer_settle;
 }
 
 // Takes up to BATCH submitted items, oldest first, into `batch`; their count.
