@@ -863,8 +863,13 @@ typedef struct devbuf_arg {
 } devbuf_arg_t;
 // Launches kernel `name` of `program`: its arguments are the uses' buffers (each view as
 // a buffer of its own bytes; a view's offset must be a multiple of the device's alignment,
-// INVALID_ARGUMENT otherwise), then the scalars, in order. Ordered like every submission;
-// a launch the driver refuses fails the queue as a failing kernel does.
+// INVALID_ARGUMENT otherwise), then the scalars, in order. Refused at submission: a grid
+// whose work items overflow a size_t (OVERFLOW), local sizes given for some dimensions only
+// or not dividing their global sizes, a grid the driver cannot run (CUDA's block and grid
+// limits; more than 2^32 - 1 OpenCL work-groups), and arguments the kernel does not take:
+// another count, or (OpenCL) a buffer where it declares a value or the reverse, each named
+// (INVALID_ARGUMENT). Ordered like every submission; a launch the driver refuses later (a
+// scalar of the wrong size) fails the queue as a failing kernel does.
 DEVBUF_API devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program,
                                              const char *name, const devbuf_launch_t *launch,
                                              const devbuf_use_t *uses, size_t use_count,

@@ -128,18 +128,48 @@ static void test_programs_and_kernels(void) {
   CHECK_MESSAGE("arguments, more than");
   devbuf_buffer_release(odd);
 
-  // A launch without all its arguments (its kernel object served earlier launches, whose
-  // values it still holds) fails the queue with its cause; what was queued behind it never
-  // runs, and its events fail too.
+  // Arguments that are not what the kernel declares are refused before the driver sees them:
+  // too few (its kernel object served earlier launches, whose values it still holds), a
+  // scalar where it takes a buffer (PoCL would take its bytes for a cl_mem and crash), a
+  // buffer where it takes a number.
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("kernel 'scale' takes 3 arguments; the launch gives 2");
+  uint64_t garbage = 0x4141414141414141u;
+  devbuf_arg_t as_scalars[2] = {{&garbage, 8}, {&factor, sizeof factor}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &launch, uses, 1, as_scalars, 2),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("argument 1 of kernel 'scale' is a buffer");
+  devbuf_use_t three[3] = {uses[0], uses[1], {in, DEVBUF_ACCESS_READ}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &launch, three, 3, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("argument 2 of kernel 'scale' is a scalar; the launch gives a buffer");
+  // Grids a driver cannot count: more work items than a size_t holds, more work-groups than
+  // PoCL counts (it aborted), local sizes given for some dimensions only.
+  devbuf_launch_t vast = {3, {(size_t)1 << 32, (size_t)1 << 32, 1 << 8}, {0, 0, 0}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &vast, uses, 1, NULL, 0),
+               DEVBUF_OVERFLOW);
+  devbuf_launch_t many = {2, {(size_t)1 << 32, (size_t)1 << 20, 1}, {16, 1, 0}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &many, uses, 1, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("work-groups");
+  devbuf_launch_t partial = {2, {64, 64, 1}, {0, 16, 0}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &partial, uses, 1, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("local sizes all 0");
+
+  // A launch the driver refuses (a scalar of the wrong size) fails the queue with its cause;
+  // what was queued behind it never runs, and its events fail too.
   devbuf_event_t *go, *after;
   CHECK_OK(devbuf_event_create(0, &go));
   CHECK_OK(devbuf_event_create(0, &after));
   CHECK_OK(devbuf_queue_wait(queue, go, 1)); // hold the launch back until all is queued
-  CHECK_OK(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, NULL, 0));
+  devbuf_arg_t short_factor = {&factor, 2};
+  CHECK_OK(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, &short_factor, 1));
   CHECK_OK(devbuf_queue_signal(queue, after, 1));
   CHECK_OK(devbuf_event_signal(go, 1));
   CHECK_STATUS(devbuf_event_wait(after, 1, 60000000000ull), DEVBUF_DEVICE_FAILURE);
-  CHECK_MESSAGE("kernel 'scale' takes 3 arguments; the launch gives 2"); // never stale ones
+  CHECK_MESSAGE("kernel 'scale' argument 2 (scalar 0, 2 bytes)");
   CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_DEVICE_FAILURE);
   CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &launch, uses, 2, args, 1),
                DEVBUF_DEVICE_FAILURE);
@@ -257,6 +287,86 @@ static void test_safetensors_onto_the_device(void) {
   devbuf_tensor_file_release(file);
 }
 
+static int deleted_tensors;
+static void count_deletion(DLManagedTensorVersioned *self) {
+  (void)self;
+  deleted_tensors++;
+}
+
+// A DLPack tensor of `count` int32 over a cl_mem the caller made.
+static DLManagedTensorVersioned cl_mem_tensor(void *mem, int64_t *count) {
+  DLManagedTensorVersioned tensor = {.version = {1, 0}, .deleter = count_deletion};
+  tensor.dl_tensor = (DLTensor){.data = mem,
+                                .device = {DEVBUF_DL_OPENCL, 0},
+                                .ndim = 1,
+                                .dtype = {DEVBUF_DL_INT, 32, 1},
+                                .shape = count};
+  return tensor;
+}
+
+// A cl_mem handed over through DLPack is checked before anything uses it: smaller than the
+// tensor, or of another context, it is refused (a kernel wrote past it and crashed PoCL); a
+// sub-buffer is used through its parent, so that views of it reach kernels too.
+static void test_foreign_cl_mem(void) {
+  devbuf_opencl_handles_t handles;
+  CHECK_OK(devbuf_opencl_device_handles(device, &handles));
+  void *(*create_buffer)(void *, uint64_t, size_t, void *, int32_t *);
+  void *(*create_sub_buffer)(void *, uint64_t, uint32_t, const void *, int32_t *);
+  void *(*create_context)(const intptr_t *, uint32_t, void *const *, void *, void *, int32_t *);
+  int32_t (*release_mem)(void *), (*release_context)(void *);
+  *(void **)&create_buffer = devbuf_opencl_entry_point("clCreateBuffer");
+  *(void **)&create_sub_buffer = devbuf_opencl_entry_point("clCreateSubBuffer");
+  *(void **)&create_context = devbuf_opencl_entry_point("clCreateContext");
+  *(void **)&release_mem = devbuf_opencl_entry_point("clReleaseMemObject");
+  *(void **)&release_context = devbuf_opencl_entry_point("clReleaseContext");
+  if (!create_buffer || !create_sub_buffer || !create_context || !release_mem || !release_context)
+    return;
+  int32_t code = 0;
+  void *small = create_buffer(handles.context, 1 /* READ_WRITE */, 64, NULL, &code);
+  void *other_context = create_context(NULL, 1, &handles.device, NULL, NULL, &code);
+  void *elsewhere = other_context ? create_buffer(other_context, 1, 4096, NULL, &code) : NULL;
+  void *parent = create_buffer(handles.context, 1, 8192, NULL, &code);
+  size_t region[2] = {4096, 4096};
+  void *sub = parent ? create_sub_buffer(parent, 0, 0x1220 /* REGION */, region, &code) : NULL;
+  CHECK(small && elsewhere && parent && sub);
+  if (!small || !elsewhere || !parent || !sub) return;
+  int64_t count = 1024;
+  devbuf_buffer_t *imported = NULL;
+  DLManagedTensorVersioned too_big = cl_mem_tensor(small, &count);
+  CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&too_big, &imported), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("holds 64 bytes; the tensor needs 4096");
+  DLManagedTensorVersioned foreign = cl_mem_tensor(elsewhere, &count);
+  CHECK_STATUS(devbuf_buffer_from_dlpack_versioned(&foreign, &imported), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("another OpenCL context");
+  CHECK_EQ_U(deleted_tensors, 0); // refused tensors stay the caller's
+
+  DLManagedTensorVersioned part = cl_mem_tensor(sub, &count);
+  CHECK_OK(devbuf_buffer_from_dlpack_versioned(&part, &imported));
+  int32_t zeros[1024] = {0}, back[1024];
+  CHECK_OK(devbuf_buffer_copyin(imported, zeros, sizeof zeros));
+  devbuf_buffer_t *view = NULL;
+  CHECK_OK(devbuf_buffer_view(imported, 512, 1024, &view));
+  devbuf_program_t *program = NULL;
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_program_build(device, source, NULL, &program));
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_use_t use = {view, DEVBUF_ACCESS_READ_WRITE};
+  devbuf_launch_t launch = {1, {256, 1, 1}, {0, 0, 0}};
+  CHECK_OK(devbuf_queue_launch(queue, program, "add_one", &launch, &use, 1, NULL, 0));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_OK(devbuf_buffer_copyout(imported, back, sizeof back));
+  size_t wrong = 0;
+  for (int i = 0; i < 1024; i++) wrong += back[i] != (i >= 128 && i < 384);
+  CHECK_EQ_U(wrong, 0);
+  devbuf_queue_release(queue);
+  devbuf_program_release(program);
+  devbuf_buffer_release(view);
+  devbuf_buffer_release(imported);
+  CHECK_EQ_U(deleted_tensors, 1);
+  release_mem(sub), release_mem(parent), release_mem(small), release_mem(elsewhere);
+  release_context(other_context);
+}
+
 // The handles of devbuf_opencl.h are the driver's own: OpenCL answers about them, and a
 // command the caller enqueues on a queue's cl_command_queue once the queue has finished
 // sees what its work wrote.
@@ -348,6 +458,7 @@ int main(int argc, char **argv) {
   RUN(test_dlpack_of_device_memory);
   RUN(test_safetensors_onto_the_device);
   RUN(test_native_handles);
+  RUN(test_foreign_cl_mem);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }

@@ -82,6 +82,12 @@ typedef struct devbuf__backend {
   devbuf_status (*raw_export)(devbuf_device_t *device, const devbuf_memory_t *memory, int *out_fd);
   devbuf_status (*raw_import)(devbuf_device_t *device, int fd, size_t size, devbuf_memory_t *out);
   void (*raw_unimport)(devbuf_device_t *device, const devbuf_memory_t *memory);
+  // (optional) Checks a device handle a caller hands over (a DLPack tensor's data) before any
+  // operation uses it: that it is memory of this device's context with at least `bytes`
+  // bytes. Sets out->device and out->offset (a sub-buffer: its parent and its place there,
+  // so that views of it can be sub-buffers too). Without it the handle is taken as given.
+  devbuf_status (*import_handle)(devbuf_device_t *device, uint64_t handle, size_t bytes,
+                                 devbuf_memory_t *out);
   // Copies between host memory and device memory, and within the device. `offset` is
   // in bytes from the start of the memory. Ranges of one memory may overlap (memmove).
   devbuf_status (*write)(devbuf_device_t *device, const devbuf_memory_t *dst, size_t offset,
@@ -123,12 +129,16 @@ typedef struct devbuf__backend {
                                 void **out_event);
   void (*gate_open)(devbuf_device_t *device, void *queue, void *gate);
   void (*gate_release)(devbuf_device_t *device, void *queue, void *gate);
-  // Programs (optional): build (cached by source and options), release, and whether a
-  // kernel of that name exists.
+  // Programs (optional): build (cached by source and options), release, and the check of a
+  // launch at submission: the kernel exists, the grid is one the driver runs, and, as far as
+  // the driver tells, the kernel takes `buffers` buffers then `scalars` scalars (NOT_FOUND,
+  // INVALID_ARGUMENT naming the argument): what a driver would crash on never reaches it.
   devbuf_status (*program_build)(devbuf_device_t *device, const char *source, const char *options,
                                  void **out_program);
   void (*program_release)(devbuf_device_t *device, void *program);
-  devbuf_status (*program_has_kernel)(devbuf_device_t *device, void *program, const char *name);
+  devbuf_status (*program_check_launch)(devbuf_device_t *device, void *program, const char *name,
+                                        const devbuf_launch_t *launch, size_t buffers,
+                                        size_t scalars);
 } devbuf__backend;
 
 extern const devbuf__backend devbuf__backend_cpu;

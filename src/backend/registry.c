@@ -97,12 +97,12 @@ bool devbuf__backend_table_check(const char *name, const devbuf__backend *b, cha
   static const char *const share_names[] = {"raw_export", "raw_import", "raw_unimport"};
   static const char *const gate_names[] = {"gate_enqueue", "gate_open", "gate_release"};
   static const char *const program_names[] = {"program_build", "program_release",
-                                              "program_has_kernel"};
+                                              "program_check_launch"};
   static const char *const queue_names[] = {"queue_create", "queue_destroy", "event_release"};
   const void *const reserve[] = {AS(raw_reserve), AS(raw_map), AS(raw_unmap), AS(raw_unreserve)};
   const void *const share[] = {AS(raw_export), AS(raw_import), AS(raw_unimport)};
   const void *const gate[] = {AS(gate_enqueue), AS(gate_open), AS(gate_release)};
-  const void *const program[] = {AS(program_build), AS(program_release), AS(program_has_kernel)};
+  const void *const program[] = {AS(program_build), AS(program_release), AS(program_check_launch)};
   const void *const device_queue[] = {AS(queue_create), AS(queue_destroy), AS(event_release)};
   if (!group_whole(name, "address-space", reserve, reserve_names, 4, why, capacity) ||
       !group_whole(name, "sharing", share, share_names, 3, why, capacity) ||

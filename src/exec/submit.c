@@ -217,6 +217,29 @@ devbuf_status devbuf_queue_copy(devbuf_queue_t *queue, devbuf_buffer_t *dst, dev
   return submit(queue, work, uses);
 }
 
+// The grid: 1 to 3 dimensions of global sizes above 0 whose product fits a size_t, and local
+// sizes all 0 (the driver chooses) or each one dividing its global size.
+static devbuf_status check_grid(const devbuf_launch_t *launch) {
+  if (launch->dims < 1 || launch->dims > 3)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: %u dimensions (1 to 3)", launch->dims);
+  size_t items = 1;
+  for (unsigned d = 0; d < launch->dims; d++) {
+    if (launch->global[d] == 0 || (launch->local[0] != 0) != (launch->local[d] != 0) ||
+        (launch->local[d] && launch->global[d] % launch->local[d]))
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "launch: dimension %u: global size %zu, local size %zu (global sizes "
+                           "above 0; local sizes all 0, or each one dividing its global size)",
+                           d, launch->global[d], launch->local[d]);
+    if (devbuf__mul_overflows(items, launch->global[d], &items))
+      return devbuf__error(DEVBUF_OVERFLOW,
+                           "launch: global sizes %zu x %zu x %zu: more work items than a size_t "
+                           "counts",
+                           launch->global[0], launch->dims > 1 ? launch->global[1] : (size_t)1,
+                           launch->dims > 2 ? launch->global[2] : (size_t)1);
+  }
+  return DEVBUF_OK;
+}
+
 devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program,
                                   const char *name, const devbuf_launch_t *launch,
                                   const devbuf_use_t *uses, size_t use_count,
@@ -228,15 +251,9 @@ devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *progr
   if (program->device != queue->device)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: a program built for %s on a queue of %s",
                          program->device->spec, queue->device->spec);
-  if (launch->dims < 1 || launch->dims > 3)
-    return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: %u dimensions (1 to 3)", launch->dims);
-  for (unsigned d = 0; d < launch->dims; d++)
-    if (launch->global[d] == 0 ||
-        (launch->local[0] && (launch->local[d] == 0 || launch->global[d] % launch->local[d])))
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                           "launch: dimension %u: global size %zu, local size %zu (the local "
-                           "size must divide the global size)",
-                           d, launch->global[d], launch->local[d]);
+  devbuf_status status = DEVBUF_OK;
+  status = check_grid(launch);
+  if (status != DEVBUF_OK) return status;
   for (size_t i = 0; i < use_count; i++)
     if (uses[i].buffer && uses[i].buffer->offset % queue->device->alignment)
       return devbuf__error(DEVBUF_INVALID_ARGUMENT,
@@ -244,9 +261,6 @@ devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *progr
                            "multiples of %zu bytes",
                            i, uses[i].buffer->offset, queue->device->spec,
                            queue->device->alignment);
-  devbuf_status status =
-      queue->device->backend->program_has_kernel(queue->device, program->backend_program, name);
-  if (status != DEVBUF_OK) return status;
   if (arg_count > (DEVBUF__WORK_MAX_SCALARS - sizeof *launch) / sizeof(size_t))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "launch: %zu arguments, more than an item holds",
                          arg_count);
@@ -260,6 +274,9 @@ devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *progr
                            i, args[i].size, DEVBUF__WORK_MAX_SCALARS);
     bytes += args[i].size;
   }
+  status = queue->device->backend->program_check_launch(queue->device, program->backend_program,
+                                                        name, launch, use_count, arg_count);
+  if (status != DEVBUF_OK) return status;
   devbuf_status counts = check_item_counts("launch", use_count, bytes + name_size);
   if (counts != DEVBUF_OK) return counts;
   devbuf__work *work = devbuf__work_new(queue, DEVBUF__WORK_LAUNCH, use_count, bytes + name_size);

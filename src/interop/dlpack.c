@@ -261,13 +261,23 @@ static devbuf_status import_tensor(const DLTensor *tensor, bool read_only,
                          tensor->data, (unsigned long long)tensor->byte_offset, alignment,
                          devbuf_dtype_name(dtype));
   }
+  devbuf_memory_t memory = {.host = host ? (void *)address : NULL,
+                            .device = host ? (uint64_t)address : (uint64_t)(uintptr_t)tensor->data};
+  if (!host && bytes && device->backend->import_handle) {
+    status = device->backend->import_handle(device, memory.device, extent, &memory);
+    if (status != DEVBUF_OK) {
+      devbuf_device_release(device);
+      return devbuf__error_cause(status, "dlpack import");
+    }
+  }
   devbuf__storage *storage;
   status = devbuf__storage_create(NULL, device, host ? bytes : extent, 0, &storage);
   devbuf_device_release(device); // the storage holds its own reference
   if (status != DEVBUF_OK) return status;
   storage->read_only = read_only;
-  storage->memory.host = host ? (void *)address : NULL;
-  storage->memory.device = host ? (uint64_t)address : (uint64_t)(uintptr_t)tensor->data;
+  storage->memory.host = memory.host;
+  storage->memory.device = memory.device;
+  storage->memory.offset = memory.offset;
   storage->memory.size = storage->size;
   atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
   status = devbuf__buffer_wrap(storage, view_offset, bytes, dtype, shape, (size_t)tensor->ndim,

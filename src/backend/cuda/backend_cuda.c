@@ -403,5 +403,5 @@ const devbuf__backend devbuf__backend_cuda = {
     .gate_release = devbuf__cuda_gate_release,
     .program_build = devbuf__cuda_program_build,
     .program_release = devbuf__cuda_program_release,
-    .program_has_kernel = devbuf__cuda_program_has_kernel,
+    .program_check_launch = devbuf__cuda_program_check_launch,
 };

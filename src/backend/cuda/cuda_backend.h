@@ -88,7 +88,8 @@ void devbuf__cuda_gate_release(devbuf_device_t *device, void *queue, void *gate)
 devbuf_status devbuf__cuda_program_build(devbuf_device_t *device, const char *source,
                                          const char *options, void **out_program);
 void devbuf__cuda_program_release(devbuf_device_t *device, void *program);
-devbuf_status devbuf__cuda_program_has_kernel(devbuf_device_t *device, void *program,
-                                              const char *name);
+devbuf_status devbuf__cuda_program_check_launch(devbuf_device_t *device, void *program,
+                                                const char *name, const devbuf_launch_t *launch,
+                                                size_t buffers, size_t scalars);
 
 #endif

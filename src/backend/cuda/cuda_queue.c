@@ -94,8 +94,31 @@ void devbuf__cuda_program_release(devbuf_device_t *device, void *program) {
   if (devbuf__cuda_enter(device) == DEVBUF_OK) devbuf__cuda_of(device)->cu->cuModuleUnload(program);
 }
 
-devbuf_status devbuf__cuda_program_has_kernel(devbuf_device_t *device, void *program,
-                                              const char *name) {
+// The blocks and threads of a launch: threads per block are the local sizes (or 256 along x
+// and 1 elsewhere), blocks enough to cover the global sizes, within what CUDA launches.
+static devbuf_status grid_of(devbuf_device_t *device, const char *name,
+                             const devbuf_launch_t *launch, unsigned block[3], unsigned grid[3]) {
+  for (unsigned d = 0; d < 3; d++) block[d] = grid[d] = 1;
+  for (unsigned d = 0; d < launch->dims; d++) {
+    size_t threads = launch->local[0] ? launch->local[d] : d == 0 ? 256 : 1;
+    size_t blocks = launch->global[d] / threads + (launch->global[d] % threads != 0);
+    if (threads > 1024 || blocks > (d == 0 ? 0x7fffffffu : 65535u))
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "%s: kernel '%.100s': dimension %u has %zu blocks of %zu threads, "
+                           "more than CUDA launches",
+                           device->spec, name, d, blocks, threads);
+    block[d] = (unsigned)threads;
+    grid[d] = (unsigned)blocks;
+  }
+  return DEVBUF_OK;
+}
+
+// The kernel exists and the grid is one CUDA launches; its parameters are checked as the
+// launch is enqueued (cuFuncGetParamInfo, where the driver has it).
+devbuf_status devbuf__cuda_program_check_launch(devbuf_device_t *device, void *program,
+                                                const char *name, const devbuf_launch_t *launch,
+                                                size_t buffers, size_t scalars) {
+  (void)buffers, (void)scalars;
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
@@ -104,7 +127,8 @@ devbuf_status devbuf__cuda_program_has_kernel(devbuf_device_t *device, void *pro
   if (code != CUDA_SUCCESS)
     return devbuf__error(DEVBUF_NOT_FOUND, "%s: the program has no kernel '%.100s' (%d)",
                          device->spec, name, code);
-  return DEVBUF_OK;
+  unsigned block[3], grid[3];
+  return grid_of(device, name, launch, block, grid);
 }
 
 // ---- operations ------------------------------------------------------------------------------
@@ -219,19 +243,9 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, cons
                            device->spec, op->kernel_name, declared, op->operand_count,
                            op->arg_count);
   }
-  const devbuf_launch_t *launch = op->launch;
-  unsigned block[3] = {1, 1, 1}, grid[3] = {1, 1, 1};
-  for (unsigned d = 0; d < launch->dims; d++) {
-    size_t threads = launch->local[0] ? launch->local[d] : d == 0 ? 256 : 1;
-    size_t blocks = (launch->global[d] + threads - 1) / threads;
-    if (threads > 1024 || blocks > (d == 0 ? 0x7fffffffu : 65535u))
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                           "%s: kernel '%.100s': dimension %u has %zu blocks of %zu threads, "
-                           "more than CUDA launches",
-                           device->spec, op->kernel_name, d, blocks, threads);
-    block[d] = (unsigned)threads;
-    grid[d] = (unsigned)blocks;
-  }
+  unsigned block[3], grid[3];
+  devbuf_status grid_status = grid_of(device, op->kernel_name, op->launch, block, grid);
+  if (grid_status != DEVBUF_OK) return grid_status;
   void **params = devbuf__malloc((count ? count : 1) * sizeof *params);
   CUdeviceptr *addresses =
       devbuf__malloc((op->operand_count ? op->operand_count : 1) * sizeof *addresses);

@@ -24,6 +24,8 @@ static const char *code_name(cl_int code) {
     return "CL_MISALIGNED_SUB_BUFFER_OFFSET";
   case -30:
     return "CL_INVALID_VALUE";
+  case -34:
+    return "CL_INVALID_CONTEXT";
   case -36:
     return "CL_INVALID_COMMAND_QUEUE";
   case -38:
@@ -38,6 +40,8 @@ static const char *code_name(cl_int code) {
     return "CL_INVALID_ARG_VALUE";
   case -51:
     return "CL_INVALID_ARG_SIZE";
+  case -43:
+    return "CL_INVALID_BUILD_OPTIONS";
   case -52:
     return "CL_INVALID_KERNEL_ARGS";
   case -53:
@@ -48,6 +52,8 @@ static const char *code_name(cl_int code) {
     return "CL_INVALID_WORK_ITEM_SIZE";
   case -61:
     return "CL_INVALID_BUFFER_SIZE";
+  case -59:
+    return "CL_INVALID_OPERATION";
   case -63:
     return "CL_INVALID_GLOBAL_WORK_SIZE";
   case CL_PLATFORM_NOT_FOUND_KHR:
@@ -404,10 +410,43 @@ static devbuf_status opencl_synchronize(devbuf_device_t *device) {
   return code == CL_SUCCESS ? DEVBUF_OK : devbuf__opencl_error(code, "%s: clFinish", device->spec);
 }
 
+// A cl_mem handed over by a caller: of this device's context (another's would fail every
+// command, or worse), as large as the tensor says, and, where it is a sub-buffer, known by its
+// parent and offset (OpenCL makes no sub-buffer of a sub-buffer, which views of it need).
+static devbuf_status opencl_import_handle(devbuf_device_t *device, uint64_t handle, size_t bytes,
+                                          devbuf_memory_t *out) {
+  devbuf__opencl_device *state = devbuf__opencl_of(device);
+  const devbuf__opencl_api *cl = state->cl;
+  cl_mem mem = (cl_mem)(uintptr_t)handle, parent = NULL;
+  cl_context context = NULL;
+  size_t size = 0, offset = 0;
+  cl_int code = cl->clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, NULL);
+  if (code == CL_SUCCESS) code = cl->clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL);
+  if (code == CL_SUCCESS)
+    code = cl->clGetMemObjectInfo(mem, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
+  if (code == CL_SUCCESS && parent)
+    code = cl->clGetMemObjectInfo(mem, CL_MEM_OFFSET, sizeof offset, &offset, NULL);
+  if (code != CL_SUCCESS)
+    return devbuf__opencl_error(code, "%s: the imported cl_mem %p", device->spec, (void *)mem);
+  if (context != state->context)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: the imported cl_mem %p belongs to another OpenCL context (%p, not "
+                         "the device's %p)",
+                         device->spec, (void *)mem, (void *)context, (void *)state->context);
+  if (size < bytes)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: the imported cl_mem %p holds %zu bytes; the tensor needs %zu",
+                         device->spec, (void *)mem, size, bytes);
+  out->device = (uint64_t)(uintptr_t)(parent ? parent : mem);
+  out->offset = parent ? offset : 0;
+  return DEVBUF_OK;
+}
+
 const devbuf__backend devbuf__backend_opencl = {
     .dlpack_device_type = 4, // kDLOpenCL
     .open = opencl_open,
     .close = opencl_close,
+    .import_handle = opencl_import_handle,
     .raw_alloc = opencl_raw_alloc,
     .raw_free = opencl_raw_free,
     .write = opencl_write,
@@ -426,5 +465,5 @@ const devbuf__backend devbuf__backend_opencl = {
     .gate_release = devbuf__opencl_gate_release,
     .program_build = devbuf__opencl_program_build,
     .program_release = devbuf__opencl_program_release,
-    .program_has_kernel = devbuf__opencl_program_has_kernel,
+    .program_check_launch = devbuf__opencl_program_check_launch,
 };

@@ -68,8 +68,9 @@ void devbuf__opencl_gate_release(devbuf_device_t *device, void *queue, void *gat
 devbuf_status devbuf__opencl_program_build(devbuf_device_t *device, const char *source,
                                            const char *options, void **out_program);
 void devbuf__opencl_program_release(devbuf_device_t *device, void *program);
-devbuf_status devbuf__opencl_program_has_kernel(devbuf_device_t *device, void *program,
-                                                const char *name);
+devbuf_status devbuf__opencl_program_check_launch(devbuf_device_t *device, void *program,
+                                                  const char *name, const devbuf_launch_t *launch,
+                                                  size_t buffers, size_t scalars);
 // Frees the device's cached programs (when the device closes).
 void devbuf__opencl_release_programs(devbuf_device_t *device);
 

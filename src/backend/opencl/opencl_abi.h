@@ -22,6 +22,7 @@ typedef cl_uint cl_program_build_info;
 typedef cl_uint cl_event_info;
 typedef cl_uint cl_buffer_create_type;
 typedef cl_uint cl_kernel_info;
+typedef cl_uint cl_mem_info;
 typedef intptr_t cl_context_properties;
 
 typedef struct _cl_platform_id *cl_platform_id;
@@ -72,7 +73,16 @@ enum {
 #define CL_MAP_WRITE                      (1u << 1)
 #define CL_PROGRAM_BUILD_LOG              0x1183u
 #define CL_KERNEL_NUM_ARGS                0x1191u
+#define CL_KERNEL_ARG_ADDRESS_QUALIFIER   0x1196u
+#define CL_KERNEL_ARG_ADDRESS_GLOBAL      0x119Bu
+#define CL_KERNEL_ARG_ADDRESS_LOCAL       0x119Cu
+#define CL_KERNEL_ARG_ADDRESS_CONSTANT    0x119Du
+#define CL_KERNEL_ARG_ADDRESS_PRIVATE     0x119Eu
 #define CL_BUFFER_CREATE_TYPE_REGION      0x1220u
+#define CL_MEM_SIZE                       0x1102u
+#define CL_MEM_CONTEXT                    0x1106u
+#define CL_MEM_ASSOCIATED_MEMOBJECT       0x1107u
+#define CL_MEM_OFFSET                     0x1108u
 #define CL_COMPLETE                       0x0
 #define CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3u
 
@@ -93,6 +103,7 @@ enum {
   X(cl_mem, clCreateSubBuffer,                                                                    \
     (cl_mem, cl_mem_flags, cl_buffer_create_type, const void *, cl_int *))                        \
   X(cl_int, clReleaseMemObject, (cl_mem))                                                         \
+  X(cl_int, clGetMemObjectInfo, (cl_mem, cl_mem_info, size_t, void *, size_t *))                  \
   X(cl_int, clEnqueueWriteBuffer,                                                                 \
     (cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void *, cl_uint, const cl_event *,  \
      cl_event *))                                                                                 \
@@ -132,6 +143,7 @@ enum {
   X(cl_kernel, clCreateKernel, (cl_program, const char *, cl_int *))                              \
   X(cl_int, clReleaseKernel, (cl_kernel))                                                         \
   X(cl_int, clGetKernelInfo, (cl_kernel, cl_kernel_info, size_t, void *, size_t *))               \
+  X(cl_int, clGetKernelArgInfo, (cl_kernel, cl_uint, cl_uint, size_t, void *, size_t *))          \
   X(cl_int, clSetKernelArg, (cl_kernel, cl_uint, size_t, const void *))                           \
   X(cl_int, clEnqueueNDRangeKernel,                                                               \
     (cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *, const size_t *,        \

@@ -43,13 +43,25 @@ typedef struct idle_kernel {
   char name[];
 } idle_kernel;
 
+// What a launch passes each argument as, and what the kernel declares it: a launch's buffers
+// go to __global or __constant pointers, its scalars to private values. A scalar's bytes set
+// as a buffer crash some drivers (PoCL takes them for a cl_mem); a buffer set as a number
+// runs with its handle for a value.
+typedef enum { ARG_BUFFER = 1, ARG_SCALAR, ARG_LOCAL } arg_kind;
+
+typedef struct known_kernel {
+  char *name;
+  cl_uint arg_count;
+  uint8_t *kinds; // arg_kind of each argument; NULL where the driver tells none
+} known_kernel;
+
 struct devbuf__opencl_program {
   devbuf__opencl_program *next; // the device's cache
   char *source, *options;
   cl_program program;
-  pthread_mutex_t lock;         // the names and idle kernels below
-  char *kernels[KNOWN_KERNELS]; // names checked to exist
-  idle_kernel *idle;            // at most one per name per launching thread
+  pthread_mutex_t lock;                // the kernels and idle kernels below
+  known_kernel kernels[KNOWN_KERNELS]; // described once (the first launches of each name)
+  idle_kernel *idle;                   // at most one per name per launching thread
 };
 
 static char *copy_text(const char *text) {
@@ -67,7 +79,10 @@ static void program_free(const devbuf__opencl_api *cl, devbuf__opencl_program *p
     program->idle = next;
   }
   if (program->program) cl->clReleaseProgram(program->program);
-  for (int i = 0; i < KNOWN_KERNELS; i++) devbuf__free(program->kernels[i]);
+  for (int i = 0; i < KNOWN_KERNELS; i++) {
+    devbuf__free(program->kernels[i].name);
+    devbuf__free(program->kernels[i].kinds);
+  }
   pthread_mutex_destroy(&program->lock);
   devbuf__free(program->source);
   devbuf__free(program->options);
@@ -128,9 +143,18 @@ devbuf_status devbuf__opencl_program_build(devbuf_device_t *device, const char *
     if (!p->program)
       status = devbuf__opencl_error(code, "%s: clCreateProgramWithSource", device->spec);
   }
-  if (status == DEVBUF_OK) {
-    code = cl->clBuildProgram(p->program, 1, &state->id, options, NULL, NULL);
-    if (code != CL_SUCCESS) status = build_failure(device, p->program, code);
+  if (status == DEVBUF_OK) { // with the kernels' argument information, to check launches
+    size_t length = strlen(options);
+    char *with_info = devbuf__malloc(length + sizeof " -cl-kernel-arg-info");
+    if (!with_info) {
+      status = devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a program's options");
+    } else {
+      memcpy(with_info, options, length);
+      memcpy(with_info + length, " -cl-kernel-arg-info", sizeof " -cl-kernel-arg-info");
+      code = cl->clBuildProgram(p->program, 1, &state->id, with_info, NULL, NULL);
+      devbuf__free(with_info);
+      if (code != CL_SUCCESS) status = build_failure(device, p->program, code);
+    }
   }
   if (status != DEVBUF_OK) {
     pthread_mutex_unlock(&state->programs_lock);
@@ -150,33 +174,97 @@ void devbuf__opencl_program_release(devbuf_device_t *device, void *program) {
   (void)program;
 }
 
-devbuf_status devbuf__opencl_program_has_kernel(devbuf_device_t *device, void *backend_program,
-                                                const char *name) {
-  devbuf__opencl_program *p = backend_program;
+// Describes kernel `name` of the program: its argument count, and what each argument is where
+// the driver keeps the programs' argument information (it was asked to at the build).
+static devbuf_status describe_kernel(devbuf_device_t *device, devbuf__opencl_program *p,
+                                     const char *name, known_kernel *out) {
   const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
-  pthread_mutex_lock(&p->lock);
-  for (int i = 0; i < KNOWN_KERNELS && p->kernels[i]; i++) {
-    if (strcmp(p->kernels[i], name) == 0) {
-      pthread_mutex_unlock(&p->lock);
-      return DEVBUF_OK;
-    }
-  }
   cl_int code = CL_SUCCESS;
   cl_kernel kernel = cl->clCreateKernel(p->program, name, &code);
-  devbuf_status status = DEVBUF_OK;
-  if (!kernel) {
-    status = devbuf__error(DEVBUF_NOT_FOUND, "%s: the program has no kernel '%.100s' (%d)",
-                           device->spec, name, (int)code);
-  } else {
-    cl->clReleaseKernel(kernel);
-    for (int i = 0; i < KNOWN_KERNELS; i++) {
-      if (!p->kernels[i]) {
-        p->kernels[i] = copy_text(name);
-        break;
-      }
+  if (!kernel)
+    return devbuf__error(DEVBUF_NOT_FOUND, "%s: the program has no kernel '%.100s' (%d)",
+                         device->spec, name, (int)code);
+  cl_uint count = 0;
+  code = cl->clGetKernelInfo(kernel, CL_KERNEL_NUM_ARGS, sizeof count, &count, NULL);
+  uint8_t *kinds = code == CL_SUCCESS ? devbuf__malloc(count ? count : 1) : NULL;
+  for (cl_uint i = 0; kinds && i < count; i++) {
+    cl_uint where = 0;
+    if (cl->clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_ADDRESS_QUALIFIER, sizeof where, &where,
+                               NULL) != CL_SUCCESS) {
+      devbuf__free(kinds); // no argument information: the count is all there is to check
+      kinds = NULL;
+      break;
     }
+    kinds[i] = where == CL_KERNEL_ARG_ADDRESS_GLOBAL || where == CL_KERNEL_ARG_ADDRESS_CONSTANT
+                   ? ARG_BUFFER
+               : where == CL_KERNEL_ARG_ADDRESS_LOCAL ? ARG_LOCAL
+                                                      : ARG_SCALAR;
   }
+  cl->clReleaseKernel(kernel);
+  if (code != CL_SUCCESS)
+    return devbuf__opencl_error(code, "%s: the arguments of kernel '%.100s'", device->spec, name);
+  *out = (known_kernel){.name = copy_text(name), .arg_count = count, .kinds = kinds};
+  return DEVBUF_OK;
+}
+
+static devbuf_status check_arguments(devbuf_device_t *device, const known_kernel *k,
+                                     const char *name, size_t buffers, size_t scalars) {
+  if (buffers + scalars != k->arg_count)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: kernel '%.100s' takes %u arguments; the launch gives %zu (%zu "
+                         "buffers, %zu scalars)",
+                         device->spec, name, (unsigned)k->arg_count, buffers + scalars, buffers,
+                         scalars);
+  static const char *const kind_names[] = {"?", "buffer (a __global or __constant pointer)",
+                                           "scalar", "__local pointer"};
+  for (size_t i = 0; k->kinds && i < k->arg_count; i++) {
+    arg_kind given = i < buffers ? ARG_BUFFER : ARG_SCALAR;
+    if (k->kinds[i] == given) continue;
+    return devbuf__error(
+        DEVBUF_INVALID_ARGUMENT,
+        "%s: argument %zu of kernel '%.100s' is a %s; the launch gives a %s "
+        "there (%s %zu)%s",
+        device->spec, i, name, kind_names[k->kinds[i]], kind_names[given],
+        given == ARG_BUFFER ? "use" : "scalar", given == ARG_BUFFER ? i : i - buffers,
+        k->kinds[i] == ARG_LOCAL ? ": launches pass buffers and scalars only" : "");
+  }
+  return DEVBUF_OK;
+}
+
+// PoCL counts the work-groups of a launch in 32 bits (more abort the process): at most 2^32 - 1
+// groups, counting each work item as a group where the driver chooses the local sizes.
+static devbuf_status check_groups(devbuf_device_t *device, const char *name,
+                                  const devbuf_launch_t *launch) {
+  uint64_t groups = 1;
+  for (unsigned d = 0; d < launch->dims; d++) {
+    uint64_t along = launch->global[d] / (launch->local[0] ? launch->local[d] : 1);
+    if (along > UINT32_MAX || (groups *= along) > UINT32_MAX)
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "%s: kernel '%.100s': a grid of %zu x %zu x %zu work items in groups "
+                           "of %zu x %zu x %zu is more than 2^32 - 1 work-groups",
+                           device->spec, name, launch->global[0],
+                           launch->dims > 1 ? launch->global[1] : (size_t)1,
+                           launch->dims > 2 ? launch->global[2] : (size_t)1, launch->local[0],
+                           launch->local[1], launch->local[2]);
+  }
+  return DEVBUF_OK;
+}
+
+devbuf_status devbuf__opencl_program_check_launch(devbuf_device_t *device, void *backend_program,
+                                                  const char *name, const devbuf_launch_t *launch,
+                                                  size_t buffers, size_t scalars) {
+  devbuf_status status = check_groups(device, name, launch);
+  if (status != DEVBUF_OK) return status;
+  devbuf__opencl_program *p = backend_program;
+  pthread_mutex_lock(&p->lock);
+  int at = 0;
+  while (at < KNOWN_KERNELS && p->kernels[at].name && strcmp(p->kernels[at].name, name) != 0) at++;
+  known_kernel described = {0}, *k = at < KNOWN_KERNELS ? &p->kernels[at] : &described;
+  if (!k->name) status = describe_kernel(device, p, name, k); // kept where there is room
+  if (status == DEVBUF_OK) status = check_arguments(device, k, name, buffers, scalars);
   pthread_mutex_unlock(&p->lock);
+  devbuf__free(described.name);
+  devbuf__free(described.kinds);
   return status;
 }
 
