@@ -26,6 +26,7 @@ static void load(void) {
   if (!api.field) {                                                                \
     snprintf(load_failure, sizeof load_failure,                                    \
              "%s lacks %s (a CUDA 11.2 or newer driver is needed)", path, symbol); \
+    dlclose(loaded);                                                               \
     return;                                                                        \
   }
   DEVBUF_CUDA_FUNCTIONS(DEVBUF_CUDA_RESOLVE_)

@@ -26,6 +26,7 @@ static void load(void) {
   if (!api.name) {                                                                            \
     snprintf(load_failure, sizeof load_failure, "%s lacks %s (OpenCL 1.2 is required)", path, \
              #name);                                                                          \
+    dlclose(loaded);                                                                          \
     return;                                                                                   \
   }
   DEVBUF_OPENCL_FUNCTIONS(DEVBUF_OPENCL_RESOLVE_)
