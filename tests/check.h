@@ -5,6 +5,7 @@
 
 #include "devbuf.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,25 @@ static inline int check_expect_unavailable(const char *spec, const char *phrase)
   CHECK_MESSAGE(phrase);
   printf("%s\n", devbuf_last_error());
   return CHECK_EXIT();
+}
+
+// A CPU kernel: every uint32 of its first buffer becomes the uint32 of its scalars.
+static inline devbuf_status test_set_words(const devbuf_kernel_args_t *args) {
+  uint32_t value;
+  memcpy(&value, args->scalars, sizeof value);
+  uint32_t *words = args->data[0];
+  for (size_t i = 0; i < args->sizes[0] / sizeof *words; i++) words[i] = value;
+  return DEVBUF_OK;
+}
+
+// Descriptors this process has open (leak checks compare two counts).
+static inline size_t test_open_descriptors(void) {
+  size_t count = 0;
+  DIR *folder = opendir("/proc/self/fd");
+  if (!folder) return 0;
+  while (readdir(folder)) count++;
+  closedir(folder);
+  return count;
 }
 
 // The whole file at `path` in malloc'd memory (NULL if it cannot be read); caller frees.

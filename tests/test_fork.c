@@ -26,14 +26,6 @@ static devbuf_status add_one(const devbuf_kernel_args_t *args) {
   return DEVBUF_OK;
 }
 
-static devbuf_status set_value(const devbuf_kernel_args_t *args) {
-  uint32_t value;
-  memcpy(&value, args->scalars, sizeof value);
-  uint32_t *words = args->data[0];
-  for (size_t i = 0; i < args->sizes[0] / sizeof *words; i++) words[i] = value;
-  return DEVBUF_OK;
-}
-
 // Keeps the submission lock, the item pool and the allocator busy: fresh buffers each
 // round, released while their work may still run (so their bytes go back in flight).
 static void *submitter(void *unused) {
@@ -78,7 +70,8 @@ static int child_work(void) {
     return 4;
   devbuf_use_t use = {buffer, DEVBUF_ACCESS_WRITE};
   uint32_t value = 41;
-  if (devbuf_queue_submit(queue, set_value, &use, 1, &value, sizeof value) != DEVBUF_OK) return 5;
+  if (devbuf_queue_submit(queue, test_set_words, &use, 1, &value, sizeof value) != DEVBUF_OK)
+    return 5;
   use.access = DEVBUF_ACCESS_READ_WRITE;
   if (devbuf_queue_submit(queue, add_one, &use, 1, NULL, 0) != DEVBUF_OK) return 6;
   devbuf_event_t *event = NULL;
@@ -171,7 +164,7 @@ static void test_parent_work_in_flight(void) {
   CHECK_OK(devbuf_queue_wait(parent_queue, gate, 1));
   devbuf_use_t use = {buffer, DEVBUF_ACCESS_WRITE};
   uint32_t value = 9;
-  CHECK_OK(devbuf_queue_submit(parent_queue, set_value, &use, 1, &value, sizeof value));
+  CHECK_OK(devbuf_queue_submit(parent_queue, test_set_words, &use, 1, &value, sizeof value));
   pid_t child = fork();
   if (child == 0) _exit(child_reads(buffer));
   CHECK(child > 0);

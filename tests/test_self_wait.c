@@ -153,14 +153,6 @@ static void test_run_by_finish(void) {
   CHECK_OK(devbuf_buffer_wait(used));
 }
 
-static devbuf_status write_words(const devbuf_kernel_args_t *args) {
-  uint32_t value;
-  memcpy(&value, args->scalars, sizeof value);
-  uint32_t *words = args->data[0];
-  for (size_t i = 0; i < args->sizes[0] / sizeof *words; i++) words[i] = value;
-  return DEVBUF_OK;
-}
-
 static uint32_t read_inside[3];
 static devbuf_status read_earlier_writes(const devbuf_kernel_args_t *args) {
   (void)args;
@@ -185,7 +177,7 @@ static void test_earlier_items_are_done(void) {
   for (uint32_t round = 1; round <= 20; round++) {
     CHECK_OK(devbuf_queue_wait(queue, gate, round)); // both come in one batch
     devbuf_use_t write = {used, DEVBUF_ACCESS_WRITE};
-    CHECK_OK(devbuf_queue_submit(queue, write_words, &write, 1, &round, sizeof round));
+    CHECK_OK(devbuf_queue_submit(queue, test_set_words, &write, 1, &round, sizeof round));
     memset(read_inside, 0, sizeof read_inside);
     CHECK_OK(devbuf_queue_submit(queue, read_earlier_writes, NULL, 0, NULL, 0));
     CHECK_OK(devbuf_event_signal(gate, round));

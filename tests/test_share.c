@@ -5,7 +5,6 @@
 #include "../src/core/core.h"
 #include "check.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -58,15 +57,6 @@ static int reap(pid_t child) {
   CHECK(waitpid(child, &status, 0) == child);
   return WIFEXITED(status) ? WEXITSTATUS(status)
                            : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-static size_t open_descriptors(void) {
-  size_t count = 0;
-  DIR *folder = opendir("/proc/self/fd");
-  if (!folder) return 0;
-  while (readdir(folder)) count++;
-  closedir(folder);
-  return count;
 }
 
 static devbuf_buffer_t *shared_bytes(size_t size) {
@@ -722,7 +712,7 @@ static void test_hostile_importer_scribbles_sleepers(void) {
 }
 
 static void test_hostile_messages(void) {
-  size_t descriptors = open_descriptors();
+  size_t descriptors = test_open_descriptors();
   size_t segment = 1u << 16;
   int memory = -1, hold = -1, watch = -1, pipe_ends[2];
   CHECK_OK(devbuf__memory_file_create("test", segment, &memory));
@@ -863,7 +853,7 @@ static void test_hostile_messages(void) {
   CHECK_STATUS(devbuf_export_receive(-1, &got), DEVBUF_IO_ERROR);
   close(memory), close(hold), close(watch), close(pipe_ends[0]), close(pipe_ends[1]);
   close(unsealed), close(self);
-  CHECK_EQ_U(open_descriptors(), descriptors); // nothing received stays open
+  CHECK_EQ_U(test_open_descriptors(), descriptors); // nothing received stays open
 }
 
 // Exporting what cannot be: memory of another allocator, a zero-length buffer, NULLs.
@@ -893,7 +883,7 @@ static void test_empty_message_leaves_no_descriptor(void) {
   CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sockets) == 0);
   int memory = memfd_create("empty", MFD_CLOEXEC);
   CHECK(memory >= 0);
-  size_t before = open_descriptors();
+  size_t before = test_open_descriptors();
   union {
     struct cmsghdr header;
     char space[CMSG_SPACE(3 * sizeof(int))];
@@ -911,7 +901,7 @@ static void test_empty_message_leaves_no_descriptor(void) {
   CHECK_STATUS(devbuf_export_receive(sockets[1], &got), DEVBUF_FORMAT_ERROR);
   CHECK_MESSAGE("cut short");
   CHECK(got == NULL);
-  CHECK_EQ_U(open_descriptors(), before);
+  CHECK_EQ_U(test_open_descriptors(), before);
   close(memory);
   close(sockets[0]);
   close(sockets[1]);

@@ -6,7 +6,6 @@
 #include "check.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -22,15 +21,6 @@
 
 static devbuf_device_t *device;
 static devbuf_allocator_t *shareable;
-
-static size_t open_descriptors(void) {
-  size_t count = 0;
-  DIR *folder = opendir("/proc/self/fd");
-  if (!folder) return 0;
-  while (readdir(folder)) count++;
-  closedir(folder);
-  return count;
-}
 
 // A connected pair whose receives give up after 10 s: a message that never comes fails the
 // test instead of hanging it.
@@ -151,7 +141,7 @@ static void test_receiver_socket_options(void) {
       close(pair[0]), close(pair[1]);
       continue;
     }
-    size_t before = open_descriptors();
+    size_t before = test_open_descriptors();
     for (int round = 0; round < 3; round++) {
       devbuf_buffer_t *buffer = NULL, *imported = NULL;
       devbuf_export_t *shared = export_bytes(4096, &buffer), *got = NULL;
@@ -164,7 +154,7 @@ static void test_receiver_socket_options(void) {
       devbuf_buffer_release(buffer);
     }
     CHECK_OK(devbuf_export_reclaim(NULL));
-    CHECK_EQ_U(open_descriptors(), before);
+    CHECK_EQ_U(test_open_descriptors(), before);
     close(pair[0]), close(pair[1]);
   }
 }
