@@ -972,7 +972,8 @@ typedef struct devbuf_load_options {
 // file under its name (what an atomic writer such as devbuf_safetensors_write does), but
 // not truncated or rewritten in place: the mapping shows the file's current bytes, so a
 // rewrite changes the tensors, and reading bytes past a shrunk end faults. devbuf's own
-// reads of such memory (copyout, copy_from) report IO_ERROR instead of faulting; pointers
+// reads of such memory (copyout, copy_from) report IO_ERROR instead of faulting, or instead
+// of the zeros read past an end cut inside a page; pointers
 // handed out (contents, as_array, DLPack) read the memory directly. Load with
 // DEVBUF_LOAD_COPY for tensors that are immune to later changes of the file.
 // IO_ERROR for files that cannot be opened or mapped, FORMAT_ERROR for a broken file,

@@ -2,6 +2,8 @@
 // them, counted in `mapped`. Reads the shared test data in place.
 #include "check.h"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static devbuf_device_t *device;
@@ -83,6 +85,9 @@ static void test_map_errors_and_empty(void) {
   CHECK_MESSAGE("/nonexistent/weights.safetensors");
   CHECK_STATUS(devbuf_buffer_map_file(device, "/tmp", &file), DEVBUF_IO_ERROR);
   CHECK_MESSAGE("not a regular file");
+  // A file made up as it is read: its size (0 here) says nothing of what it holds.
+  CHECK_STATUS(devbuf_buffer_map_file(device, "/proc/self/status", &file), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("a file of proc, made up as it is read");
   CHECK_STATUS(devbuf_buffer_map_file(device, NULL, &file), DEVBUF_INVALID_ARGUMENT);
   CHECK(file == NULL);
   char path[] = "/tmp/devbuf-empty-XXXXXX";
@@ -94,12 +99,116 @@ static void test_map_errors_and_empty(void) {
   devbuf_buffer_release(file);
 }
 
-int main(void) {
-  test_require_data();
+// An 8 KiB file of 0xab, mapped; its path is in `path` (mkstemp's template).
+static devbuf_buffer_t *map_pattern_file(char *path) {
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  unsigned char bytes[8192];
+  memset(bytes, 0xab, sizeof bytes);
+  CHECK(write(fd, bytes, sizeof bytes) == (ssize_t)sizeof bytes);
+  close(fd);
+  devbuf_buffer_t *file = NULL;
+  CHECK_OK(devbuf_buffer_map_file(device, path, &file));
+  return file;
+}
+
+// A file cut inside a page faults nowhere: the rest of that page reads as zeros. Every read
+// devbuf makes of the lost bytes (copyout, copy_from, a queued copy) answers IO_ERROR all
+// the same, naming where the file ends now; bytes before the cut still read.
+static void test_cut_inside_a_page(void) {
+  char path[] = "/tmp/devbuf-cut-XXXXXX";
+  devbuf_buffer_t *file = map_pattern_file(path), *tail = NULL, *head = NULL, *copy = NULL;
+  if (!file) return;
+  CHECK_OK(devbuf_buffer_view(file, 4096, 4096, &tail));
+  CHECK_OK(devbuf_buffer_view(file, 0, 4096, &head));
+  CHECK(truncate(path, 4096 + 10) == 0);
+  unsigned char out[4096];
+  CHECK_STATUS(devbuf_buffer_copyout(tail, out, sizeof out), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("now ends at 4106");
+  size_t size = 4096;
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &copy));
+  CHECK_STATUS(devbuf_buffer_copy_from(copy, tail), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("truncated while mapped");
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_copy(queue, copy, tail));
+  CHECK_STATUS(devbuf_queue_finish(queue), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("now ends at 4106");
+  devbuf_queue_release(queue);
+  CHECK_OK(devbuf_buffer_copyout(head, out, sizeof out)); // before the cut: still the file's
+  CHECK(out[0] == 0xab && out[4095] == 0xab);
+  // Written to a weight file once the whole page is gone: the source is to blame, not the
+  // target (write() answers EFAULT).
+  CHECK(truncate(path, 0) == 0);
+  char target[] = "/tmp/devbuf-cut-out-XXXXXX";
+  close(mkstemp(target));
+  devbuf_named_buffer_t tensor = {"tail", tail};
+  CHECK_STATUS(devbuf_safetensors_write(target, &tensor, 1, NULL, 0), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("truncated while mapped");
+  unlink(target);
+  unlink(path);
+  devbuf_buffer_release(copy);
+  devbuf_buffer_release(head);
+  devbuf_buffer_release(tail);
+  devbuf_buffer_release(file);
+}
+
+// In a process of its own (devbuf installs its guard after the disposition is set): SIGBUS
+// at `disposition`, a guarded read, then a SIGBUS another process sends, then a read of a
+// file cut under its mapping. 0 when that read answered IO_ERROR.
+static int sent_sigbus_child(void (*disposition)(int)) {
+  signal(SIGBUS, disposition);
+  char path[] = "/tmp/devbuf-sent-XXXXXX";
+  devbuf_buffer_t *file = map_pattern_file(path);
+  unsigned char out[8192];
+  int result = !file || devbuf_buffer_copyout(file, out, sizeof out) != DEVBUF_OK ? 1 : 0;
+  if (result == 0) {
+    kill(getpid(), SIGBUS);
+    if (disposition == SIG_DFL) result = 5; // still alive: the signal was swallowed
+  }
+  if (result == 0)
+    result = truncate(path, 0) != 0                                            ? 3
+             : devbuf_buffer_copyout(file, out, sizeof out) == DEVBUF_IO_ERROR ? 0
+                                                                               : 2;
+  unlink(path);
+  devbuf_buffer_release(file);
+  devbuf_device_release(device);
+  return result;
+}
+
+static const char *self_path;
+
+static int run_child(const char *disposition) {
+  pid_t child = fork();
+  if (child == 0) {
+    execl(self_path, self_path, "sent-sigbus", disposition, (char *)NULL);
+    _exit(4);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+// A SIGBUS sent by another process is no fault of a guarded read: by default it ends the
+// process, as it does without devbuf; ignored, it is ignored. Either way devbuf's guard stays
+// for the reads that follow (it went, and a cut file then took the process down).
+static void test_sent_sigbus(void) {
+  CHECK_EQ_U(run_child("default"), 128 + SIGBUS);
+  CHECK_EQ_U(run_child("ignore"), 0);
+}
+
+int main(int argc, char **argv) {
+  self_path = argv[0];
   if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 1;
+  if (argc == 3 && strcmp(argv[1], "sent-sigbus") == 0)
+    return sent_sigbus_child(strcmp(argv[2], "ignore") == 0 ? SIG_IGN : SIG_DFL);
+  test_require_data();
   RUN(test_map_shared_file);
   RUN(test_mapping_survives_unlink);
   RUN(test_map_errors_and_empty);
+  RUN(test_cut_inside_a_page);
+  RUN(test_sent_sigbus);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }

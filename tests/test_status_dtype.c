@@ -40,6 +40,21 @@ static void test_cause_chain(void) {
   CHECK(strcmp(devbuf__bytes_text(1536 * 1024, text), "1.5 MiB") == 0);
   CHECK(strcmp(devbuf__bytes_text((uint64_t)64 << 20, text), "64 MiB") == 0);
   CHECK(strcmp(devbuf__bytes_text(UINT64_MAX, text), "16 EiB") == 0);
+  CHECK(strcmp(devbuf__bytes_text((1u << 20) - 1, text), "1.0 MiB") == 0); // not "1024.0 KiB"
+  CHECK(strcmp(devbuf__bytes_text((1u << 30) - 1, text), "1.0 GiB") == 0);
+
+  // A caller that wraps the last error in its own words (as a user's allocator may).
+  devbuf_set_error(DEVBUF_IO_ERROR, "first cause %d", 7);
+  devbuf_set_error(DEVBUF_DEVICE_FAILURE, "wrapped: %s", devbuf_last_error());
+  CHECK(strcmp(devbuf_last_error(), "DEVICE_FAILURE: wrapped: IO_ERROR: first cause 7") == 0);
+  // A name cut inside a UTF-8 character loses the partial character, not the message's end.
+  char name[104];
+  memset(name, 'a', 99);
+  memcpy(name + 99, "\xc3\xa9z", 4); // "é" at bytes 99-100
+  devbuf_set_error(DEVBUF_FORMAT_ERROR, "tensor '%.100s' is odd", name);
+  char expected[160];
+  snprintf(expected, sizeof expected, "FORMAT_ERROR: tensor '%.99s' is odd", name);
+  CHECK(strcmp(devbuf_last_error(), expected) == 0);
 }
 
 static void test_dtype_table(void) {

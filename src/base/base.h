@@ -254,6 +254,11 @@ void devbuf__copy_bytes(void *dst, const void *src, size_t size);
 // Copies `size` bytes from file-mapped memory: IO_ERROR naming `what` when the source faults
 // (its file was truncated while mapped) instead of a SIGBUS (fault_guard.c).
 devbuf_status devbuf__guarded_copy(void *dst, const void *src, size_t size, const char *what);
+// The same from bytes [offset, offset + size) of a mapped file's memory, whose token holds
+// the file's descriptor + 1: a file cut inside a page faults nowhere (the rest of that page
+// reads as zeros), so its size is asked too once the bytes are copied.
+devbuf_status devbuf__guarded_file_copy(void *dst, const devbuf_memory_t *file, size_t offset,
+                                        size_t size, const char *what);
 
 // ---- other processes (process_share.c) ---------------------------------------------------
 // A memory file of `size` bytes (memfd, close-on-exec), sealed against shrinking and growing:

@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct guard {
   sigjmp_buf jump;
@@ -31,8 +32,17 @@ static void on_sigbus(int signal_number, siginfo_t *info, void *context) {
     previous_action.sa_handler(signal_number);
     return;
   }
-  // The default action: the faulting access runs again and takes the process down as it
-  // would have without devbuf (an ignored SIGBUS from a fault cannot be ignored either).
+  // A signal another process sent (kill, sigqueue) is no fault: nothing runs again. Ignored,
+  // it stays ignored; by default it ends the process, as it would have without devbuf (the
+  // signal raised here is blocked until this handler returns).
+  if (info && info->si_code <= 0) {
+    if (previous_action.sa_handler == SIG_IGN) return;
+    signal(SIGBUS, SIG_DFL);
+    raise(SIGBUS);
+    return;
+  }
+  // A fault: the faulting access runs again and takes the process down as it would have
+  // without devbuf (an ignored SIGBUS from a fault cannot be ignored either).
   signal(SIGBUS, SIG_DFL);
 }
 
@@ -67,4 +77,18 @@ devbuf_status devbuf__guarded_copy(void *dst, const void *src, size_t size, cons
   atomic_signal_fence(memory_order_seq_cst);
   current_guard = outer;
   return DEVBUF_OK;
+}
+
+devbuf_status devbuf__guarded_file_copy(void *dst, const devbuf_memory_t *file, size_t offset,
+                                        size_t size, const char *what) {
+  devbuf_status status = devbuf__guarded_copy(dst, (const char *)file->host + offset, size, what);
+  int fd = (int)((intptr_t)file->token - 1);
+  struct stat now;
+  if (status != DEVBUF_OK || !size || fd < 0 || fstat(fd, &now) != 0 ||
+      (uint64_t)now.st_size >= (uint64_t)offset + size)
+    return status;
+  return devbuf__error(DEVBUF_IO_ERROR,
+                       "%s: the file mapped at these %zu bytes (at %zu) now ends at %llu, before "
+                       "them (it was truncated while mapped)",
+                       what, size, offset, (unsigned long long)now.st_size);
 }

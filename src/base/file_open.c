@@ -6,7 +6,31 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
+
+// File systems whose regular files are made up when read (/proc, /sys, cgroups, debugfs,
+// tracefs): the size they report says nothing of their content (0, or a page).
+static const char *pseudo_file_system(int fd) {
+  struct statfs where;
+  if (fstatfs(fd, &where) != 0) return NULL;
+  switch ((unsigned long)where.f_type) {
+  case 0x9fa0ul:
+    return "proc";
+  case 0x62656572ul:
+    return "sysfs";
+  case 0x27e0ebul:
+    return "cgroup";
+  case 0x63677270ul:
+    return "cgroup2";
+  case 0x64626720ul:
+    return "debugfs";
+  case 0x74726163ul:
+    return "tracefs";
+  default:
+    return NULL;
+  }
+}
 
 static const char *file_kind(mode_t mode) {
   if (S_ISDIR(mode)) return "a folder";
@@ -34,6 +58,14 @@ devbuf_status devbuf__open_regular_file(const char *path, int *out_fd, uint64_t 
     return devbuf__error(DEVBUF_IO_ERROR,
                          "'%.200s' is %s, not a regular file (devbuf reads regular files only)",
                          path, file_kind(info.st_mode));
+  }
+  const char *pseudo = pseudo_file_system(fd);
+  if (pseudo) {
+    close(fd);
+    return devbuf__error(DEVBUF_IO_ERROR,
+                         "'%.200s' is a file of %s, made up as it is read: its size (%llu bytes) "
+                         "says nothing of its content (devbuf reads files of real file systems)",
+                         path, pseudo, (unsigned long long)info.st_size);
   }
   int flags = fcntl(fd, F_GETFL);
   if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);

@@ -34,17 +34,40 @@ const char *devbuf_last_error(void) { return error_message; }
 
 void devbuf__clear_error(void) { error_message[0] = '\0'; }
 
-devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...) {
-  int prefix = snprintf(error_message, sizeof error_message, "%s: ", devbuf_status_name(status));
-  if (prefix < 0 || (size_t)prefix >= sizeof error_message) return status;
-  if (!format) { // the status name alone
-    error_message[prefix - 2] = '\0';
-    return status;
+// A name cut by a precision ("%.100s") can end inside a UTF-8 character: the partial
+// character is dropped, so that the message stays UTF-8 that a reader can decode.
+static void drop_cut_characters(char *text) {
+  unsigned char *at = (unsigned char *)text, *to = at;
+  while (*at) {
+    size_t need = *at >= 0xF0 && *at < 0xF8   ? 3
+                  : *at >= 0xE0 && *at < 0xF0 ? 2
+                  : *at >= 0xC0               ? 1
+                                              : 0;
+    size_t have = 0;
+    while (have < need && (at[1 + have] & 0xC0) == 0x80) have++;
+    if (have < need) { // cut: skip the lead byte and what came of the character
+      at += 1 + have;
+      continue;
+    }
+    for (size_t i = 0; i <= need; i++) *to++ = *at++;
   }
-  va_list args;
-  va_start(args, format);
-  vsnprintf(error_message + prefix, sizeof error_message - (size_t)prefix, format, args);
-  va_end(args);
+  *to = '\0';
+}
+
+devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...) {
+  // Formatted apart first: the arguments may point into the message itself (a caller that
+  // wraps the last error in its own words).
+  char text[sizeof error_message];
+  text[0] = '\0';
+  if (format) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(text, sizeof text, format, args);
+    va_end(args);
+    drop_cut_characters(text);
+  }
+  snprintf(error_message, sizeof error_message, format ? "%s: %s" : "%s",
+           devbuf_status_name(status), text);
   return status;
 }
 
@@ -113,6 +136,10 @@ const char *devbuf__bytes_text(uint64_t bytes, char text[32]) {
   double value = (double)bytes / 1024;
   size_t unit = 0;
   while (value >= 1024 && unit + 1 < sizeof units / sizeof units[0]) {
+    value /= 1024;
+    unit++;
+  }
+  if (value >= 1023.95 && unit + 1 < sizeof units / sizeof units[0]) { // not "1024.0 KiB"
     value /= 1024;
     unit++;
   }

@@ -58,8 +58,7 @@ devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t s
   if (status != DEVBUF_OK) return status;
   devbuf__storage *storage = buffer->storage;
   if (devbuf__storage_kind_of(storage)->file_backed)
-    status = devbuf__guarded_copy(dst, (const char *)storage->memory.host + buffer->offset, size,
-                                  "copyout");
+    status = devbuf__guarded_file_copy(dst, &storage->memory, buffer->offset, size, "copyout");
   else
     status = storage->device->backend->read(storage->device, &storage->memory, buffer->offset, dst,
                                             size);
@@ -71,9 +70,9 @@ devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t s
 // into the destination directly where the CPU can address it, else through a bounce buffer.
 static devbuf_status copy_from_mapping(devbuf__storage *dst, size_t dst_offset,
                                        devbuf__storage *src, size_t src_offset, size_t size) {
-  const char *from = (const char *)src->memory.host + src_offset;
   if (devbuf__storage_host_accessible(dst))
-    return devbuf__guarded_copy((char *)dst->memory.host + dst_offset, from, size, "copy_from");
+    return devbuf__guarded_file_copy((char *)dst->memory.host + dst_offset, &src->memory,
+                                     src_offset, size, "copy_from");
   size_t chunk = size < STAGING_CHUNK ? size : STAGING_CHUNK;
   char *bounce = devbuf__malloc(chunk);
   if (!bounce)
@@ -83,7 +82,7 @@ static devbuf_status copy_from_mapping(devbuf__storage *dst, size_t dst_offset,
   devbuf_status status = DEVBUF_OK;
   for (size_t done = 0; done < size && status == DEVBUF_OK; done += chunk) {
     size_t piece = size - done < chunk ? size - done : chunk;
-    status = devbuf__guarded_copy(bounce, from + done, piece, "copy_from");
+    status = devbuf__guarded_file_copy(bounce, &src->memory, src_offset + done, piece, "copy_from");
     if (status == DEVBUF_OK)
       status = device->backend->write(device, &dst->memory, dst_offset + done, bounce, piece);
   }

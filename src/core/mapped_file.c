@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 static void unmap_file(devbuf__storage *storage) {
+  if (storage->memory.token) close((int)((intptr_t)storage->memory.token - 1));
   if (!storage->size) return;
   munmap(storage->memory.host, storage->memory.size);
   size_t page = storage->device->page_size;
@@ -54,13 +55,16 @@ devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path,
                            strerror(error));
     }
   }
-  close(fd); // the mapping keeps the file's pages
   devbuf__storage *storage;
   devbuf_status status = devbuf__storage_create(NULL, device, size, 0, &storage);
   if (status != DEVBUF_OK) {
     if (size) munmap(address, size);
+    close(fd);
     return status;
   }
+  // The mapping keeps the file's pages; the descriptor stays to ask the file's size after
+  // each guarded read (devbuf__guarded_file_copy), as the token (+1: 0 is none).
+  storage->memory.token = (void *)(intptr_t)(fd + 1);
   storage->kind = &mapped_file;
   storage->read_only = true;
   storage->memory.host = address;

@@ -11,15 +11,15 @@
 // Where the table's bytes come from: the open file (pread), or its mapping, read with a
 // guard so that a file cut short under the mapping answers IO_ERROR, not SIGBUS.
 typedef struct table_source {
-  int fd;                      // or -1: `mapped`
-  const unsigned char *mapped; // the whole file
+  int fd;                        // or -1: `mapped`
+  const devbuf_memory_t *mapped; // the whole file's mapping
   const char *path;
 } table_source;
 
 static devbuf_status read_source(const table_source *source, void *out, size_t size,
                                  uint64_t offset) {
   if (source->fd >= 0) return devbuf__read_at(source->fd, out, size, offset, source->path);
-  return devbuf__guarded_copy(out, source->mapped + offset, size, source->path);
+  return devbuf__guarded_file_copy(out, source->mapped, (size_t)offset, size, source->path);
 }
 
 // The table (without buffers) of the file: its 8-byte prefix and header, read. A format error
@@ -194,7 +194,7 @@ static bool misaligned(const devbuf__tensor_entry *entry, uint64_t at) {
 }
 
 // A tensor of the mapped file in aligned memory of its own, copied out of the mapping.
-static devbuf_status aligned_copy(devbuf_device_t *device, const unsigned char *file_bytes,
+static devbuf_status aligned_copy(devbuf_device_t *device, const devbuf_memory_t *mapped,
                                   uint64_t at, const devbuf__tensor_entry *entry, const char *path,
                                   devbuf_buffer_t **out) {
   devbuf_status status = devbuf_buffer_allocate(devbuf_device_allocator(device), entry->dtype,
@@ -204,7 +204,7 @@ static devbuf_status aligned_copy(devbuf_device_t *device, const unsigned char *
   if (status != DEVBUF_OK || !size) return status;
   status = devbuf_buffer_contents_mut(*out, &data, NULL);
   if (status != DEVBUF_OK) return status;
-  status = devbuf__guarded_copy(data, file_bytes + at, size, path);
+  status = devbuf__guarded_file_copy(data, mapped, (size_t)at, size, path);
   devbuf_buffer_end_access(*out, data);
   return status;
 }
@@ -216,7 +216,7 @@ static devbuf_status load_views(devbuf_device_t *device, const char *path,
   devbuf_buffer_t *mapping = NULL;
   devbuf_status status = devbuf_buffer_map_file(device, path, &mapping);
   if (status != DEVBUF_OK) return status;
-  const unsigned char *bytes = mapping->storage->memory.host;
+  const devbuf_memory_t *bytes = &mapping->storage->memory;
   uint64_t file_size = mapping->size;
   devbuf_tensor_file_t *file = NULL;
   status = read_table(&(table_source){-1, bytes, path}, file_size, &file);

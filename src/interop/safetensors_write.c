@@ -96,6 +96,11 @@ static devbuf_status write_all(int fd, const void *data, size_t size, const char
   while (size) {
     ssize_t put = write(fd, bytes, size);
     if (put < 0 && errno == EINTR) continue;
+    if (put < 0 && errno == EFAULT) // the source's pages are gone, not the target's fault
+      return devbuf__error(DEVBUF_IO_ERROR,
+                           "cannot read %zu bytes of a tensor for '%.200s': its memory faults (a "
+                           "mapped file truncated while mapped)",
+                           size, path);
     if (put <= 0)
       return devbuf__error(DEVBUF_IO_ERROR, "cannot write %zu bytes to '%.200s': %s", size, path,
                            put < 0 ? strerror(errno) : "nothing written");

@@ -58,8 +58,8 @@ devbuf_status devbuf__cpu_enqueue(devbuf_device_t *device, void *queue, const de
   case DEVBUF__OP_COPY:
     if (!operands[0].size) return DEVBUF_OK;
     if (operands[1].mapped) // a truncated file fails the copy, not the process
-      return devbuf__guarded_copy(host_bytes(&operands[0]), host_bytes(&operands[1]),
-                                  operands[0].size, "queue_copy");
+      return devbuf__guarded_file_copy(host_bytes(&operands[0]), &operands[1].memory,
+                                       operands[1].offset, operands[0].size, "queue_copy");
     devbuf__copy_bytes(host_bytes(&operands[0]), host_bytes(&operands[1]), operands[0].size);
     return DEVBUF_OK;
   case DEVBUF__OP_LAUNCH:

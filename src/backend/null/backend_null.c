@@ -92,8 +92,8 @@ static devbuf_status null_enqueue(devbuf_device_t *device, void *queue, const de
   case DEVBUF__OP_COPY:
     if (!operands[0].size) return DEVBUF_OK;
     if (operands[1].mapped) // a file that shrank fails the copy, not the process
-      return devbuf__guarded_copy(operand_bytes(&operands[0]), operand_bytes(&operands[1]),
-                                  operands[0].size, "queue_copy");
+      return devbuf__guarded_file_copy(operand_bytes(&operands[0]), &operands[1].memory,
+                                       operands[1].offset, operands[0].size, "queue_copy");
     memmove(operand_bytes(&operands[0]), operand_bytes(&operands[1]), operands[0].size);
     return DEVBUF_OK;
   case DEVBUF__OP_LAUNCH:
