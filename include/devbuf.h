@@ -253,15 +253,18 @@ typedef struct devbuf_memory {
 
 // The interface any allocator implements; a user supplies one to devbuf_allocator_create.
 // `ctx` is the pointer given at creation. alloc returns memory of at least `size` bytes
-// (size > 0), aligned to at least 64 bytes, or a status (setting a message with
-// devbuf_set_error is polite); free takes back exactly what alloc handed out. Both may be
+// (size > 0), aligned to at least 64 bytes, or a status (with a message set by
+// devbuf_set_error; without one, devbuf says which call failed). Memory with no host address
+// on the CPU device serves devbuf_allocator_alloc (a simulation's address space), not
+// buffers, which refuse it. free takes back exactly what alloc handed out. Both may be
 // called from any thread at once. destroy (optional) runs when the last reference goes.
 // Optionally (all four or none), address space for growable segments: reserve `size`
 // bytes of addresses with no memory behind them (out_reservation->size may be smaller),
 // map memory behind [offset, offset + size) of a reservation (offsets and sizes are whole
 // pages), unmap whole pages that are mapped (any part of what one map call mapped, or parts
 // of several adjacent ones: an implementation that keeps a handle per map call maps page
-// by page, as devbuf's CUDA backend does), and unreserve once nothing is mapped.
+// by page, as devbuf's CUDA backend does), and unreserve once nothing is mapped. map and
+// unmap run while the caching allocator above holds its lock: they must not call into it.
 typedef struct devbuf_allocator_vtable {
   devbuf_status (*alloc)(void *ctx, size_t size, devbuf_memory_t *out_memory);
   void (*free)(void *ctx, const devbuf_memory_t *memory);
@@ -359,12 +362,14 @@ DEVBUF_API const char *devbuf_allocator_kind(const devbuf_allocator_t *allocator
 DEVBUF_API devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, size_t size,
                                                 devbuf_memory_t *out_memory);
 // Gives back memory from devbuf_allocator_alloc on the same allocator. A caching
-// allocator's block that is not handed out now (freed twice) is left alone, with an
-// INVALID_ARGUMENT in devbuf_last_error naming its address.
+// allocator's block that is not handed out now (freed twice), directly or through stats and
+// fault adaptors, is left alone and not counted, with an INVALID_ARGUMENT in
+// devbuf_last_error naming its address.
 DEVBUF_API void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory);
 // Statistics of this allocator. Every figure is exact while no other thread is allocating
-// at the moment. `peak` is exact while one thread allocates at a time; when several threads
-// allocate at once it is the highest total seen when any thread reached a new high of its own.
+// at the moment. `peak` is exact while one thread allocates; when several threads allocate
+// (at once or in turns) it is the highest total seen when any thread reached a new high of
+// its own, which may be below the true peak.
 DEVBUF_API devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator,
                                                 devbuf_allocator_stats_t *out_stats);
 // Sets peak to the current active figure.

@@ -243,6 +243,19 @@ static void test_double_free_is_refused(void) {
   devbuf_allocator_free(t.caching, &never);
   CHECK_MESSAGE("not handed out");
   CHECK_EQ_U(stats_of(t.caching).live_buffers, 0);
+  // Through a statistics adaptor: refused before the adaptor counts it (its counters wrapped).
+  devbuf_allocator_t *counted = NULL;
+  CHECK_OK(devbuf_stats_adaptor_create(t.caching, &counted));
+  devbuf_memory_t d;
+  CHECK_OK(devbuf_allocator_alloc(counted, 1000, &d));
+  devbuf_allocator_free(counted, &d);
+  devbuf_allocator_free(counted, &d);
+  CHECK_MESSAGE("freed already");
+  devbuf_allocator_stats_t s = stats_of(counted);
+  CHECK_EQ_U(s.active, 0);
+  CHECK_EQ_U(s.live_buffers, 0);
+  CHECK_EQ_U(s.system_frees, 1);
+  devbuf_allocator_release(counted);
   test_allocators_close(&t);
 }
 
@@ -253,10 +266,13 @@ static void test_zero_and_huge_requests(void) {
   CHECK_STATUS(devbuf_allocator_alloc(t.caching, SIZE_MAX - 10, &memory), DEVBUF_OUT_OF_MEMORY);
   CHECK_STATUS(devbuf_allocator_alloc(t.caching, (size_t)1 << 62, &memory), DEVBUF_OUT_OF_MEMORY);
   CHECK_MESSAGE("bytes");
+  // Too large to round to whole pages: said so, not taken for a limit's refusal.
+  CHECK_STATUS(devbuf_allocator_alloc(t.caching, SIZE_MAX - 511, &memory), DEVBUF_OUT_OF_MEMORY);
+  CHECK_MESSAGE("too large to round to whole");
   devbuf_allocator_stats_t s = stats_of(t.caching);
   CHECK_EQ_U(s.active, 0);
   CHECK_EQ_U(s.live_buffers, 0);
-  CHECK_EQ_U(s.failed_allocs, 2);
+  CHECK_EQ_U(s.failed_allocs, 3);
   test_allocators_close(&t);
 }
 
@@ -323,6 +339,58 @@ static void test_user_allocator(void) {
   devbuf_buffer_release(buffer);
   CHECK_EQ_U(ctx.frees, 1);
   CHECK_EQ_U(ctx.destroyed, 1);
+  devbuf_device_release(device);
+}
+
+// A user allocator that answers what `mode` says: 0 memory with no host address, 1 a failure
+// without a message, 2 a number that is no status.
+static int odd_mode;
+static devbuf_status odd_alloc(void *ctx, size_t size, devbuf_memory_t *out) {
+  (void)ctx;
+  if (odd_mode == 1) return DEVBUF_OUT_OF_MEMORY;
+  if (odd_mode == 2) return (devbuf_status)12345;
+  *out = (devbuf_memory_t){.host = NULL, .device = 4096, .size = size};
+  return DEVBUF_OK;
+}
+static void odd_free(void *ctx, const devbuf_memory_t *memory) { (void)ctx, (void)memory; }
+static const devbuf_allocator_vtable_t odd_vtable = {.alloc = odd_alloc, .free = odd_free};
+
+// Addresses without memory serve devbuf_allocator_alloc (a replay's address space) but no
+// buffer, which the CPU would write (zeroing crashed); a failure says which call failed even
+// when the user's code said nothing, and never passes an older message off as its cause.
+static void test_odd_user_allocator(void) {
+  devbuf_device_t *device;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  devbuf_allocator_t *user = NULL, *cached = NULL;
+  CHECK_OK(devbuf_allocator_create(device, &odd_vtable, NULL, &user));
+  CHECK_OK(devbuf_caching_allocator_create(user, NULL, &cached));
+  odd_mode = 0;
+  devbuf_memory_t memory;
+  CHECK_OK(devbuf_allocator_alloc(user, 1000, &memory));
+  devbuf_allocator_free(user, &memory);
+  size_t shape[] = {1000};
+  devbuf_buffer_t *buffer = (devbuf_buffer_t *)&buffer;
+  devbuf_allocator_t *both[2] = {user, cached};
+  for (int i = 0; i < 2; i++) {
+    CHECK_STATUS(
+        devbuf_buffer_allocate(both[i], DEVBUF_FLOAT32, shape, 1, DEVBUF_BUFFER_ZERO, &buffer),
+        DEVBUF_INVALID_ARGUMENT);
+    CHECK_MESSAGE("without a host address on cpu");
+    CHECK_STATUS(devbuf_buffer_allocate(both[i], DEVBUF_FLOAT32, shape, 1, 0, &buffer),
+                 DEVBUF_INVALID_ARGUMENT);
+    CHECK(buffer == (devbuf_buffer_t *)&buffer);
+    CHECK_EQ_U(stats_of(both[i]).active, 0); // given back
+  }
+  odd_mode = 1;
+  devbuf_allocator_alloc(user, 0, &memory); // an older message, about something else
+  CHECK_STATUS(devbuf_allocator_alloc(user, 1000, &memory), DEVBUF_OUT_OF_MEMORY);
+  CHECK_MESSAGE("user allocator's alloc of 1000 bytes failed, saying nothing more");
+  CHECK(!strstr(devbuf_last_error(), "0 bytes (zero-length"));
+  odd_mode = 2;
+  CHECK_STATUS(devbuf_allocator_alloc(user, 1000, &memory), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("answered 12345, which is no devbuf status");
+  devbuf_allocator_release(cached);
+  devbuf_allocator_release(user);
   devbuf_device_release(device);
 }
 
@@ -505,6 +573,7 @@ int main(void) {
   RUN(test_double_free_is_refused);
   RUN(test_zero_and_huge_requests);
   RUN(test_user_allocator);
+  RUN(test_odd_user_allocator);
   RUN(test_fault_adaptor);
   RUN(test_trace_and_replay);
   return CHECK_EXIT();

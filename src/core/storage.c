@@ -140,6 +140,16 @@ devbuf_status devbuf__storage_allocation_failed(const devbuf__storage *storage,
                              storage->device->spec);
 }
 
+devbuf_status devbuf__storage_no_host_address(devbuf__storage *storage) {
+  devbuf_allocator_free(storage->allocator, &storage->memory);
+  storage->memory = (devbuf_memory_t){0};
+  return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                       "the allocator handed out %zu bytes without a host address on %s, whose "
+                       "buffers the CPU reads and writes (memory of addresses only serves "
+                       "devbuf_allocator_alloc)",
+                       storage->size, storage->device->spec);
+}
+
 static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
   if (storage->size == 0) return DEVBUF_OK; // zero-length storage owns no memory
   if (storage->allocator->memory_kind == DEVBUF_MEMORY_SHAREABLE) devbuf__shareable_allocating();
@@ -151,6 +161,8 @@ static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
                                                 storage, &storage->memory)
               : devbuf__allocator_alloc_known(storage->allocator, storage->size, &storage->memory);
   if (status != DEVBUF_OK) return devbuf__storage_allocation_failed(storage, status);
+  if (!storage->memory.host && storage->device->host_accessible)
+    return devbuf__storage_no_host_address(storage);
   if (storage->inherited_count && !devbuf__storage_hazard_locked(storage))
     wait_inherited_now(storage);
   if (storage->flags & DEVBUF_BUFFER_ZERO) {

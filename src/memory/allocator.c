@@ -3,6 +3,8 @@
 // allocators supplied by users.
 #include "allocator_hot.h"
 
+#include <string.h>
+
 void devbuf__allocator_init(devbuf_allocator_t *allocator, const devbuf__allocator_ops *ops,
                             devbuf_device_t *device, devbuf__device_link link) {
   devbuf__ref_init(&allocator->refs, 1);
@@ -114,17 +116,37 @@ __attribute__((noinline, cold)) static void refuse_free(const devbuf_memory_t *m
                 memory->size, memory->host);
 }
 
+// Whether `memory` is a block of a caching allocator that it has not handed out now.
+static bool not_handed_out(const devbuf_memory_t *memory) {
+  const cblock *block = memory->token;
+  return !block || atomic_load_explicit(&block->state, memory_order_relaxed) != BLOCK_ACTIVE;
+}
+
+// Any other allocator's free. An adaptor that hands out its upstream's memory (statistics,
+// faults) counts what it forwards: memory a caching allocator under it has not handed out now
+// is refused first.
+__attribute__((noinline)) static void free_other(devbuf_allocator_t *allocator,
+                                                 const devbuf_memory_t *memory) {
+  const devbuf_allocator_t *source = allocator;
+  while (source->ops->passes_memory) source = ((const devbuf__adaptor *)source)->upstream;
+  if (source != allocator && source->ops == &devbuf__caching_ops && not_handed_out(memory)) {
+    refuse_free(memory);
+    return;
+  }
+  devbuf__allocator_free_uncached(allocator, memory);
+}
+
 void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory) {
   if (!allocator || !memory) return;
+  if (DEVBUF_UNLIKELY(allocator->ops != &devbuf__caching_ops)) {
+    free_other(allocator, memory);
+    return;
+  }
   // A caching allocator's block freed twice (or a record never handed out): a second free
   // put a binned block on its own bin, and every later request got that one block.
-  if (DEVBUF_LIKELY(allocator->ops == &devbuf__caching_ops)) {
-    const cblock *block = memory->token;
-    if (DEVBUF_UNLIKELY(!block || atomic_load_explicit(&block->state, memory_order_relaxed) !=
-                                      BLOCK_ACTIVE)) {
-      refuse_free(memory);
-      return;
-    }
+  if (DEVBUF_UNLIKELY(not_handed_out(memory))) {
+    refuse_free(memory);
+    return;
   }
   devbuf__allocator_free_known(allocator, memory);
 }
@@ -299,11 +321,26 @@ typedef struct custom_allocator {
   void *ctx;
 } custom_allocator;
 
+// What a user's callback answered, as devbuf reports it: a number that is no status becomes
+// INVALID_ARGUMENT naming it, and a failure that set no message gets one (the thread's
+// message is cleared before the call, so an older one is never taken for its cause).
+static devbuf_status user_failure(devbuf_status status, const char *call, size_t size) {
+  if (strcmp(devbuf_status_name(status), "UNKNOWN") == 0)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "user allocator's %s of %zu bytes answered %d, which is no devbuf status",
+                         call, size, (int)status);
+  if (!devbuf_last_error()[0])
+    return devbuf__error(status, "user allocator's %s of %zu bytes failed, saying nothing more",
+                         call, size);
+  return status;
+}
+
 static devbuf_status custom_alloc(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
   custom_allocator *custom = (custom_allocator *)self;
   devbuf_memory_t memory = {0};
+  devbuf__clear_error();
   devbuf_status status = custom->vtable->alloc(custom->ctx, size, &memory);
-  if (status != DEVBUF_OK) return status;
+  if (status != DEVBUF_OK) return user_failure(status, "alloc", size);
   if (memory.size < size) {
     custom->vtable->free(custom->ctx, &memory);
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
@@ -328,15 +365,19 @@ static void custom_destroy(devbuf_allocator_t *self) {
 static devbuf_status custom_reserve(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
   custom_allocator *custom = (custom_allocator *)self;
   devbuf_memory_t reservation = {0};
+  devbuf__clear_error();
   devbuf_status status = custom->vtable->reserve(custom->ctx, size, &reservation);
-  if (status == DEVBUF_OK) *out = reservation;
-  return status;
+  if (status != DEVBUF_OK) return user_failure(status, "reserve", size);
+  *out = reservation;
+  return DEVBUF_OK;
 }
 
 static devbuf_status custom_map(devbuf_allocator_t *self, const devbuf_memory_t *reservation,
                                 size_t offset, size_t size) {
   custom_allocator *custom = (custom_allocator *)self;
-  return custom->vtable->map(custom->ctx, reservation, offset, size);
+  devbuf__clear_error();
+  devbuf_status status = custom->vtable->map(custom->ctx, reservation, offset, size);
+  return status == DEVBUF_OK ? status : user_failure(status, "map", size);
 }
 
 static void custom_unmap(devbuf_allocator_t *self, const devbuf_memory_t *reservation,

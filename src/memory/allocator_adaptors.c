@@ -48,6 +48,7 @@ static devbuf_status wrapper_create(devbuf_allocator_t *upstream, const devbuf__
 
 static const devbuf__allocator_ops stats_ops = {
     .kind = "stats",
+    .passes_memory = true,
     .alloc = pass_alloc,
     .free = pass_free,
     .destroy = wrapper_destroy,
@@ -131,6 +132,7 @@ static void pass_unreserve(devbuf_allocator_t *self, const devbuf_memory_t *rese
 
 static const devbuf__allocator_ops fault_ops = {
     .kind = "fault",
+    .passes_memory = true,
     .alloc = fault_alloc,
     .free = pass_free,
     .destroy = wrapper_destroy,

@@ -14,6 +14,9 @@ typedef bool (*devbuf__in_flight_visit)(void *context, void *fence, size_t offse
 
 typedef struct devbuf__allocator_ops {
   const char *kind;
+  // An adaptor that hands out its upstream's memory as it is (statistics, faults): a free
+  // through it is checked where the memory came from.
+  bool passes_memory;
   devbuf_status (*alloc)(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out);
   void (*free)(devbuf_allocator_t *self, const devbuf_memory_t *memory);
   void (*destroy)(devbuf_allocator_t *self);

@@ -8,6 +8,7 @@
 // whole idle segments go back upstream, the longest idle first.
 #include "tcache_hot.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static atomic_uint next_shard_index;
@@ -151,16 +152,18 @@ static devbuf_status fail(caching_allocator *self, devbuf_status status) {
 static devbuf_status out_of_memory(caching_allocator *self, size_t requested, size_t size,
                                    uint64_t limit) {
   uint64_t active = sum_threads(self).active, reserved = atomic_load(&self->reserved);
-  return fail(
-      self, devbuf__error(
-                DEVBUF_OUT_OF_MEMORY,
-                "requested %zu bytes (%zu rounded) with %llu bytes active, %llu cached, %llu "
-                "released in flight, a largest free block of %zu bytes and a memory limit of %llu "
-                "bytes",
-                requested, size, (unsigned long long)active,
-                (unsigned long long)(reserved > active ? reserved - active : 0),
-                (unsigned long long)atomic_load(&self->in_flight_bytes), largest_free(self),
-                (unsigned long long)limit));
+  char limit_text[64] = "no memory limit";
+  if (limit)
+    snprintf(limit_text, sizeof limit_text, "a memory limit of %llu bytes",
+             (unsigned long long)limit);
+  return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                                  "requested %zu bytes (%zu rounded) with %llu bytes active, %llu "
+                                  "cached, %llu released in flight, a largest free block of %zu "
+                                  "bytes and %s",
+                                  requested, size, (unsigned long long)active,
+                                  (unsigned long long)(reserved > active ? reserved - active : 0),
+                                  (unsigned long long)atomic_load(&self->in_flight_bytes),
+                                  largest_free(self), limit_text));
 }
 
 // Reserves the bytes of a new segment against the memory limit (giving idle segments back
@@ -332,9 +335,12 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const
     return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory for a thread cache"));
   owner_add(&cache->shared_calls, 1);
   size_t size;
-  if (DEVBUF_UNLIKELY(!devbuf__caching_round(self, requested, &size)))
-    return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY, "requested %zu bytes: too large to round",
-                                    requested));
+  if (DEVBUF_UNLIKELY(!devbuf__caching_round(self, requested, &size) ||
+                      !caching_round_up(size, self->policy.page)))
+    return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
+                                    "requested %zu bytes: too large to round to whole %zu-byte "
+                                    "pages",
+                                    requested, self->policy.page));
   uint64_t max_buffers = atomic_load_explicit(&self->max_buffers, memory_order_relaxed);
   if (max_buffers) {
     // Every live block counts, also those handed out before the limit was set: the threads'
