@@ -255,9 +255,10 @@ typedef struct devbuf_memory {
 // `ctx` is the pointer given at creation. alloc returns memory of at least `size` bytes
 // (size > 0), aligned to at least 64 bytes, or a status (with a message set by
 // devbuf_set_error; without one, devbuf says which call failed). Memory with no host address
-// on the CPU device serves devbuf_allocator_alloc (a simulation's address space), not
-// buffers, which refuse it. free takes back exactly what alloc handed out. Both may be
-// called from any thread at once. destroy (optional) runs when the last reference goes.
+// where the CPU addresses memory (the cpu device) serves devbuf_allocator_alloc (a
+// simulation's address space), not buffers, which refuse it. free takes back exactly what
+// alloc handed out. Both may be called from any thread at once. destroy (optional) runs
+// when the last reference goes.
 // Optionally (all four or none), address space for growable segments: reserve `size`
 // bytes of addresses with no memory behind them (out_reservation->size may be smaller),
 // map memory behind [offset, offset + size) of a reservation (offsets and sizes are whole
@@ -520,7 +521,8 @@ DEVBUF_API devbuf_status devbuf_buffer_allocate(devbuf_allocator_t *allocator, d
 // Maps the file at `path` read-only and zero-copy (pages are read on first touch) as a
 // uint8 buffer of the file's size on a CPU-accessible `device`. Every write access is
 // refused (READ_ONLY). The mapping lives while any view of it does, counts in the device
-// allocator's `mapped` statistic, and survives closing or deleting the file.
+// allocator's `mapped` statistic, and survives closing or deleting the file. It keeps one
+// descriptor of the file open (devbuf's reads ask the file's size through it).
 DEVBUF_API devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const char *path,
                                                 devbuf_buffer_t **out_buffer);
 
@@ -739,11 +741,15 @@ DEVBUF_API devbuf_status devbuf_buffer_export(devbuf_buffer_t *buffer,
 DEVBUF_API devbuf_status devbuf_event_export(devbuf_event_t *event, devbuf_export_t **out_export);
 // Sends the export as one message with its descriptors on a connected Unix socket
 // (SCM_RIGHTS); they are closed here once sent, so the importer holds the lease. IO_ERROR
-// with the reason when sending fails (the export keeps its descriptors then).
+// with the reason when sending fails (the export keeps its descriptors then);
+// INVALID_ARGUMENT for a socket that is no Unix socket, an export sent or imported already,
+// or one another thread is sending or importing at the moment.
 DEVBUF_API devbuf_status devbuf_export_send(devbuf_export_t *shared, int socket);
 // Receives one export from a Unix socket, blocking (set SO_RCVTIMEO for a limit). Every
 // field is checked: FORMAT_ERROR names what is wrong with a message that is not a devbuf
-// export (its descriptors are closed); IO_ERROR when the socket ends or fails.
+// export (its descriptors are closed); IO_ERROR when the socket ends or fails;
+// INVALID_ARGUMENT for a socket that is no Unix socket; UNAVAILABLE when this process had no
+// descriptor left for the export's (the kernel dropped them: the sender must export again).
 DEVBUF_API devbuf_status devbuf_export_receive(int socket, devbuf_export_t **out_export);
 DEVBUF_API devbuf_export_kind devbuf_export_kind_of(const devbuf_export_t *shared);
 // The process that made the export.

@@ -153,6 +153,10 @@ static void test_programs_and_kernels(void) {
   CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &many, uses, 1, NULL, 0),
                DEVBUF_INVALID_ARGUMENT);
   CHECK_MESSAGE("work-groups");
+  devbuf_launch_t chosen = {2, {(size_t)1 << 40, (size_t)1 << 20, 1}, {0, 0, 0}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &chosen, uses, 1, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT); // even in the largest groups the driver can make
+  CHECK_MESSAGE("work-groups");
   devbuf_launch_t partial = {2, {64, 64, 1}, {0, 16, 0}};
   CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &partial, uses, 1, NULL, 0),
                DEVBUF_INVALID_ARGUMENT);

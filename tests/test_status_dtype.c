@@ -47,14 +47,28 @@ static void test_cause_chain(void) {
   devbuf_set_error(DEVBUF_IO_ERROR, "first cause %d", 7);
   devbuf_set_error(DEVBUF_DEVICE_FAILURE, "wrapped: %s", devbuf_last_error());
   CHECK(strcmp(devbuf_last_error(), "DEVICE_FAILURE: wrapped: IO_ERROR: first cause 7") == 0);
-  // A name cut inside a UTF-8 character loses the partial character, not the message's end.
+  // Messages stay UTF-8 a reader decodes: a name cut inside a character by a precision, or a
+  // byte of another encoding, shows as \xNN; a character the message's end would cut goes.
   char name[104];
   memset(name, 'a', 99);
   memcpy(name + 99, "\xc3\xa9z", 4); // "é" at bytes 99-100
   devbuf_set_error(DEVBUF_FORMAT_ERROR, "tensor '%.100s' is odd", name);
   char expected[160];
-  snprintf(expected, sizeof expected, "FORMAT_ERROR: tensor '%.99s' is odd", name);
+  snprintf(expected, sizeof expected, "FORMAT_ERROR: tensor '%.99s\\xc3' is odd", name);
   CHECK(strcmp(devbuf_last_error(), expected) == 0);
+  devbuf_set_error(DEVBUF_IO_ERROR, "cannot open '%s'", "caf\xe9.bin"); // Latin-1
+  CHECK(strcmp(devbuf_last_error(), "IO_ERROR: cannot open 'caf\\xe9.bin'") == 0);
+  char wide[600] = "";
+  for (int i = 0; i < 299; i++) strcat(wide, "\xc3\xa9"); // 598 bytes of "é"
+  devbuf_set_error(DEVBUF_IO_ERROR, "%s", wide);
+  const char *cut = devbuf_last_error();
+  size_t length = strlen(cut);
+  CHECK(length <= 511 && length >= 509);
+  CHECK(((unsigned char)cut[length - 1] & 0xC0) == 0x80);         // ends on a whole "é"
+  devbuf__error_cause(DEVBUF_FORMAT_ERROR, "reading '%s'", wide); // the context cut alike
+  cut = devbuf_last_error();
+  length = strlen(cut);
+  CHECK(((unsigned char)cut[length - 1] & 0xC0) == 0x80);
 }
 
 static void test_dtype_table(void) {

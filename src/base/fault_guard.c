@@ -23,7 +23,9 @@ static bool installed;
 static void on_sigbus(int signal_number, siginfo_t *info, void *context) {
   guard *active = current_guard;
   const char *address = info ? (const char *)info->si_addr : NULL;
-  if (active && address >= active->low && address < active->high) siglongjmp(active->jump, 1);
+  bool fault = info && info->si_code > 0; // a sent signal's si_addr is no address
+  if (active && fault && address >= active->low && address < active->high)
+    siglongjmp(active->jump, 1);
   if (previous_action.sa_flags & SA_SIGINFO) {
     if (previous_action.sa_sigaction) previous_action.sa_sigaction(signal_number, info, context);
     return;
@@ -35,7 +37,7 @@ static void on_sigbus(int signal_number, siginfo_t *info, void *context) {
   // A signal another process sent (kill, sigqueue) is no fault: nothing runs again. Ignored,
   // it stays ignored; by default it ends the process, as it would have without devbuf (the
   // signal raised here is blocked until this handler returns).
-  if (info && info->si_code <= 0) {
+  if (info && !fault) {
     if (previous_action.sa_handler == SIG_IGN) return;
     signal(SIGBUS, SIG_DFL);
     raise(SIGBUS);

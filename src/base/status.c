@@ -34,24 +34,36 @@ const char *devbuf_last_error(void) { return error_message; }
 
 void devbuf__clear_error(void) { error_message[0] = '\0'; }
 
-// A name cut by a precision ("%.100s") can end inside a UTF-8 character: the partial
-// character is dropped, so that the message stays UTF-8 that a reader can decode.
-static void drop_cut_characters(char *text) {
-  unsigned char *at = (unsigned char *)text, *to = at;
-  while (*at) {
-    size_t need = *at >= 0xF0 && *at < 0xF8   ? 3
-                  : *at >= 0xE0 && *at < 0xF0 ? 2
-                  : *at >= 0xC0               ? 1
-                                              : 0;
-    size_t have = 0;
-    while (have < need && (at[1 + have] & 0xC0) == 0x80) have++;
-    if (have < need) { // cut: skip the lead byte and what came of the character
-      at += 1 + have;
-      continue;
+// The bytes of the UTF-8 character at `at` (1 to 4), or 0 where none starts there.
+static size_t character_length(const unsigned char *at) {
+  if (*at < 0x80) return 1;
+  size_t length = *at >= 0xC2 && *at <= 0xDF   ? 2
+                  : *at >= 0xE0 && *at <= 0xEF ? 3
+                  : *at >= 0xF0 && *at <= 0xF4 ? 4
+                                               : 0;
+  for (size_t i = 1; i < length; i++)
+    if ((at[i] & 0xC0) != 0x80) return 0;
+  return length;
+}
+
+// Appends `text` to out[*used..size) as UTF-8 a reader can decode: a byte that starts no
+// character (a name cut inside one by a precision such as "%.100s", a Latin-1 path) shows as
+// \xNN, and a character that the end of `out` would cut is left out whole.
+static void append_utf8(char *out, size_t size, size_t *used, const char *text) {
+  for (const unsigned char *at = (const unsigned char *)text; *at;) {
+    size_t length = character_length(at);
+    size_t room = size - 1 - *used;
+    if ((length ? length : 4) > room) break;
+    if (length) {
+      memcpy(out + *used, at, length);
+      *used += length;
+      at += length;
+    } else {
+      snprintf(out + *used, 5, "\\x%02x", *at++);
+      *used += 4;
     }
-    for (size_t i = 0; i <= need; i++) *to++ = *at++;
   }
-  *to = '\0';
+  out[*used] = '\0';
 }
 
 devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...) {
@@ -64,30 +76,31 @@ devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...) {
     va_start(args, format);
     vsnprintf(text, sizeof text, format, args);
     va_end(args);
-    drop_cut_characters(text);
   }
-  snprintf(error_message, sizeof error_message, format ? "%s: %s" : "%s",
-           devbuf_status_name(status), text);
+  size_t used = 0;
+  error_message[0] = '\0';
+  append_utf8(error_message, sizeof error_message, &used, devbuf_status_name(status));
+  if (format) {
+    append_utf8(error_message, sizeof error_message, &used, ": ");
+    append_utf8(error_message, sizeof error_message, &used, text);
+  }
   return status;
 }
 
 devbuf_status devbuf__error_cause(devbuf_status status, const char *format, ...) {
-  char cause[sizeof error_message]; // the message is rewritten from itself: a copy first
-  snprintf(cause, sizeof cause, "%s", error_message);
-  int prefix = snprintf(error_message, sizeof error_message, "%s: ", devbuf_status_name(status));
-  if (prefix < 0 || (size_t)prefix >= sizeof error_message) return status;
+  char cause[sizeof error_message], context[sizeof error_message];
+  snprintf(cause, sizeof cause, "%s", error_message); // rewritten from itself: a copy first
   va_list args;
   va_start(args, format);
-  int context =
-      vsnprintf(error_message + prefix, sizeof error_message - (size_t)prefix, format, args);
+  vsnprintf(context, sizeof context, format, args);
   va_end(args);
-  size_t used = (size_t)prefix + (context > 0 ? (size_t)context : 0);
-  // ": <cause>", cut where the message ends (a long chain loses its tail, never its head).
-  const char *parts[2] = {": ", cause};
-  for (size_t p = 0; p < 2 && cause[0]; p++)
-    for (const char *c = parts[p]; *c && used + 1 < sizeof error_message; c++)
-      error_message[used++] = *c;
-  if (used < sizeof error_message) error_message[used] = '\0';
+  // "<STATUS>: <context>: <cause>", cut where the message ends (a long chain loses its tail,
+  // never its head).
+  size_t used = 0;
+  error_message[0] = '\0';
+  const char *parts[5] = {devbuf_status_name(status), ": ", context, ": ", cause};
+  for (size_t p = 0; p < (cause[0] ? 5u : 3u); p++)
+    append_utf8(error_message, sizeof error_message, &used, parts[p]);
   return status;
 }
 

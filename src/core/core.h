@@ -244,8 +244,8 @@ static inline devbuf_status devbuf__storage_ensure_allocated(devbuf__storage *st
 // Allocates the memory of a storage no other thread can reach yet (just made), without
 // taking its lock.
 devbuf_status devbuf__storage_allocate_private_slow(devbuf__storage *storage);
-// Memory without a host address on a device whose buffers the CPU reads and writes (a user
-// allocator that hands out addresses only, as a replay's does): given back, INVALID_ARGUMENT.
+// Memory without a host address where the CPU reads and writes buffers (a user allocator
+// that hands out addresses only, as a replay's does): given back, INVALID_ARGUMENT.
 devbuf_status devbuf__storage_no_host_address(devbuf__storage *storage);
 // The allocator refused the storage's memory: the message names the size and the device,
 // then the refusal. Returns `status`.
@@ -260,7 +260,7 @@ static inline devbuf_status devbuf__storage_allocate_private(devbuf__storage *st
   devbuf_status status = devbuf__allocator_alloc_known(allocator, storage->size, &storage->memory);
   if (DEVBUF_UNLIKELY(status != DEVBUF_OK))
     return devbuf__storage_allocation_failed(storage, status);
-  if (DEVBUF_UNLIKELY(!storage->memory.host) && storage->device->host_accessible)
+  if (DEVBUF_UNLIKELY(!storage->memory.host) && devbuf__storage_host_accessible(storage))
     return devbuf__storage_no_host_address(storage);
   atomic_store_explicit(&storage->state, DEVBUF__ALLOCATED, memory_order_release);
   return DEVBUF_OK;

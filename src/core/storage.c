@@ -161,7 +161,7 @@ static devbuf_status allocate_locked(devbuf__storage *storage, bool for_work) {
                                                 storage, &storage->memory)
               : devbuf__allocator_alloc_known(storage->allocator, storage->size, &storage->memory);
   if (status != DEVBUF_OK) return devbuf__storage_allocation_failed(storage, status);
-  if (!storage->memory.host && storage->device->host_accessible)
+  if (!storage->memory.host && devbuf__storage_host_accessible(storage))
     return devbuf__storage_no_host_address(storage);
   if (storage->inherited_count && !devbuf__storage_hazard_locked(storage))
     wait_inherited_now(storage);

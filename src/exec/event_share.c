@@ -87,16 +87,22 @@ static void exported_fork_child(void) {
   // dup2 moves the number onto the page file itself, which holds no lock: the child lets go
   // of the locked file, and `alive` stays a descriptor of its own to close later.
   for (devbuf__event_share *share = exported; share; share = share->next_exported)
-    dup2(share->fd, share->alive);
+    dup3(share->fd, share->alive, O_CLOEXEC);
   pthread_mutex_unlock(&exported_lock);
 }
 DEVBUF__FORK_HOOK(85, exported_fork_prepare, exported_fork_parent, exported_fork_child)
 
-static void exported_add(devbuf__event_share *share) {
+// Opens the share's locked page descriptor and lists it in one step under the list's lock:
+// a fork waits for both, so no child copies the descriptor unlisted.
+static devbuf_status open_alive_listed(devbuf__event_share *share) {
   pthread_mutex_lock(&exported_lock);
-  share->next_exported = exported;
-  exported = share;
+  devbuf_status status = devbuf__lock_reopened(share->fd, &share->alive);
+  if (status == DEVBUF_OK) {
+    share->next_exported = exported;
+    exported = share;
+  }
   pthread_mutex_unlock(&exported_lock);
+  return status;
 }
 
 static void exported_remove(devbuf__event_share *share) {
@@ -497,8 +503,7 @@ static devbuf_status share_for_export(devbuf_event_t *event, devbuf__event_share
                  ? devbuf__error(DEVBUF_OUT_OF_MEMORY, "mapping an event's shared page failed")
                  : devbuf__memory_file_seal(share->fd, true); // importers map it to read only
   }
-  if (status == DEVBUF_OK) status = devbuf__lock_reopened(share->fd, &share->alive);
-  if (status == DEVBUF_OK) exported_add(share); // listed before a fork could copy it unlisted
+  if (status == DEVBUF_OK) status = open_alive_listed(share);
   if (status == DEVBUF_OK)
     status =
         devbuf__memory_file_create("devbuf-event-sleepers", SLEEPERS_BYTES, &share->sleepers_fd);

@@ -417,8 +417,9 @@ static _Thread_local ran_items *running_batch;
 
 // devbuf__worker_settle: a host wait made by a kernel retires what ran before it, so that
 // bytes an earlier item of its own queue wrote are not taken for the queue's pending work.
-// Only items that run on this thread (CPU work) have completed when they return; every
-// other kind of item retires what came before it before it runs, so nothing is left here.
+// Host code runs on a worker only in CPU kernels (items run on this thread, complete when they
+// return) and in visible items (which retire what came before them first); retire waits
+// for the device where anything was enqueued there all the same.
 static bool settle_ran_items(void) {
   ran_items *ran = running_batch;
   if (!ran || ran->running == ran->retired) return false;

@@ -59,6 +59,7 @@ enum {
 #define CL_DEVICE_TYPE                    0x1000u
 #define CL_DEVICE_TYPE_CPU                (1u << 1)
 #define CL_DEVICE_TYPE_GPU                (1u << 2)
+#define CL_DEVICE_MAX_WORK_GROUP_SIZE     0x1004u
 #define CL_DEVICE_MAX_MEM_ALLOC_SIZE      0x1010u
 #define CL_DEVICE_MEM_BASE_ADDR_ALIGN     0x1019u // bits
 #define CL_DEVICE_GLOBAL_MEM_SIZE         0x101Fu

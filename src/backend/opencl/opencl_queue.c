@@ -203,7 +203,12 @@ static devbuf_status describe_kernel(devbuf_device_t *device, devbuf__opencl_pro
   cl->clReleaseKernel(kernel);
   if (code != CL_SUCCESS)
     return devbuf__opencl_error(code, "%s: the arguments of kernel '%.100s'", device->spec, name);
-  *out = (known_kernel){.name = copy_text(name), .arg_count = count, .kinds = kinds};
+  char *copied = copy_text(name);
+  if (!copied) {
+    devbuf__free(kinds);
+    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to describe kernel '%.100s'", name);
+  }
+  *out = (known_kernel){.name = copied, .arg_count = count, .kinds = kinds};
   return DEVBUF_OK;
 }
 
@@ -231,23 +236,32 @@ static devbuf_status check_arguments(devbuf_device_t *device, const known_kernel
   return DEVBUF_OK;
 }
 
-// PoCL counts the work-groups of a launch in 32 bits (more abort the process): at most 2^32 - 1
-// groups, counting each work item as a group where the driver chooses the local sizes.
+// PoCL counts the work-groups of a launch in 32 bits (more abort the process): at most
+// 2^32 - 1 groups. Where the driver chooses the local sizes, it makes no group larger than the
+// device's largest, which gives the fewest groups it can make.
 static devbuf_status check_groups(devbuf_device_t *device, const char *name,
                                   const devbuf_launch_t *launch) {
-  uint64_t groups = 1;
-  for (unsigned d = 0; d < launch->dims; d++) {
-    uint64_t along = launch->global[d] / (launch->local[0] ? launch->local[d] : 1);
-    if (along > UINT32_MAX || (groups *= along) > UINT32_MAX)
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                           "%s: kernel '%.100s': a grid of %zu x %zu x %zu work items in groups "
-                           "of %zu x %zu x %zu is more than 2^32 - 1 work-groups",
-                           device->spec, name, launch->global[0],
-                           launch->dims > 1 ? launch->global[1] : (size_t)1,
-                           launch->dims > 2 ? launch->global[2] : (size_t)1, launch->local[0],
-                           launch->local[1], launch->local[2]);
+  uint64_t groups = 1; // the grid's work items fit a size_t (checked at submission)
+  for (unsigned d = 0; d < launch->dims; d++)
+    groups *= launch->global[d] / (launch->local[0] ? launch->local[d] : 1);
+  if (groups <= UINT32_MAX) return DEVBUF_OK;
+  if (!launch->local[0]) {
+    devbuf__opencl_device *state = devbuf__opencl_of(device);
+    size_t largest = 1;
+    if (state->cl->clGetDeviceInfo(state->id, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof largest,
+                                   &largest, NULL) != CL_SUCCESS ||
+        !largest)
+      largest = 1;
+    groups = groups / largest + (groups % largest != 0);
+    if (groups <= UINT32_MAX) return DEVBUF_OK;
   }
-  return DEVBUF_OK;
+  return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                       "%s: kernel '%.100s': a grid of %zu x %zu x %zu work items in groups of "
+                       "%zu x %zu x %zu makes at least %llu work-groups, more than 2^32 - 1",
+                       device->spec, name, launch->global[0],
+                       launch->dims > 1 ? launch->global[1] : (size_t)1,
+                       launch->dims > 2 ? launch->global[2] : (size_t)1, launch->local[0],
+                       launch->local[1], launch->local[2], (unsigned long long)groups);
 }
 
 devbuf_status devbuf__opencl_program_check_launch(devbuf_device_t *device, void *backend_program,
