@@ -66,24 +66,31 @@ static void append_utf8(char *out, size_t size, size_t *used, const char *text) 
   out[*used] = '\0';
 }
 
+// The thread's message: "<STATUS>[: <text>][: <cause>]", cut where it ends (a long chain
+// loses its tail, never its head). Neither part may point into the message.
+static void write_message(devbuf_status status, const char *text, const char *cause) {
+  size_t used = 0;
+  error_message[0] = '\0';
+  append_utf8(error_message, sizeof error_message, &used, devbuf_status_name(status));
+  for (const char *const *part = (const char *const[]){text, cause}, *const *end = part + 2;
+       part < end; part++) {
+    if (!*part) continue;
+    append_utf8(error_message, sizeof error_message, &used, ": ");
+    append_utf8(error_message, sizeof error_message, &used, *part);
+  }
+}
+
 devbuf_status devbuf_set_error(devbuf_status status, const char *format, ...) {
   // Formatted apart first: the arguments may point into the message itself (a caller that
   // wraps the last error in its own words).
   char text[sizeof error_message];
-  text[0] = '\0';
   if (format) {
     va_list args;
     va_start(args, format);
     vsnprintf(text, sizeof text, format, args);
     va_end(args);
   }
-  size_t used = 0;
-  error_message[0] = '\0';
-  append_utf8(error_message, sizeof error_message, &used, devbuf_status_name(status));
-  if (format) {
-    append_utf8(error_message, sizeof error_message, &used, ": ");
-    append_utf8(error_message, sizeof error_message, &used, text);
-  }
+  write_message(status, format ? text : NULL, NULL);
   return status;
 }
 
@@ -94,13 +101,7 @@ devbuf_status devbuf__error_cause(devbuf_status status, const char *format, ...)
   va_start(args, format);
   vsnprintf(context, sizeof context, format, args);
   va_end(args);
-  // "<STATUS>: <context>: <cause>", cut where the message ends (a long chain loses its tail,
-  // never its head).
-  size_t used = 0;
-  error_message[0] = '\0';
-  const char *parts[5] = {devbuf_status_name(status), ": ", context, ": ", cause};
-  for (size_t p = 0; p < (cause[0] ? 5u : 3u); p++)
-    append_utf8(error_message, sizeof error_message, &used, parts[p]);
+  write_message(status, context, cause[0] ? cause : NULL);
   return status;
 }
 
