@@ -402,9 +402,6 @@ static inline void prefetch_item(const devbuf__work *work) {
   devbuf__prefetch_bytes_for_write(work, PREFETCH_BYTES);
 }
 
-// Runs a batch in order. Finished items are retired together, and always before anything
-// that may block or be observed from outside (an event operation, a wait for another
-// queue), so that nobody waits for an item that has finished but is not retired.
 // The batch a worker runs: items before `retired` are retired, those from there to `running`
 // have run (a worker retires in groups).
 typedef struct ran_items {
@@ -428,6 +425,9 @@ static bool settle_ran_items(void) {
   return true;
 }
 
+// Runs a batch in order. Finished items are retired together, and always before anything
+// that may block or be observed from outside (an event operation, a wait for another
+// queue), so that nobody waits for an item that has finished but is not retired.
 static void run_items(ran_items *ran, size_t count) {
   devbuf_queue_t *queue = ran->queue;
   devbuf__work **batch = ran->batch;
