@@ -84,8 +84,8 @@ static devbuf__event_share *exported; // through next_exported
 static void exported_fork_prepare(void) { pthread_mutex_lock(&exported_lock); }
 static void exported_fork_parent(void) { pthread_mutex_unlock(&exported_lock); }
 static void exported_fork_child(void) {
-  // dup2 moves the number onto the page file itself, which holds no lock: the child lets go
-  // of the locked file, and `alive` stays a descriptor of its own to close later.
+  // dup3 moves the number onto the page file itself, which holds no lock: the child lets go
+  // of the locked file, and `alive` stays a close-on-exec descriptor of its own to close.
   for (devbuf__event_share *share = exported; share; share = share->next_exported)
     dup3(share->fd, share->alive, O_CLOEXEC);
   pthread_mutex_unlock(&exported_lock);
