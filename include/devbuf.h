@@ -425,7 +425,9 @@ DEVBUF_API devbuf_status devbuf_stats_adaptor_create(devbuf_allocator_t *upstrea
                                                      devbuf_allocator_t **out_allocator);
 // Appends one line per alloc and free to the file at `path` (created or truncated):
 // "a <id> <size>" and "f <id>", where <id> numbers the allocations from 1. The file is a
-// complete record once the adaptor is released; devbuf_trace_replay plays it back.
+// complete record once the adaptor is released; devbuf_trace_replay plays it back. A free
+// of memory the adaptor does not hold now (freed already) is refused with a message and
+// reaches neither the file nor the upstream.
 DEVBUF_API devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const char *path,
                                                      devbuf_allocator_t **out_allocator);
 // When a fault adaptor fails allocations (SQLite's test_malloc modes, plus a periodic one).

@@ -256,6 +256,38 @@ static void test_double_free_is_refused(void) {
   CHECK_EQ_U(s.live_buffers, 0);
   CHECK_EQ_U(s.system_frees, 1);
   devbuf_allocator_release(counted);
+  // Through a trace adaptor over memory that keeps no record of its own (the raw allocator):
+  // the adaptor's record of the first free was gone when the second read it.
+  char path[] = "/tmp/devbuf-trace-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  devbuf_allocator_t *traced = NULL;
+  CHECK_OK(devbuf_trace_adaptor_create(t.raw, path, &traced));
+  uint64_t frees_before = stats_of(t.raw).system_frees;
+  devbuf_memory_t e, f;
+  CHECK_OK(devbuf_allocator_alloc(traced, 1000, &e));
+  CHECK_OK(devbuf_allocator_alloc(traced, 2000, &f));
+  devbuf_memory_t forged = f;
+  forged.host = e.host; // another allocation's number with this one's address
+  devbuf_allocator_free(traced, &forged);
+  CHECK_MESSAGE("not handed out by this adaptor");
+  devbuf_allocator_free(traced, &e);
+  devbuf_set_error(DEVBUF_OK, "%s", "none");
+  devbuf_allocator_free(traced, &e);
+  CHECK_MESSAGE("freed already");
+  devbuf_allocator_free(traced, &f);
+  CHECK_EQ_U(stats_of(t.raw).system_frees - frees_before, 2);
+  devbuf_allocator_release(traced); // closes the file
+  char text[128] = {0};
+  FILE *file = fopen(path, "r");
+  CHECK(file != NULL);
+  if (file) {
+    CHECK(fread(text, 1, sizeof text - 1, file) > 0);
+    fclose(file);
+  }
+  CHECK(strcmp(text, "# devbuf trace 1\na 1 1000\na 2 2000\nf 1\nf 2\n") == 0);
+  unlink(path);
   test_allocators_close(&t);
 }
 

@@ -3,7 +3,7 @@
 //   a <id> <size>             allocation number <id> (from 1) of <size> bytes
 //   f <id>                    that allocation was freed
 // Replaying it against another allocator reproduces the workload's allocation pattern.
-#include "memory.h"
+#include "trace_table.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,37 +18,39 @@
 
 typedef struct trace_adaptor {
   devbuf__adaptor adaptor;
-  pthread_mutex_t lock; // orders lines in the file
+  pthread_mutex_t lock; // orders lines in the file; guards the two below
   FILE *file;
-  uint64_t next_id; // under the lock
+  uint64_t next_id;
+  // What the adaptor has handed out and not taken back, by number. The memory it hands out
+  // is its upstream's with the number for a token, so that a free of memory it does not
+  // hold now (a second free) is refused, not read from a record already gone.
+  devbuf__trace_table live;
 } trace_adaptor;
-
-typedef struct trace_record {
-  devbuf_memory_t upstream;
-  uint64_t id;
-} trace_record;
 
 // An allocation, ordered after work where `visit` is set (memory released in flight).
 static devbuf_status trace_alloc_with(devbuf_allocator_t *base, size_t size,
                                       devbuf__in_flight_visit visit, void *context,
                                       devbuf_memory_t *out) {
   trace_adaptor *self = (trace_adaptor *)base;
-  trace_record *record = devbuf__malloc(sizeof *record);
-  if (!record) return devbuf__error(DEVBUF_OUT_OF_MEMORY, "trace: no host memory for a record");
-  devbuf_status status =
-      visit ? devbuf__allocator_alloc_ordered(self->adaptor.upstream, size, visit, context,
-                                              &record->upstream)
-            : devbuf_allocator_alloc(self->adaptor.upstream, size, &record->upstream);
+  devbuf_memory_t upstream;
+  devbuf_status status = visit ? devbuf__allocator_alloc_ordered(self->adaptor.upstream, size,
+                                                                 visit, context, &upstream)
+                               : devbuf_allocator_alloc(self->adaptor.upstream, size, &upstream);
+  if (status != DEVBUF_OK) return status;
+  pthread_mutex_lock(&self->lock);
+  devbuf__trace_entry entry = {.id = self->next_id, .memory = upstream, .size = size}, *slot;
+  status = devbuf__trace_table_insert(&self->live, &entry, "trace adaptor", &slot);
+  if (status == DEVBUF_OK) {
+    self->next_id++;
+    fprintf(self->file, "a %" PRIu64 " %zu\n", entry.id, size);
+  }
+  pthread_mutex_unlock(&self->lock);
   if (status != DEVBUF_OK) {
-    devbuf__free(record);
+    devbuf_allocator_free(self->adaptor.upstream, &upstream);
     return status;
   }
-  pthread_mutex_lock(&self->lock);
-  record->id = self->next_id++;
-  fprintf(self->file, "a %" PRIu64 " %zu\n", record->id, size);
-  pthread_mutex_unlock(&self->lock);
-  *out = record->upstream;
-  out->token = record;
+  *out = upstream;
+  out->token = (void *)(uintptr_t)entry.id;
   return DEVBUF_OK;
 }
 
@@ -62,19 +64,38 @@ static devbuf_status trace_alloc_ordered(devbuf_allocator_t *base, size_t size,
   return trace_alloc_with(base, size, visit, context, out);
 }
 
-static void trace_line_free(trace_adaptor *self, const trace_record *record) {
+// The entry `memory` came from, under the lock; NULL (with the thread's message set) for
+// memory the adaptor does not hold now.
+static devbuf__trace_entry *entry_of(trace_adaptor *self, const devbuf_memory_t *memory) {
+  devbuf__trace_entry *entry = devbuf__trace_table_find(&self->live, (uintptr_t)memory->token);
+  if (entry && entry->memory.host == memory->host && entry->memory.device == memory->device)
+    return entry;
+  devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                "trace adaptor: the %zu bytes at %p are not handed out by this adaptor now "
+                "(freed already?): left alone",
+                memory->size, memory->host);
+  return NULL;
+}
+
+// Takes `memory`'s entry out and writes its line; false for memory it does not hold.
+static bool take_entry(trace_adaptor *self, const devbuf_memory_t *memory,
+                       devbuf_memory_t *out_upstream) {
   pthread_mutex_lock(&self->lock);
-  fprintf(self->file, "f %" PRIu64 "\n", record->id);
+  devbuf__trace_entry *entry = entry_of(self, memory);
+  if (entry) {
+    *out_upstream = entry->memory;
+    fprintf(self->file, "f %" PRIu64 "\n", entry->id);
+    devbuf__trace_table_remove(&self->live, entry);
+  }
   pthread_mutex_unlock(&self->lock);
+  return entry != NULL;
 }
 
 // The line goes first: the upstream may hand the memory out again at once.
 static void trace_free(devbuf_allocator_t *base, const devbuf_memory_t *memory) {
   trace_adaptor *self = (trace_adaptor *)base;
-  trace_record *record = memory->token;
-  trace_line_free(self, record);
-  devbuf_allocator_free(self->adaptor.upstream, &record->upstream);
-  devbuf__free(record);
+  devbuf_memory_t upstream;
+  if (take_entry(self, memory, &upstream)) devbuf_allocator_free(self->adaptor.upstream, &upstream);
 }
 
 // Released while work uses it: freed, for the trace, once the upstream took it back (an
@@ -82,18 +103,23 @@ static void trace_free(devbuf_allocator_t *base, const devbuf_memory_t *memory) 
 static devbuf_status trace_free_in_flight(devbuf_allocator_t *base, const devbuf_memory_t *memory,
                                           void *fence, devbuf__in_flight **out_range) {
   trace_adaptor *self = (trace_adaptor *)base;
-  trace_record *record = memory->token;
+  pthread_mutex_lock(&self->lock);
+  devbuf__trace_entry *entry = entry_of(self, memory);
+  devbuf_memory_t upstream = entry ? entry->memory : (devbuf_memory_t){0};
+  pthread_mutex_unlock(&self->lock);
+  if (!entry) return DEVBUF_INVALID_ARGUMENT;
   devbuf_status status =
-      devbuf__allocator_free_in_flight(self->adaptor.upstream, &record->upstream, fence, out_range);
+      devbuf__allocator_free_in_flight(self->adaptor.upstream, &upstream, fence, out_range);
   if (status != DEVBUF_OK) return status; // the caller keeps the memory: no free yet
-  trace_line_free(self, record);
-  devbuf__free(record);
+  devbuf_memory_t taken;
+  take_entry(self, memory, &taken);
   return DEVBUF_OK;
 }
 
 static void trace_destroy(devbuf_allocator_t *base) {
   trace_adaptor *self = (trace_adaptor *)base;
   fclose(self->file);
+  devbuf__trace_table_free(&self->live);
   pthread_mutex_destroy(&self->lock);
   devbuf_allocator_release(self->adaptor.upstream);
   devbuf__free(self);
@@ -137,96 +163,15 @@ devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const ch
 
 // ---- replay ---------------------------------------------------------------------------
 
-// Allocations the trace holds live at once (and refused ones whose free has not come): the
-// replay's memory grows with these, not with the ids or the sizes the file names.
-#define REPLAY_MAX_LIVE ((size_t)1 << 26)
-
-typedef struct replay_entry {
-  uint64_t id; // 0: empty
-  devbuf_memory_t memory;
-  size_t size; // bytes the trace asked for
-  bool failed; // the target refused it, so its free is skipped
-} replay_entry;
-
-// Open addressing with linear probing, at most half full; removal shifts later entries of
-// the same run back, so lookups never need tombstones.
+// The replay's state: what the trace holds live (and refused allocations whose free has not
+// come), by the file's numbers.
 typedef struct replay_table {
-  replay_entry *entries;
-  size_t capacity, count; // capacity: a power of two (0 before the first insert)
-  uint64_t next_id;       // ids come as 1, 2, 3, ...: the id the next "a" line must have
+  devbuf__trace_table live;
+  uint64_t next_id; // ids come as 1, 2, 3, ...: the id the next "a" line must have
   uint64_t live_bytes;
   devbuf_trace_observer_fn observer; // told of every record once it is played (may be NULL)
   void *observer_context;
 } replay_table;
-
-static size_t slot_of(const replay_table *table, uint64_t id) {
-  return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 17) & (table->capacity - 1);
-}
-
-static replay_entry *table_find(const replay_table *table, uint64_t id) {
-  if (!table->capacity || id == 0) return NULL; // 0 marks an empty slot: no allocation has it
-  for (size_t i = slot_of(table, id);; i = (i + 1) & (table->capacity - 1)) {
-    if (table->entries[i].id == id) return &table->entries[i];
-    if (table->entries[i].id == 0) return NULL;
-  }
-}
-
-static devbuf_status table_grow(replay_table *table, unsigned long line) {
-  if (table->count >= REPLAY_MAX_LIVE)
-    return devbuf__error(DEVBUF_UNSUPPORTED,
-                         "trace line %lu: more than %zu allocations live at once", line,
-                         REPLAY_MAX_LIVE);
-  size_t capacity = table->capacity ? 2 * table->capacity : 1024;
-  replay_entry *entries = devbuf__calloc(capacity, sizeof *entries);
-  if (!entries)
-    return devbuf__error(DEVBUF_OUT_OF_MEMORY, "trace replay: no host memory for %zu entries",
-                         capacity);
-  replay_table grown = {entries,
-                        capacity,
-                        0,
-                        table->next_id,
-                        table->live_bytes,
-                        table->observer,
-                        table->observer_context};
-  for (size_t i = 0; i < table->capacity; i++) {
-    if (!table->entries[i].id) continue;
-    size_t j = slot_of(&grown, table->entries[i].id);
-    while (entries[j].id) j = (j + 1) & (capacity - 1);
-    entries[j] = table->entries[i];
-    grown.count++;
-  }
-  devbuf__free(table->entries);
-  *table = grown;
-  return DEVBUF_OK;
-}
-
-static devbuf_status table_insert(replay_table *table, const replay_entry *entry,
-                                  unsigned long line) {
-  if (2 * (table->count + 1) > table->capacity) {
-    devbuf_status status = table_grow(table, line);
-    if (status != DEVBUF_OK) return status;
-  }
-  size_t i = slot_of(table, entry->id);
-  while (table->entries[i].id) i = (i + 1) & (table->capacity - 1);
-  table->entries[i] = *entry;
-  table->count++;
-  return DEVBUF_OK;
-}
-
-static void table_remove(replay_table *table, replay_entry *entry) {
-  size_t mask = table->capacity - 1, hole = (size_t)(entry - table->entries);
-  table->entries[hole].id = 0;
-  for (size_t i = (hole + 1) & mask; table->entries[i].id; i = (i + 1) & mask) {
-    size_t home = slot_of(table, table->entries[i].id);
-    // The entry may fill the hole if its home is not inside (hole, i] (cyclically).
-    if (((i - home) & mask) >= ((i - hole) & mask)) {
-      table->entries[hole] = table->entries[i];
-      table->entries[i].id = 0;
-      hole = i;
-    }
-  }
-  table->count--;
-}
 
 static devbuf_status replay_alloc(uint64_t id, size_t size, unsigned long line, replay_table *table,
                                   devbuf_allocator_t *allocator, devbuf_trace_summary_t *summary) {
@@ -235,12 +180,13 @@ static devbuf_status replay_alloc(uint64_t id, size_t size, unsigned long line, 
                          "trace line %lu: allocation %" PRIu64 " of %zu bytes (the next "
                          "allocation is number %" PRIu64 ", of at least 1 byte)",
                          line, id, size, table->next_id);
-  replay_entry entry = {.id = id, .size = size};
-  devbuf_status status = table_insert(table, &entry, line);
+  char who[40];
+  snprintf(who, sizeof who, "trace line %lu", line);
+  devbuf__trace_entry entry = {.id = id, .size = size}, *slot;
+  devbuf_status status = devbuf__trace_table_insert(&table->live, &entry, who, &slot);
   if (status != DEVBUF_OK) return status;
   table->next_id++;
   summary->allocs++;
-  replay_entry *slot = table_find(table, id);
   if (devbuf_allocator_alloc(allocator, size, &slot->memory) != DEVBUF_OK) {
     summary->failed_allocs++;
     slot->failed = true;
@@ -254,7 +200,7 @@ static devbuf_status replay_alloc(uint64_t id, size_t size, unsigned long line, 
 
 static devbuf_status replay_free(uint64_t id, unsigned long line, replay_table *table,
                                  devbuf_allocator_t *allocator, devbuf_trace_summary_t *summary) {
-  replay_entry *slot = table_find(table, id);
+  devbuf__trace_entry *slot = devbuf__trace_table_find(&table->live, id);
   if (!slot)
     return devbuf__error(DEVBUF_FORMAT_ERROR,
                          "trace line %lu: free of allocation %" PRIu64 " that is not live", line,
@@ -264,7 +210,7 @@ static devbuf_status replay_free(uint64_t id, unsigned long line, replay_table *
     devbuf_allocator_free(allocator, &slot->memory);
     table->live_bytes -= slot->size;
   }
-  table_remove(table, slot);
+  devbuf__trace_table_remove(&table->live, slot);
   if (table->observer) table->observer(table->observer_context, id, 0, refused);
   summary->frees++;
   return DEVBUF_OK;
@@ -375,12 +321,13 @@ devbuf_status devbuf_trace_replay_observed(const char *path, devbuf_allocator_t 
     status = devbuf__error(DEVBUF_IO_ERROR, "cannot read '%.200s': %s", path, strerror(errno));
   if (status == DEVBUF_OK && line == 0)
     status = devbuf__error(DEVBUF_FORMAT_ERROR, "'%.200s' is empty: no trace header", path);
-  for (size_t i = 0; i < table.capacity; i++) { // free what the trace left live
-    if (!table.entries[i].id || table.entries[i].failed) continue;
-    devbuf_allocator_free(allocator, &table.entries[i].memory);
+  for (size_t i = 0; i < table.live.capacity; i++) { // free what the trace left live
+    const devbuf__trace_entry *entry = &table.live.entries[i];
+    if (!entry->id || entry->failed) continue;
+    devbuf_allocator_free(allocator, &entry->memory);
     summary.leaked++;
   }
-  devbuf__free(table.entries);
+  devbuf__trace_table_free(&table.live);
   fclose(file);
   if (status == DEVBUF_OK) *out_summary = summary;
   return status;
