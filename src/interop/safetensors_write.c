@@ -96,11 +96,6 @@ static devbuf_status write_all(int fd, const void *data, size_t size, const char
   while (size) {
     ssize_t put = write(fd, bytes, size);
     if (put < 0 && errno == EINTR) continue;
-    if (put < 0 && errno == EFAULT) // the source's pages are gone, not the target's fault
-      return devbuf__error(DEVBUF_IO_ERROR,
-                           "cannot read %zu bytes of a tensor for '%.200s': its memory faults (a "
-                           "mapped file truncated while mapped)",
-                           size, path);
     if (put <= 0)
       return devbuf__error(DEVBUF_IO_ERROR, "cannot write %zu bytes to '%.200s': %s", size, path,
                            put < 0 ? strerror(errno) : "nothing written");
@@ -110,19 +105,12 @@ static devbuf_status write_all(int fd, const void *data, size_t size, const char
   return DEVBUF_OK;
 }
 
-// A buffer's bytes, straight from host memory when the CPU can read it, else staged
-// through `staging` in pieces of whole elements.
+// A buffer's bytes, staged through `staging` in pieces of whole elements and read as
+// copyout reads them: after the work that writes them, refused under an open write access
+// (a writer, a writable DLPack export), and out of a mapped file only while the file still
+// holds them (one cut inside a page would read as zeros).
 static devbuf_status write_buffer(int fd, devbuf_buffer_t *buffer, void *staging,
                                   size_t staging_size, const char *path) {
-  if (devbuf_buffer_is_cpu_accessible(buffer)) {
-    const void *data;
-    size_t size;
-    devbuf_status status = devbuf_buffer_contents_wait(buffer, &data, &size);
-    if (status != DEVBUF_OK) return status;
-    if (size) status = write_all(fd, data, size, path);
-    devbuf_buffer_end_access(buffer, data);
-    return status;
-  }
   size_t total = devbuf_buffer_size(buffer);
   for (size_t offset = 0; offset < total; offset += staging_size) {
     size_t piece = total - offset < staging_size ? total - offset : staging_size;
@@ -235,8 +223,7 @@ static devbuf_status write_file(int fd, const text *header, const layout_entry *
   void *staging = NULL;
   for (size_t i = 0; status == DEVBUF_OK && i < count; i++) {
     devbuf_buffer_t *buffer = layout[i].tensor->buffer;
-    if (!staging && !devbuf_buffer_is_cpu_accessible(buffer) &&
-        !(staging = devbuf__malloc(staging_size)))
+    if (!staging && devbuf_buffer_size(buffer) && !(staging = devbuf__malloc(staging_size)))
       status = devbuf__error(DEVBUF_OUT_OF_MEMORY,
                              "safetensors_write: no host memory for a staging buffer");
     if (status == DEVBUF_OK) status = write_buffer(fd, buffer, staging, staging_size, path);
