@@ -1072,14 +1072,16 @@ DEVBUF_API int32_t devbuf_device_dlpack_type(const devbuf_device_t *device);
 DEVBUF_API devbuf_status devbuf_buffer_to_dlpack_versioned(
     devbuf_buffer_t *buffer, uint32_t flags, struct DLManagedTensorVersioned **out_tensor);
 // The same as a legacy (unversioned) DLManagedTensor, which has no read-only flag: READ_ONLY
-// for read-only memory (mapped files), which only the versioned export can describe.
+// for read-only memory (mapped files), and INVALID_ARGUMENT for the DEVBUF_DLPACK_READ_ONLY
+// flag; only the versioned export can describe either.
 DEVBUF_API devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32_t flags,
                                                  struct DLManagedTensor **out_tensor);
 // Imports a DLPack tensor without copying: a buffer over its memory that calls the
 // producer's deleter when its last view is released. Only compact row-major tensors (strides
 // NULL or C-order; any stride on dimensions of size 1) of one lane of a devbuf dtype on a
 // device devbuf can open are accepted; otherwise UNSUPPORTED naming the field, and
-// ownership stays with the caller. A versioned tensor of another major version is refused;
+// ownership stays with the caller. Data off its element's alignment (as C has it: 4 bytes
+// for complex64) is INVALID_ARGUMENT. A versioned tensor of another major version is refused;
 // its read-only flag makes the buffer read-only.
 DEVBUF_API devbuf_status devbuf_buffer_from_dlpack_versioned(
     struct DLManagedTensorVersioned *tensor, devbuf_buffer_t **out_buffer);

@@ -211,7 +211,18 @@ static void test_import_refusals(void) {
   // uint32 elements at an address off their alignment: as_array would give a misaligned pointer.
   REFUSED(p.versioned.dl_tensor.byte_offset = 65, DEVBUF_INVALID_ARGUMENT,
           "+ byte_offset 65 is not aligned to the 4 bytes of a uint32 element");
+  REFUSED((p.versioned.dl_tensor.dtype = (DLDataType){DEVBUF_DL_COMPLEX, 64, 1},
+           p.versioned.dl_tensor.byte_offset = 66),
+          DEVBUF_INVALID_ARGUMENT, "not aligned to the 4 bytes of a complex64 element");
 #undef REFUSED
+  // complex64 is aligned as its parts are (C's float _Complex, numpy's complex64): at 4 mod 8.
+  producer_init(&p);
+  p.versioned.dl_tensor.dtype = (DLDataType){DEVBUF_DL_COMPLEX, 64, 1};
+  p.versioned.dl_tensor.byte_offset = 68;
+  p.shape[1] = 4, p.strides[0] = 4;
+  CHECK_OK(devbuf_buffer_from_dlpack_versioned(&p.versioned, &buffer));
+  devbuf_buffer_release(buffer);
+  CHECK_EQ_U(p.deleted, 1);
   // What counts on the host is the address: a data pointer off by one that the byte offset
   // brings back is aligned.
   producer_init(&p);
@@ -283,7 +294,13 @@ static void test_round_trip_every_dtype(void) {
       devbuf_buffer_t *imported = NULL;
       if (legacy) {
         DLManagedTensor *tensor = NULL;
-        CHECK_OK(devbuf_buffer_to_dlpack(source, DEVBUF_DLPACK_READ_ONLY, &tensor));
+        // A legacy tensor looks writable: a read access under it would let a consumer's
+        // writes race with reading work.
+        CHECK_STATUS(devbuf_buffer_to_dlpack(source, DEVBUF_DLPACK_READ_ONLY, &tensor),
+                     DEVBUF_INVALID_ARGUMENT);
+        CHECK_MESSAGE("cannot carry the flag");
+        CHECK(tensor == NULL && devbuf_buffer_open_accesses(source) == 0);
+        CHECK_OK(devbuf_buffer_to_dlpack(source, 0, &tensor));
         CHECK_OK(devbuf_buffer_from_dlpack(tensor, &imported));
       } else {
         DLManagedTensorVersioned *tensor = NULL;
@@ -300,7 +317,7 @@ static void test_round_trip_every_dtype(void) {
       CHECK(a == b); // the same memory
       devbuf_buffer_end_access(source, a);
       devbuf_buffer_end_access(imported, b);
-      CHECK_EQ_U(devbuf_buffer_open_accesses(source), 1); // the export's read access
+      CHECK_EQ_U(devbuf_buffer_open_accesses(source), 1); // the export's access
       devbuf_buffer_release(imported);
       CHECK_EQ_U(devbuf_buffer_open_accesses(source), 0);
     }

@@ -8,6 +8,7 @@
 #include "devbuf_opencl.h"
 
 #include <stdint.h>
+#include <unistd.h>
 
 static devbuf_device_t *device;
 
@@ -289,6 +290,30 @@ static void test_safetensors_onto_the_device(void) {
   }
   free(expected);
   devbuf_tensor_file_release(file);
+  // 6-bit elements come 4 to 3 bytes: the staged pieces of one larger than a piece must hold
+  // whole elements (pieces of 8 MiB were refused as views).
+  char six_path[] = "/tmp/devbuf-six-XXXXXX";
+  close(mkstemp(six_path));
+  size_t count = (size_t)12 << 20, bytes = count / 4 * 3; // 9 MiB
+  devbuf_buffer_t *host = NULL;
+  devbuf_device_t *cpu = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &cpu));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(cpu), DEVBUF_FLOAT6_E2M3, &count, 1, 0,
+                                  &host));
+  unsigned char *pattern = malloc(bytes), *back = malloc(bytes);
+  for (size_t i = 0; pattern && i < bytes; i++) pattern[i] = (unsigned char)(i * 7 + i / 4099);
+  CHECK_OK(devbuf_buffer_copyin(host, pattern, bytes));
+  devbuf_named_buffer_t six = {"six", host};
+  CHECK_OK(devbuf_safetensors_write(six_path, &six, 1, NULL, 0));
+  CHECK_OK(devbuf_safetensors_load(device, six_path, NULL, &file));
+  CHECK_OK(devbuf_buffer_copyout(devbuf_tensor_file_buffer(file, 0), back, bytes));
+  CHECK(pattern && back && memcmp(pattern, back, bytes) == 0);
+  free(pattern);
+  free(back);
+  devbuf_tensor_file_release(file);
+  devbuf_buffer_release(host);
+  devbuf_device_release(cpu);
+  unlink(six_path);
 }
 
 static int deleted_tensors;

@@ -406,9 +406,11 @@ static inline bool devbuf__one_dimension_bytes(devbuf_dtype dtype, size_t extent
   return element && !devbuf__mul_overflows(extent, element, out) && *out <= (uint64_t)INT64_MAX;
 }
 
-// The alignment a typed pointer to elements of `dtype` needs: the element's bytes (at most 16);
+// The alignment a typed pointer to elements of `dtype` needs, as C and numpy have it: the
+// element's bytes (at most 16), a complex number's part's (C's float _Complex is 4-aligned);
 // 1 for sub-byte elements, which are addressed as bytes.
 static inline size_t devbuf__dtype_alignment(devbuf_dtype dtype) {
+  if (dtype == DEVBUF_COMPLEX64) return 4;
   size_t element = (unsigned)dtype < DEVBUF_DTYPE_COUNT ? devbuf__dtype_whole_bytes[dtype] : 0;
   return element > 16 ? 16 : element ? element : 1;
 }

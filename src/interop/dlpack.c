@@ -92,6 +92,13 @@ static devbuf_status export_new(devbuf_buffer_t *buffer, uint32_t flags, bool ve
                          "dlpack export: buffer %llu is read-only and a legacy DLManagedTensor "
                          "cannot say so; use devbuf_buffer_to_dlpack_versioned",
                          (unsigned long long)buffer->handle_id);
+  // A read access under a tensor that looks writable: a consumer that writes races with
+  // the reading work the access lets in.
+  if (!versioned && (flags & DEVBUF_DLPACK_READ_ONLY))
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "dlpack export: DEVBUF_DLPACK_READ_ONLY asked of a legacy "
+                         "DLManagedTensor, which cannot carry the flag; use "
+                         "devbuf_buffer_to_dlpack_versioned");
   export_record *record = devbuf__calloc(1, sizeof *record);
   if (!record)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "dlpack export: no host memory for a tensor record");

@@ -222,11 +222,17 @@ static devbuf_status parse_tensor(parser *p, devbuf__tensor_entry *entry) {
 static devbuf_status parse_members(parser *p) {
   devbuf__json *json = &p->json;
   devbuf_tensor_file_t *file = p->file;
-  if (json->size == 0 || json->text[0] != '{')
+  size_t at = 0; // JSON lets blanks come first, and the reference reads them
+  while (at < json->size && strchr(" \t\r\n", json->text[at]) && json->text[at]) at++;
+  if (at == json->size)
     return devbuf__error(DEVBUF_FORMAT_ERROR,
-                         "safetensors header: does not start with '{' (byte 0 is 0x%02x)",
-                         json->size ? (unsigned)(unsigned char)json->text[0] : 0u);
-  json->pos = 1;
+                         "safetensors header: does not start with '{' (its %zu bytes are blanks)",
+                         at);
+  if (json->text[at] != '{')
+    return devbuf__error(DEVBUF_FORMAT_ERROR,
+                         "safetensors header: does not start with '{' (byte %zu is 0x%02x)", at,
+                         (unsigned)(unsigned char)json->text[at]);
+  json->pos = at + 1;
   bool more = true;
   devbuf_status status = DEVBUF_OK;
   for (size_t index = 0; status == DEVBUF_OK; index++) {

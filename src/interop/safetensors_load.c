@@ -6,7 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define STAGING_BYTES ((size_t)8 << 20) // file reads for devices the CPU cannot address
+// File reads for devices the CPU cannot address, in pieces of whole elements of every dtype
+// (6-bit ones come 4 to 3 bytes).
+#define STAGING_BYTES ((size_t)6 << 20)
 
 // Where the table's bytes come from: the open file (pread), or its mapping, read with a
 // guard so that a file cut short under the mapping answers IO_ERROR, not SIGBUS.
@@ -117,8 +119,15 @@ static void tell(const devbuf_tensor_file_t *file, size_t index,
   options->on_tensor(options->context, index, &info, file->buffers[index]);
 }
 
+// The step a tensor's offset in one allocation keeps: the device's alignment `align` (a
+// power of two), times 3 for 6-bit elements, whose whole groups of 4 take 3 bytes.
+static size_t offset_step(devbuf_dtype dtype, size_t align) {
+  return devbuf_dtype_bits(dtype) % 3 == 0 && devbuf_dtype_bits(dtype) % 8 ? 3 * align : align;
+}
+
 // With DEVBUF_LOAD_ONE_ALLOCATION: one buffer for every chosen tensor, each at a multiple
-// of the device's alignment (*out_offsets[i], for the tensors in `chosen`).
+// of the device's alignment (*out_offsets[i], for the tensors in `chosen`) that is also a
+// whole number of its elements.
 static devbuf_status one_allocation(devbuf_device_t *device, devbuf_allocator_t *allocator,
                                     const devbuf_tensor_file_t *file, const bool *chosen,
                                     size_t *offsets, devbuf_buffer_t **out_whole) {
@@ -126,13 +135,15 @@ static devbuf_status one_allocation(devbuf_device_t *device, devbuf_allocator_t 
   for (size_t i = 0; i < file->count; i++) {
     if (!chosen[i]) continue;
     uint64_t bytes = file->entries[i].end - file->entries[i].begin;
-    size_t rounded;
-    if (bytes > SIZE_MAX - align || devbuf__add_overflows(total, (size_t)bytes, &rounded) ||
-        rounded > SIZE_MAX - align)
+    size_t step = offset_step(file->entries[i].dtype, align), at, end;
+    if (devbuf__add_overflows(total, step - 1, &at) || bytes > SIZE_MAX ||
+        devbuf__add_overflows(at / step * step, (size_t)bytes, &end) ||
+        devbuf__add_overflows(end, align - 1, &total))
       return devbuf__error(DEVBUF_OVERFLOW, "safetensors_load: the tensors' bytes overflow");
-    offsets[i] = total;
-    total = (rounded + align - 1) & ~(align - 1);
+    offsets[i] = at / step * step;
+    total = end;
   }
+  total = (total + align - 1) & ~(align - 1); // no overflow: checked with the last tensor
   if (!total) total = align; // nothing chosen: a buffer all the same, of one alignment
   return devbuf_buffer_allocate(allocator, DEVBUF_UINT8, &total, 1, 0, out_whole);
 }
