@@ -535,6 +535,46 @@ static void *watchdog_main(void *arg) {
   return NULL;
 }
 
+// Memory reused twice while its first owner's work waits: the second owner used only the
+// tail of its bytes, so no work of its own spans the head. A third buffer on the head is
+// ordered after the first owner's work all the same (it ran at once, and that work then
+// overwrote it).
+static void test_reuse_past_an_owner_of_other_bytes(void) {
+  devbuf_allocator_t *own = own_caching_allocator(device);
+  devbuf_queue_t *q[3];
+  for (int i = 0; i < 3; i++) CHECK_OK(devbuf_queue_create(device, &q[i]));
+  devbuf_event_t *gate;
+  CHECK_OK(devbuf_event_create(0, &gate));
+  size_t size = 65536;
+  devbuf_buffer_t *first = new_bytes(own, size, 0), *second = NULL, *tail = NULL, *third = NULL;
+  uint64_t at = place_of(first);
+  unsigned char z = 'Z', a = 'A', b = 'B';
+  CHECK_OK(devbuf_queue_wait(q[0], gate, 1));
+  CHECK_OK(devbuf_queue_fill(q[0], first, &z, 1));
+  devbuf_buffer_release(first); // in flight
+  CHECK_OK(devbuf_buffer_new(own, DEVBUF_UINT8, &size, 1, 0, &second));
+  CHECK_OK(devbuf_buffer_view(second, size - 512, 512, &tail));
+  CHECK_OK(devbuf_queue_fill(q[1], tail, &a, 1)); // reuses the first's bytes, after its fill
+  CHECK(place_of(second) == at);
+  devbuf_buffer_release(tail);
+  devbuf_buffer_release(second); // in flight, with no work on its head
+  size_t head = size / 2;
+  CHECK_OK(devbuf_buffer_new(own, DEVBUF_UINT8, &head, 1, 0, &third));
+  CHECK_OK(devbuf_queue_fill(q[2], third, &b, 1));
+  CHECK(place_of(third) == at);
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  for (int i = 0; i < 3; i++) CHECK_OK(devbuf_queue_finish(q[i]));
+  unsigned char *back = read_back(third);
+  size_t wrong = 0;
+  for (size_t i = 0; i < head; i++) wrong += back[i] != 'B';
+  CHECK_EQ_U(wrong, 0);
+  free(back);
+  devbuf_buffer_release(third);
+  devbuf_event_release(gate);
+  for (int i = 0; i < 3; i++) devbuf_queue_release(q[i]);
+  devbuf_allocator_release(own);
+}
+
 // copy_from between two views of one storage reads the source and writes the destination,
 // nothing else: a read access on the source, an access to the bytes between, or queued work
 // on the bytes between neither refuses nor holds it.
@@ -585,6 +625,55 @@ static void test_copy_within_storage(void) {
   devbuf_buffer_release(middle);
   devbuf_buffer_release(dst);
   devbuf_buffer_release(buffer);
+}
+
+// A buffer whose only work was cancelled, on bytes an earlier owner's work still waits to
+// write: its release returns at once (it waited for that work, which here only starts once
+// the release is back), and the bytes still reach no host allocation before that work ends.
+static void test_release_after_cancelled_reuse(void) {
+  devbuf_allocator_t *own = own_caching_allocator(device);
+  devbuf_queue_t *old_queue, *new_queue;
+  CHECK_OK(devbuf_queue_create(device, &old_queue));
+  CHECK_OK(devbuf_queue_create(device, &new_queue));
+  watchdog dog = {0};
+  devbuf_event_t *never;
+  CHECK_OK(devbuf_event_create(0, &dog.event));
+  CHECK_OK(devbuf_event_create(0, &never));
+  size_t size = 65536;
+  devbuf_buffer_t *old = new_bytes(own, size, 0), *reused = NULL;
+  uint64_t at = place_of(old);
+  unsigned char one = 1, two = 2;
+  CHECK_OK(devbuf_queue_wait(old_queue, dog.event, 1));
+  CHECK_OK(devbuf_queue_fill(old_queue, old, &one, 1));
+  devbuf_buffer_release(old); // in flight
+  CHECK_OK(devbuf_buffer_new(own, DEVBUF_UINT8, &size, 1, 0, &reused));
+  CHECK_OK(devbuf_queue_wait(new_queue, never, 1));
+  CHECK_OK(devbuf_queue_fill(new_queue, reused, &two, 1));
+  CHECK(place_of(reused) == at);
+  CHECK_OK(devbuf_queue_cancel(new_queue));
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, watchdog_main, &dog) == 0);
+  devbuf_buffer_release(reused);
+  devbuf_buffer_t *host = new_bytes(own, size, 0); // for the host: not those bytes yet
+  atomic_store(&dog.finished, true);
+  pthread_join(thread, NULL);
+  CHECK(!atomic_load(&dog.fired));
+  CHECK(place_of(host) != at);
+  unsigned char *bytes = malloc(size);
+  memset(bytes, 3, size);
+  CHECK_OK(devbuf_buffer_copyin(host, bytes, size));
+  if (!atomic_load(&dog.fired)) CHECK_OK(devbuf_event_signal(dog.event, 1));
+  CHECK_OK(devbuf_queue_finish(old_queue));
+  unsigned char *back = read_back(host);
+  CHECK(memcmp(back, bytes, size) == 0);
+  free(back);
+  free(bytes);
+  devbuf_buffer_release(host);
+  devbuf_event_release(never);
+  devbuf_event_release(dog.event);
+  devbuf_queue_release(old_queue);
+  devbuf_queue_release(new_queue);
+  devbuf_allocator_release(own);
 }
 
 // B10 after coalescing: a block released while its work waits merges with its free
@@ -836,6 +925,8 @@ static const struct {
     CASE(cancel),
     CASE(reuse_after_cancel),
     CASE(reuse_after_coalescing),
+    CASE(reuse_past_an_owner_of_other_bytes),
+    CASE(release_after_cancelled_reuse),
     CASE(empty_access),
     CASE(copy_within_storage),
     CASE(export_round_trip),

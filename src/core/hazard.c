@@ -118,30 +118,48 @@ bool devbuf__deps_push(devbuf__dep **deps, uint32_t *count, uint32_t *capacity, 
   return true;
 }
 
+bool devbuf__fences_push(devbuf__fence ***works, size_t *count, size_t *capacity,
+                         devbuf__fence *work) {
+  for (size_t i = 0; i < *count; i++)
+    if ((*works)[i] == work) return true;
+  if (*count == *capacity) {
+    size_t grown_capacity = *capacity ? 2 * *capacity : 4;
+    devbuf__fence **grown = devbuf__malloc(grown_capacity * sizeof *grown);
+    if (!grown) return false;
+    for (size_t i = 0; i < *count; i++) grown[i] = (*works)[i];
+    devbuf__free(*works);
+    *works = grown;
+    *capacity = grown_capacity;
+  }
+  (*works)[(*count)++] = devbuf__fence_retain(work);
+  return true;
+}
+
 bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t size,
                             devbuf__fence ***works, size_t *count, size_t *capacity) {
   for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next) {
     const devbuf__record *newest[2] = {newest_overlap(&segment->writes, offset, size),
                                        newest_overlap(&segment->reads, offset, size)};
-    for (int k = 0; k < 2; k++) {
-      if (!newest[k]) continue;
-      devbuf__fence *work = devbuf__record_fence(newest[k]);
-      bool known = false;
-      for (size_t i = 0; i < *count && !known; i++) known = (*works)[i] == work;
-      if (known) continue;
-      if (*count == *capacity) {
-        size_t grown_capacity = *capacity ? 2 * *capacity : 4;
-        devbuf__fence **grown = devbuf__malloc(grown_capacity * sizeof *grown);
-        if (!grown) return false;
-        for (size_t i = 0; i < *count; i++) grown[i] = (*works)[i];
-        devbuf__free(*works);
-        *works = grown;
-        *capacity = grown_capacity;
-      }
-      (*works)[(*count)++] = devbuf__fence_retain(work);
-    }
+    for (int k = 0; k < 2; k++)
+      if (newest[k] &&
+          !devbuf__fences_push(works, count, capacity, devbuf__record_fence(newest[k])))
+        return false;
   }
   return true;
+}
+
+static bool list_spans(const devbuf__record_list *list, size_t offset, size_t size) {
+  if (!list->count || offset < list->low || list->high < offset + size) return false;
+  for (const devbuf__record *record = list->newest; record; record = record->older)
+    if (record->offset <= offset && offset + size <= record->offset + record->size) return true;
+  return false;
+}
+
+bool devbuf__hazard_spans(const devbuf__hazard *hazard, size_t offset, size_t size) {
+  for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
+    if (list_spans(&segment->writes, offset, size) || list_spans(&segment->reads, offset, size))
+      return true;
+  return false;
 }
 
 // Empty segments stay (the same queue usually comes back, and a segment made and freed for

@@ -76,14 +76,20 @@ static bool reusable_for_work(const devbuf__storage *storage) {
 }
 
 // Waits for inherited work and lets go of it: when no tracker could be made to order it, and
-// when memory that no work of its storage used goes back while its earlier owner's work may
-// still use the bytes (an allocation for work whose submission then failed).
+// when memory whose earlier owners' work may still use the bytes goes back without being
+// released in flight (no host memory for the record).
 static void wait_inherited_now(devbuf__storage *storage) {
   for (size_t i = 0; i < storage->inherited_count; i++) {
     devbuf__fence_wait(storage->inherited[i]);
     devbuf__fence_release(storage->inherited[i]);
   }
   storage->inherited_count = 0;
+}
+
+static bool inherits_unfinished(const devbuf__storage *storage) {
+  for (size_t i = 0; i < storage->inherited_count; i++)
+    if (!devbuf__fence_done(storage->inherited[i])) return true;
+  return false;
 }
 
 void devbuf__storage_last_release_slow(devbuf__storage *storage) {
@@ -97,10 +103,15 @@ void devbuf__storage_last_release_slow(devbuf__storage *storage) {
   // The bytes go back to the cache at once, in flight under this record (whose tracker says
   // which work uses which of them) until the work is done. Without a caching allocator (or
   // host memory for the in-flight record) the memory waits for the work instead.
+  // Bytes whose earlier owners' work is still running go back in flight too when none of
+  // this storage's work waited for it (its submission was cancelled or refused): then at
+  // once out of flight again, into the free blocks, where the earlier owners' own ranges
+  // keep them from host allocations and order the next work after theirs. (Waiting here
+  // blocked the release on work the caller may only start later.)
   devbuf__spin_lock(&hazard->lock);
   bool busy = hazard->records != 0; // a first look: settled under the lock below
   devbuf__spin_unlock(&hazard->lock);
-  if (busy && reusable_for_work(storage) &&
+  if ((busy || inherits_unfinished(storage)) && reusable_for_work(storage) &&
       devbuf__allocator_free_in_flight(storage->allocator, &storage->memory, storage,
                                        &storage->in_flight) != DEVBUF_OK)
     storage->in_flight = NULL;
@@ -112,7 +123,7 @@ void devbuf__storage_last_release_slow(devbuf__storage *storage) {
   }
   devbuf__spin_unlock(&hazard->lock);
   if (!busy) { // its own work, which waited for what it inherited, is done, or never was
-    wait_inherited_now(storage);
+    if (!storage->in_flight) wait_inherited_now(storage);
     storage_finalize(storage);
   }
 }
@@ -120,7 +131,10 @@ void devbuf__storage_last_release_slow(devbuf__storage *storage) {
 // ---- allocation --------------------------------------------------------------------------
 
 // The caching allocator's visit of an in-flight range that memory for `context` reuses: the
-// newest work of each queue on those bytes of the earlier owner is inherited.
+// newest work of each queue on those bytes of the earlier owner is inherited. The allocator
+// passes over older ranges that this one covers, as the earlier owner's work waited for all
+// it inherited; where no one record of that work spans the bytes (the earlier owner used
+// other bytes, or none), what it inherited is inherited too.
 static bool inherit_work(void *context, void *fence, size_t offset, size_t size) {
   devbuf__storage *storage = context, *earlier = fence;
   // An ancestor process's work never runs here (and its lock may have been held at the fork).
@@ -129,6 +143,11 @@ static bool inherit_work(void *context, void *fence, size_t offset, size_t size)
   devbuf__spin_lock(&hazard->lock);
   bool ok = devbuf__hazard_collect(hazard, offset, size, &storage->inherited,
                                    &storage->inherited_count, &storage->inherited_capacity);
+  if (ok && earlier->inherited_count && !devbuf__hazard_spans(hazard, offset, size))
+    for (size_t i = 0; ok && i < earlier->inherited_count; i++)
+      if (!devbuf__fence_done(earlier->inherited[i]))
+        ok = devbuf__fences_push(&storage->inherited, &storage->inherited_count,
+                                 &storage->inherited_capacity, earlier->inherited[i]);
   devbuf__spin_unlock(&hazard->lock);
   return ok;
 }
