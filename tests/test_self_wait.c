@@ -192,6 +192,50 @@ static void test_earlier_items_are_done(void) {
   devbuf_event_release(gate);
 }
 
+// A kernel that blocks on another queue's work, which waits for an earlier item of the
+// kernel's own batch: that item has run, and retires before the kernel blocks (it stayed in
+// the batch, unretired, and the three waited for each other for good). Each way to block:
+// a copyout of bytes the other queue writes, an event it signals, and finishing it.
+enum { BLOCK_COPYOUT, BLOCK_EVENT, BLOCK_FINISH, BLOCKS };
+static devbuf_buffer_t *copied;
+static devbuf_event_t *copied_event;
+static devbuf_status block_on_other_queue(const devbuf_kernel_args_t *args) {
+  int how;
+  memcpy(&how, args->scalars, sizeof how);
+  uint32_t words[16] = {0};
+  devbuf_status status = how == BLOCK_EVENT    ? devbuf_event_wait(copied_event, 1, UINT64_MAX)
+                         : how == BLOCK_FINISH ? devbuf_queue_finish(other_queue)
+                                               : DEVBUF_OK;
+  if (status == DEVBUF_OK) status = devbuf_buffer_copyout(copied, words, sizeof words);
+  return status != DEVBUF_OK ? status
+         : words[15] == 7    ? DEVBUF_OK
+                             : devbuf_set_error(DEVBUF_DEVICE_FAILURE, "read %u", words[15]);
+}
+
+static void test_block_on_work_that_waits_for_the_batch(void) {
+  size_t count = 16;
+  CHECK_OK(
+      devbuf_buffer_new(devbuf_device_allocator(device), DEVBUF_UINT32, &count, 1, 0, &copied));
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_event_create(0, &gate));
+  for (int how = 0; how < BLOCKS; how++) {
+    CHECK_OK(devbuf_event_create(0, &copied_event));
+    uint32_t seven = 7;
+    CHECK_OK(devbuf_queue_wait(queue, gate, (uint64_t)how + 1)); // the rest come in one batch
+    devbuf_use_t write = {used, DEVBUF_ACCESS_WRITE};
+    CHECK_OK(devbuf_queue_submit(queue, test_set_words, &write, 1, &seven, sizeof seven));
+    CHECK_OK(devbuf_queue_submit(queue, block_on_other_queue, NULL, 0, &how, sizeof how));
+    CHECK_OK(devbuf_queue_copy(other_queue, copied, used)); // after the write only
+    CHECK_OK(devbuf_queue_signal(other_queue, copied_event, 1));
+    CHECK_OK(devbuf_event_signal(gate, (uint64_t)how + 1));
+    CHECK_OK(devbuf_queue_finish(queue));
+    CHECK_OK(devbuf_queue_finish(other_queue));
+    devbuf_event_release(copied_event);
+  }
+  devbuf_event_release(gate);
+  devbuf_buffer_release(copied);
+}
+
 // The same calls from the host, once the work is done, answer OK: the refusal is only
 // for the worker's own thread.
 static void test_from_host_thread(void) {
@@ -208,6 +252,7 @@ int main(void) {
   RUN(test_from_host_task);
   RUN(test_run_by_finish);
   RUN(test_earlier_items_are_done);
+  RUN(test_block_on_work_that_waits_for_the_batch);
   RUN(test_from_host_thread);
   teardown();
   return CHECK_EXIT();

@@ -288,6 +288,12 @@ extern _Thread_local devbuf_device_t *devbuf__worker_device;
 // and has not retired yet (a worker retires in groups), whose records a host wait the item
 // makes would otherwise take for the queue's own pending work; false when there were none.
 extern _Thread_local bool (*devbuf__worker_settle)(void);
+// Before a kernel blocks on other work (an event, another queue, bytes in use): the items
+// its worker ran before it are retired first, as that work may wait for one of them. False
+// when there were none (or off a worker thread). No lock may be held.
+static inline bool devbuf__settle_before_blocking(void) {
+  return DEVBUF_UNLIKELY(devbuf__worker_settle != NULL) && devbuf__worker_settle();
+}
 // INVALID_ARGUMENT naming `what`, for a wait that work running on this thread's queue
 // would have to end.
 devbuf_status devbuf__refuse_self_wait(const char *what);

@@ -373,6 +373,7 @@ devbuf_status devbuf_device_synchronize(devbuf_device_t *device) {
   if (DEVBUF_UNLIKELY(devbuf__worker_device == device))
     return devbuf__refuse_self_wait("device_synchronize");
   if (devbuf__device_work_pending(device)) {
+    devbuf__settle_before_blocking();
     devbuf__wait_begins();
     pthread_mutex_lock(&device->work_lock);
     atomic_fetch_add(&device->sync_waiters, 1);

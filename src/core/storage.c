@@ -323,15 +323,10 @@ static bool waits_for_this_worker(devbuf__storage *storage, const devbuf__hazard
   return false;
 }
 
-// On a worker thread: retires what the worker ran before the item it runs now (no lock held).
-static bool settle_worker(void) {
-  return DEVBUF_UNLIKELY(devbuf__worker_settle != NULL) && devbuf__worker_settle();
-}
-
 devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__byte_range *ranges,
                                         size_t count, devbuf__own_work own, const char *what,
                                         devbuf__hazard **out_hazard) {
-  for (;;) {
+  for (bool settled = false;;) {
     pthread_mutex_lock(&storage->lock);
     devbuf__hazard *hazard = atomic_load_explicit(&storage->hazard, memory_order_acquire);
     *out_hazard = hazard;
@@ -342,7 +337,8 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
         own == DEVBUF__OWN_IGNORE ? NULL : conflicting_range(hazard, ranges, count);
     if (range && own == DEVBUF__OWN_REFUSE) {
       devbuf__storage_unlock(storage, hazard);
-      if (settle_worker()) continue; // it may have been work this worker ran already
+      if (devbuf__settle_before_blocking())
+        continue; // it may have been work this worker ran already
       return devbuf__error(DEVBUF_IN_USE,
                            "%s of bytes [%zu, %zu) of storage %llu: submitted work %s them", what,
                            range->offset, range->offset + range->size,
@@ -351,10 +347,16 @@ devbuf_status devbuf__storage_lock_idle(devbuf__storage *storage, const devbuf__
     if (DEVBUF_UNLIKELY(devbuf__worker_queue) &&
         waits_for_this_worker(storage, hazard, ranges, count, own == DEVBUF__OWN_WAIT)) {
       devbuf__storage_unlock(storage, hazard);
-      if (settle_worker()) continue;
+      if (devbuf__settle_before_blocking()) continue;
       return devbuf__refuse_self_wait(what);
     }
     devbuf__fence *earlier = first_unfinished_inherited(storage);
+    if ((earlier || range) && !settled && DEVBUF_UNLIKELY(devbuf__worker_settle != NULL)) {
+      devbuf__storage_unlock(storage, hazard); // about to block: see devbuf__worker_settle
+      devbuf__settle_before_blocking();
+      settled = true;
+      continue;
+    }
     if (earlier) { // an earlier owner's work on reused bytes: wait for it, then look again
       devbuf__fence_retain(earlier);
       devbuf__storage_unlock(storage, hazard);
@@ -391,7 +393,13 @@ devbuf_status devbuf__storage_wait_unused(devbuf__storage *storage, size_t offse
   while (DEVBUF_UNLIKELY(devbuf__worker_queue) &&
          waits_for_this_worker(storage, hazard, &range, 1, true)) {
     devbuf__spin_unlock(&hazard->lock);
-    if (!settle_worker()) return devbuf__refuse_self_wait("buffer_wait");
+    if (!devbuf__settle_before_blocking()) return devbuf__refuse_self_wait("buffer_wait");
+    devbuf__spin_lock(&hazard->lock);
+  }
+  if (DEVBUF_UNLIKELY(devbuf__worker_settle != NULL) &&
+      (first_unfinished_inherited(storage) || devbuf__hazard_overlaps(hazard, offset, size))) {
+    devbuf__spin_unlock(&hazard->lock); // about to block: see devbuf__worker_settle
+    devbuf__settle_before_blocking();
     devbuf__spin_lock(&hazard->lock);
   }
   for (devbuf__fence *earlier; (earlier = first_unfinished_inherited(storage));) {

@@ -224,7 +224,10 @@ devbuf_status devbuf__event_wait(devbuf_event_t *event, uint64_t value, uint64_t
 
 devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t timeout_ns) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
-  if (devbuf__event_is_imported(event)) return devbuf__event_share_wait(event, value, timeout_ns);
+  if (devbuf__event_is_imported(event)) {
+    devbuf__settle_before_blocking();
+    return devbuf__event_share_wait(event, value, timeout_ns);
+  }
   if (devbuf__event_reached(event, value)) return DEVBUF_OK;
   if (timeout_ns == 0) {
     devbuf_status failed = devbuf_event_status(event);
@@ -232,5 +235,6 @@ devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t 
     return devbuf__error(DEVBUF_TIMEOUT, "event is at %llu, below %llu",
                          (unsigned long long)atomic_load(&event->value), (unsigned long long)value);
   }
+  devbuf__settle_before_blocking();
   return devbuf__event_wait(event, value, timeout_ns, NULL);
 }

@@ -952,6 +952,7 @@ devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
   if (usable != DEVBUF_OK) return usable;
   if (DEVBUF_UNLIKELY(devbuf__worker_queue == queue))
     return devbuf__refuse_self_wait("queue_finish");
+  devbuf__settle_before_blocking();
   // A sleeping worker would have to be woken and then wake this thread: two sleeps and wakes
   // of some microseconds each, where the work itself may take less (an MPI call on a few
   // KiB). Device queues are left to their worker, which feeds the driver.
