@@ -4,6 +4,7 @@
 #include "check.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,6 +32,40 @@ static void test_steady_state(void) {
   CHECK_EQ_U(s.cache_hits, 9999);
   CHECK_EQ_U(s.live_buffers, 0);
   CHECK_EQ_U(stats_of(t.raw).system_allocs, 1); // the raw allocator saw one call, too
+  test_allocators_close(&t);
+}
+
+// A loop that fits under a memory limit with less room left than a page: its small request
+// takes a free block of the large pool, not an idle segment given back and made again on
+// every pass (the room was compared with the request's bytes, not a segment's pages).
+static void loop_of_three(devbuf_allocator_t *allocator, bool then_small) {
+  devbuf_memory_t x, y, z, w;
+  CHECK_OK(devbuf_allocator_alloc(allocator, 24u << 20, &x));
+  CHECK_OK(devbuf_allocator_alloc(allocator, 24u << 20, &y));
+  CHECK_OK(devbuf_allocator_alloc(allocator, (1u << 20) + 1, &z));
+  devbuf_allocator_free(allocator, &y);
+  devbuf_allocator_free(allocator, &z);
+  devbuf_allocator_free(allocator, &x);
+  if (!then_small) return;
+  CHECK_OK(devbuf_allocator_alloc(allocator, 256, &w));
+  devbuf_allocator_free(allocator, &w);
+}
+
+static void test_no_churn_with_less_than_a_page_of_room(void) {
+  devbuf_caching_options_t options = {.memory_limit = (uint64_t)1 << 40}; // no burst
+  test_allocators measure = test_allocators_open(&options);
+  loop_of_three(measure.caching, false);
+  uint64_t needed = stats_of(measure.caching).reserved;
+  test_allocators_close(&measure);
+  options.memory_limit = needed + 3276;
+  test_allocators t = test_allocators_open(&options);
+  loop_of_three(t.caching, true);
+  devbuf_allocator_stats_t first = stats_of(t.caching);
+  for (int pass = 0; pass < 3; pass++) loop_of_three(t.caching, true);
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(first.system_frees, 0);
+  CHECK_EQ_U(s.system_allocs, first.system_allocs);
+  CHECK_EQ_U(s.system_frees, 0);
   test_allocators_close(&t);
 }
 
@@ -597,6 +632,7 @@ int main(void) {
   page = (size_t)sysconf(_SC_PAGESIZE);
   RUN(test_steady_state);
   RUN(test_exact_stats);
+  RUN(test_no_churn_with_less_than_a_page_of_room);
   RUN(test_lazy_allocation);
   RUN(test_buffer_count_limit);
   RUN(test_page_size_option);

@@ -312,8 +312,12 @@ static devbuf_status alloc_shared(caching_allocator *self, tcache *cache, size_t
   if (block) return hand_out_free(self, cache, block, requested, size, out);
   // Where a new segment would not fit under the memory limit without giving idle ones
   // back, the other pool's free bytes come first: giving back to allocate again is churn.
+  // The smallest segment is whole pages (reserve_segment), not the request's bytes.
   uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
-  if (limit && atomic_load_explicit(&self->reserved, memory_order_relaxed) + size > limit &&
+  if (limit &&
+      atomic_load_explicit(&self->reserved, memory_order_relaxed) +
+              caching_round_up(size, self->policy.page) >
+          limit &&
       (block = take_free(self, POOL_COUNT - 1 - pool, size, ordered)))
     return hand_out_free(self, cache, block, requested, size, out);
   devbuf_status status = grow(self, size, pool, &block);
