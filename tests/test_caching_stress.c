@@ -269,7 +269,61 @@ static void test_four_threads_growable(void) {
   run_model(&options);
 }
 
+// A buffer-count limit of two with two threads that each hold one block at most: nothing is
+// ever refused. (A check counted another thread's block twice, between its hand-out and
+// its admission's end, and a thread's releases read after its hand-outs made its count
+// wrap: thousands of refusals, messages naming 2^64 - 52 live buffers.)
+typedef struct one_at_a_time {
+  devbuf_allocator_t *allocator;
+  int refused;
+  char message[512];
+} one_at_a_time;
+
+static void *hold_one_at_a_time(void *arg) {
+  one_at_a_time *run = arg;
+  for (int i = 0; i < 100000; i++) {
+    devbuf_memory_t memory;
+    if (devbuf_allocator_alloc(run->allocator, 256, &memory) != DEVBUF_OK) {
+      if (!run->refused++) snprintf(run->message, sizeof run->message, "%s", devbuf_last_error());
+      continue;
+    }
+    devbuf_allocator_free(run->allocator, &memory);
+  }
+  return NULL;
+}
+
+static void test_buffer_count_limit_between_threads(void) {
+  devbuf_device_t *device = NULL;
+  devbuf_allocator_t *raw = NULL, *limited = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  devbuf_caching_options_t options = {.max_buffers = 2};
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &limited));
+  one_at_a_time runs[2] = {{limited, 0, ""}, {limited, 0, ""}};
+  pthread_t threads[2];
+  for (int i = 0; i < 2; i++)
+    CHECK(pthread_create(&threads[i], NULL, hold_one_at_a_time, &runs[i]) == 0);
+  for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+  for (int i = 0; i < 2; i++) {
+    if (runs[i].refused)
+      fprintf(stderr, "refused %d times: %s\n", runs[i].refused, runs[i].message);
+    CHECK_EQ_U(runs[i].refused, 0);
+  }
+  devbuf_memory_t a, b, c;
+  CHECK_OK(devbuf_allocator_alloc(limited, 256, &a));
+  CHECK_OK(devbuf_allocator_alloc(limited, 256, &b));
+  CHECK_STATUS(devbuf_allocator_alloc(limited, 256, &c), DEVBUF_OUT_OF_MEMORY);
+  CHECK_MESSAGE("bytes active, "); // the figures of every refusal, then the limit
+  CHECK_MESSAGE("and 2 buffers live and a buffer-count limit of 2");
+  devbuf_allocator_free(limited, &a);
+  devbuf_allocator_free(limited, &b);
+  devbuf_allocator_release(limited);
+  devbuf_allocator_release(raw);
+  devbuf_device_release(device);
+}
+
 int main(void) {
+  RUN(test_buffer_count_limit_between_threads);
   test_require_data();
   load_sizes();
   RUN(test_four_threads);

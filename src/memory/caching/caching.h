@@ -147,6 +147,10 @@ typedef struct tcache {
   atomic_uint_least64_t handed_out, released;
   atomic_uint_least64_t shared_calls, shared_hits; // allocations that took the shared path
   atomic_uint_least64_t shared_handed_out;         // ... and were served
+  // Under a buffer-count limit, while an allocation past its check is not handed out yet:
+  // `handed_out` + 1 as it was then (0 otherwise). Once `handed_out` reaches it, the block
+  // counts there, and a reader that still sees this counts it once, not twice.
+  atomic_uint_least64_t admitting;
   // The last block above every bin and a whole segment that the thread released (binned):
   // a request of its size takes it back with no lock. Any thread may take it (an atomic
   // exchange) into its pool: before new memory is reserved, on a clear, on new options.
@@ -184,7 +188,6 @@ typedef struct caching_allocator {
   atomic_size_t largest_request;         // of the large pool, rounded
   atomic_uint_least64_t segments;        // segments held
   atomic_uint_least64_t in_flight_bytes; // bytes released while work may still use them
-  atomic_uint_least64_t admitting;       // allocations past the buffer-count check, not handed out
   atomic_uint_least64_t tick;            // idle clock: orders giving back, oldest idle first
   atomic_uint_least64_t serial;          // segment creation order
   atomic_uint_least64_t system_allocs, system_frees, failed;
@@ -308,8 +311,10 @@ static inline size_t caching_round_up(size_t size, size_t page) {
 // Adds to a counter that one writer changes (its thread's, or its shard's under the lock) and
 // others read: a load and a store, no locked instruction.
 static inline void owner_add(atomic_uint_least64_t *counter, uint64_t delta) {
+  // Released: a reader that sees this sees the owner's earlier counts (sum_threads pairs
+  // hand-outs with releases by reading the releases around them).
   atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + delta,
-                        memory_order_relaxed);
+                        memory_order_release);
 }
 
 // Bytes of idle segments (`idle`) or in the free trees, summed over shards (each read

@@ -48,11 +48,22 @@ static thread_sums sum_threads(caching_allocator *self) {
   for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next) {
     // The shared path's count first (the owner raises it after the hand-out, releasing):
     // hand-outs read after it are never fewer, so the bins' hits never go below zero.
+    uint64_t admitting = atomic_load(&c->admitting); // before its hand-out's count, as written
     uint64_t shared_handed_out = atomic_load_explicit(&c->shared_handed_out, memory_order_acquire);
-    uint64_t handed_out = atomic_load_explicit(&c->handed_out, memory_order_relaxed);
+    // Hand-outs and releases as they stood at one moment: the releases read before and after
+    // the hand-outs agree (else a release read after hand-outs read earlier made the thread's
+    // live count negative, and one read before them made it too high). A few tries, then
+    // the count that errs high (a limit then refuses rather than lets one too many through).
+    uint64_t released = atomic_load_explicit(&c->released, memory_order_acquire), handed_out;
+    for (int tries = 0;; tries++) {
+      handed_out = atomic_load_explicit(&c->handed_out, memory_order_acquire);
+      uint64_t again = atomic_load_explicit(&c->released, memory_order_acquire);
+      if (again == released || tries == 3) break;
+      released = again;
+    }
     uint64_t bin_hits = handed_out - shared_handed_out;
     sums.active += atomic_load_explicit(&c->active, memory_order_relaxed);
-    sums.live += handed_out - atomic_load_explicit(&c->released, memory_order_relaxed);
+    sums.live += handed_out - released + (admitting > handed_out); // 0 for none
     sums.hits += bin_hits + atomic_load_explicit(&c->shared_hits, memory_order_relaxed);
     sums.calls += bin_hits + atomic_load_explicit(&c->shared_calls, memory_order_relaxed);
   }
@@ -149,13 +160,10 @@ static devbuf_status fail(caching_allocator *self, devbuf_status status) {
   return status;
 }
 
-static devbuf_status out_of_memory(caching_allocator *self, size_t requested, size_t size,
-                                   uint64_t limit) {
+// OUT_OF_MEMORY naming the request and the figures, then the limit (`limit_text`).
+static devbuf_status refuse(caching_allocator *self, size_t requested, size_t size,
+                            const char *limit_text) {
   uint64_t active = sum_threads(self).active, reserved = atomic_load(&self->reserved);
-  char limit_text[64] = "no memory limit";
-  if (limit)
-    snprintf(limit_text, sizeof limit_text, "a memory limit of %llu bytes",
-             (unsigned long long)limit);
   return fail(self, devbuf__error(DEVBUF_OUT_OF_MEMORY,
                                   "requested %zu bytes (%zu rounded) with %llu bytes active, %llu "
                                   "cached, %llu released in flight, a largest free block of %zu "
@@ -164,6 +172,15 @@ static devbuf_status out_of_memory(caching_allocator *self, size_t requested, si
                                   (unsigned long long)(reserved > active ? reserved - active : 0),
                                   (unsigned long long)atomic_load(&self->in_flight_bytes),
                                   largest_free(self), limit_text));
+}
+
+static devbuf_status out_of_memory(caching_allocator *self, size_t requested, size_t size,
+                                   uint64_t limit) {
+  char limit_text[64] = "no memory limit";
+  if (limit)
+    snprintf(limit_text, sizeof limit_text, "a memory limit of %llu bytes",
+             (unsigned long long)limit);
+  return refuse(self, requested, size, limit_text);
 }
 
 // Reserves the bytes of a new segment against the memory limit (giving idle segments back
@@ -347,18 +364,18 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const
                                     requested, self->policy.page));
   uint64_t max_buffers = atomic_load_explicit(&self->max_buffers, memory_order_relaxed);
   if (max_buffers) {
-    // Every live block counts, also those handed out before the limit was set: the threads'
-    // figures, plus the allocations admitted but not yet handed out (each counted before it
-    // leaves `admitting`, so a racing check sees it in one or the other).
-    uint64_t admitted = atomic_fetch_add(&self->admitting, 1);
-    uint64_t live = sum_threads(self).live + admitted;
-    if (live >= max_buffers) {
-      atomic_fetch_sub(&self->admitting, 1);
-      return fail(self,
-                  devbuf__error(
-                      DEVBUF_OUT_OF_MEMORY,
-                      "requested %zu bytes with %llu buffers live and a buffer-count limit of %llu",
-                      requested, (unsigned long long)live, (unsigned long long)max_buffers));
+    // Every live block counts, also those handed out before the limit was set, and those of
+    // allocations admitted and not yet handed out, this one's included: of two racing
+    // checks, each marks itself before it sums, so one sees the other at least.
+    atomic_store(&cache->admitting,
+                 atomic_load_explicit(&cache->handed_out, memory_order_relaxed) + 1);
+    uint64_t live = sum_threads(self).live;
+    if (live > max_buffers) {
+      atomic_store_explicit(&cache->admitting, 0, memory_order_release);
+      char limit_text[96];
+      snprintf(limit_text, sizeof limit_text, "%llu buffers live and a buffer-count limit of %llu",
+               (unsigned long long)(live - 1), (unsigned long long)max_buffers);
+      return refuse(self, requested, size, limit_text);
     }
   }
   cblock *block = NULL;
@@ -372,7 +389,7 @@ static devbuf_status alloc_slow(caching_allocator *self, size_t requested, const
                           atomic_load_explicit(&cache->shared_handed_out, memory_order_relaxed) + 1,
                           memory_order_release); // after the hand-out's count: see sum_threads
   }
-  if (max_buffers) atomic_fetch_sub(&self->admitting, 1);
+  if (max_buffers) atomic_store_explicit(&cache->admitting, 0, memory_order_release);
   return status;
 }
 
