@@ -340,7 +340,24 @@ static void test_zero_and_huge_requests(void) {
   CHECK_EQ_U(s.active, 0);
   CHECK_EQ_U(s.live_buffers, 0);
   CHECK_EQ_U(s.failed_allocs, 3);
+  CHECK_EQ_U(s.peak_reserved, 0); // the system refused them: nothing was ever held
   test_allocators_close(&t);
+  // The same on growable segments, whose pages are mapped as blocks need them.
+  devbuf_device_t *device = NULL;
+  devbuf_allocator_t *raw = NULL, *growing = NULL;
+  devbuf_caching_options_t growable = {.growable = 1};
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  CHECK_OK(devbuf_caching_allocator_create(raw, &growable, &growing));
+  CHECK_OK(devbuf_allocator_alloc(growing, 1 << 20, &memory));
+  devbuf_allocator_free(growing, &memory);
+  uint64_t held = stats_of(growing).peak_reserved;
+  CHECK(held >= 1 << 20);
+  CHECK_STATUS(devbuf_allocator_alloc(growing, (size_t)1 << 45, &memory), DEVBUF_OUT_OF_MEMORY);
+  CHECK_EQ_U(stats_of(growing).peak_reserved, held);
+  devbuf_allocator_release(growing);
+  devbuf_allocator_release(raw);
+  devbuf_device_release(device);
 }
 
 // ---- user allocators and adaptors -------------------------------------------------------

@@ -184,8 +184,9 @@ static devbuf_status out_of_memory(caching_allocator *self, size_t requested, si
 }
 
 // Reserves the bytes of a new segment against the memory limit (giving idle segments back
-// to make room); 0 when even the smallest segment for the request does not fit.
-static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
+// to make room); 0 when even the smallest segment for the request does not fit. The bytes
+// reserved with it go to *out_total, for the peak once the upstream gives the memory.
+static size_t reserve_segment(caching_allocator *self, int pool, size_t size, uint64_t *out_total) {
   for (;;) {
     uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
     uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
@@ -204,7 +205,7 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
       return 0;
     }
     if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) {
-      devbuf__raise_peak(&self->peak_reserved, reserved + bytes);
+      *out_total = reserved + bytes;
       return bytes;
     }
   }
@@ -214,7 +215,8 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
 // *out stays NULL (and the status OK) when the memory limit leaves no room for it.
 static devbuf_status grow(caching_allocator *self, size_t size, int pool, cblock **out) {
   *out = NULL;
-  size_t bytes = reserve_segment(self, pool, size);
+  uint64_t total = 0;
+  size_t bytes = reserve_segment(self, pool, size, &total);
   if (!bytes) return DEVBUF_OK;
   devbuf_memory_t memory;
   devbuf_status status = devbuf_allocator_alloc(self->upstream, bytes, &memory);
@@ -225,6 +227,7 @@ static devbuf_status grow(caching_allocator *self, size_t size, int pool, cblock
     atomic_fetch_sub(&self->reserved, bytes);
     return fail(self, status);
   }
+  devbuf__raise_peak(&self->peak_reserved, total); // not for a request the upstream refused
   atomic_fetch_add_explicit(&self->system_allocs, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&self->segments, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&self->pool_reserved[pool], bytes, memory_order_relaxed);

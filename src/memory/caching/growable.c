@@ -98,13 +98,13 @@ static void remove_range(csegment *segment, size_t index) {
 }
 
 // Reserves `bytes` against the memory limit; false if they do not fit.
-static bool reserve_bytes(caching_allocator *self, size_t bytes) {
+static bool reserve_bytes(caching_allocator *self, size_t bytes, uint64_t *out_total) {
   for (;;) {
     uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
     uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
     if (limit && (reserved > limit || bytes > limit - reserved)) return false;
     if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) {
-      devbuf__raise_peak(&self->peak_reserved, reserved + bytes);
+      *out_total = reserved + bytes; // the peak's, once mapped
       return true;
     }
   }
@@ -181,7 +181,8 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
         if (need > room) need = room > gap ? (size_t)room : gap;
       }
     }
-    if (!reserve_bytes(self, need)) {
+    uint64_t total = 0;
+    if (!reserve_bytes(self, need, &total)) {
       pthread_mutex_unlock(&s->lock);
       if (devbuf__growable_shrink(self, false)) continue; // room made: again
       return devbuf__error(DEVBUF_OUT_OF_MEMORY,
@@ -201,6 +202,7 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
         continue;
       return status;
     }
+    devbuf__raise_peak(&self->peak_reserved, total);
     *out_grew = true;
     merge_around(segment, index);
     segment->mapped += need;
