@@ -69,6 +69,69 @@ static void test_no_churn_with_less_than_a_page_of_room(void) {
   test_allocators_close(&t);
 }
 
+// largest_free_block is a request the cache serves with no system call: not the small pool's
+// 2 MiB block (a request over 1 MiB goes to the large pool), not bytes released in flight,
+// not a growable block's unmapped pages nor mapped pieces apart.
+static void serves_largest_without_the_system(devbuf_allocator_t *allocator) {
+  devbuf_allocator_stats_t before = stats_of(allocator);
+  CHECK(before.largest_free_block > 0);
+  devbuf_memory_t memory;
+  CHECK_OK(devbuf_allocator_alloc(allocator, before.largest_free_block, &memory));
+  CHECK_EQ_U(stats_of(allocator).system_allocs, before.system_allocs);
+  devbuf_allocator_free(allocator, &memory);
+}
+
+static devbuf_status nothing(const devbuf_kernel_args_t *args) {
+  (void)args;
+  return DEVBUF_OK;
+}
+
+static void test_largest_free_block(void) {
+  test_allocators t = test_allocators_open(NULL);
+  devbuf_memory_t memory, pieces[4];
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 768 << 10, &memory));
+  devbuf_allocator_free(t.caching, &memory); // an idle small segment of 2 MiB
+  CHECK_EQ_U(stats_of(t.caching).largest_free_block, 1 << 20);
+  serves_largest_without_the_system(t.caching);
+  // 1.5 MiB of a 20 MiB segment released while work waits to use it.
+  devbuf_queue_t *queue = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_queue_create(t.device, &queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  devbuf_buffer_t *held = bytes_buffer(t.caching, 1536 << 10);
+  devbuf_use_t use = {held, DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(queue, nothing, &use, 1, NULL, 0));
+  devbuf_buffer_release(held);
+  devbuf_allocator_stats_t s = stats_of(t.caching);
+  CHECK_EQ_U(s.released_in_flight, 1536 << 10);
+  CHECK_EQ_U(s.largest_free_block, (20 << 20) - (1536 << 10));
+  serves_largest_without_the_system(t.caching);
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  devbuf_queue_release(queue);
+  devbuf_event_release(gate);
+  test_allocators_close(&t);
+  // Growable: free, unmapped, free pages in one free block.
+  devbuf_device_t *device = NULL;
+  devbuf_allocator_t *raw = NULL, *growing = NULL;
+  devbuf_caching_options_t growable = {.growable = 1};
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  CHECK_OK(devbuf_caching_allocator_create(raw, &growable, &growing));
+  for (int i = 0; i < 4; i++) CHECK_OK(devbuf_allocator_alloc(growing, 65536, &pieces[i]));
+  devbuf_allocator_free(growing, &pieces[1]);
+  devbuf_allocator_clear_cache(growing); // its pages go: a hole
+  devbuf_allocator_free(growing, &pieces[0]);
+  devbuf_allocator_free(growing, &pieces[2]);
+  CHECK_EQ_U(stats_of(growing).largest_free_block, 65536);
+  serves_largest_without_the_system(growing);
+  devbuf_allocator_free(growing, &pieces[3]);
+  devbuf_allocator_release(growing);
+  devbuf_allocator_release(raw);
+  devbuf_device_release(device);
+}
+
 // Small requests round to 512 bytes (whole pages from one page to 16) and share one small
 // segment: every figure follows.
 static void test_exact_stats(void) {
@@ -650,6 +713,7 @@ int main(void) {
   RUN(test_steady_state);
   RUN(test_exact_stats);
   RUN(test_no_churn_with_less_than_a_page_of_room);
+  RUN(test_largest_free_block);
   RUN(test_lazy_allocation);
   RUN(test_buffer_count_limit);
   RUN(test_page_size_option);

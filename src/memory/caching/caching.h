@@ -245,8 +245,8 @@ bool devbuf__growable_shrink(caching_allocator *self, bool all);
 // bytes went back (or, without `every_segment`, one segment's as far as they go); false if
 // nothing went back.
 bool devbuf__growable_shrink_by(caching_allocator *self, size_t wanted, bool every_segment);
-// The bytes of a growable segment's block that have memory behind them.
-size_t devbuf__growable_mapped_part(const cblock *block);
+// The longest stretch of a growable segment's block that has memory behind it.
+size_t devbuf__growable_largest_mapped_run(const cblock *block);
 // Unmaps everything and gives the addresses back (the allocator's end).
 void devbuf__growable_release(caching_allocator *self, csegment *segment);
 

@@ -140,12 +140,18 @@ void devbuf__caching_put(caching_allocator *self, cblock *block, bool may_give_b
 
 static size_t largest_free(caching_allocator *self) {
   size_t largest = 0;
+  uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
+  uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
   for (int i = 0; i < SHARD_COUNT; i++) {
     shard *s = &self->shards[i];
     if (!atomic_load_explicit(&s->free_blocks, memory_order_relaxed)) continue;
     pthread_mutex_lock(&s->lock);
     for (int p = 0; p < POOL_COUNT; p++) {
       size_t size = devbuf__pool_largest(&s->pools[p]);
+      // A larger request goes to the large pool, whose free blocks alone serve it, unless a
+      // new segment for it would not fit under the memory limit (alloc_shared).
+      if (p == POOL_SMALL && size > self->policy.small_max && !(limit && reserved + size > limit))
+        size = self->policy.small_max;
       if (size > largest) largest = size;
     }
     pthread_mutex_unlock(&s->lock);

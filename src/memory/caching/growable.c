@@ -295,16 +295,17 @@ bool devbuf__growable_shrink_by(caching_allocator *self, size_t wanted, bool eve
   return freed > 0;
 }
 
-size_t devbuf__growable_mapped_part(const cblock *block) {
+size_t devbuf__growable_largest_mapped_run(const cblock *block) {
   const csegment *segment = block->segment;
-  size_t from = block->offset, to = block->offset + block->size, covered = 0;
+  size_t from = block->offset, to = block->offset + block->size, longest = 0;
   for (size_t i = first_ending_after(segment, from);
        i < segment->map_count && segment->maps[i].offset < to; i++) {
     size_t low = segment->maps[i].offset > from ? segment->maps[i].offset : from;
     size_t high = segment->maps[i].offset + segment->maps[i].size;
-    covered += (high < to ? high : to) - low;
+    size_t run = (high < to ? high : to) - low; // ranges touch none: merged as they are made
+    if (run > longest) longest = run;
   }
-  return covered;
+  return longest;
 }
 
 void devbuf__growable_release(caching_allocator *self, csegment *segment) {

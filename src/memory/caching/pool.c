@@ -89,17 +89,54 @@ static cblock *tree_lower_bound(cblock *tree, size_t size, uint64_t serial, size
 
 // Largest first: a growable segment's free end counts only as far as it is mapped, so the
 // search goes on past it.
-static size_t largest_in(const cblock *tree, size_t best) {
-  for (; tree && tree->size > best; tree = tree->left) {
-    best = largest_in(tree->right, best);
-    size_t usable = tree->segment->growable ? devbuf__growable_mapped_part(tree) : tree->size;
-    if (usable > best) best = usable;
-    if (!tree->segment->growable) break; // everything to its left is smaller
+// The longest stretch of `block` that no in-flight range touches, from a granule on (as
+// find_clear_start places a host block): what a host request may take of it.
+static size_t largest_clear_run(const cblock *block) {
+  const csegment *segment = block->segment;
+  size_t end = block->offset + block->size, best = 0;
+  for (size_t start = block->offset; start < end;) {
+    for (bool moved = true; moved;) { // past every range that holds `start`
+      moved = false;
+      for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
+        if (r->offset <= start && start < r->offset + r->size) {
+          start = (r->offset + r->size + GRANULE - 1) & ~(size_t)(GRANULE - 1);
+          moved = true;
+        }
+    }
+    if (start >= end) break;
+    size_t next = end; // where the next range begins
+    for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
+      if (r->offset > start && r->offset < next) next = r->offset;
+    if (next - start > best) best = next - start;
+    start = next;
   }
   return best;
 }
 
-size_t devbuf__pool_largest(const cpool *pool) { return largest_in(pool->free_root, 0); }
+// What one request may take of a free block without the upstream: all of it, less bytes in
+// flight and, in a growable segment, pages not mapped (mapping them is a system call).
+static size_t usable_bytes(const cblock *block) {
+  size_t usable = block->segment->in_flight ? largest_clear_run(block) : block->size;
+  if (block->segment->growable) {
+    size_t mapped = devbuf__growable_largest_mapped_run(block);
+    if (mapped < usable) usable = mapped;
+  }
+  return usable;
+}
+
+// The most usable bytes of a block of `tree`, or `best` if none has more. Blocks are ordered
+// by size: those at the left of a block are no larger, those at its right no smaller and no
+// larger than `upper`; a subtree whose blocks cannot beat `best` is passed over.
+static size_t largest_in(const cblock *tree, size_t upper, size_t best) {
+  for (; tree && upper > best; upper = tree->size, tree = tree->left) {
+    best = largest_in(tree->right, upper, best);
+    size_t usable = usable_bytes(tree);
+    if (usable > best) best = usable;
+  }
+  return best;
+}
+
+size_t devbuf__pool_largest(const cpool *pool) { return largest_in(pool->free_root, SIZE_MAX, 0); }
 
 static uint32_t priority_of(const void *pointer) {
   uint64_t x = (uint64_t)(uintptr_t)pointer;
