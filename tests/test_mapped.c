@@ -138,6 +138,14 @@ static void test_cut_inside_a_page(void) {
   devbuf_queue_release(queue);
   CHECK_OK(devbuf_buffer_copyout(head, out, sizeof out)); // before the cut: still the file's
   CHECK(out[0] == 0xab && out[4095] == 0xab);
+  // item reads its element apart: the caller's value stays as it was, not the zeros read.
+  devbuf_buffer_t *lost = NULL;
+  CHECK_OK(devbuf_buffer_view_as(file, 4096 + 20, DEVBUF_FLOAT32, NULL, 0, &lost));
+  float value = 42.0f;
+  CHECK_STATUS(devbuf_buffer_item(lost, DEVBUF_FLOAT32, &value), DEVBUF_IO_ERROR);
+  CHECK_MESSAGE("item: ");
+  CHECK(value == 42.0f);
+  devbuf_buffer_release(lost);
   // Written to a weight file: read as copyout reads it (the zeros after the cut were written,
   // and OK returned), then once the whole page is gone (the source to blame, not the target).
   char target[] = "/tmp/devbuf-cut-out-XXXXXX";

@@ -136,7 +136,7 @@ static void test_buffers(devbuf_device_t *cpu) {
   INVALID(devbuf_buffer_ensure_allocated(NULL));
   CHECK(devbuf_buffer_is_allocated(NULL) == 0);
   CHECK_EQ_U(devbuf_buffer_size(NULL), 0);
-  CHECK(devbuf_buffer_is_empty(NULL) == 1);
+  CHECK(devbuf_buffer_is_empty(NULL) == 0); // a getter's NULL answer, as every getter's
   CHECK_EQ_U(devbuf_buffer_offset(NULL), 0);
   CHECK(devbuf_buffer_dtype(NULL) == DEVBUF_DTYPE_COUNT);
   CHECK_EQ_U(devbuf_buffer_ndim(NULL), 0);
@@ -197,6 +197,18 @@ static void test_host_access(devbuf_device_t *cpu) {
   INVALID(devbuf_buffer_copyin(buffer, NULL, sizeof values));
   INVALID(devbuf_buffer_copyout(NULL, NULL, 0));
   INVALID(devbuf_buffer_copyout(buffer, NULL, sizeof values));
+  // A NULL pointer answers for itself first, whatever else is wrong with the call (a size or
+  // a dtype that does not match answered instead).
+  INVALID(devbuf_buffer_copyin(buffer, NULL, sizeof values - 1));
+  CHECK_MESSAGE("src is NULL");
+  INVALID(devbuf_buffer_copyout(buffer, NULL, sizeof values + 1));
+  CHECK_MESSAGE("dst is NULL");
+  INVALID(devbuf_buffer_as_array(buffer, DEVBUF_INT8, NULL));
+  CHECK_MESSAGE("out_array is NULL");
+  INVALID(devbuf_buffer_as_slice(buffer, DEVBUF_INT8, NULL, NULL));
+  CHECK_MESSAGE("out_data is NULL");
+  INVALID(devbuf_buffer_item(buffer, DEVBUF_INT8, NULL));
+  CHECK_MESSAGE("out_value is NULL");
   INVALID(devbuf_buffer_copy_from(NULL, NULL));
   INVALID(devbuf_buffer_copy_from(buffer, NULL));
   INVALID(devbuf_buffer_copy_from(NULL, buffer));

@@ -248,7 +248,7 @@ int devbuf_buffer_is_allocated(const devbuf_buffer_t *buffer) {
 }
 
 size_t devbuf_buffer_size(const devbuf_buffer_t *buffer) { return buffer ? buffer->size : 0; }
-int devbuf_buffer_is_empty(const devbuf_buffer_t *buffer) { return !buffer || buffer->size == 0; }
+int devbuf_buffer_is_empty(const devbuf_buffer_t *buffer) { return buffer && buffer->size == 0; }
 size_t devbuf_buffer_offset(const devbuf_buffer_t *buffer) { return buffer ? buffer->offset : 0; }
 devbuf_dtype devbuf_buffer_dtype(const devbuf_buffer_t *buffer) {
   return buffer ? buffer->dtype : DEVBUF_DTYPE_COUNT;

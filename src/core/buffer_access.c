@@ -97,9 +97,12 @@ size_t devbuf_buffer_open_accesses(const devbuf_buffer_t *buffer) {
   return buffer ? devbuf__host_access_count(buffer->storage, buffer) : 0;
 }
 
-static devbuf_status check_dtype(const devbuf_buffer_t *buffer, devbuf_dtype dtype,
-                                 const char *what) {
+// The buffer and the pointer the result goes to (`out`, named `out_name`) first, as the NULL
+// rule has it; then the dtype.
+static devbuf_status check_dtype(const devbuf_buffer_t *buffer, devbuf_dtype dtype, const void *out,
+                                 const char *out_name, const char *what) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: buffer is NULL", what);
+  if (!out) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: %s is NULL", what, out_name);
   if (!devbuf_dtype_name(dtype))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s as dtype %d, which is none (of a %s buffer)",
                          what, (int)dtype, devbuf_dtype_name(buffer->dtype));
@@ -112,9 +115,8 @@ static devbuf_status check_dtype(const devbuf_buffer_t *buffer, devbuf_dtype dty
 static devbuf_status as_array(devbuf_buffer_t *buffer, devbuf_dtype dtype, bool write,
                               devbuf_array_t *out) {
   const char *what = write ? "as_array_mut" : "as_array";
-  devbuf_status status = check_dtype(buffer, dtype, what);
+  devbuf_status status = check_dtype(buffer, dtype, out, "out_array", what);
   if (status != DEVBUF_OK) return status;
-  if (!out) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "%s: out_array is NULL", what);
   char *data = NULL;
   status = open_access(buffer, write, DEVBUF__OWN_REFUSE, what, &data);
   if (status != DEVBUF_OK) return status;
@@ -142,24 +144,29 @@ devbuf_status devbuf_buffer_as_array_mut(devbuf_buffer_t *buffer, devbuf_dtype d
 
 devbuf_status devbuf_buffer_as_slice(devbuf_buffer_t *buffer, devbuf_dtype dtype,
                                      const void **out_data, size_t *out_count) {
-  devbuf_status status = check_dtype(buffer, dtype, "as_slice");
+  devbuf_status status = check_dtype(buffer, dtype, out_data, "out_data", "as_slice");
   if (status != DEVBUF_OK) return status;
-  if (!out_data) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "as_slice: out_data is NULL");
   status = devbuf_buffer_contents(buffer, out_data, NULL);
-  if (status == DEVBUF_OK && out_count) *out_count = devbuf_buffer_count(buffer);
+  if (status != DEVBUF_OK) return devbuf__error_cause(status, "as_slice");
+  if (out_count) *out_count = devbuf_buffer_count(buffer);
   return status;
 }
 
 devbuf_status devbuf_buffer_item(devbuf_buffer_t *buffer, devbuf_dtype dtype, void *out_value) {
-  devbuf_status status = check_dtype(buffer, dtype, "item");
+  devbuf_status status = check_dtype(buffer, dtype, out_value, "out_value", "item");
   if (status != DEVBUF_OK) return status;
-  if (!out_value) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "item: out_value is NULL");
   size_t count = devbuf_buffer_count(buffer);
-  if (count != 1)
+  unsigned char value[16]; // one element of any dtype
+  if (count != 1 || buffer->size > sizeof value)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "item needs exactly one element; buffer %llu holds %zu",
                          (unsigned long long)buffer->handle_id, count);
-  return devbuf_buffer_copyout(buffer, out_value, buffer->size); // works on every backend
+  // Read apart, so that a read that fails part-way (a file cut under its mapping) leaves
+  // the caller's value as it was.
+  status = devbuf_buffer_copyout(buffer, value, buffer->size); // works on every backend
+  if (status != DEVBUF_OK) return devbuf__error_cause(status, "item");
+  memcpy(out_value, value, buffer->size);
+  return DEVBUF_OK;
 }
 
 // Every case but the one below: its own function, so that the one below needs no frame.

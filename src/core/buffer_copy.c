@@ -32,9 +32,9 @@ static devbuf_status begin(devbuf_buffer_t *buffer, bool write, const char *what
 }
 
 devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, size_t size) {
+  if (buffer && size && !src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copyin: src is NULL");
   devbuf_status status = check_side(buffer, size, true, "copyin");
   if (status != DEVBUF_OK || size == 0) return status;
-  if (!src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copyin: src is NULL");
   status = devbuf__storage_ensure_allocated(buffer->storage);
   if (status != DEVBUF_OK) return status;
   devbuf__host_access *access = NULL;
@@ -48,9 +48,9 @@ devbuf_status devbuf_buffer_copyin(devbuf_buffer_t *buffer, const void *src, siz
 }
 
 devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t size) {
+  if (buffer && size && !dst) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copyout: dst is NULL");
   devbuf_status status = check_side(buffer, size, false, "copyout");
   if (status != DEVBUF_OK || size == 0) return status;
-  if (!dst) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copyout: dst is NULL");
   status = devbuf__storage_ensure_allocated(buffer->storage);
   if (status != DEVBUF_OK) return status;
   devbuf__host_access *access = NULL;
