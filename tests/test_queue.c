@@ -613,9 +613,13 @@ static void test_failure_propagation(void) {
   // Later work is refused with the original cause; nothing was queued.
   CHECK_STATUS(devbuf_queue_submit(queue, count_runs, NULL, 0, NULL, 0), DEVBUF_DEVICE_FAILURE);
   CHECK_MESSAGE("kernel found 42 bad values");
-  // The dependent work on the other queue fails too rather than read what the kernel left.
+  // The dependent work on the other queue fails too rather than read what the kernel left,
+  // and says why: the first queue's failure, its root cause at the end.
   CHECK_STATUS(devbuf_event_wait(waiting, 1, UINT64_MAX), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("waits for failed: queue ");
+  CHECK_MESSAGE("kernel found 42 bad values");
   CHECK_STATUS(devbuf_queue_finish(other), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("kernel found 42 bad values");
   CHECK(!devbuf_buffer_in_use(x) && !devbuf_buffer_in_use(y)); // nothing hangs on
   devbuf_buffer_release(x);
   devbuf_buffer_release(y);
@@ -624,6 +628,35 @@ static void test_failure_propagation(void) {
   devbuf_event_release(waiting);
   devbuf_queue_release(queue);
   devbuf_queue_release(other);
+}
+
+// Work that waited for a failed item tells the cause also when the failed item's queue was
+// released and is gone by the time the work runs: the item keeps its cause.
+static void test_failure_cause_outlives_its_queue(void) {
+  devbuf_queue_t *failing = NULL, *later = NULL;
+  devbuf_event_t *start = NULL, *hold = NULL;
+  CHECK_OK(devbuf_queue_create(device, &failing));
+  CHECK_OK(devbuf_queue_create(device, &later));
+  CHECK_OK(devbuf_event_create(0, &start));
+  CHECK_OK(devbuf_event_create(0, &hold));
+  devbuf_buffer_t *x = floats(16), *y = floats(16);
+  CHECK_OK(devbuf_queue_wait(failing, start, 1));
+  devbuf_use_t use = {x, DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(failing, failing_kernel, &use, 1, NULL, 0));
+  CHECK_OK(devbuf_queue_wait(later, hold, 1));
+  CHECK_OK(submit_axpb(later, y, x, 1, 0)); // depends on the failing write
+  CHECK_OK(devbuf_event_signal(start, 1));
+  CHECK_STATUS(devbuf_queue_finish(failing), DEVBUF_DEVICE_FAILURE);
+  devbuf_queue_release(failing); // drained: gone now
+  CHECK_OK(devbuf_event_signal(hold, 1));
+  CHECK_STATUS(devbuf_queue_finish(later), DEVBUF_DEVICE_FAILURE);
+  CHECK_MESSAGE("waits for failed: queue ");
+  CHECK_MESSAGE("kernel found 42 bad values");
+  devbuf_buffer_release(x);
+  devbuf_buffer_release(y);
+  devbuf_event_release(start);
+  devbuf_event_release(hold);
+  devbuf_queue_release(later);
 }
 
 // Memory released while a kernel that will fail still uses it is reused by work on another
@@ -1191,6 +1224,7 @@ int main(void) {
   RUN(test_reuse_through_two_owners);
   RUN(test_determinism);
   RUN(test_failure_propagation);
+  RUN(test_failure_cause_outlives_its_queue);
   RUN(test_reuse_does_not_inherit_failure);
   RUN(test_destroy_and_cancel_with_pending_work);
   RUN(test_cancel_retires_after_the_running_item);

@@ -130,7 +130,14 @@ static void mark_done(devbuf_queue_t *queue, devbuf__work **items, size_t count)
   devbuf__work *recycled = NULL;
   for (size_t i = 0; i < count; i++) {
     devbuf__work *work = items[i];
-    if (work->status != DEVBUF_OK && work->kind == DEVBUF__WORK_SIGNAL) fail_signal(queue, work);
+    if (DEVBUF_UNLIKELY(work->status != DEVBUF_OK)) {
+      if (work->kind == DEVBUF__WORK_SIGNAL) fail_signal(queue, work);
+      if (devbuf__work_failed(work)) { // after the signal's failure, which reads its event
+        devbuf__failure *cause = atomic_load(&queue->failure_cause);
+        if (cause) devbuf__ref_retain(&cause->refs);
+        work->failure = cause;
+      }
+    }
     atomic_store(&work->fence.done, true); // seq_cst: ordered before the load of waiters below
     if (atomic_load(&work->waiters)) {
       devbuf__parking *place = devbuf__work_parking(work);
@@ -222,6 +229,12 @@ static devbuf__work *fail_queue(devbuf_queue_t *queue, devbuf_status status, con
     char head[160];
     snprintf(head, sizeof head, "queue %u on %.100s failed: ", queue->number, queue->device->spec);
     devbuf__join_message(queue->failure_message, sizeof queue->failure_message, head, message);
+    devbuf__failure *cause = devbuf__malloc(sizeof *cause); // without it, no cause is told
+    if (cause) {
+      devbuf__ref_init(&cause->refs, 1);
+      snprintf(cause->message, sizeof cause->message, "%s", queue->failure_message);
+      atomic_store(&queue->failure_cause, cause);
+    }
     atomic_store(&queue->failed, true);
   }
   pthread_mutex_unlock(&queue->lock);
@@ -243,6 +256,7 @@ static void release_deps(devbuf__work *work) {
 static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void **waits,
                                size_t *wait_count) {
   devbuf_status failed = DEVBUF_OK;
+  const devbuf__failure *cause = NULL;
   bool skip_order_only = device && device->backend->waits_pass_failure;
   for (uint32_t i = 0; i < work->dep_count; i++) {
     devbuf__work *dep = devbuf__work_of(work->deps[i].work);
@@ -257,14 +271,21 @@ static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void
     } else {
       dep_status = devbuf__work_wait_done(dep);
     }
-    if (dep_status != DEVBUF_OK && !work->deps[i].order_only && failed == DEVBUF_OK)
+    if (dep_status != DEVBUF_OK && !work->deps[i].order_only && failed == DEVBUF_OK) {
       failed = dep_status;
+      // Set before the item was marked done; kept while `dep` is held.
+      if (devbuf__work_failed(dep)) cause = dep->failure;
+    }
   }
-  if (failed != DEVBUF_OK)
+  if (failed == DEVBUF_OK) return DEVBUF_OK;
+  if (!cause)
     return devbuf__error(DEVBUF_DEVICE_FAILURE,
                          "work on another queue that this item waits for failed (%s)",
                          devbuf_status_name(failed));
-  return DEVBUF_OK;
+  char message[512];
+  devbuf__join_message(message, sizeof message,
+                       "work on another queue that this item waits for failed: ", cause->message);
+  return devbuf__error(DEVBUF_DEVICE_FAILURE, "%s", message);
 }
 
 // What the device does for a fill, copy, launch or C kernel, as data.
@@ -348,6 +369,7 @@ static devbuf_status run(devbuf__work *work) {
 }
 
 static void queue_destroy(devbuf_queue_t *queue) {
+  devbuf__failure_release(atomic_load(&queue->failure_cause));
   if (queue->dozer.nudge) devbuf__dozer_remove(&queue->dozer);
   if (queue->device_queue)
     queue->device->backend->queue_destroy(queue->device, queue->device_queue);

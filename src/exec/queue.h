@@ -9,6 +9,13 @@
 
 typedef struct devbuf__work devbuf__work;
 
+// Why a queue failed, shared by its failed items, so that work of other queues that waited
+// for one of them tells the cause (the queue itself may be gone by then).
+typedef struct devbuf__failure {
+  devbuf__refcount refs;
+  char message[480]; // "queue N on SPEC failed: STATUS: ..."
+} devbuf__failure;
+
 // A program built for a device (devbuf_program_build): the backend's object, shared.
 struct devbuf_program {
   devbuf__refcount refs;
@@ -70,9 +77,24 @@ struct devbuf__work {
       size_t arg_count;
     };
     unsigned char pattern[24]; // FILL: a pattern this size or smaller is its scalars
+    struct { // any kind, once retired failed (not cancelled): a gate, an argument count or a
+             // pattern's end sat here, which nothing reads any more; the rest stays
+      void *kept_[2];
+      devbuf__failure *failure; // retained, or NULL: its queue's failure, for dependents
+    };
   };
   devbuf__work_use uses[];
 };
+
+_Static_assert(offsetof(devbuf__work, failure) == offsetof(devbuf__work, gate) &&
+                   offsetof(devbuf__work, failure) == offsetof(devbuf__work, arg_count),
+               "a failed item's cause takes the place of what only running needs");
+
+// Whether the item was retired failed, so that it holds `failure` (every status is final
+// once retired; none but OK before).
+static inline bool devbuf__work_failed(const devbuf__work *work) {
+  return work->status != DEVBUF_OK && work->status != DEVBUF_CANCELLED;
+}
 
 // The most uses and scalar bytes of one item (its counts are 32-bit).
 #define DEVBUF__WORK_MAX_USES    ((size_t)1 << 24)
@@ -174,7 +196,12 @@ struct devbuf_queue {
   char apart_from_completed[CACHE_LINE];
   devbuf__refcount refs;
   char failure_message[480]; // with "STATUS: " in front, within devbuf_last_error's 512 bytes
+  _Atomic(devbuf__failure *) failure_cause; // the same, for its failed items (NULL: none yet)
 };
+
+static inline void devbuf__failure_release(devbuf__failure *failure) {
+  if (failure && devbuf__ref_drop(&failure->refs)) devbuf__free(failure);
+}
 
 // Waits until the queue holds fewer items than its depth (or refuses, as the queue is set
 // to). Called before an item is recorded, when devbuf__queue_may_be_full says so.

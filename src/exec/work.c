@@ -70,6 +70,7 @@ devbuf__parking *devbuf__work_parking(const devbuf__work *work) {
 static const devbuf__fence_ops work_fence; // below, with the waits
 
 void devbuf__work_cleanup(devbuf__work *work, devbuf__work **recycled) {
+  if (DEVBUF_UNLIKELY(devbuf__work_failed(work))) devbuf__failure_release(work->failure);
   for (uint32_t i = 0; i < work->dep_count; i++)
     devbuf__work_unref(devbuf__work_of(work->deps[i].work), recycled);
   work->dep_count = 0;
