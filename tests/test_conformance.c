@@ -575,6 +575,51 @@ static void test_reuse_past_an_owner_of_other_bytes(void) {
   devbuf_allocator_release(own);
 }
 
+// The same with an owner in between whose work spans the bytes but is cancelled before it
+// runs: it never waited for the first owner's work, so the third buffer must wait for it
+// itself (it ran as soon as the cancel retired that work, and the first owner's fill then
+// overwrote it).
+static void test_reuse_past_a_cancelled_owner(void) {
+  devbuf_allocator_t *own = own_caching_allocator(device);
+  devbuf_queue_t *q[3];
+  for (int i = 0; i < 3; i++) CHECK_OK(devbuf_queue_create(device, &q[i]));
+  devbuf_event_t *gate, *hold, *third_done;
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_event_create(0, &hold));
+  CHECK_OK(devbuf_event_create(0, &third_done));
+  size_t size = 65536;
+  devbuf_buffer_t *first = new_bytes(own, size, 0), *second = NULL, *third = NULL;
+  uint64_t at = place_of(first);
+  unsigned char z = 'Z', a = 'A', b = 'B';
+  CHECK_OK(devbuf_queue_wait(q[0], gate, 1));
+  CHECK_OK(devbuf_queue_fill(q[0], first, &z, 1));
+  devbuf_buffer_release(first); // in flight
+  CHECK_OK(devbuf_buffer_new(own, DEVBUF_UINT8, &size, 1, 0, &second));
+  CHECK_OK(devbuf_queue_wait(q[1], hold, 1));
+  CHECK_OK(devbuf_queue_fill(q[1], second, &a, 1)); // all of it, after the first's fill
+  CHECK(place_of(second) == at);
+  devbuf_buffer_release(second);
+  CHECK_OK(devbuf_buffer_new(own, DEVBUF_UINT8, &size, 1, 0, &third));
+  CHECK_OK(devbuf_queue_fill(q[2], third, &b, 1));
+  CHECK_OK(devbuf_queue_signal(q[2], third_done, 1));
+  CHECK(place_of(third) == at);
+  CHECK_OK(devbuf_queue_cancel(q[1])); // the spanning fill retires without having run
+  (void)devbuf_event_wait(third_done, 1, 200 * 1000 * 1000); // time for a wrong early run
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  for (int i = 0; i < 3; i++) CHECK_OK(devbuf_queue_finish(q[i]));
+  unsigned char *back = read_back(third);
+  size_t wrong = 0;
+  for (size_t i = 0; i < size; i++) wrong += back[i] != 'B';
+  CHECK_EQ_U(wrong, 0);
+  free(back);
+  devbuf_buffer_release(third);
+  devbuf_event_release(gate);
+  devbuf_event_release(hold);
+  devbuf_event_release(third_done);
+  for (int i = 0; i < 3; i++) devbuf_queue_release(q[i]);
+  devbuf_allocator_release(own);
+}
+
 // copy_from between two views of one storage reads the source and writes the destination,
 // nothing else: a read access on the source, an access to the bytes between, or queued work
 // on the bytes between neither refuses nor holds it.
@@ -926,6 +971,7 @@ static const struct {
     CASE(reuse_after_cancel),
     CASE(reuse_after_coalescing),
     CASE(reuse_past_an_owner_of_other_bytes),
+    CASE(reuse_past_a_cancelled_owner),
     CASE(release_after_cancelled_reuse),
     CASE(empty_access),
     CASE(copy_within_storage),

@@ -148,20 +148,6 @@ bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t 
   return true;
 }
 
-static bool list_spans(const devbuf__record_list *list, size_t offset, size_t size) {
-  if (!list->count || offset < list->low || list->high < offset + size) return false;
-  for (const devbuf__record *record = list->newest; record; record = record->older)
-    if (record->offset <= offset && offset + size <= record->offset + record->size) return true;
-  return false;
-}
-
-bool devbuf__hazard_spans(const devbuf__hazard *hazard, size_t offset, size_t size) {
-  for (const devbuf__segment *segment = hazard->segments; segment; segment = segment->next)
-    if (list_spans(&segment->writes, offset, size) || list_spans(&segment->reads, offset, size))
-      return true;
-  return false;
-}
-
 // Empty segments stay (the same queue usually comes back, and a segment made and freed for
 // every burst of work would cost an allocation each time) until a new queue needs one: it
 // takes an empty one over (its queue may be gone; a queue never compares an empty segment's

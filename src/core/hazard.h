@@ -93,9 +93,7 @@ bool devbuf__hazard_collect(const devbuf__hazard *hazard, size_t offset, size_t 
 // memory is left.
 bool devbuf__fences_push(devbuf__fence ***works, size_t *count, size_t *capacity,
                          devbuf__fence *work);
-// Whether one record spans all of [offset, offset + size): its work, and so all later
-// work of its queue, came after everything the storage inherited.
-bool devbuf__hazard_spans(const devbuf__hazard *hazard, size_t offset, size_t size);
+
 // Appends `work` to `deps` (retained) unless it is there already; a data dependency wins
 // over an ordering-only one. False when no host memory is left.
 bool devbuf__deps_push(devbuf__dep **deps, uint32_t *count, uint32_t *capacity, devbuf__fence *work,

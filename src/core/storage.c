@@ -131,10 +131,10 @@ void devbuf__storage_last_release_slow(devbuf__storage *storage) {
 // ---- allocation --------------------------------------------------------------------------
 
 // The caching allocator's visit of an in-flight range that memory for `context` reuses: the
-// newest work of each queue on those bytes of the earlier owner is inherited. The allocator
-// passes over older ranges that this one covers, as the earlier owner's work waited for all
-// it inherited; where no one record of that work spans the bytes (the earlier owner used
-// other bytes, or none), what it inherited is inherited too.
+// newest work of each queue on those bytes of the earlier owner is inherited, and what that
+// owner inherited and is still running too. The allocator passes over older ranges that
+// this one covers, and the earlier owner's work, which waited for those, may never have run
+// (cancelled, or behind a failure) or may not cover these bytes.
 static bool inherit_work(void *context, void *fence, size_t offset, size_t size) {
   devbuf__storage *storage = context, *earlier = fence;
   // An ancestor process's work never runs here (and its lock may have been held at the fork).
@@ -143,11 +143,10 @@ static bool inherit_work(void *context, void *fence, size_t offset, size_t size)
   devbuf__spin_lock(&hazard->lock);
   bool ok = devbuf__hazard_collect(hazard, offset, size, &storage->inherited,
                                    &storage->inherited_count, &storage->inherited_capacity);
-  if (ok && earlier->inherited_count && !devbuf__hazard_spans(hazard, offset, size))
-    for (size_t i = 0; ok && i < earlier->inherited_count; i++)
-      if (!devbuf__fence_done(earlier->inherited[i]))
-        ok = devbuf__fences_push(&storage->inherited, &storage->inherited_count,
-                                 &storage->inherited_capacity, earlier->inherited[i]);
+  for (size_t i = 0; ok && i < earlier->inherited_count; i++)
+    if (!devbuf__fence_done(earlier->inherited[i]))
+      ok = devbuf__fences_push(&storage->inherited, &storage->inherited_count,
+                               &storage->inherited_capacity, earlier->inherited[i]);
   devbuf__spin_unlock(&hazard->lock);
   return ok;
 }
