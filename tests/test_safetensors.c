@@ -6,6 +6,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -435,6 +437,56 @@ static void test_six_bit_tensors_in_one_allocation(void) {
   unlink(path);
 }
 
+// A tensor that work keeps rewriting is written whole, as it stood at one moment: no fill
+// lands between the pieces it is written in (each piece was a copyout of its own, and a
+// 24 MiB tensor came out half of one fill, half of the next).
+typedef struct refiller {
+  devbuf_queue_t *queue;
+  devbuf_buffer_t *buffer;
+  atomic_bool stop;
+} refiller;
+
+static void *refill(void *arg) {
+  refiller *r = arg;
+  for (unsigned char value = 1; !atomic_load(&r->stop); value = value == 1 ? 2 : 1) {
+    (void)devbuf_queue_fill(r->queue, r->buffer, &value, 1); // refused while it is read
+    (void)devbuf_queue_finish(r->queue);
+    struct timespec pause = {0, 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  return NULL;
+}
+
+static void test_write_while_work_rewrites(void) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/rewritten.safetensors", scratch);
+  size_t size = (size_t)24 << 20;
+  refiller r = {.stop = false};
+  CHECK_OK(devbuf_queue_create(device, &r.queue));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1,
+                                  DEVBUF_BUFFER_ZERO, &r.buffer));
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, refill, &r) == 0);
+  devbuf_named_buffer_t tensor = {"t", r.buffer};
+  for (int round = 0; round < 3; round++) {
+    CHECK_OK(devbuf_safetensors_write(path, &tensor, 1, NULL, 0));
+    size_t file_size = 0;
+    unsigned char *bytes = test_read_file(path, &file_size);
+    CHECK(bytes && file_size > size);
+    if (!bytes || file_size <= size) continue;
+    const unsigned char *data = bytes + file_size - size;
+    size_t differ = 0;
+    for (size_t i = 0; i < size; i++) differ += data[i] != data[0];
+    CHECK_EQ_U(differ, 0);
+    free(bytes);
+  }
+  atomic_store(&r.stop, true);
+  pthread_join(thread, NULL);
+  devbuf_buffer_release(r.buffer);
+  devbuf_queue_release(r.queue);
+  unlink(path);
+}
+
 static size_t files_in_scratch(void) {
   size_t count = 0;
   DIR *folder = opendir(scratch);
@@ -827,6 +879,7 @@ int main(void) {
   RUN(test_load_copies);
   RUN(test_load_selected_in_one_allocation);
   RUN(test_six_bit_tensors_in_one_allocation);
+  RUN(test_write_while_work_rewrites);
   RUN(test_write_errors_and_atomicity);
   RUN(test_empty_files);
   RUN(test_special_files);

@@ -66,6 +66,37 @@ devbuf_status devbuf_buffer_copyout(devbuf_buffer_t *buffer, void *dst, size_t s
   return status;
 }
 
+devbuf_status
+devbuf__buffer_read_pieces(devbuf_buffer_t *buffer, void *staging, size_t staging_size,
+                           devbuf_status (*sink)(void *context, const void *data, size_t size),
+                           void *context, const char *what) {
+  if (buffer->size == 0) return DEVBUF_OK;
+  devbuf_status status = devbuf__storage_ensure_allocated(buffer->storage);
+  if (status != DEVBUF_OK) return status;
+  devbuf__host_access *access = NULL;
+  status = begin(buffer, false, what, &access);
+  if (status != DEVBUF_OK) return status;
+  devbuf__storage *storage = buffer->storage;
+  devbuf_device_t *device = storage->device;
+  bool file = devbuf__storage_kind_of(storage)->file_backed;
+  bool direct = !file && storage->memory.host && devbuf__storage_host_accessible(storage);
+  for (size_t done = 0; done < buffer->size && status == DEVBUF_OK;) {
+    size_t piece = buffer->size - done < staging_size ? buffer->size - done : staging_size;
+    size_t at = buffer->offset + done;
+    const void *data = staging;
+    if (direct)
+      data = (const char *)storage->memory.host + at;
+    else if (file)
+      status = devbuf__guarded_file_copy(staging, &storage->memory, at, piece, what);
+    else
+      status = device->backend->read(device, &storage->memory, at, staging, piece);
+    if (status == DEVBUF_OK) status = sink(context, data, piece);
+    done += piece;
+  }
+  devbuf__host_operation_end(storage, access);
+  return status;
+}
+
 // Out of a mapped file, whose pages fault if the file shrank: read by the CPU under a guard,
 // into the destination directly where the CPU can address it, else through a bounce buffer.
 static devbuf_status copy_from_mapping(devbuf__storage *dst, size_t dst_offset,

@@ -331,6 +331,15 @@ devbuf_status devbuf__host_operation_begin(devbuf__storage *storage,
                                            const devbuf__byte_range *ranges, size_t count,
                                            const char *what, devbuf__host_access **out_accesses);
 void devbuf__host_operation_end(devbuf__storage *storage, devbuf__host_access *access);
+// Reads all of `buffer` as one copyout would (one host operation over its bytes from first
+// to last, so no work changes them meanwhile), handing it to `sink` in pieces of at most
+// `staging_size` bytes: straight from host memory, or through `staging` (a mapped file's
+// pages, under their guard; device memory). `staging_size` keeps whole elements of every
+// dtype. What `sink` or a read answers first ends it.
+devbuf_status
+devbuf__buffer_read_pieces(devbuf_buffer_t *buffer, void *staging, size_t staging_size,
+                           devbuf_status (*sink)(void *context, const void *data, size_t size),
+                           void *context, const char *what);
 // Whether submitted work uses any of storage bytes [offset, offset + size).
 bool devbuf__storage_in_use(devbuf__storage *storage, size_t offset, size_t size);
 // Waits until no submitted work uses storage bytes [offset, offset + size).

@@ -1,5 +1,6 @@
 // Writing safetensors files atomically: header and tensors go to a temporary file in the
 // target's folder, which is synced and then renamed over the target.
+#include "../core/core.h"
 #include "../base/json.h"
 
 #include <errno.h>
@@ -105,25 +106,14 @@ static devbuf_status write_all(int fd, const void *data, size_t size, const char
   return DEVBUF_OK;
 }
 
-// A buffer's bytes, staged through `staging` in pieces of whole elements and read as
-// copyout reads them: after the work that writes them, refused under an open write access
-// (a writer, a writable DLPack export), and out of a mapped file only while the file still
-// holds them (one cut inside a page would read as zeros).
-static devbuf_status write_buffer(int fd, devbuf_buffer_t *buffer, void *staging,
-                                  size_t staging_size, const char *path) {
-  size_t total = devbuf_buffer_size(buffer);
-  for (size_t offset = 0; offset < total; offset += staging_size) {
-    size_t piece = total - offset < staging_size ? total - offset : staging_size;
-    devbuf_buffer_t *view;
-    devbuf_status status = devbuf_buffer_view(buffer, offset, piece, &view);
-    if (status == DEVBUF_OK) {
-      status = devbuf_buffer_copyout(view, staging, piece);
-      devbuf_buffer_release(view);
-    }
-    if (status == DEVBUF_OK) status = write_all(fd, staging, piece, path);
-    if (status != DEVBUF_OK) return status;
-  }
-  return DEVBUF_OK;
+typedef struct file_sink {
+  int fd;
+  const char *path;
+} file_sink;
+
+static devbuf_status write_piece(void *context, const void *data, size_t size) {
+  const file_sink *sink = context;
+  return write_all(sink->fd, data, size, sink->path);
 }
 
 // The permissions a new file gets from open(..., 0666) under this process's umask, read
@@ -221,12 +211,16 @@ static devbuf_status write_file(int fd, const text *header, const layout_entry *
   if (status == DEVBUF_OK) status = write_all(fd, header->data, header->size, path);
   const size_t staging_size = 3u << 20; // whole elements of every dtype, 6-bit ones included
   void *staging = NULL;
+  file_sink sink = {fd, path};
   for (size_t i = 0; status == DEVBUF_OK && i < count; i++) {
     devbuf_buffer_t *buffer = layout[i].tensor->buffer;
     if (!staging && devbuf_buffer_size(buffer) && !(staging = devbuf__malloc(staging_size)))
       status = devbuf__error(DEVBUF_OUT_OF_MEMORY,
                              "safetensors_write: no host memory for a staging buffer");
-    if (status == DEVBUF_OK) status = write_buffer(fd, buffer, staging, staging_size, path);
+    // Each tensor as one copyout reads it: no work changes it between its pieces.
+    if (status == DEVBUF_OK)
+      status = devbuf__buffer_read_pieces(buffer, staging, staging_size, write_piece, &sink,
+                                          "safetensors_write");
   }
   devbuf__free(staging);
   if (status == DEVBUF_OK) status = take_permissions(fd, path);
