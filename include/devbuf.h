@@ -427,7 +427,8 @@ DEVBUF_API devbuf_status devbuf_stats_adaptor_create(devbuf_allocator_t *upstrea
 // "a <id> <size>" and "f <id>", where <id> numbers the allocations from 1. The file is a
 // complete record once the adaptor is released; devbuf_trace_replay plays it back. A free
 // of memory the adaptor does not hold now (freed already) is refused with a message and
-// reaches neither the file nor the upstream.
+// reaches neither the file nor the upstream. At most 2^26 allocations live at once (beyond,
+// UNSUPPORTED).
 DEVBUF_API devbuf_status devbuf_trace_adaptor_create(devbuf_allocator_t *upstream, const char *path,
                                                      devbuf_allocator_t **out_allocator);
 // When a fault adaptor fails allocations (SQLite's test_malloc modes, plus a periodic one).
@@ -696,7 +697,8 @@ DEVBUF_API devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t val
 // status (DEVICE_FAILURE, CANCELLED, ...) if the event failed.
 DEVBUF_API devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value,
                                            uint64_t timeout_ns);
-// The current value.
+// The current value; once the event failed, the value it failed at (what is raised after a
+// failure counts for nothing, here as for waits).
 DEVBUF_API uint64_t devbuf_event_value(const devbuf_event_t *event);
 // OK, or the status of the failure that reached the event (its message goes to
 // devbuf_last_error).
@@ -918,7 +920,9 @@ DEVBUF_API devbuf_status devbuf_queue_finish(devbuf_queue_t *queue);
 // item that is running. The dropped work counts as done only after that item: work ordered
 // after it (a buffer's reused memory included) never overlaps the running item. Cancels
 // from several threads at once each return once the running item is done. The queue stays
-// usable.
+// usable. Work of other queues that reads or writes what dropped work would have written,
+// or waits for an event it would have signalled, fails with CANCELLED naming the cause, and
+// stops its own queue as a failure does (memory reuse alone passes nothing on).
 DEVBUF_API devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue);
 // OK, or the failure that stopped the queue (its message goes to devbuf_last_error).
 DEVBUF_API devbuf_status devbuf_queue_status(const devbuf_queue_t *queue);

@@ -127,6 +127,24 @@ static void test_largest_free_block(void) {
   CHECK_EQ_U(stats_of(growing).largest_free_block, 65536);
   serves_largest_without_the_system(growing);
   devbuf_allocator_free(growing, &pieces[3]);
+  // Growable and in flight: the mapped stretch a host request could take has no byte in
+  // flight (the two longest runs, taken apart, promised all 2 MiB).
+  devbuf_allocator_clear_cache(growing);
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  held = bytes_buffer(growing, 2 << 20);
+  use = (devbuf_use_t){held, DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(queue, nothing, &use, 1, NULL, 0));
+  devbuf_buffer_release(held);
+  s = stats_of(growing);
+  CHECK_EQ_U(s.released_in_flight, 2 << 20);
+  CHECK(s.largest_free_block < s.reserved - s.released_in_flight + 1);
+  if (s.largest_free_block) serves_largest_without_the_system(growing);
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  devbuf_queue_release(queue);
+  devbuf_event_release(gate);
   devbuf_allocator_release(growing);
   devbuf_allocator_release(raw);
   devbuf_device_release(device);

@@ -68,8 +68,9 @@ static devbuf_status trace_alloc_ordered(devbuf_allocator_t *base, size_t size,
 // memory the adaptor does not hold now.
 static devbuf__trace_entry *entry_of(trace_adaptor *self, const devbuf_memory_t *memory) {
   devbuf__trace_entry *entry = devbuf__trace_table_find(&self->live, (uintptr_t)memory->token);
-  if (entry && entry->memory.host == memory->host && entry->memory.device == memory->device)
-    return entry;
+  if (entry && entry->memory.host == memory->host && entry->memory.device == memory->device &&
+      entry->memory.offset == memory->offset && entry->memory.size == memory->size)
+    return entry; // (blocks of one OpenCL segment share its handle: the offset tells them apart)
   devbuf__error(DEVBUF_INVALID_ARGUMENT,
                 "trace adaptor: the %zu bytes at %p are not handed out by this adaptor now "
                 "(freed already?): left alone",
@@ -99,21 +100,30 @@ static void trace_free(devbuf_allocator_t *base, const devbuf_memory_t *memory) 
 }
 
 // Released while work uses it: freed, for the trace, once the upstream took it back (an
-// ordered allocation may take it in between: its line then comes first).
+// ordered allocation may take it in between: its line then comes first). The entry is taken
+// out first, so that a second free racing with this one finds none; it goes back if the
+// upstream keeps the memory.
 static devbuf_status trace_free_in_flight(devbuf_allocator_t *base, const devbuf_memory_t *memory,
                                           void *fence, devbuf__in_flight **out_range) {
   trace_adaptor *self = (trace_adaptor *)base;
   pthread_mutex_lock(&self->lock);
-  devbuf__trace_entry *entry = entry_of(self, memory);
-  devbuf_memory_t upstream = entry ? entry->memory : (devbuf_memory_t){0};
+  devbuf__trace_entry *found = entry_of(self, memory),
+                      entry = found ? *found : (devbuf__trace_entry){0};
+  if (found) devbuf__trace_table_remove(&self->live, found);
   pthread_mutex_unlock(&self->lock);
-  if (!entry) return DEVBUF_INVALID_ARGUMENT;
+  if (!found) return DEVBUF_INVALID_ARGUMENT;
   devbuf_status status =
-      devbuf__allocator_free_in_flight(self->adaptor.upstream, &upstream, fence, out_range);
-  if (status != DEVBUF_OK) return status; // the caller keeps the memory: no free yet
-  devbuf_memory_t taken;
-  take_entry(self, memory, &taken);
-  return DEVBUF_OK;
+      devbuf__allocator_free_in_flight(self->adaptor.upstream, &entry.memory, fence, out_range);
+  pthread_mutex_lock(&self->lock);
+  if (status == DEVBUF_OK) {
+    fprintf(self->file, "f %" PRIu64 "\n", entry.id);
+  } else { // the caller keeps the memory: no free yet. The slot it left is still there (a
+    // removal never shrinks the table), so the insert cannot fail.
+    devbuf__trace_entry *slot;
+    (void)devbuf__trace_table_insert(&self->live, &entry, "trace adaptor", &slot);
+  }
+  pthread_mutex_unlock(&self->lock);
+  return status;
 }
 
 static void trace_destroy(devbuf_allocator_t *base) {

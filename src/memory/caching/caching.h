@@ -183,6 +183,9 @@ typedef struct caching_allocator {
   atomic_uint_least64_t peak;
   atomic_uint_least64_t peak_reserved; // raised wherever `reserved` grows
   atomic_uint_least64_t reserved;      // bytes upstream holds for us
+  // Reserved less what the upstream has not given yet (a reservation it may still refuse):
+  // what peak_reserved follows.
+  atomic_uint_least64_t held;
   atomic_uint_least64_t pool_reserved[POOL_COUNT];
   atomic_bool freed_any;                 // a block went back through the shared path
   atomic_size_t largest_request;         // of the large pool, rounded
@@ -245,8 +248,11 @@ bool devbuf__growable_shrink(caching_allocator *self, bool all);
 // bytes went back (or, without `every_segment`, one segment's as far as they go); false if
 // nothing went back.
 bool devbuf__growable_shrink_by(caching_allocator *self, size_t wanted, bool every_segment);
-// The longest stretch of a growable segment's block that has memory behind it.
-size_t devbuf__growable_largest_mapped_run(const cblock *block);
+// The most `measure` finds usable of a stretch of a growable segment's block that has memory
+// behind it, over those stretches.
+size_t devbuf__growable_longest_mapped(const cblock *block,
+                                       size_t (*measure)(const csegment *segment, size_t from,
+                                                         size_t to));
 // Unmaps everything and gives the addresses back (the allocator's end).
 void devbuf__growable_release(caching_allocator *self, csegment *segment);
 
@@ -306,6 +312,14 @@ void devbuf__tcache_detach_all(caching_allocator *self);
 // `size` rounded up to a multiple of `page` (a power of two); 0 if that overflows.
 static inline size_t caching_round_up(size_t size, size_t page) {
   return size > SIZE_MAX - (page - 1) ? 0 : (size + page - 1) & ~(page - 1);
+}
+
+// The upstream gave `bytes` (a segment, or pages mapped): held, and so the peak, grow.
+static inline void caching_held_add(caching_allocator *self, uint64_t bytes) {
+  devbuf__raise_peak(&self->peak_reserved, atomic_fetch_add(&self->held, bytes) + bytes);
+}
+static inline void caching_held_sub(caching_allocator *self, uint64_t bytes) {
+  atomic_fetch_sub(&self->held, bytes);
 }
 
 // Adds to a counter that one writer changes (its thread's, or its shard's under the lock) and

@@ -150,7 +150,8 @@ static size_t largest_free(caching_allocator *self) {
       size_t size = devbuf__pool_largest(&s->pools[p]);
       // A larger request goes to the large pool, whose free blocks alone serve it, unless a
       // new segment for it would not fit under the memory limit (alloc_shared).
-      if (p == POOL_SMALL && size > self->policy.small_max && !(limit && reserved + size > limit))
+      if (p == POOL_SMALL && size > self->policy.small_max &&
+          !(limit && reserved + caching_round_up(size, self->policy.page) > limit))
         size = self->policy.small_max;
       if (size > largest) largest = size;
     }
@@ -190,9 +191,8 @@ static devbuf_status out_of_memory(caching_allocator *self, size_t requested, si
 }
 
 // Reserves the bytes of a new segment against the memory limit (giving idle segments back
-// to make room); 0 when even the smallest segment for the request does not fit. The bytes
-// reserved with it go to *out_total, for the peak once the upstream gives the memory.
-static size_t reserve_segment(caching_allocator *self, int pool, size_t size, uint64_t *out_total) {
+// to make room); 0 when even the smallest segment for the request does not fit.
+static size_t reserve_segment(caching_allocator *self, int pool, size_t size) {
   for (;;) {
     uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
     uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
@@ -210,10 +210,7 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size, ui
       if (enough && give_back_oldest(self)) continue;
       return 0;
     }
-    if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) {
-      *out_total = reserved + bytes;
-      return bytes;
-    }
+    if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) return bytes;
   }
 }
 
@@ -221,8 +218,7 @@ static size_t reserve_segment(caching_allocator *self, int pool, size_t size, ui
 // *out stays NULL (and the status OK) when the memory limit leaves no room for it.
 static devbuf_status grow(caching_allocator *self, size_t size, int pool, cblock **out) {
   *out = NULL;
-  uint64_t total = 0;
-  size_t bytes = reserve_segment(self, pool, size, &total);
+  size_t bytes = reserve_segment(self, pool, size);
   if (!bytes) return DEVBUF_OK;
   devbuf_memory_t memory;
   devbuf_status status = devbuf_allocator_alloc(self->upstream, bytes, &memory);
@@ -233,7 +229,7 @@ static devbuf_status grow(caching_allocator *self, size_t size, int pool, cblock
     atomic_fetch_sub(&self->reserved, bytes);
     return fail(self, status);
   }
-  devbuf__raise_peak(&self->peak_reserved, total); // not for a request the upstream refused
+  caching_held_add(self, bytes); // not for a request the upstream refused
   atomic_fetch_add_explicit(&self->system_allocs, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&self->segments, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&self->pool_reserved[pool], bytes, memory_order_relaxed);
@@ -246,6 +242,7 @@ static devbuf_status grow(caching_allocator *self, size_t size, int pool, cblock
   pthread_mutex_unlock(&home->lock);
   if (!segment) {
     atomic_fetch_sub(&self->reserved, bytes);
+    caching_held_sub(self, bytes);
     atomic_fetch_sub(&self->segments, 1);
     atomic_fetch_sub(&self->pool_reserved[pool], bytes);
     atomic_fetch_add(&self->system_frees, 1);
@@ -551,7 +548,7 @@ static void caching_reset_peak(devbuf_allocator_t *base) {
     atomic_store_explicit(&c->local_peak, atomic_load_explicit(&c->active, memory_order_relaxed),
                           memory_order_relaxed);
   atomic_store(&self->peak, sum_threads(self).active);
-  atomic_store(&self->peak_reserved, atomic_load(&self->reserved));
+  atomic_store(&self->peak_reserved, atomic_load(&self->held));
 }
 
 // Other threads empty their bins into the shards at their next call.

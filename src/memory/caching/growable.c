@@ -98,15 +98,12 @@ static void remove_range(csegment *segment, size_t index) {
 }
 
 // Reserves `bytes` against the memory limit; false if they do not fit.
-static bool reserve_bytes(caching_allocator *self, size_t bytes, uint64_t *out_total) {
+static bool reserve_bytes(caching_allocator *self, size_t bytes) {
   for (;;) {
     uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
     uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
     if (limit && (reserved > limit || bytes > limit - reserved)) return false;
-    if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) {
-      *out_total = reserved + bytes; // the peak's, once mapped
-      return true;
-    }
+    if (atomic_compare_exchange_weak(&self->reserved, &reserved, reserved + bytes)) return true;
   }
 }
 
@@ -181,8 +178,7 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
         if (need > room) need = room > gap ? (size_t)room : gap;
       }
     }
-    uint64_t total = 0;
-    if (!reserve_bytes(self, need, &total)) {
+    if (!reserve_bytes(self, need)) {
       pthread_mutex_unlock(&s->lock);
       if (devbuf__growable_shrink(self, false)) continue; // room made: again
       return devbuf__error(DEVBUF_OUT_OF_MEMORY,
@@ -202,7 +198,7 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
         continue;
       return status;
     }
-    devbuf__raise_peak(&self->peak_reserved, total);
+    caching_held_add(self, need);
     *out_grew = true;
     merge_around(segment, index);
     segment->mapped += need;
@@ -271,6 +267,7 @@ static size_t shrink_segment(caching_allocator *self, csegment *segment, size_t 
   size_t kept = segment->map_count;
   segment->frontier = kept ? segment->maps[kept - 1].offset + segment->maps[kept - 1].size : 0;
   atomic_fetch_sub(&self->reserved, freed);
+  caching_held_sub(self, freed);
   atomic_fetch_sub(&self->pool_reserved[segment->pool], freed);
   return freed;
 }
@@ -295,14 +292,16 @@ bool devbuf__growable_shrink_by(caching_allocator *self, size_t wanted, bool eve
   return freed > 0;
 }
 
-size_t devbuf__growable_largest_mapped_run(const cblock *block) {
+size_t devbuf__growable_longest_mapped(const cblock *block,
+                                       size_t (*measure)(const csegment *segment, size_t from,
+                                                         size_t to)) {
   const csegment *segment = block->segment;
   size_t from = block->offset, to = block->offset + block->size, longest = 0;
   for (size_t i = first_ending_after(segment, from);
        i < segment->map_count && segment->maps[i].offset < to; i++) {
     size_t low = segment->maps[i].offset > from ? segment->maps[i].offset : from;
     size_t high = segment->maps[i].offset + segment->maps[i].size;
-    size_t run = (high < to ? high : to) - low; // ranges touch none: merged as they are made
+    size_t run = measure(segment, low, high < to ? high : to); // ranges touch none: merged
     if (run > longest) longest = run;
   }
   return longest;
@@ -314,6 +313,7 @@ void devbuf__growable_release(caching_allocator *self, csegment *segment) {
     self->upstream->ops->unmap(self->upstream, &segment->upstream, range.offset, range.size);
     segment->mapped -= range.size;
     atomic_fetch_sub(&self->reserved, range.size);
+    caching_held_sub(self, range.size);
     atomic_fetch_add(&self->system_frees, 1);
   }
   atomic_fetch_sub(&self->segments, 1);

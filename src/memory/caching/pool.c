@@ -89,39 +89,43 @@ static cblock *tree_lower_bound(cblock *tree, size_t size, uint64_t serial, size
 
 // Largest first: a growable segment's free end counts only as far as it is mapped, so the
 // search goes on past it.
-// The longest stretch of `block` that no in-flight range touches, from a granule on (as
-// find_clear_start places a host block): what a host request may take of it.
-static size_t largest_clear_run(const cblock *block) {
-  const csegment *segment = block->segment;
-  size_t end = block->offset + block->size, best = 0;
-  for (size_t start = block->offset; start < end;) {
-    for (bool moved = true; moved;) { // past every range that holds `start`
-      moved = false;
-      for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
-        if (r->offset <= start && start < r->offset + r->size) {
-          start = (r->offset + r->size + GRANULE - 1) & ~(size_t)(GRANULE - 1);
-          moved = true;
-        }
-    }
-    if (start >= end) break;
-    size_t next = end; // where the next range begins
-    for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
-      if (r->offset > start && r->offset < next) next = r->offset;
-    if (next - start > best) best = next - start;
-    start = next;
+// The in-flight ranges a free block's usable bytes are measured around: at most this many
+// in one block are sorted; past them it counts as unusable (a figure that errs low).
+#define RANGES_MEASURED 64
+
+// The longest stretch of [from, to) of `segment` that no in-flight range touches, from a
+// granule on (as find_clear_start places a host block).
+static size_t clear_run(const csegment *segment, size_t from, size_t to) {
+  size_t low[RANGES_MEASURED], high[RANGES_MEASURED], count = 0;
+  for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) {
+    if (r->offset >= to || r->offset + r->size <= from) continue;
+    if (count == RANGES_MEASURED) return 0;
+    size_t i = count++; // insertion by start
+    for (; i > 0 && low[i - 1] > r->offset; i--) low[i] = low[i - 1], high[i] = high[i - 1];
+    low[i] = r->offset, high[i] = r->offset + r->size;
+  }
+  size_t best = 0, at = from;
+  for (size_t i = 0; i <= count; i++) {
+    size_t next = i < count && low[i] < to ? low[i] : to;
+    if (next > at && next - at > best) best = next - at;
+    if (i < count && high[i] > at) at = (high[i] + GRANULE - 1) & ~(size_t)(GRANULE - 1);
   }
   return best;
 }
 
-// What one request may take of a free block without the upstream: all of it, less bytes in
-// flight and, in a growable segment, pages not mapped (mapping them is a system call).
+static size_t whole_run(const csegment *segment, size_t from, size_t to) {
+  (void)segment;
+  return to - from;
+}
+
+// What one request may take of a free block without the upstream: its longest stretch with
+// no bytes in flight that, in a growable segment, has memory behind it (mapping pages is a
+// system call).
 static size_t usable_bytes(const cblock *block) {
-  size_t usable = block->segment->in_flight ? largest_clear_run(block) : block->size;
-  if (block->segment->growable) {
-    size_t mapped = devbuf__growable_largest_mapped_run(block);
-    if (mapped < usable) usable = mapped;
-  }
-  return usable;
+  size_t (*measure)(const csegment *, size_t, size_t) =
+      block->segment->in_flight ? clear_run : whole_run;
+  if (block->segment->growable) return devbuf__growable_longest_mapped(block, measure);
+  return measure(block->segment, block->offset, block->offset + block->size);
 }
 
 // The most usable bytes of a block of `tree`, or `best` if none has more. Blocks are ordered
@@ -241,6 +245,7 @@ csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s) {
 
 void devbuf__segment_give_back(caching_allocator *self, csegment *segment) {
   atomic_fetch_sub_explicit(&self->reserved, segment->size, memory_order_relaxed);
+  caching_held_sub(self, segment->size);
   atomic_fetch_sub_explicit(&self->pool_reserved[segment->pool], segment->size,
                             memory_order_relaxed);
   atomic_fetch_sub_explicit(&self->segments, 1, memory_order_relaxed);
