@@ -630,6 +630,45 @@ static void test_failure_propagation(void) {
   devbuf_queue_release(other);
 }
 
+// Work of another queue that reads what a cancelled fill would have written, or waits for an
+// event a cancelled queue would have signalled, fails with CANCELLED naming why (it said
+// DEVICE_FAILURE, "(CANCELLED)", or that the queue was cancelled, of a queue never
+// cancelled), and stops its queue; the cancelled queue stays usable.
+static void test_cancel_reaches_dependent_work(void) {
+  for (int through_event = 0; through_event < 2; through_event++) {
+    devbuf_queue_t *cancelled = NULL, *dependent = NULL;
+    devbuf_event_t *gate = NULL, *done = NULL;
+    CHECK_OK(devbuf_queue_create(device, &cancelled));
+    CHECK_OK(devbuf_queue_create(device, &dependent));
+    CHECK_OK(devbuf_event_create(0, &gate));
+    CHECK_OK(devbuf_event_create(0, &done));
+    devbuf_buffer_t *x = floats(16), *y = floats(16);
+    float one = 1.0f;
+    CHECK_OK(devbuf_queue_wait(cancelled, gate, 1));
+    if (through_event) {
+      CHECK_OK(devbuf_queue_signal(cancelled, done, 1));
+      CHECK_OK(devbuf_queue_wait(dependent, done, 1));
+    } else {
+      CHECK_OK(devbuf_queue_fill(cancelled, x, &one, sizeof one));
+      CHECK_OK(devbuf_queue_copy(dependent, y, x)); // reads what the fill would write
+    }
+    CHECK_OK(devbuf_queue_cancel(cancelled));
+    CHECK_STATUS(devbuf_queue_finish(dependent), DEVBUF_CANCELLED);
+    CHECK_MESSAGE(through_event ? " was cancelled before this signal ran"
+                                : "waits for was cancelled before it ran");
+    CHECK(!strstr(devbuf_last_error(), "DEVICE_FAILURE"));
+    CHECK_OK(devbuf_queue_status(cancelled));
+    CHECK_OK(devbuf_queue_fill(cancelled, x, &one, sizeof one));
+    CHECK_OK(devbuf_queue_finish(cancelled));
+    devbuf_buffer_release(x);
+    devbuf_buffer_release(y);
+    devbuf_event_release(gate);
+    devbuf_event_release(done);
+    devbuf_queue_release(cancelled);
+    devbuf_queue_release(dependent);
+  }
+}
+
 // Work that waited for a failed item tells the cause also when the failed item's queue was
 // released and is gone by the time the work runs: the item keeps its cause.
 static void test_failure_cause_outlives_its_queue(void) {
@@ -1225,6 +1264,7 @@ int main(void) {
   RUN(test_determinism);
   RUN(test_failure_propagation);
   RUN(test_failure_cause_outlives_its_queue);
+  RUN(test_cancel_reaches_dependent_work);
   RUN(test_reuse_does_not_inherit_failure);
   RUN(test_destroy_and_cancel_with_pending_work);
   RUN(test_cancel_retires_after_the_running_item);

@@ -195,17 +195,23 @@ static void test_earlier_items_are_done(void) {
 // A kernel that blocks on another queue's work, which waits for an earlier item of the
 // kernel's own batch: that item has run, and retires before the kernel blocks (it stayed in
 // the batch, unretired, and the three waited for each other for good). Each way to block:
-// a copyout of bytes the other queue writes, an event it signals, and finishing it.
-enum { BLOCK_COPYOUT, BLOCK_EVENT, BLOCK_FINISH, BLOCKS };
+// a copyout of bytes the other queue writes, an event it signals, finishing it, and a
+// submission to it while it is full.
+enum { BLOCK_COPYOUT, BLOCK_EVENT, BLOCK_FINISH, BLOCK_SUBMIT_TO_FULL, BLOCKS };
 static devbuf_buffer_t *copied;
 static devbuf_event_t *copied_event;
 static devbuf_status block_on_other_queue(const devbuf_kernel_args_t *args) {
   int how;
   memcpy(&how, args->scalars, sizeof how);
   uint32_t words[16] = {0};
-  devbuf_status status = how == BLOCK_EVENT    ? devbuf_event_wait(copied_event, 1, UINT64_MAX)
-                         : how == BLOCK_FINISH ? devbuf_queue_finish(other_queue)
-                                               : DEVBUF_OK;
+  uint32_t none = 0;
+  devbuf_status status =
+      how == BLOCK_EVENT    ? devbuf_event_wait(copied_event, 1, UINT64_MAX)
+      : how == BLOCK_FINISH ? devbuf_queue_finish(other_queue)
+      : how == BLOCK_SUBMIT_TO_FULL // room comes once the copy is done
+          ? devbuf_queue_submit(other_queue, test_set_words, NULL, 0, &none, sizeof none)
+          : DEVBUF_OK;
+  if (status == DEVBUF_OK && how == BLOCK_SUBMIT_TO_FULL) status = devbuf_queue_finish(other_queue);
   if (status == DEVBUF_OK) status = devbuf_buffer_copyout(copied, words, sizeof words);
   return status != DEVBUF_OK ? status
          : words[15] == 7    ? DEVBUF_OK
@@ -225,13 +231,16 @@ static void test_block_on_work_that_waits_for_the_batch(void) {
     devbuf_use_t write = {used, DEVBUF_ACCESS_WRITE};
     CHECK_OK(devbuf_queue_submit(queue, test_set_words, &write, 1, &seven, sizeof seven));
     CHECK_OK(devbuf_queue_submit(queue, block_on_other_queue, NULL, 0, &how, sizeof how));
-    CHECK_OK(devbuf_queue_copy(other_queue, copied, used)); // after the write only
-    CHECK_OK(devbuf_queue_signal(other_queue, copied_event, 1));
+    CHECK_OK(devbuf_queue_set_depth(
+        other_queue, how == BLOCK_SUBMIT_TO_FULL ? 2 : DEVBUF_QUEUE_DEFAULT_DEPTH, 0));
+    CHECK_OK(devbuf_queue_copy(other_queue, copied, used));      // after the write only
+    CHECK_OK(devbuf_queue_signal(other_queue, copied_event, 1)); // full at a depth of 2
     CHECK_OK(devbuf_event_signal(gate, (uint64_t)how + 1));
     CHECK_OK(devbuf_queue_finish(queue));
     CHECK_OK(devbuf_queue_finish(other_queue));
     devbuf_event_release(copied_event);
   }
+  CHECK_OK(devbuf_queue_set_depth(other_queue, DEVBUF_QUEUE_DEFAULT_DEPTH, 0));
   devbuf_event_release(gate);
   devbuf_buffer_release(copied);
 }

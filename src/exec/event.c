@@ -16,6 +16,7 @@ devbuf_status devbuf_event_create(uint64_t initial, devbuf_event_t **out_event) 
   devbuf__ref_init(&event->refs, 1);
   atomic_init(&event->value, initial);
   atomic_init(&event->failed_at, UINT64_MAX);
+  atomic_init(&event->failed, false);
   atomic_init(&event->interest, 0);
   devbuf__mutex_init(&event->lock);
   devbuf__cond_init_monotonic(&event->reached);
@@ -124,6 +125,7 @@ void devbuf__event_fail(devbuf_event_t *event, devbuf_status status, const char 
   if (event->failure == DEVBUF_OK) {
     event->failure = status;
     atomic_store(&event->failed_at, atomic_load(&event->value));
+    atomic_store(&event->failed, true);
     devbuf__join_message(event->message, sizeof event->message, "", message);
     if (event->share) devbuf__event_share_publish(event);
   }
@@ -146,8 +148,8 @@ void devbuf__event_interrupt(devbuf_event_t *event) {
 devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {
   if (!event) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "event is NULL");
   if (devbuf__event_is_imported(event)) return devbuf__event_signallable(event);
-  uint64_t failed_at = atomic_load(&event->failed_at);
-  if (DEVBUF_UNLIKELY(failed_at != UINT64_MAX)) {
+  if (DEVBUF_UNLIKELY(atomic_load(&event->failed))) {
+    uint64_t failed_at = atomic_load(&event->failed_at);
     devbuf_status failure = devbuf_event_status(event); // its message, to put after ours
     return devbuf__error_cause(failure,
                                "signalling %llu: the event failed at %llu, and a value signalled "
@@ -166,7 +168,10 @@ devbuf_status devbuf_event_signal(devbuf_event_t *event, uint64_t value) {
 uint64_t devbuf_event_value(const devbuf_event_t *event) {
   if (!event) return 0;
   if (devbuf__event_is_imported(event)) devbuf__event_share_sync((devbuf_event_t *)event);
-  return atomic_load_explicit(&event->value, memory_order_acquire);
+  // What was raised after a failure counts for nothing, here as for waits.
+  uint64_t value = atomic_load_explicit(&event->value, memory_order_acquire);
+  uint64_t failed_at = atomic_load_explicit(&event->failed_at, memory_order_acquire);
+  return value < failed_at ? value : failed_at;
 }
 
 devbuf_status devbuf_event_status(const devbuf_event_t *event) {

@@ -117,7 +117,10 @@ static void remove_records(devbuf__work **items, size_t count) {
 
 // The event of a signal that will not run learns why: the queue's failure, or cancel.
 static void fail_signal(devbuf_queue_t *queue, devbuf__work *work) {
-  char message[512] = "CANCELLED: the queue was cancelled before this work ran";
+  char message[512];
+  snprintf(message, sizeof message,
+           "CANCELLED: queue %u on %.100s was cancelled before this signal ran", queue->number,
+           queue->device->spec);
   pthread_mutex_lock(&queue->lock);
   if (work->status != DEVBUF_CANCELLED)
     snprintf(message, sizeof message, "%s", queue->failure_message);
@@ -278,6 +281,10 @@ static devbuf_status wait_deps(devbuf__work *work, devbuf_device_t *device, void
     }
   }
   if (failed == DEVBUF_OK) return DEVBUF_OK;
+  if (failed == DEVBUF_CANCELLED) // its bytes were never written: nor is anything from them
+    return devbuf__error(DEVBUF_CANCELLED,
+                         "work on another queue that this item waits for was cancelled before "
+                         "it ran");
   if (!cause)
     return devbuf__error(DEVBUF_DEVICE_FAILURE,
                          "work on another queue that this item waits for failed (%s)",
@@ -907,6 +914,7 @@ devbuf_status devbuf__queue_wait_room(devbuf_queue_t *queue) {
   if (atomic_load(&queue->full_refuses)) return full_refusal(queue, held, depth);
   if (DEVBUF_UNLIKELY(devbuf__worker_queue == queue))
     return devbuf__refuse_self_wait("a submission to its own full queue");
+  devbuf__settle_before_blocking(); // what holds the queue full may wait for this worker's items
   devbuf__wait_begins();
   devbuf_status status = wait_for_room(queue);
   devbuf__wait_ends();
@@ -996,6 +1004,7 @@ devbuf_status devbuf_queue_cancel(devbuf_queue_t *queue) {
   if (usable != DEVBUF_OK) return usable;
   if (DEVBUF_UNLIKELY(devbuf__worker_queue == queue))
     return devbuf__refuse_self_wait("queue_cancel");
+  devbuf__settle_before_blocking(); // it waits for the item the queue runs now
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->cancel_requested, true); // the worker drops what it took but has not started
   devbuf__work *pending = take_incoming(queue);

@@ -304,6 +304,7 @@ struct devbuf_event {
   // The value when the event failed (UINT64_MAX while healthy): raises after a failure no
   // longer count, so a later signaller cannot make a failed producer's wait succeed.
   atomic_uint_least64_t failed_at;
+  atomic_bool failed;           // set once with failed_at, which may be UINT64_MAX itself
   char message[400];            // with "STATUS: " in front, within devbuf_last_error's 512 bytes
   devbuf__event_watch *watches; // under lock
   // Shared with other processes (event_share.c): the exporter publishes to it, an
