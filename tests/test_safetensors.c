@@ -428,6 +428,8 @@ static void test_six_bit_tensors_in_one_allocation(void) {
     devbuf_buffer_t *loaded = devbuf_tensor_file_buffer(file, i);
     CHECK(buffers_equal(loaded, tensors[info.name[0] - 'a'].buffer));
     CHECK_EQ_U(devbuf_buffer_offset(loaded) % 64, 0);
+    if (devbuf_dtype_bits(devbuf_buffer_dtype(loaded)) == 6) // 4 elements to 3 bytes
+      CHECK_EQ_U(devbuf_buffer_offset(loaded) % 3, 0);
   }
   devbuf_tensor_file_release(file);
   devbuf_buffer_release(u);
