@@ -200,17 +200,20 @@ static void test_earlier_items_are_done(void) {
 enum { BLOCK_COPYOUT, BLOCK_EVENT, BLOCK_FINISH, BLOCK_SUBMIT_TO_FULL, BLOCKS };
 static devbuf_buffer_t *copied;
 static devbuf_event_t *copied_event;
+static devbuf_status do_nothing(const devbuf_kernel_args_t *args) {
+  (void)args;
+  return DEVBUF_OK;
+}
+
 static devbuf_status block_on_other_queue(const devbuf_kernel_args_t *args) {
   int how;
   memcpy(&how, args->scalars, sizeof how);
   uint32_t words[16] = {0};
-  uint32_t none = 0;
-  devbuf_status status =
-      how == BLOCK_EVENT    ? devbuf_event_wait(copied_event, 1, UINT64_MAX)
-      : how == BLOCK_FINISH ? devbuf_queue_finish(other_queue)
-      : how == BLOCK_SUBMIT_TO_FULL // room comes once the copy is done
-          ? devbuf_queue_submit(other_queue, test_set_words, NULL, 0, &none, sizeof none)
-          : DEVBUF_OK;
+  devbuf_status status = how == BLOCK_EVENT    ? devbuf_event_wait(copied_event, 1, UINT64_MAX)
+                         : how == BLOCK_FINISH ? devbuf_queue_finish(other_queue)
+                         : how == BLOCK_SUBMIT_TO_FULL // room comes once the copy is done
+                             ? devbuf_queue_submit(other_queue, do_nothing, NULL, 0, NULL, 0)
+                             : DEVBUF_OK;
   if (status == DEVBUF_OK && how == BLOCK_SUBMIT_TO_FULL) status = devbuf_queue_finish(other_queue);
   if (status == DEVBUF_OK) status = devbuf_buffer_copyout(copied, words, sizeof words);
   return status != DEVBUF_OK ? status
