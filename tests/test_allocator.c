@@ -81,6 +81,28 @@ static void serves_largest_without_the_system(devbuf_allocator_t *allocator) {
   devbuf_allocator_free(allocator, &memory);
 }
 
+// A caching allocator with growable segments over the CPU's raw allocator (a statistics
+// adaptor cannot map memory into reserved addresses).
+typedef struct growable_allocators {
+  devbuf_device_t *device;
+  devbuf_allocator_t *raw, *caching;
+} growable_allocators;
+
+static growable_allocators growable_open(void) {
+  growable_allocators g = {0};
+  devbuf_caching_options_t growable = {.growable = 1};
+  CHECK_OK(devbuf_device_open("cpu", &g.device));
+  CHECK_OK(devbuf_device_raw_allocator(g.device, &g.raw));
+  CHECK_OK(devbuf_caching_allocator_create(g.raw, &growable, &g.caching));
+  return g;
+}
+
+static void growable_close(growable_allocators *g) {
+  devbuf_allocator_release(g->caching);
+  devbuf_allocator_release(g->raw);
+  devbuf_device_release(g->device);
+}
+
 static devbuf_status nothing(const devbuf_kernel_args_t *args) {
   (void)args;
   return DEVBUF_OK;
@@ -113,12 +135,8 @@ static void test_largest_free_block(void) {
   devbuf_event_release(gate);
   test_allocators_close(&t);
   // Growable: free, unmapped, free pages in one free block.
-  devbuf_device_t *device = NULL;
-  devbuf_allocator_t *raw = NULL, *growing = NULL;
-  devbuf_caching_options_t growable = {.growable = 1};
-  CHECK_OK(devbuf_device_open("cpu", &device));
-  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
-  CHECK_OK(devbuf_caching_allocator_create(raw, &growable, &growing));
+  growable_allocators g = growable_open();
+  devbuf_allocator_t *growing = g.caching;
   for (int i = 0; i < 4; i++) CHECK_OK(devbuf_allocator_alloc(growing, 65536, &pieces[i]));
   devbuf_allocator_free(growing, &pieces[1]);
   devbuf_allocator_clear_cache(growing); // its pages go: a hole
@@ -130,7 +148,7 @@ static void test_largest_free_block(void) {
   // Growable and in flight: the mapped stretch a host request could take has no byte in
   // flight (the two longest runs, taken apart, promised all 2 MiB).
   devbuf_allocator_clear_cache(growing);
-  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_create(g.device, &queue));
   CHECK_OK(devbuf_event_create(0, &gate));
   CHECK_OK(devbuf_queue_wait(queue, gate, 1));
   held = bytes_buffer(growing, 2 << 20);
@@ -145,9 +163,7 @@ static void test_largest_free_block(void) {
   CHECK_OK(devbuf_queue_finish(queue));
   devbuf_queue_release(queue);
   devbuf_event_release(gate);
-  devbuf_allocator_release(growing);
-  devbuf_allocator_release(raw);
-  devbuf_device_release(device);
+  growable_close(&g);
 }
 
 // Small requests round to 512 bytes (whole pages from one page to 16) and share one small
@@ -424,21 +440,15 @@ static void test_zero_and_huge_requests(void) {
   CHECK_EQ_U(s.peak_reserved, 0); // the system refused them: nothing was ever held
   test_allocators_close(&t);
   // The same on growable segments, whose pages are mapped as blocks need them.
-  devbuf_device_t *device = NULL;
-  devbuf_allocator_t *raw = NULL, *growing = NULL;
-  devbuf_caching_options_t growable = {.growable = 1};
-  CHECK_OK(devbuf_device_open("cpu", &device));
-  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
-  CHECK_OK(devbuf_caching_allocator_create(raw, &growable, &growing));
+  growable_allocators g = growable_open();
+  devbuf_allocator_t *growing = g.caching;
   CHECK_OK(devbuf_allocator_alloc(growing, 1 << 20, &memory));
   devbuf_allocator_free(growing, &memory);
   uint64_t held = stats_of(growing).peak_reserved;
   CHECK(held >= 1 << 20);
   CHECK_STATUS(devbuf_allocator_alloc(growing, (size_t)1 << 45, &memory), DEVBUF_OUT_OF_MEMORY);
   CHECK_EQ_U(stats_of(growing).peak_reserved, held);
-  devbuf_allocator_release(growing);
-  devbuf_allocator_release(raw);
-  devbuf_device_release(device);
+  growable_close(&g);
 }
 
 // ---- user allocators and adaptors -------------------------------------------------------

@@ -87,6 +87,15 @@ static unsigned char *read_back(devbuf_buffer_t *buffer) {
   return bytes;
 }
 
+// How many bytes of `buffer` are not `value`.
+static size_t bytes_not(devbuf_buffer_t *buffer, unsigned char value) {
+  unsigned char *back = read_back(buffer);
+  size_t wrong = 0;
+  for (size_t i = 0; i < devbuf_buffer_size(buffer); i++) wrong += back[i] != value;
+  free(back);
+  return wrong;
+}
+
 // Whether two buffers' bytes are apart: where memory is a handle plus offset (OpenCL),
 // different handles are different segments.
 static bool apart(devbuf_buffer_t *x, devbuf_buffer_t *y) {
@@ -535,6 +544,19 @@ static void *watchdog_main(void *arg) {
   return NULL;
 }
 
+// A first owner of `size` bytes from `own`: filled with 'Z' on `queue` once `gate` reaches 1,
+// and released meanwhile (in flight). Where its bytes are.
+static uint64_t first_owner_in_flight(devbuf_allocator_t *own, devbuf_queue_t *queue,
+                                      devbuf_event_t *gate, size_t size) {
+  devbuf_buffer_t *first = new_bytes(own, size, 0);
+  uint64_t at = place_of(first);
+  unsigned char z = 'Z';
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  CHECK_OK(devbuf_queue_fill(queue, first, &z, 1));
+  devbuf_buffer_release(first);
+  return at;
+}
+
 // Memory reused twice while its first owner's work waits: the second owner used only the
 // tail of its bytes, so no work of its own spans the head. A third buffer on the head is
 // ordered after the first owner's work all the same (it ran at once, and that work then
@@ -546,12 +568,9 @@ static void test_reuse_past_an_owner_of_other_bytes(void) {
   devbuf_event_t *gate;
   CHECK_OK(devbuf_event_create(0, &gate));
   size_t size = 65536;
-  devbuf_buffer_t *first = new_bytes(own, size, 0), *second = NULL, *tail = NULL, *third = NULL;
-  uint64_t at = place_of(first);
-  unsigned char z = 'Z', a = 'A', b = 'B';
-  CHECK_OK(devbuf_queue_wait(q[0], gate, 1));
-  CHECK_OK(devbuf_queue_fill(q[0], first, &z, 1));
-  devbuf_buffer_release(first); // in flight
+  devbuf_buffer_t *second = NULL, *tail = NULL, *third = NULL;
+  uint64_t at = first_owner_in_flight(own, q[0], gate, size);
+  unsigned char a = 'A', b = 'B';
   CHECK_OK(devbuf_buffer_new(own, DEVBUF_UINT8, &size, 1, 0, &second));
   CHECK_OK(devbuf_buffer_view(second, size - 512, 512, &tail));
   CHECK_OK(devbuf_queue_fill(q[1], tail, &a, 1)); // reuses the first's bytes, after its fill
@@ -564,11 +583,7 @@ static void test_reuse_past_an_owner_of_other_bytes(void) {
   CHECK(place_of(third) == at);
   CHECK_OK(devbuf_event_signal(gate, 1));
   for (int i = 0; i < 3; i++) CHECK_OK(devbuf_queue_finish(q[i]));
-  unsigned char *back = read_back(third);
-  size_t wrong = 0;
-  for (size_t i = 0; i < head; i++) wrong += back[i] != 'B';
-  CHECK_EQ_U(wrong, 0);
-  free(back);
+  CHECK_EQ_U(bytes_not(third, 'B'), 0);
   devbuf_buffer_release(third);
   devbuf_event_release(gate);
   for (int i = 0; i < 3; i++) devbuf_queue_release(q[i]);
@@ -588,12 +603,9 @@ static void test_reuse_past_a_cancelled_owner(void) {
   CHECK_OK(devbuf_event_create(0, &hold));
   CHECK_OK(devbuf_event_create(0, &third_done));
   size_t size = 65536;
-  devbuf_buffer_t *first = new_bytes(own, size, 0), *second = NULL, *third = NULL;
-  uint64_t at = place_of(first);
-  unsigned char z = 'Z', a = 'A', b = 'B';
-  CHECK_OK(devbuf_queue_wait(q[0], gate, 1));
-  CHECK_OK(devbuf_queue_fill(q[0], first, &z, 1));
-  devbuf_buffer_release(first); // in flight
+  devbuf_buffer_t *second = NULL, *third = NULL;
+  uint64_t at = first_owner_in_flight(own, q[0], gate, size);
+  unsigned char a = 'A', b = 'B';
   CHECK_OK(devbuf_buffer_new(own, DEVBUF_UINT8, &size, 1, 0, &second));
   CHECK_OK(devbuf_queue_wait(q[1], hold, 1));
   CHECK_OK(devbuf_queue_fill(q[1], second, &a, 1)); // all of it, after the first's fill
@@ -607,11 +619,7 @@ static void test_reuse_past_a_cancelled_owner(void) {
   (void)devbuf_event_wait(third_done, 1, 200 * 1000 * 1000); // time for a wrong early run
   CHECK_OK(devbuf_event_signal(gate, 1));
   for (int i = 0; i < 3; i++) CHECK_OK(devbuf_queue_finish(q[i]));
-  unsigned char *back = read_back(third);
-  size_t wrong = 0;
-  for (size_t i = 0; i < size; i++) wrong += back[i] != 'B';
-  CHECK_EQ_U(wrong, 0);
-  free(back);
+  CHECK_EQ_U(bytes_not(third, 'B'), 0);
   devbuf_buffer_release(third);
   devbuf_event_release(gate);
   devbuf_event_release(hold);
