@@ -1,6 +1,7 @@
 """Buffer: a handle to a devbuf buffer or view, with host access and DLPack both ways."""
 from __future__ import annotations
 
+import collections.abc
 import ctypes
 import math
 import operator
@@ -378,9 +379,12 @@ def shape_dims(shape: Any, what: str = "shape") -> list[int]:
     """A shape's dimensions: an integer (one dimension) or a sequence of integers."""
     if type(shape) in (tuple, list) and all(type(dim) is int and 0 <= dim < 2**64 for dim in shape):
         return list(shape)  # the usual case, without building the messages below
-    if hasattr(shape, "__index__"):
+    if getattr(shape, "ndim", 0):  # a numpy array of dimensions (it has __index__ too)
+        shape = list(shape)
+    elif hasattr(shape, "__index__"):
         return [count(shape, what)]
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+    if isinstance(shape, (str, bytes, collections.abc.Mapping, collections.abc.Set)) or not hasattr(
+            shape, "__iter__"):
         raise wrong_type(what, shape, "an integer or a sequence of integers, such as (4, 6)")
     return [count(dim, f"{what} {short_repr(shape)}: dimension") for dim in shape]
 

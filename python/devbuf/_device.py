@@ -27,6 +27,12 @@ class Device(Owned):
     __slots__ = ("_handle", "__weakref__")
     _handle: int | None
 
+    @property
+    def _h(self) -> int:
+        if not self._handle:
+            raise InvalidArgumentError("the device was closed")
+        return self._handle
+
     def __init__(self, spec: str | Device = "cpu"):
         if isinstance(spec, Device):
             spec = spec.spec
@@ -47,19 +53,19 @@ class Device(Owned):
     # ---- facts -------------------------------------------------------------------------
     @property
     def spec(self) -> str:
-        return str(lib.devbuf_device_spec(self._handle).decode())
+        return str(lib.devbuf_device_spec(self._h).decode())
 
     @property
     def kind(self) -> str:
-        return str(lib.devbuf_device_kind_name(lib.devbuf_device_kind_of(self._handle)).decode())
+        return str(lib.devbuf_device_kind_name(lib.devbuf_device_kind_of(self._h)).decode())
 
     @property
     def name(self) -> str:
-        return str(lib.devbuf_device_name(self._handle).decode(errors="replace"))
+        return str(lib.devbuf_device_name(self._h).decode(errors="replace"))
 
     @property
     def page_size(self) -> int:
-        return int(lib.devbuf_device_page_size(self._handle))
+        return int(lib.devbuf_device_page_size(self._h))
 
     @property
     def info(self) -> dict[str, Any]:
@@ -68,7 +74,7 @@ class Device(Owned):
         "accelerator"), and capabilities: what its backend does, a set of "queues",
         "c-kernels", "programs", "sharing" and "growable-segments"."""
         info = DeviceInfo()
-        check(lib.devbuf_device_info(self._handle, ctypes.byref(info)))
+        check(lib.devbuf_device_info(self._h, ctypes.byref(info)))
         return {"name": (info.name or b"").decode(errors="replace"),
                 "version": (info.version or b"").decode(errors="replace"),
                 "global_memory": info.global_memory, "max_allocation": info.max_allocation,
@@ -77,7 +83,7 @@ class Device(Owned):
                 "capabilities": {name for bit, name in _CAPABILITIES if info.capabilities & bit}}
 
     def __repr__(self) -> str:
-        return f"<devbuf.Device {self.spec}: {self.name}>"
+        return f"<devbuf.Device {self.spec}: {self.name}>" if self._handle else "<devbuf.Device (closed)>"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Device) and other._handle == self._handle
@@ -87,14 +93,14 @@ class Device(Owned):
 
     def synchronize(self) -> None:
         """Waits for all work submitted to the device."""
-        check(lib.devbuf_device_synchronize(self._handle))
+        check(lib.devbuf_device_synchronize(self._h))
 
     # ---- buffers -----------------------------------------------------------------------
     def _allocator(self) -> int:
         """The allocator new buffers come from, retained (a trace may end meanwhile)."""
         with _tracing_lock:
             stack = _tracing.get(self.spec)
-            return cast(int, lib.devbuf_allocator_retain(stack[-1] if stack else lib.devbuf_device_allocator(self._handle)))
+            return cast(int, lib.devbuf_allocator_retain(stack[-1] if stack else lib.devbuf_device_allocator(self._h)))
 
     def _new(self, shape: Any, dtype: Any, flags: int) -> Buffer:
         dims_list = shape_dims(shape)
@@ -102,7 +108,7 @@ class Device(Owned):
         code = _dtypes.code_of(dtype)
         out = P()
         if not _tracing:  # no trace anywhere: the device's own allocator, which the device holds
-            check(lib.devbuf_buffer_new(lib.devbuf_device_allocator(self._handle), code, array, len(dims_list),
+            check(lib.devbuf_buffer_new(lib.devbuf_device_allocator(self._h), code, array, len(dims_list),
                                         flags, ctypes.byref(out)))
             return Buffer._own(out.value)
         allocator = self._allocator()
@@ -137,14 +143,18 @@ class Device(Owned):
             except (DevbufError, BufferError, TypeError) as refused:  # strided, say: copy in C order
                 try:
                     data = memoryview(data)
-                except TypeError:
-                    raise refused from None
+                except (TypeError, ValueError):
+                    if isinstance(refused, DevbufError):
+                        raise refused from None
+                    raise InvalidArgumentError(f"data cannot be taken: {refused}") from None
         if source is None:
             try:
                 view = memoryview(data)
             except TypeError:
                 raise wrong_type("data", data, "a devbuf.Buffer, an array with __dlpack__ (numpy, torch) or a "
                                  "bytes-like object") from None
+            except ValueError as wrong:  # numpy datetimes, say: no buffer of them
+                raise InvalidArgumentError(f"data has no buffer devbuf can read: {wrong}") from None
             known = _FORMAT_TO_DTYPE.get(view.format.lstrip("@=<"))
             if known is None and dtype is None:  # big-endian, say: never bytes by stealth
                 raise InvalidArgumentError(
@@ -177,7 +187,7 @@ class Device(Owned):
     # ---- memory ------------------------------------------------------------------------
     @property
     def _caching(self) -> int:
-        return cast(int, lib.devbuf_device_allocator(self._handle))
+        return cast(int, lib.devbuf_device_allocator(self._h))
 
     def memory_stats(self) -> dict[str, float]:
         """The caching allocator's statistics: active, peak, reserved, cached,
@@ -235,7 +245,7 @@ class Device(Owned):
         block (by any thread) to `path`, in the format `devbuf trace replay` reads. The
         file is complete once the block has ended and those buffers are gone."""
         out = P()
-        check(lib.devbuf_trace_adaptor_create(lib.devbuf_device_allocator(self._handle), c_text(str(path), "a trace path"),
+        check(lib.devbuf_trace_adaptor_create(lib.devbuf_device_allocator(self._h), c_text(str(path), "a trace path"),
                                               ctypes.byref(out)))
         spec, tracer = self.spec, out.value or 0
         with _tracing_lock:

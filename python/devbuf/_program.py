@@ -48,10 +48,10 @@ class Program(Owned):
 
     def _name(self, name: Any) -> bytes:
         """A kernel's name as the library takes it (cached: launches repeat it)."""
+        if not isinstance(name, str):  # before the cache, which an unhashable name breaks
+            raise ArgumentTypeError(f"the kernel's name is a str, not {type(name).__name__}")
         encoded = self._names.get(name)
         if encoded is None:
-            if not isinstance(name, str):
-                raise ArgumentTypeError(f"the kernel's name is a str, not {type(name).__name__}")
             encoded = self._names[name] = c_text(name, "a kernel name")
         return encoded
 

@@ -5,6 +5,7 @@ import atexit
 import collections
 import ctypes
 import math
+import numbers
 import struct
 import threading
 from typing import TYPE_CHECKING, Any, Callable
@@ -37,8 +38,14 @@ class Event(Owned):
     _release = lib.devbuf_event_release
 
     @property
+    def _h(self) -> int:
+        if not self._handle:
+            raise InvalidArgumentError("the event was closed")
+        return self._handle
+
+    @property
     def value(self) -> int:
-        return int(lib.devbuf_event_value(self._handle))
+        return int(lib.devbuf_event_value(self._h))
 
     def signal(self, value: int) -> None:
         """Signals `value` from the host (not below the current value)."""
@@ -51,12 +58,12 @@ class Event(Owned):
         target = count(value, "value")
         if timeout is None or timeout == math.inf:
             nanoseconds = _FOREVER
-        elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        elif isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
             raise wrong_type("timeout", timeout, "seconds (a number), or None to wait forever")
         elif not timeout >= 0:  # negative, or NaN
             raise InvalidArgumentError(f"timeout {timeout}: give seconds >= 0, or None to wait forever")
-        else:
-            nanoseconds = min(int(timeout * 1e9), _FOREVER - 1)
+        else:  # whole nanoseconds, clamped before any conversion can overflow
+            nanoseconds = int(min(float(timeout) * 1e9, float(_FOREVER - 1)))
         status = lib.devbuf_event_wait(self._handle, target, nanoseconds)
         if status == _TIMEOUT:
             return False
@@ -68,7 +75,7 @@ class Event(Owned):
         check(lib.devbuf_event_status(self._handle))
 
     def __repr__(self) -> str:
-        return f"<devbuf.Event value={self.value}>"
+        return f"<devbuf.Event value={self.value}>" if self._handle else "<devbuf.Event (closed)>"
 
 
 # Work from Python runs through the C module's trampoline (devbuf/_ext: tasks.c), which
@@ -151,7 +158,7 @@ class Queue(Owned):
                 raise InvalidArgumentError(f"a number cannot be written as {buffer.dtype}: give the pattern as bytes")
             try:
                 pattern = struct.pack("<" + fmt, pattern)
-            except struct.error as wrong:
+            except (struct.error, OverflowError) as wrong:
                 raise InvalidArgumentError(f"{pattern!r} is not a {buffer.dtype}: {wrong}") from None
         try:
             data = memoryview(pattern).tobytes()
@@ -183,16 +190,21 @@ class Queue(Owned):
         the exception of the host task that failed it as its cause)."""
         mark = self._task_serial
         status = lib.devbuf_queue_finish(self._handle)
-        # Refused (called from the queue's own work): nothing retired, the running Task stays.
-        _check_with_cause(status, self._let_go(mark) if status != _INVALID_ARGUMENT else None)
+        _check_with_cause(status, None if self._refused(status) else self._let_go(mark))
 
     def cancel(self) -> None:
         """Drops the work not started yet (its events fail with CANCELLED)."""
         mark = self._task_serial
         status = lib.devbuf_queue_cancel(self._handle)
-        if status != _INVALID_ARGUMENT:  # refused from the queue's own work: nothing retired
+        if not self._refused(status):
             self._let_go(mark)
         check(status)
+
+    def _refused(self, status: int) -> bool:
+        """Whether finish or cancel answered INVALID_ARGUMENT for being called from the
+        queue's own work (nothing retired, the running Task stays), not for a failure of
+        the queue with that status (a host task that raised InvalidArgumentError)."""
+        return status == _INVALID_ARGUMENT and lib.devbuf_queue_status(self._handle) == 0
 
     # ---- kernels and host tasks ----------------------------------------------------------
     def launch(self, program: Program, name: str, grid: int | tuple[int, ...], local: Any = None, *,
@@ -257,13 +269,21 @@ class Queue(Owned):
         """Submits work that holds Python objects through the trampoline, and keeps `task`
         until it has run."""
         data = task.header + scalars
-        check(submit(self._handle, _ext.TRAMPOLINE, use_array, use_count, data, len(data)))
+        # Kept before it is submitted: an interrupt (Ctrl-C, a signal handler's exception)
+        # between the submission and keeping it freed a Task the queue was still to run.
         with self._tasks_lock:
             tasks = self._tasks
             while tasks and tasks[0][1].done:
                 tasks.popleft()
             self._task_serial += 1
-            tasks.append((self._task_serial, task))
+            kept = (self._task_serial, task)
+            tasks.append(kept)
+        status = submit(self._handle, _ext.TRAMPOLINE, use_array, use_count, data, len(data))
+        if status != 0:  # refused: nothing will run it
+            with self._tasks_lock:
+                if kept in self._tasks:
+                    self._tasks.remove(kept)
+            check(status)
         _let_orphans_go()
 
     def _let_go(self, mark: int) -> BaseException | None:

@@ -114,3 +114,35 @@ def test_nul_bytes_in_names_are_refused(cpu, tmp_path):
     with pytest.raises(devbuf.InvalidArgumentError, match="the path"):
         devbuf.load(str(target) + "\0ignored")
     assert "a\0b" not in devbuf.load(str(target))
+
+
+def test_closed_devices_and_events_refuse():
+    device = devbuf.Device("cpu")
+    device.close()
+    with pytest.raises(devbuf.InvalidArgumentError, match="device was closed"):
+        device.spec  # noqa: B018 (it raised AttributeError from a NULL name)
+    assert "closed" in repr(device)
+    event = devbuf.Event(3)
+    event.close()
+    with pytest.raises(devbuf.InvalidArgumentError, match="event was closed"):
+        event.value  # noqa: B018 (it answered 0)
+    assert "closed" in repr(event)
+
+
+def test_odd_but_valid_arguments(cpu):
+    import fractions
+
+    import numpy
+
+    event = devbuf.Event(5)
+    assert event.wait(1, timeout=1e300)  # OverflowError before the clamp
+    assert event.wait(1, timeout=numpy.float32(0.01))  # refused as no number
+    assert not event.wait(9, timeout=fractions.Fraction(1, 1000))
+    assert cpu.empty(numpy.array([2, 3]), "int8").shape == (2, 3)  # taken for one dimension
+    with pytest.raises(devbuf.ArgumentTypeError):
+        cpu.empty({2: 3}, "int8")  # its keys were taken for a shape
+    queue = cpu.queue()
+    with pytest.raises(devbuf.InvalidArgumentError):
+        queue.fill(cpu.zeros((4,), "float32"), 1e300)  # a bare OverflowError
+    with pytest.raises(devbuf.InvalidArgumentError):
+        cpu.asbuffer(numpy.zeros(2, "M8[s]"))  # a bare BufferError

@@ -65,3 +65,50 @@ def test_interrupts_at_random_moments(cpu):
         signal.signal(signal.SIGINT, previous)
     assert interrupted > 100  # the interrupts did land inside the blocks
     submits_freely(cpu, buffer)
+
+
+def test_interrupt_just_after_a_submission_keeps_the_task(cpu):
+    """Ctrl-C landing between a host task's submission and the queue keeping its Task freed
+    the Task the worker then ran (a crash). Here a trace function raises it on that line."""
+    import gc
+    import sys
+
+    from devbuf import _queue
+
+    queue, gate, ran = cpu.queue(), devbuf.Event(), []
+    queue.wait(gate, 1)
+    submit_code = _queue.Queue._submit_task.__code__
+
+    def tracer(frame, event, arg):
+        if frame.f_code is not submit_code:
+            return None
+        submitted = []
+
+        def local(frame, event, arg):  # on the line after the one that submits
+            if event == "line":
+                if submitted:
+                    sys.settrace(None)
+                    raise KeyboardInterrupt
+                if "submit(self._handle" in _source_line(frame):
+                    submitted.append(True)
+            return local
+
+        return local
+
+    sys.settrace(tracer)
+    try:
+        queue.host_task(lambda: ran.append(1))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+    gc.collect()
+    gate.signal(1)
+    queue.finish()
+    assert ran == [1]
+
+
+def _source_line(frame):
+    import linecache
+
+    return linecache.getline(frame.f_code.co_filename, frame.f_lineno)

@@ -234,3 +234,14 @@ def test_host_tasks_from_several_threads(cpu):
     queue.finish()
     assert not errors and len(ran) == 900
     queue.close()
+
+
+def test_finish_tells_the_cause_of_a_task_that_raised_a_devbuf_error(cpu):
+    """A task that raised InvalidArgumentError fails its queue with that status, which finish()
+    took for its own refusal (from the queue's own work): no cause, and the Task kept."""
+    queue = cpu.queue()
+    queue.host_task(lambda: cpu.empty(-1))
+    with pytest.raises(devbuf.DevbufError) as failed:
+        queue.finish()
+    assert isinstance(failed.value.__cause__, devbuf.InvalidArgumentError)
+    assert len(queue._tasks) == 0
