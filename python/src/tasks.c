@@ -125,8 +125,11 @@ static devbuf_status run_python(Task *task, const devbuf_kernel_args_t *args) {
   // that one would race with the queue's later work, so the task fails.
   for (size_t i = 0; memories && i < count; i++) {
     PyObject *memory = PyTuple_GET_ITEM(memories, (Py_ssize_t)i);
-    if (!memory || memory == Py_None || devbuf_ext_memory_exports(memory) == 0) continue;
+    if (!memory || memory == Py_None) continue;
+    // No view can be made of it any more: a task that kept the view's `obj` (and no view)
+    // made one later, over bytes that other buffers had by then.
     devbuf_ext_memory_close(memory);
+    if (devbuf_ext_memory_exports(memory) == 0) continue;
     // The kept view must not outlive the bytes: the memory holds the buffer until it goes.
     void *handle =
         PyLong_AsVoidPtr(PyTuple_GET_ITEM(PyTuple_GET_ITEM(task->views, (Py_ssize_t)i), 3));

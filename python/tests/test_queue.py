@@ -245,3 +245,13 @@ def test_finish_tells_the_cause_of_a_task_that_raised_a_devbuf_error(cpu):
         queue.finish()
     assert isinstance(failed.value.__cause__, devbuf.InvalidArgumentError)
     assert len(queue._tasks) == 0
+
+
+def test_a_task_that_keeps_the_views_object_gets_no_view_later(cpu):
+    """A host task that kept `view.obj` (not the view) made a view after the task, over bytes
+    another buffer had by then: writing it changed that buffer."""
+    buffer, queue, kept = cpu.zeros((1 << 16,), "int32"), cpu.queue(), []
+    queue.host_task(lambda view: kept.append(view.obj), uses=[(buffer, "rw")])
+    queue.finish()
+    with pytest.raises(BufferError):
+        memoryview(kept[0])
