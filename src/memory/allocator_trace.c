@@ -117,10 +117,12 @@ static devbuf_status trace_free_in_flight(devbuf_allocator_t *base, const devbuf
   pthread_mutex_lock(&self->lock);
   if (status == DEVBUF_OK) {
     fprintf(self->file, "f %" PRIu64 "\n", entry.id);
-  } else { // the caller keeps the memory: no free yet. The slot it left is still there (a
-    // removal never shrinks the table), so the insert cannot fail.
+  } else { // the caller keeps the memory: no free yet. A removal never shrinks the table, so
+    // the insert fails only where other threads filled it meanwhile and no host memory is
+    // left to grow it: the memory then stays the caller's, and the trace ends it here.
     devbuf__trace_entry *slot;
-    (void)devbuf__trace_table_insert(&self->live, &entry, "trace adaptor", &slot);
+    if (devbuf__trace_table_insert(&self->live, &entry, "trace adaptor", &slot) != DEVBUF_OK)
+      fprintf(self->file, "f %" PRIu64 "\n", entry.id);
   }
   pthread_mutex_unlock(&self->lock);
   return status;
