@@ -135,16 +135,7 @@ static void event_unref(event *e) {
   free(e);
 }
 
-typedef enum kind {
-  COPY,
-  SET,
-  KERNEL,
-  RECORD,
-  WAIT_EVENT,
-  WAIT_VALUE,
-  WRITE_VALUE,
-  HOST_FUNC
-} kind;
+typedef enum kind { COPY, SET, KERNEL, RECORD, WAIT_EVENT, HOST_FUNC } kind;
 
 typedef struct function function;
 
@@ -170,7 +161,11 @@ typedef struct stream {
   command *head, *tail;
   bool busy, stop;
   pthread_t thread;
+  struct stream *next_stream; // under streams_lock
 } stream;
+
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static stream *streams; // every live stream
 
 struct function {
   const char *name;
@@ -233,17 +228,6 @@ static void run_command(command *c) {
       pthread_cond_wait(&c->event->changed, &c->event->lock);
     pthread_mutex_unlock(&c->event->lock);
     break;
-  case WAIT_VALUE: {
-    volatile _Atomic uint32_t *word = c->dst;
-    while ((int32_t)(*word - c->value) < 0) {
-      struct timespec nap = {0, 50000};
-      nanosleep(&nap, NULL);
-    }
-    break;
-  }
-  case WRITE_VALUE:
-    *(volatile _Atomic uint32_t *)c->dst = c->value;
-    break;
   case HOST_FUNC:
     c->host(c->host_data);
     break;
@@ -281,6 +265,15 @@ static void drain(stream *s) {
   pthread_mutex_lock(&s->lock);
   while (s->head) pthread_cond_wait(&s->changed, &s->lock);
   pthread_mutex_unlock(&s->lock);
+}
+
+// What the driver does in cuMemFree, cuMemFreeHost and cuMemUnmap ("may perform implicit
+// synchronization"): they return once every stream's work is done, so a stream held back
+// by anything the caller itself would release later holds that caller for good.
+static void drain_every_stream(void) {
+  pthread_mutex_lock(&streams_lock);
+  for (stream *s = streams; s; s = s->next_stream) drain(s);
+  pthread_mutex_unlock(&streams_lock);
 }
 
 // ---- kernels ------------------------------------------------------------------------------
@@ -436,13 +429,19 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size) {
   return code;
 }
 
-EXPORT CUresult cuMemFree_v2(CUdeviceptr address) { return free_block((void *)(uintptr_t)address); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr address) {
+  drain_every_stream();
+  return free_block((void *)(uintptr_t)address);
+}
 
 EXPORT CUresult cuMemAllocHost_v2(void **out, size_t size) {
   return failed() ? failed() : alloc_block(size, out);
 }
 
-EXPORT CUresult cuMemFreeHost(void *address) { return free_block(address); }
+EXPORT CUresult cuMemFreeHost(void *address) {
+  drain_every_stream();
+  return free_block(address);
+}
 
 EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *out, void *host, unsigned flags) {
   (void)flags;
@@ -461,8 +460,8 @@ EXPORT CUresult cuMemAllocAsync(CUdeviceptr *out, size_t size, void *s) {
 }
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr address, void *s) {
-  drain(s);
-  return cuMemFree_v2(address);
+  drain(s); // ordered on its stream only
+  return free_block((void *)(uintptr_t)address);
 }
 
 // ---- virtual memory management: reserved addresses are host addresses with no access;
@@ -628,6 +627,7 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr at, size_t size, const void *desc, si
 
 // Unmaps whole mappings only (what devbuf does; the driver allows more).
 EXPORT CUresult cuMemUnmap(CUdeviceptr at, size_t size) {
+  drain_every_stream();
   size_t unmapped = 0;
   bool files = false;
   pthread_mutex_lock(&lock);
@@ -729,12 +729,23 @@ EXPORT CUresult cuStreamCreate(stream **out, unsigned flags) {
     free(s);
     return OUT_OF_MEMORY;
   }
+  pthread_mutex_lock(&streams_lock);
+  s->next_stream = streams;
+  streams = s;
+  pthread_mutex_unlock(&streams_lock);
   *out = s;
   return OK;
 }
 
 EXPORT CUresult cuStreamDestroy_v2(stream *s) {
   if (!s) return INVALID_VALUE;
+  pthread_mutex_lock(&streams_lock);
+  for (stream **at = &streams; *at; at = &(*at)->next_stream)
+    if (*at == s) {
+      *at = s->next_stream;
+      break;
+    }
+  pthread_mutex_unlock(&streams_lock);
   pthread_mutex_lock(&s->lock);
   s->stop = true; // what is queued still runs, as with the driver
   pthread_cond_broadcast(&s->changed);
@@ -805,30 +816,6 @@ EXPORT CUresult cuStreamWaitEvent(stream *s, event *e, unsigned flags) {
   c->generation = e->recorded;
   e->refs++;
   pthread_mutex_unlock(&e->lock);
-  return enqueue(s, c);
-}
-
-EXPORT CUresult cuStreamWaitValue32_v2(stream *s, CUdeviceptr address, uint32_t value,
-                                       unsigned flags) {
-  if (failed()) return failed();
-  if (flags != 0 || address % 4) return INVALID_VALUE; // only "greater or equal"
-  command *c = new_command(WAIT_VALUE);
-  if (c) {
-    c->dst = (void *)(uintptr_t)address;
-    c->value = value;
-  }
-  return enqueue(s, c);
-}
-
-EXPORT CUresult cuStreamWriteValue32_v2(stream *s, CUdeviceptr address, uint32_t value,
-                                        unsigned flags) {
-  if (failed()) return failed();
-  if (flags != 0 || address % 4) return INVALID_VALUE;
-  command *c = new_command(WRITE_VALUE);
-  if (c) {
-    c->dst = (void *)(uintptr_t)address;
-    c->value = value;
-  }
   return enqueue(s, c);
 }
 

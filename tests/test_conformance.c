@@ -729,6 +729,50 @@ static void test_release_after_cancelled_reuse(void) {
   devbuf_allocator_release(own);
 }
 
+// A queue held back by an event holds none of the host's calls that give memory back or
+// move bytes of other buffers: a driver whose memory release waits for the device (CUDA's
+// cuMemFree) would otherwise wait for the signal this thread only gives afterwards.
+static void test_held_queue_holds_no_host_call(void) {
+  devbuf_allocator_t *own = own_caching_allocator(device);
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  watchdog dog = {0};
+  CHECK_OK(devbuf_event_create(0, &dog.event));
+  size_t size = 65536;
+  devbuf_buffer_t *held = new_bytes(own, size, 0), *other = new_bytes(own, size, 0);
+  unsigned char six = 6;
+  CHECK_OK(devbuf_queue_wait(queue, dog.event, 1));
+  CHECK_OK(devbuf_queue_fill(queue, held, &six, 1));
+  struct timespec settle = {0, 20 * 1000 * 1000}; // the worker reaches the wait
+  nanosleep(&settle, NULL);
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, watchdog_main, &dog) == 0);
+  devbuf_buffer_t *freed = new_bytes(own, 4 << 20, 0);
+  devbuf_buffer_release(freed);
+  devbuf_allocator_clear_cache(own); // gives the driver back the block just released
+  unsigned char *bytes = malloc(size);
+  memset(bytes, 4, size);
+  CHECK_OK(devbuf_buffer_copyin(other, bytes, size));
+  unsigned char *back = read_back(other);
+  CHECK(memcmp(back, bytes, size) == 0);
+  free(back);
+  atomic_store(&dog.finished, true);
+  pthread_join(thread, NULL);
+  CHECK(!atomic_load(&dog.fired));
+  if (!atomic_load(&dog.fired)) CHECK_OK(devbuf_event_signal(dog.event, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  memset(bytes, 6, size);
+  back = read_back(held);
+  CHECK(memcmp(back, bytes, size) == 0);
+  free(back);
+  free(bytes);
+  devbuf_buffer_release(held);
+  devbuf_buffer_release(other);
+  devbuf_event_release(dog.event);
+  devbuf_queue_release(queue);
+  devbuf_allocator_release(own);
+}
+
 // B10 after coalescing: a block released while its work waits merges with its free
 // neighbour at once. The CPU is never handed those bytes; work that reuses the merged
 // bytes from another queue runs only after the released block's work.
@@ -981,6 +1025,7 @@ static const struct {
     CASE(reuse_past_an_owner_of_other_bytes),
     CASE(reuse_past_a_cancelled_owner),
     CASE(release_after_cancelled_reuse),
+    CASE(held_queue_holds_no_host_call),
     CASE(empty_access),
     CASE(copy_within_storage),
     CASE(export_round_trip),

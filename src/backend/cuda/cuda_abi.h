@@ -60,8 +60,6 @@ enum {
   CU_EVENT_DISABLE_TIMING = 0x2,
   CU_MEM_ATTACH_GLOBAL = 0x1,
   CU_MEMHOSTREGISTER_READ_ONLY = 0x08,
-  CU_STREAM_WAIT_VALUE_GEQ = 0x0,
-  CU_STREAM_WRITE_VALUE_DEFAULT = 0x0,
   CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
   CU_MEM_ALLOCATION_TYPE_PINNED = 1,
   CU_MEM_LOCATION_TYPE_DEVICE = 1,
@@ -137,8 +135,6 @@ typedef struct devbuf__cuda_api {
   // Optional: NULL where the driver lacks them. Parameter layouts (CUDA 12.4 and later);
   // stream memory operations (the _v2 entry points, CUDA 11.7 and later).
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
-  CUresult (*cuStreamWaitValue32)(CUstream, CUdeviceptr, uint32_t, unsigned);
-  CUresult (*cuStreamWriteValue32)(CUstream, CUdeviceptr, uint32_t, unsigned);
   // Virtual memory management, for growable segments (all or none).
   CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
   CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);

@@ -72,7 +72,7 @@ devbuf_status devbuf__cuda_wait(devbuf_device_t *device, CUstream stream, const 
 // or the driver cannot load them for this GPU (callers then do without).
 CUfunction devbuf__cuda_fill_kernel(devbuf_device_t *device);
 
-// Queues, operations, gates and programs (cuda_queue.c): the backend's entries.
+// Queues, operations and programs (cuda_queue.c): the backend's entries.
 devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue);
 void devbuf__cuda_queue_destroy(devbuf_device_t *device, void *queue);
 CUstream devbuf__cuda_queue_stream(void *queue); // a device queue's stream
@@ -81,10 +81,6 @@ devbuf_status devbuf__cuda_enqueue(devbuf_device_t *device, void *queue, const d
 devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue,
                                     devbuf__device_done *items, size_t count);
 void devbuf__cuda_event_release(devbuf_device_t *device, void *event);
-devbuf_status devbuf__cuda_gate_enqueue(devbuf_device_t *device, void *queue, void **out_gate,
-                                        void **out_event);
-void devbuf__cuda_gate_open(devbuf_device_t *device, void *queue, void *gate);
-void devbuf__cuda_gate_release(devbuf_device_t *device, void *queue, void *gate);
 devbuf_status devbuf__cuda_program_build(devbuf_device_t *device, const char *source,
                                          const char *options, void **out_program);
 void devbuf__cuda_program_release(devbuf_device_t *device, void *program);

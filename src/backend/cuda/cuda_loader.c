@@ -33,10 +33,6 @@ static void load(void) {
 #undef DEVBUF_CUDA_RESOLVE_
   api.cuFuncGetParamInfo =
       (CUresult(*)(CUfunction, size_t, size_t *, size_t *))dlsym(loaded, "cuFuncGetParamInfo");
-  api.cuStreamWaitValue32 = (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(
-      loaded, "cuStreamWaitValue32_v2");
-  api.cuStreamWriteValue32 = (CUresult(*)(CUstream, CUdeviceptr, uint32_t, unsigned))dlsym(
-      loaded, "cuStreamWriteValue32_v2");
   // Virtual memory management: every entry point, or none of them.
   *(void **)&api.cuMemAddressReserve = dlsym(loaded, "cuMemAddressReserve");
   *(void **)&api.cuMemAddressFree = dlsym(loaded, "cuMemAddressFree");

@@ -1,18 +1,17 @@
 // CUDA queues, operations and programs. A device queue is a non-blocking stream: each
 // operation is enqueued behind the events it waits for, with an event recorded behind it
-// (what `complete` and the operations of other streams wait for). A gate for a
-// host-signalled wait is a stream memory operation on a pinned word that opening writes;
-// it stays a barrier, so that cancel drops what follows it unstarted. Programs are modules
-// loaded from PTX, cubin or fatbin.
+// (what `complete` and the operations of other streams wait for). A wait for a
+// host-signalled event is the worker's, on the host: a stream parked on a host word
+// (cuStreamWaitValue32) would hold every call that synchronizes the device (cuMemFree,
+// cuMemUnmap, lazy module loading) until the event is signalled, and for good when the
+// thread in that call is the one to signal it. Programs are modules loaded from PTX, cubin
+// or fatbin.
 #include "cuda_backend.h"
 
 #include <string.h>
 
 typedef struct cuda_queue {
   CUstream stream;
-  uint32_t *gate_word; // pinned, made on the first wait; never goes down
-  uint32_t gates;      // gates so far: the value that opens the last one
-  bool host_waits;     // the driver refused a stream memory operation
 } cuda_queue;
 
 devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue) {
@@ -38,7 +37,6 @@ void devbuf__cuda_queue_destroy(devbuf_device_t *device, void *queue) {
   if (devbuf__cuda_enter(device) == DEVBUF_OK) {
     cu->cuStreamSynchronize(q->stream);
     cu->cuStreamDestroy(q->stream);
-    if (q->gate_word) cu->cuMemFreeHost(q->gate_word);
   }
   devbuf__free(q);
 }
@@ -349,59 +347,4 @@ devbuf_status devbuf__cuda_complete(devbuf_device_t *device, void *queue,
     if (failed == DEVBUF_OK) failed = items[i].status;
   }
   return failed;
-}
-
-// ---- waits for host-signalled events ---------------------------------------------------------
-
-// The stream waits until the queue's pinned word reaches the gate's number; opening writes
-// it. UNSUPPORTED where the driver has no stream memory operations (or has them turned off:
-// the host waits from then on).
-devbuf_status devbuf__cuda_gate_enqueue(devbuf_device_t *device, void *queue, void **out_gate,
-                                        void **out_event) {
-  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
-  cuda_queue *q = queue;
-  devbuf_status status = devbuf__cuda_enter(device);
-  if (status != DEVBUF_OK) return status;
-  if (!cu->cuStreamWaitValue32 || q->host_waits)
-    return devbuf__error(DEVBUF_UNSUPPORTED, "%s: no stream memory operations", device->spec);
-  if (!q->gate_word) {
-    void *word = NULL;
-    CUresult code = cu->cuMemAllocHost(&word, sizeof(uint32_t));
-    if (code != CUDA_SUCCESS)
-      return devbuf__cuda_error(cu, code, "%s: pinned memory for event waits", device->spec);
-    q->gate_word = word;
-    *q->gate_word = 0;
-  }
-  uint32_t target = q->gates + 1;
-  if (target == 0) target = 1; // the gate is never NULL
-  CUresult code = cu->cuStreamWaitValue32(q->stream, (CUdeviceptr)(uintptr_t)q->gate_word, target,
-                                          CU_STREAM_WAIT_VALUE_GEQ);
-  if (code != CUDA_SUCCESS) {
-    q->host_waits = true;
-    return devbuf__error(DEVBUF_UNSUPPORTED, "%s: stream memory operations are turned off (%d)",
-                         device->spec, code);
-  }
-  q->gates = target;
-  status = record_event(device, q, "a wait for an event value", out_event);
-  if (status !=
-      DEVBUF_OK) { // the stream waits for the word already: open it, so that nothing stays parked
-    __atomic_store_n(q->gate_word, target, __ATOMIC_RELEASE);
-    return status;
-  }
-  *out_gate = (void *)(uintptr_t)target;
-  return DEVBUF_OK;
-}
-
-void devbuf__cuda_gate_open(devbuf_device_t *device, void *queue, void *gate) {
-  (void)device;
-  cuda_queue *q = queue;
-  __atomic_store_n(q->gate_word, (uint32_t)(uintptr_t)gate,
-                   __ATOMIC_RELEASE); // the device polls the pinned word
-}
-
-// The word belongs to the queue: nothing to give back.
-void devbuf__cuda_gate_release(devbuf_device_t *device, void *queue, void *gate) {
-  (void)device;
-  (void)queue;
-  (void)gate;
 }
