@@ -27,6 +27,7 @@ enum {
   OUT_OF_MEMORY = 2,
   NOT_FOUND = 500,
   NOT_READY = 600,
+  INVALID_PTX = 218,
   ILLEGAL_ADDRESS = 700,
 };
 
@@ -335,6 +336,7 @@ static const struct {
              {OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"},
              {NOT_FOUND, "CUDA_ERROR_NOT_FOUND"},
              {NOT_READY, "CUDA_ERROR_NOT_READY"},
+             {INVALID_PTX, "CUDA_ERROR_INVALID_PTX"},
              {ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"}};
 
 EXPORT CUresult cuGetErrorName(CUresult code, const char **out) {
@@ -836,6 +838,32 @@ EXPORT CUresult cuModuleLoadData(void **out, const void *image) {
   if (!image) return INVALID_VALUE;
   *out = &module_token;
   return failed();
+}
+
+// PTX text (it starts with a comment or .version) with the instruction "bogus" fails as
+// the JIT compiler fails, its log in the caller's buffer (CU_JIT_ERROR_LOG_BUFFER: 5, its
+// size: 6).
+EXPORT CUresult cuModuleLoadDataEx(void **out, const void *image, unsigned count, int *options,
+                                   void **values) {
+  if (!image) return INVALID_VALUE;
+  const char *text = image, *bogus = NULL;
+  if (strncmp(text, "//", 2) == 0 || strncmp(text, ".version", 8) == 0)
+    bogus = strstr(text, "bogus");
+  if (!bogus) return cuModuleLoadData(out, image);
+  char *log = NULL;
+  size_t log_size = 0;
+  for (unsigned i = 0; i < count; i++) {
+    if (options[i] == 5) log = values[i];
+    if (options[i] == 6) log_size = (size_t)(uintptr_t)values[i];
+  }
+  int line = 1;
+  for (const char *c = text; c < bogus; c++) line += *c == '\n';
+  if (log && log_size)
+    snprintf(log, log_size,
+             "ptxas application ptx input, line %d; error   : Unknown instruction 'bogus'\nptxas "
+             "fatal   : Ptx assembly aborted due to errors\n",
+             line);
+  return INVALID_PTX;
 }
 
 EXPORT CUresult cuModuleUnload(void *module) {

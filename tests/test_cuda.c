@@ -530,6 +530,24 @@ static void test_kernel_from_ptx(void) {
 #endif
 }
 
+// PTX the compiler refuses: the error names the line, from the compiler's own log.
+static void test_ptx_error_log(void) {
+  static const char broken[] = ".version 7.0\n"
+                               ".target sm_50\n"
+                               ".address_size 64\n"
+                               ".visible .entry broken()\n"
+                               "{\n"
+                               "  bogus.instruction;\n"
+                               "  ret;\n"
+                               "}\n";
+  devbuf_program_t *program = NULL;
+  CHECK_STATUS(devbuf_program_build(device, broken, NULL, &program), DEVBUF_DEVICE_FAILURE);
+  CHECK(program == NULL);
+  const char *error = devbuf_last_error();
+  CHECK(strstr(error, "line 6") != NULL && strchr(error, '\n') == NULL);
+  if (!strstr(error, "line 6")) printf("     the error: %s\n", error);
+}
+
 static void test_oversize(void) {
   devbuf_device_info_t info;
   devbuf_device_info(device, &info);
@@ -652,6 +670,7 @@ int main(int argc, char **argv) {
     RUN(test_granularity);
     RUN(test_kernels);
     RUN(test_kernel_from_ptx);
+    RUN(test_ptx_error_log);
     RUN(test_fill_patterns);
     RUN(test_staged_copies);
     RUN(test_weight_file_round_trip);

@@ -49,6 +49,7 @@ enum {
   CUDA_ERROR_STUB_LIBRARY = 34,
   CUDA_ERROR_NO_DEVICE = 100,
   CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
+  CUDA_ERROR_INVALID_PTX = 218,
   CUDA_ERROR_NOT_FOUND = 500,
   CUDA_ERROR_NOT_READY = 600,
   CUDA_ERROR_ILLEGAL_ADDRESS = 700,
@@ -56,6 +57,8 @@ enum {
 
 enum {
   CU_STREAM_NON_BLOCKING = 0x1,
+  CU_JIT_ERROR_LOG_BUFFER = 5, // CUjit_option
+  CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
   CU_EVENT_BLOCKING_SYNC = 0x1,
   CU_EVENT_DISABLE_TIMING = 0x2,
   CU_MEM_ATTACH_GLOBAL = 0x1,
@@ -116,6 +119,8 @@ enum {
   X(CUresult, cuEventQuery, "cuEventQuery", (CUevent))                                             \
   X(CUresult, cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                      \
   X(CUresult, cuModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                    \
+  X(CUresult, cuModuleLoadDataEx, "cuModuleLoadDataEx",                                            \
+    (CUmodule *, const void *, unsigned, int *, void **))                                          \
   X(CUresult, cuModuleUnload, "cuModuleUnload", (CUmodule))                                        \
   X(CUresult, cuModuleGetFunction, "cuModuleGetFunction", (CUfunction *, CUmodule, const char *))  \
   X(CUresult, cuLaunchKernel, "cuLaunchKernel",                                                    \

@@ -79,11 +79,20 @@ devbuf_status devbuf__cuda_program_build(devbuf_device_t *device, const char *so
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
   CUmodule module = NULL;
-  CUresult code = cu->cuModuleLoadData(&module, source);
-  if (code != CUDA_SUCCESS)
+  char log[1024] = ""; // the PTX compiler's errors, as OpenCL's build log
+  int jit_options[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *values[2] = {log, (void *)(uintptr_t)sizeof log};
+  CUresult code = cu->cuModuleLoadDataEx(&module, source, 2, jit_options, values);
+  if (code != CUDA_SUCCESS) {
+    log[sizeof log - 1] = '\0';
+    for (char *c = log; *c; c++)
+      if (*c == '\n' || *c == '\r') *c = ' '; // one line
+    for (size_t end = strlen(log); end && log[end - 1] == ' ';) log[--end] = '\0';
     return devbuf__cuda_error(
-        cu, code, "%s: loading the program (PTX, cubin or fatbin%s)", device->spec,
-        code == CUDA_ERROR_NO_BINARY_FOR_GPU ? " with no code for this GPU" : "");
+        cu, code, "%s: loading the program (PTX, cubin or fatbin%s)%s%.240s", device->spec,
+        code == CUDA_ERROR_NO_BINARY_FOR_GPU ? " with no code for this GPU" : "",
+        log[0] ? "; the compiler says: " : "", log);
+  }
   *out_program = module;
   return DEVBUF_OK;
 }
