@@ -163,7 +163,73 @@ static void test_largest_free_block(void) {
   CHECK_OK(devbuf_queue_finish(queue));
   devbuf_queue_release(queue);
   devbuf_event_release(gate);
+  // Growable: a free block whose first pages went back (while the work of the bytes after
+  // them ran) and whose mapped stretch comes after. A request goes to the block's start
+  // (where it keeps the most of the block in one piece) and maps pages there: nothing is
+  // served without the system.
+  devbuf_allocator_clear_cache(growing);
+  devbuf_buffer_t *first = bytes_buffer(growing, 16384), *middle = bytes_buffer(growing, 16384),
+                  *last = bytes_buffer(growing, 16384);
+  CHECK_OK(devbuf_queue_create(g.device, &queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  use = (devbuf_use_t){middle, DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(queue, nothing, &use, 1, NULL, 0));
+  devbuf_buffer_release(middle); // in flight: its pages stay
+  devbuf_buffer_release(first);
+  devbuf_allocator_clear_cache(growing); // the first block's pages go
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_EQ_U(stats_of(growing).largest_free_block, 0);
+  devbuf_allocator_stats_t before = stats_of(growing);
+  CHECK_OK(devbuf_allocator_alloc(growing, 16384, &memory));
+  CHECK(stats_of(growing).system_allocs > before.system_allocs);
+  devbuf_allocator_free(growing, &memory);
+  devbuf_buffer_release(last);
+  devbuf_queue_release(queue);
+  devbuf_event_release(gate);
   growable_close(&g);
+  // A large segment's free tail under the small pool's top serves no request: a request
+  // of its size goes to the small pool, which has no segment yet.
+  t = test_allocators_open(NULL);
+  CHECK_OK(devbuf_allocator_alloc(t.caching, (11 << 20) + 512, &memory));
+  CHECK_EQ_U(stats_of(t.caching).largest_free_block, 0);
+  devbuf_allocator_free(t.caching, &memory);
+  test_allocators_close(&t);
+}
+
+// Bytes released in flight again and again while the work that uses them waits (each new
+// owner's work ordered after the last): released_in_flight counts them once, as part of
+// what is cached.
+static void test_released_in_flight_counted_once(void) {
+  test_allocators t = test_allocators_open(NULL);
+  devbuf_queue_t *queue = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_queue_create(t.device, &queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  size_t size = 300000;
+  uint64_t first_place = 0;
+  for (int i = 0; i < 8; i++) {
+    devbuf_buffer_t *buffer = NULL;
+    CHECK_OK(devbuf_buffer_new(t.caching, DEVBUF_UINT8, &size, 1, 0, &buffer));
+    devbuf_use_t use = {buffer, DEVBUF_ACCESS_WRITE};
+    CHECK_OK(devbuf_queue_submit(queue, nothing, &use, 1, NULL, 0)); // allocates, ordered
+    uint64_t place = 0;
+    CHECK_OK(devbuf_buffer_device_ptr(buffer, &place));
+    if (i == 0) first_place = place;
+    CHECK(place == first_place); // the same bytes each time
+    devbuf_buffer_release(buffer);
+    devbuf_allocator_stats_t s = stats_of(t.caching);
+    CHECK_EQ_U(s.released_in_flight, 300032);
+    CHECK(s.released_in_flight <= s.cached);
+  }
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_EQ_U(stats_of(t.caching).released_in_flight, 0);
+  devbuf_queue_release(queue);
+  devbuf_event_release(gate);
+  test_allocators_close(&t);
 }
 
 // Small requests round to 512 bytes (whole pages from one page to 16) and share one small
@@ -742,6 +808,7 @@ int main(void) {
   RUN(test_exact_stats);
   RUN(test_no_churn_with_less_than_a_page_of_room);
   RUN(test_largest_free_block);
+  RUN(test_released_in_flight_counted_once);
   RUN(test_lazy_allocation);
   RUN(test_buffer_count_limit);
   RUN(test_page_size_option);

@@ -187,12 +187,11 @@ typedef struct caching_allocator {
   // what peak_reserved follows.
   atomic_uint_least64_t held;
   atomic_uint_least64_t pool_reserved[POOL_COUNT];
-  atomic_bool freed_any;                 // a block went back through the shared path
-  atomic_size_t largest_request;         // of the large pool, rounded
-  atomic_uint_least64_t segments;        // segments held
-  atomic_uint_least64_t in_flight_bytes; // bytes released while work may still use them
-  atomic_uint_least64_t tick;            // idle clock: orders giving back, oldest idle first
-  atomic_uint_least64_t serial;          // segment creation order
+  atomic_bool freed_any;          // a block went back through the shared path
+  atomic_size_t largest_request;  // of the large pool, rounded
+  atomic_uint_least64_t segments; // segments held
+  atomic_uint_least64_t tick;     // idle clock: orders giving back, oldest idle first
+  atomic_uint_least64_t serial;   // segment creation order
   atomic_uint_least64_t system_allocs, system_frees, failed;
   atomic_uint_least64_t homeless_active, homeless_live; // releases by threads without a cache
   _Atomic(tcache *) threads;                            // every thread cache of this allocator
@@ -232,6 +231,13 @@ void devbuf__segment_give_back(caching_allocator *self, csegment *segment);
 void devbuf__segment_check_idle(caching_allocator *self, csegment *segment);
 // The largest free block of a pool, counting only bytes with memory behind them (0 when none).
 size_t devbuf__pool_largest(const cpool *pool);
+// The largest request of (floor, cap] that the pool's free blocks serve without the upstream
+// where requests go (best fit; pages mapped on demand in growable segments), 0 when none.
+// Every free block is measured.
+size_t devbuf__pool_largest_served(const cpool *pool, size_t floor, size_t cap);
+// The shard's cached bytes (free, or in a thread's bin) that in-flight ranges hold: each
+// byte once, however many releases in flight overlap on it.
+uint64_t devbuf__shard_in_flight_cached(const shard *s);
 
 // ---- growable.c
 // The caller's shard's growable segment of `pool`, made if needed (false without memory or
@@ -248,11 +254,9 @@ bool devbuf__growable_shrink(caching_allocator *self, bool all);
 // bytes went back (or, without `every_segment`, one segment's as far as they go); false if
 // nothing went back.
 bool devbuf__growable_shrink_by(caching_allocator *self, size_t wanted, bool every_segment);
-// The most `measure` finds usable of a stretch of a growable segment's block that has memory
-// behind it, over those stretches.
-size_t devbuf__growable_longest_mapped(const cblock *block,
-                                       size_t (*measure)(const csegment *segment, size_t from,
-                                                         size_t to));
+// The bytes from `at` (before `to`) of a growable segment that have memory behind them
+// without a break: 0 where `at` has none. Caller holds the shard's lock.
+size_t devbuf__growable_mapped_from(const csegment *segment, size_t at, size_t to);
 // Unmaps everything and gives the addresses back (the allocator's end).
 void devbuf__growable_release(caching_allocator *self, csegment *segment);
 

@@ -138,21 +138,43 @@ void devbuf__caching_put(caching_allocator *self, cblock *block, bool may_give_b
   if (may_give_back) devbuf__caching_enforce_limits(self);
 }
 
+// Cached bytes released in flight, each once (see devbuf__shard_in_flight_cached).
+static uint64_t in_flight_cached(caching_allocator *self) {
+  uint64_t held = 0;
+  for (int i = 0; i < SHARD_COUNT; i++) {
+    shard *s = &self->shards[i];
+    pthread_mutex_lock(&s->lock);
+    held += devbuf__shard_in_flight_cached(s);
+    pthread_mutex_unlock(&s->lock);
+  }
+  return held;
+}
+
 static size_t largest_free(caching_allocator *self) {
-  size_t largest = 0;
+  size_t largest = 0, small_max = self->policy.small_max;
   uint64_t limit = atomic_load_explicit(&self->memory_limit, memory_order_relaxed);
   uint64_t reserved = atomic_load_explicit(&self->reserved, memory_order_relaxed);
+  bool growable = atomic_load_explicit(&self->growable, memory_order_relaxed);
   for (int i = 0; i < SHARD_COUNT; i++) {
     shard *s = &self->shards[i];
     if (!atomic_load_explicit(&s->free_blocks, memory_order_relaxed)) continue;
     pthread_mutex_lock(&s->lock);
     for (int p = 0; p < POOL_COUNT; p++) {
-      size_t size = devbuf__pool_largest(&s->pools[p]);
-      // A larger request goes to the large pool, whose free blocks alone serve it, unless a
-      // new segment for it would not fit under the memory limit (alloc_shared).
-      if (p == POOL_SMALL && size > self->policy.small_max &&
-          !(limit && reserved + caching_round_up(size, self->policy.page) > limit))
-        size = self->policy.small_max;
+      size_t size;
+      if (growable) { // where a request lands decides whether it maps pages (a growable pool
+                      // always has a block for it: its segment's free end)
+        size = devbuf__pool_largest_served(&s->pools[p], p == POOL_SMALL ? 0 : small_max,
+                                           p == POOL_SMALL ? small_max : SIZE_MAX);
+      } else {
+        size = devbuf__pool_largest(&s->pools[p]);
+        // A larger request goes to the large pool, whose free blocks alone serve it, unless
+        // a new segment for it would not fit under the memory limit (alloc_shared); likewise
+        // a request the small pool takes is served by a large block only then.
+        bool other_pool_serves =
+            limit && reserved + caching_round_up(size, self->policy.page) > limit;
+        if (p == POOL_SMALL && size > small_max && !other_pool_serves) size = small_max;
+        if (p == POOL_LARGE && size <= small_max && !other_pool_serves) size = 0;
+      }
       if (size > largest) largest = size;
     }
     pthread_mutex_unlock(&s->lock);
@@ -177,8 +199,8 @@ static devbuf_status refuse(caching_allocator *self, size_t requested, size_t si
                                   "bytes and %s",
                                   requested, size, (unsigned long long)active,
                                   (unsigned long long)(reserved > active ? reserved - active : 0),
-                                  (unsigned long long)atomic_load(&self->in_flight_bytes),
-                                  largest_free(self), limit_text));
+                                  (unsigned long long)in_flight_cached(self), largest_free(self),
+                                  limit_text));
 }
 
 static devbuf_status out_of_memory(caching_allocator *self, size_t requested, size_t size,
@@ -484,7 +506,6 @@ static devbuf_status caching_free_in_flight(devbuf_allocator_t *allocator,
   csegment *segment = block->segment;
   *range = (devbuf__in_flight){
       .segment = segment, .fence = fence, .offset = block->offset, .size = block->size};
-  atomic_fetch_add(&self->in_flight_bytes, block->size);
   pthread_mutex_lock(&segment->shard->lock);
   range->next = segment->in_flight;
   if (segment->in_flight) segment->in_flight->prev = range;
@@ -506,7 +527,6 @@ static void caching_fence_done(devbuf_allocator_t *allocator, devbuf__in_flight 
   if (range->next) range->next->prev = range->prev;
   devbuf__segment_check_idle(self, segment);
   pthread_mutex_unlock(&segment->shard->lock);
-  atomic_fetch_sub(&self->in_flight_bytes, range->size);
   devbuf__free(range);
   devbuf__caching_enforce_limits(self);
 }
@@ -529,7 +549,7 @@ static void caching_stats(devbuf_allocator_t *base, devbuf_allocator_stats_t *ou
   out->peak = atomic_load(&self->peak);
   out->reserved = reserved;
   out->cached = reserved > sums.active ? reserved - sums.active : 0;
-  out->released_in_flight = atomic_load(&self->in_flight_bytes);
+  out->released_in_flight = in_flight_cached(self);
   out->segments = atomic_load(&self->segments);
   out->largest_free_block = largest_free(self);
   out->fragmentation = reserved ? 1.0 - (double)sums.active / (double)reserved : 0.0;

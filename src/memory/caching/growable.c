@@ -292,19 +292,11 @@ bool devbuf__growable_shrink_by(caching_allocator *self, size_t wanted, bool eve
   return freed > 0;
 }
 
-size_t devbuf__growable_longest_mapped(const cblock *block,
-                                       size_t (*measure)(const csegment *segment, size_t from,
-                                                         size_t to)) {
-  const csegment *segment = block->segment;
-  size_t from = block->offset, to = block->offset + block->size, longest = 0;
-  for (size_t i = first_ending_after(segment, from);
-       i < segment->map_count && segment->maps[i].offset < to; i++) {
-    size_t low = segment->maps[i].offset > from ? segment->maps[i].offset : from;
-    size_t high = segment->maps[i].offset + segment->maps[i].size;
-    size_t run = measure(segment, low, high < to ? high : to); // ranges touch none: merged
-    if (run > longest) longest = run;
-  }
-  return longest;
+size_t devbuf__growable_mapped_from(const csegment *segment, size_t at, size_t to) {
+  size_t i = first_ending_after(segment, at);
+  if (i == segment->map_count || segment->maps[i].offset > at) return 0;
+  size_t end = segment->maps[i].offset + segment->maps[i].size;
+  return (end < to ? end : to) - at;
 }
 
 void devbuf__growable_release(caching_allocator *self, csegment *segment) {

@@ -93,9 +93,11 @@ static cblock *tree_lower_bound(cblock *tree, size_t size, uint64_t serial, size
 // in one block are sorted; past them it counts as unusable (a figure that errs low).
 #define RANGES_MEASURED 64
 
-// The longest stretch of [from, to) of `segment` that no in-flight range touches, from a
-// granule on (as find_clear_start places a host block).
-static size_t clear_run(const csegment *segment, size_t from, size_t to) {
+// What one host request takes of [from, to) of `segment` (a free block) with no system
+// call. Requests go where find_clear_start puts them: at the first start (the block's, or a
+// granule past an in-flight range) whose run of bytes clear of in-flight ranges holds them;
+// in a growable segment, one is served there only if pages are mapped behind all of it.
+static size_t served_without_upstream(const csegment *segment, size_t from, size_t to) {
   size_t low[RANGES_MEASURED], high[RANGES_MEASURED], count = 0;
   for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) {
     if (r->offset >= to || r->offset + r->size <= from) continue;
@@ -104,28 +106,25 @@ static size_t clear_run(const csegment *segment, size_t from, size_t to) {
     for (; i > 0 && low[i - 1] > r->offset; i--) low[i] = low[i - 1], high[i] = high[i - 1];
     low[i] = r->offset, high[i] = r->offset + r->size;
   }
-  size_t best = 0, at = from;
+  size_t served = 0, longest_run = 0, at = from;
   for (size_t i = 0; i <= count; i++) {
     size_t next = i < count && low[i] < to ? low[i] : to;
-    if (next > at && next - at > best) best = next - at;
+    if (next > at && next - at > longest_run) { // requests longer than every earlier run
+      size_t here = next - at;
+      if (segment->growable) {
+        size_t mapped = devbuf__growable_mapped_from(segment, at, next);
+        if (mapped < here) here = mapped;
+      }
+      if (here > longest_run && here > served) served = here;
+      longest_run = next - at;
+    }
     if (i < count && high[i] > at) at = (high[i] + GRANULE - 1) & ~(size_t)(GRANULE - 1);
   }
-  return best;
+  return served;
 }
 
-static size_t whole_run(const csegment *segment, size_t from, size_t to) {
-  (void)segment;
-  return to - from;
-}
-
-// What one request may take of a free block without the upstream: its longest stretch with
-// no bytes in flight that, in a growable segment, has memory behind it (mapping pages is a
-// system call).
 static size_t usable_bytes(const cblock *block) {
-  size_t (*measure)(const csegment *, size_t, size_t) =
-      block->segment->in_flight ? clear_run : whole_run;
-  if (block->segment->growable) return devbuf__growable_longest_mapped(block, measure);
-  return measure(block->segment, block->offset, block->offset + block->size);
+  return served_without_upstream(block->segment, block->offset, block->offset + block->size);
 }
 
 // The most usable bytes of a block of `tree`, or `best` if none has more. Blocks are ordered
@@ -141,6 +140,32 @@ static size_t largest_in(const cblock *tree, size_t upper, size_t best) {
 }
 
 size_t devbuf__pool_largest(const cpool *pool) { return largest_in(pool->free_root, SIZE_MAX, 0); }
+
+// A request goes to the first block in the tree's order (smallest first) that is at least
+// its size and has room clear of in-flight bytes for it, where in a growable segment it maps
+// whatever pages its place lacks. So a block serves without the upstream only requests
+// larger than the block before it, and only up to what it serves at their place.
+typedef struct in_order_walk {
+  size_t floor, cap; // the requests the pool takes: above floor, up to cap
+  size_t previous_size, best;
+} in_order_walk;
+
+static void largest_in_order(const cblock *tree, in_order_walk *walk) {
+  for (; tree; tree = tree->right) {
+    largest_in_order(tree->left, walk);
+    size_t served = usable_bytes(tree);
+    if (served > walk->cap) served = walk->cap;
+    size_t above = walk->previous_size > walk->floor ? walk->previous_size : walk->floor;
+    if (served > above && served > walk->best) walk->best = served;
+    walk->previous_size = tree->size;
+  }
+}
+
+size_t devbuf__pool_largest_served(const cpool *pool, size_t floor, size_t cap) {
+  in_order_walk walk = {floor, cap, 0, 0};
+  largest_in_order(pool->free_root, &walk);
+  return walk.best;
+}
 
 static uint32_t priority_of(const void *pointer) {
   uint64_t x = (uint64_t)(uintptr_t)pointer;
@@ -226,6 +251,38 @@ csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool,
   free_insert(self, s, block);
   devbuf__segment_check_idle(self, segment);
   return segment;
+}
+
+// The bytes of [from, to) that some in-flight range of `segment` holds, each once however
+// many ranges overlap on it.
+static size_t in_flight_within(const csegment *segment, size_t from, size_t to) {
+  size_t held = 0;
+  for (size_t at = from; at < to;) {
+    size_t covered_to = at, next_start = to;
+    for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) {
+      if (r->offset <= at && r->offset + r->size > covered_to) covered_to = r->offset + r->size;
+      if (r->offset > at && r->offset < next_start) next_start = r->offset;
+    }
+    if (covered_to > at) {
+      size_t end = covered_to < to ? covered_to : to;
+      held += end - at;
+      at = end;
+    } else {
+      at = next_start;
+    }
+  }
+  return held;
+}
+
+uint64_t devbuf__shard_in_flight_cached(const shard *s) {
+  uint64_t held = 0;
+  for (const csegment *segment = s->segments; segment; segment = segment->next) {
+    if (!segment->in_flight) continue;
+    for (const cblock *block = segment->first; block; block = block->after)
+      if (atomic_load_explicit(&block->state, memory_order_relaxed) != BLOCK_ACTIVE)
+        held += in_flight_within(segment, block->offset, block->offset + block->size);
+  }
+  return held;
 }
 
 csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s) {
