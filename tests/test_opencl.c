@@ -157,7 +157,23 @@ static void test_programs_and_kernels(void) {
   devbuf_launch_t chosen = {2, {(size_t)1 << 40, (size_t)1 << 20, 1}, {0, 0, 0}};
   CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &chosen, uses, 1, NULL, 0),
                DEVBUF_INVALID_ARGUMENT); // even in the largest groups the driver can make
-  CHECK_MESSAGE("work-groups");
+  CHECK_MESSAGE("give local sizes");
+  // A prime number of work items, the driver choosing: it can only make groups of one, more
+  // than PoCL counts (it ran work items several times, or skipped the last ones).
+  devbuf_launch_t prime = {1, {4294968317u, 1, 1}, {0, 0, 0}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &prime, uses, 1, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("4294968317 work items (the driver chooses groups), more than 2^32 - 1");
+  // Groups larger than the device runs (the driver refused them only once the queue ran
+  // them, failing it): in one dimension, and all dimensions together.
+  devbuf_launch_t wide = {1, {1 << 16, 1, 1}, {1 << 16, 0, 0}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &wide, uses, 1, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("local size 65536 in dimension 0 is more than the device runs");
+  devbuf_launch_t cube = {3, {64, 64, 64}, {64, 64, 2}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &cube, uses, 1, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("8192 work items, more than the kernel runs in one group");
   devbuf_launch_t partial = {2, {64, 64, 1}, {0, 16, 0}};
   CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &partial, uses, 1, NULL, 0),
                DEVBUF_INVALID_ARGUMENT);
@@ -188,6 +204,41 @@ static void test_programs_and_kernels(void) {
   devbuf_buffer_release(out);
   devbuf_program_release(program);
   devbuf_program_release(again);
+}
+
+// Kernels that take an image or a sampler: a launch passes buffers and scalars only, so it
+// is refused at submission (a buffer taken for an image, or a scalar for a sampler, crashed
+// PoCL on the worker).
+static void test_opaque_arguments_refused(void) {
+  static const char opaque_source[] =
+      "__kernel void image_in(read_only image2d_t image, __global float4 *out) {\n"
+      "  out[0] = read_imagef(image, (int2)(0, 0));\n"
+      "}\n"
+      "__kernel void sampled(__global float *out, sampler_t sampler) { out[0] = 1.0f; }\n";
+  devbuf_program_t *program = NULL;
+  CHECK_OK(devbuf_program_build(device, opaque_source, NULL, &program));
+  if (!program) return;
+  size_t size = 256;
+  devbuf_buffer_t *a = NULL, *b = NULL;
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &a));
+  CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &b));
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_launch_t one = {1, {1, 1, 1}, {0, 0, 0}};
+  devbuf_use_t uses[2] = {{a, DEVBUF_ACCESS_READ}, {b, DEVBUF_ACCESS_WRITE}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "image_in", &one, uses, 2, NULL, 0),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("argument 0 of kernel 'image_in' is a driver object (an image");
+  uint64_t sampler_bits = 0x10;
+  devbuf_arg_t as_scalar = {&sampler_bits, sizeof sampler_bits};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "sampled", &one, &uses[1], 1, &as_scalar, 1),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("argument 1 of kernel 'sampled' is a driver object (an image");
+  CHECK_OK(devbuf_queue_finish(queue)); // nothing reached the driver: the queue is healthy
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(a);
+  devbuf_buffer_release(b);
+  devbuf_program_release(program);
 }
 
 static void test_build_failure_carries_the_log(void) {
@@ -483,6 +534,7 @@ int main(int argc, char **argv) {
   RUN(test_device_memory_is_not_host_memory);
   RUN(test_programs_and_kernels);
   RUN(test_build_failure_carries_the_log);
+  RUN(test_opaque_arguments_refused);
   RUN(test_zero_length_view_launch);
   RUN(test_dlpack_of_device_memory);
   RUN(test_safetensors_onto_the_device);

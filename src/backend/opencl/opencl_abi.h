@@ -60,6 +60,7 @@ enum {
 #define CL_DEVICE_TYPE_CPU                (1u << 1)
 #define CL_DEVICE_TYPE_GPU                (1u << 2)
 #define CL_DEVICE_MAX_WORK_GROUP_SIZE     0x1004u
+#define CL_DEVICE_MAX_WORK_ITEM_SIZES     0x1005u
 #define CL_DEVICE_MAX_MEM_ALLOC_SIZE      0x1010u
 #define CL_DEVICE_MEM_BASE_ADDR_ALIGN     0x1019u // bits
 #define CL_DEVICE_GLOBAL_MEM_SIZE         0x101Fu
@@ -79,6 +80,10 @@ enum {
 #define CL_KERNEL_ARG_ADDRESS_LOCAL       0x119Cu
 #define CL_KERNEL_ARG_ADDRESS_CONSTANT    0x119Du
 #define CL_KERNEL_ARG_ADDRESS_PRIVATE     0x119Eu
+#define CL_KERNEL_ARG_TYPE_NAME           0x1198u
+#define CL_KERNEL_ARG_TYPE_QUALIFIER      0x1199u
+#define CL_KERNEL_ARG_TYPE_PIPE           (1u << 3)
+#define CL_KERNEL_WORK_GROUP_SIZE         0x11B0u
 #define CL_BUFFER_CREATE_TYPE_REGION      0x1220u
 #define CL_MEM_SIZE                       0x1102u
 #define CL_MEM_CONTEXT                    0x1106u
@@ -145,6 +150,8 @@ enum {
   X(cl_int, clReleaseKernel, (cl_kernel))                                                         \
   X(cl_int, clGetKernelInfo, (cl_kernel, cl_kernel_info, size_t, void *, size_t *))               \
   X(cl_int, clGetKernelArgInfo, (cl_kernel, cl_uint, cl_uint, size_t, void *, size_t *))          \
+  X(cl_int, clGetKernelWorkGroupInfo,                                                             \
+    (cl_kernel, cl_device_id, cl_uint, size_t, void *, size_t *))                                 \
   X(cl_int, clSetKernelArg, (cl_kernel, cl_uint, size_t, const void *))                           \
   X(cl_int, clEnqueueNDRangeKernel,                                                               \
     (cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *, const size_t *,        \

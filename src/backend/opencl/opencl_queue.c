@@ -47,12 +47,13 @@ typedef struct idle_kernel {
 // go to __global or __constant pointers, its scalars to private values. A scalar's bytes set
 // as a buffer crash some drivers (PoCL takes them for a cl_mem); a buffer set as a number
 // runs with its handle for a value.
-typedef enum { ARG_BUFFER = 1, ARG_SCALAR, ARG_LOCAL } arg_kind;
+typedef enum { ARG_BUFFER = 1, ARG_SCALAR, ARG_LOCAL, ARG_OTHER } arg_kind;
 
 typedef struct known_kernel {
   char *name;
   cl_uint arg_count;
-  uint8_t *kinds; // arg_kind of each argument; NULL where the driver tells none
+  uint8_t *kinds;     // arg_kind of each argument; NULL where the driver tells none
+  size_t group_limit; // the most work items in one of its groups; 0 where the driver tells none
 } known_kernel;
 
 struct devbuf__opencl_program {
@@ -174,11 +175,37 @@ void devbuf__opencl_program_release(devbuf_device_t *device, void *program) {
   (void)program;
 }
 
-// Describes kernel `name` of the program: its argument count, and what each argument is where
-// the driver keeps the programs' argument information (it was asked to at the build).
+// What an argument that is neither a pointer to __local memory nor to __global or
+// __constant memory is: an image, sampler, pipe or device-side queue or event (which a
+// launch cannot pass: taken for a buffer or a scalar, they crashed PoCL), or a value.
+static arg_kind kind_of_value(const devbuf__opencl_api *cl, cl_kernel kernel, cl_uint i,
+                              cl_uint where) {
+  char type[32] = "";
+  if (cl->clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_TYPE_NAME, sizeof type, type, NULL) !=
+      CL_SUCCESS)
+    type[0] = '\0'; // a name longer than any of those below, or none told
+  type[sizeof type - 1] = '\0';
+  static const char *const opaque[] = {"image", "sampler_t", "queue_t", "clk_event_t",
+                                       "reserve_id_t"};
+  for (size_t k = 0; k < sizeof opaque / sizeof opaque[0]; k++)
+    if (strncmp(type, opaque[k], strlen(opaque[k])) == 0) return ARG_OTHER;
+  cl_bitfield qualifiers = 0;
+  if (cl->clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_TYPE_QUALIFIER, sizeof qualifiers,
+                             &qualifiers, NULL) == CL_SUCCESS &&
+      (qualifiers & CL_KERNEL_ARG_TYPE_PIPE))
+    return ARG_OTHER;
+  return where == CL_KERNEL_ARG_ADDRESS_GLOBAL || where == CL_KERNEL_ARG_ADDRESS_CONSTANT
+             ? ARG_BUFFER
+             : ARG_SCALAR;
+}
+
+// Describes kernel `name` of the program: its argument count, what each argument is where
+// the driver keeps the programs' argument information (it was asked to at the build), and
+// the most work items its groups may have.
 static devbuf_status describe_kernel(devbuf_device_t *device, devbuf__opencl_program *p,
                                      const char *name, known_kernel *out) {
-  const devbuf__opencl_api *cl = devbuf__opencl_of(device)->cl;
+  const devbuf__opencl_device *state = devbuf__opencl_of(device);
+  const devbuf__opencl_api *cl = state->cl;
   cl_int code = CL_SUCCESS;
   cl_kernel kernel = cl->clCreateKernel(p->program, name, &code);
   if (!kernel)
@@ -195,11 +222,13 @@ static devbuf_status describe_kernel(devbuf_device_t *device, devbuf__opencl_pro
       kinds = NULL;
       break;
     }
-    kinds[i] = where == CL_KERNEL_ARG_ADDRESS_GLOBAL || where == CL_KERNEL_ARG_ADDRESS_CONSTANT
-                   ? ARG_BUFFER
-               : where == CL_KERNEL_ARG_ADDRESS_LOCAL ? ARG_LOCAL
-                                                      : ARG_SCALAR;
+    kinds[i] =
+        where == CL_KERNEL_ARG_ADDRESS_LOCAL ? ARG_LOCAL : kind_of_value(cl, kernel, i, where);
   }
+  size_t group_limit = 0;
+  if (cl->clGetKernelWorkGroupInfo(kernel, state->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof group_limit,
+                                   &group_limit, NULL) != CL_SUCCESS)
+    group_limit = 0;
   cl->clReleaseKernel(kernel);
   if (code != CL_SUCCESS)
     return devbuf__opencl_error(code, "%s: the arguments of kernel '%.100s'", device->spec, name);
@@ -208,7 +237,8 @@ static devbuf_status describe_kernel(devbuf_device_t *device, devbuf__opencl_pro
     devbuf__free(kinds);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to describe kernel '%.100s'", name);
   }
-  *out = (known_kernel){.name = copied, .arg_count = count, .kinds = kinds};
+  *out = (known_kernel){
+      .name = copied, .arg_count = count, .kinds = kinds, .group_limit = group_limit};
   return DEVBUF_OK;
 }
 
@@ -220,55 +250,73 @@ static devbuf_status check_arguments(devbuf_device_t *device, const known_kernel
                          "buffers, %zu scalars)",
                          device->spec, name, (unsigned)k->arg_count, buffers + scalars, buffers,
                          scalars);
-  static const char *const kind_names[] = {"?", "buffer (a __global or __constant pointer)",
-                                           "scalar", "__local pointer"};
+  static const char *const kind_names[] = {
+      "?", "buffer (a __global or __constant pointer)", "scalar", "__local pointer",
+      "driver object (an image, sampler, pipe, or device-side queue or event)"};
   for (size_t i = 0; k->kinds && i < k->arg_count; i++) {
     arg_kind given = i < buffers ? ARG_BUFFER : ARG_SCALAR;
     if (k->kinds[i] == given) continue;
-    return devbuf__error(
-        DEVBUF_INVALID_ARGUMENT,
-        "%s: argument %zu of kernel '%.100s' is a %s; the launch gives a %s "
-        "there (%s %zu)%s",
-        device->spec, i, name, kind_names[k->kinds[i]], kind_names[given],
-        given == ARG_BUFFER ? "use" : "scalar", given == ARG_BUFFER ? i : i - buffers,
-        k->kinds[i] == ARG_LOCAL ? ": launches pass buffers and scalars only" : "");
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: argument %zu of kernel '%.100s' is a %s; the launch gives a %s "
+                         "there (%s %zu)%s",
+                         device->spec, i, name, kind_names[k->kinds[i]], kind_names[given],
+                         given == ARG_BUFFER ? "use" : "scalar",
+                         given == ARG_BUFFER ? i : i - buffers,
+                         k->kinds[i] == ARG_LOCAL || k->kinds[i] == ARG_OTHER
+                             ? ": launches pass buffers and scalars only"
+                             : "");
   }
   return DEVBUF_OK;
 }
 
-// PoCL counts the work-groups of a launch in 32 bits (more abort the process): at most
-// 2^32 - 1 groups. Where the driver chooses the local sizes, it makes no group larger than the
-// device's largest, which gives the fewest groups it can make.
-static devbuf_status check_groups(devbuf_device_t *device, const char *name,
-                                  const devbuf_launch_t *launch) {
-  uint64_t groups = 1; // the grid's work items fit a size_t (checked at submission)
-  for (unsigned d = 0; d < launch->dims; d++)
-    groups *= launch->global[d] / (launch->local[0] ? launch->local[d] : 1);
-  if (groups <= UINT32_MAX) return DEVBUF_OK;
-  if (!launch->local[0]) {
-    devbuf__opencl_device *state = devbuf__opencl_of(device);
-    size_t largest = 1;
-    if (state->cl->clGetDeviceInfo(state->id, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof largest,
-                                   &largest, NULL) != CL_SUCCESS ||
-        !largest)
-      largest = 1;
-    groups = groups / largest + (groups % largest != 0);
-    if (groups <= UINT32_MAX) return DEVBUF_OK;
+// The grid of a launch, against what the device and the kernel run: local sizes within the
+// device's per-dimension limits and, together, within the kernel's group limit (the driver
+// refuses the launch otherwise: CL_INVALID_WORK_GROUP_SIZE, which would fail the queue), and
+// at most 2^32 - 1 work-groups (PoCL counts them in 32 bits: more aborted the process, ran
+// work items several times or skipped some). Where the driver chooses the local sizes, it
+// may have to choose groups of one work item (a prime global size), so the work items
+// count as groups.
+static devbuf_status check_grid(devbuf_device_t *device, const known_kernel *k, const char *name,
+                                const devbuf_launch_t *launch) {
+  const devbuf__opencl_device *state = devbuf__opencl_of(device);
+  const char *unit = launch->local[0] ? "work-groups" : "work items (the driver chooses groups)";
+  uint64_t groups = 1, group_size = 1; // the grid's work items fit a size_t (checked at submission)
+  size_t item_limits[3] = {0, 0, 0};
+  if (launch->local[0] &&
+      state->cl->clGetDeviceInfo(state->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof item_limits,
+                                 item_limits, NULL) != CL_SUCCESS)
+    item_limits[0] = item_limits[1] = item_limits[2] = 0;
+  for (unsigned d = 0; d < launch->dims; d++) {
+    size_t local = launch->local[0] ? launch->local[d] : 1;
+    if (item_limits[d] && local > item_limits[d])
+      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                           "%s: kernel '%.100s': local size %zu in dimension %u is more than the "
+                           "device runs there (%zu)",
+                           device->spec, name, local, d, item_limits[d]);
+    groups *= launch->global[d] / local;
+    group_size *= local;
   }
+  if (launch->local[0] && k->group_limit && group_size > k->group_limit)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: kernel '%.100s': groups of %zu x %zu x %zu = %llu work items, "
+                         "more than the kernel runs in one group on this device (%zu)",
+                         device->spec, name, launch->local[0], launch->local[1], launch->local[2],
+                         (unsigned long long)group_size, k->group_limit);
+  if (groups <= UINT32_MAX) return DEVBUF_OK;
   return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                        "%s: kernel '%.100s': a grid of %zu x %zu x %zu work items in groups of "
-                       "%zu x %zu x %zu makes at least %llu work-groups, more than 2^32 - 1",
+                       "%zu x %zu x %zu makes %llu %s, more than 2^32 - 1%s",
                        device->spec, name, launch->global[0],
                        launch->dims > 1 ? launch->global[1] : (size_t)1,
                        launch->dims > 2 ? launch->global[2] : (size_t)1, launch->local[0],
-                       launch->local[1], launch->local[2], (unsigned long long)groups);
+                       launch->local[1], launch->local[2], (unsigned long long)groups, unit,
+                       launch->local[0] ? "" : ": give local sizes");
 }
 
 devbuf_status devbuf__opencl_program_check_launch(devbuf_device_t *device, void *backend_program,
                                                   const char *name, const devbuf_launch_t *launch,
                                                   size_t buffers, size_t scalars) {
-  devbuf_status status = check_groups(device, name, launch);
-  if (status != DEVBUF_OK) return status;
+  devbuf_status status = DEVBUF_OK;
   devbuf__opencl_program *p = backend_program;
   pthread_mutex_lock(&p->lock);
   int at = 0;
@@ -276,6 +324,7 @@ devbuf_status devbuf__opencl_program_check_launch(devbuf_device_t *device, void 
   known_kernel described = {0}, *k = at < KNOWN_KERNELS ? &p->kernels[at] : &described;
   if (!k->name) status = describe_kernel(device, p, name, k); // kept where there is room
   if (status == DEVBUF_OK) status = check_arguments(device, k, name, buffers, scalars);
+  if (status == DEVBUF_OK) status = check_grid(device, k, name, launch);
   pthread_mutex_unlock(&p->lock);
   devbuf__free(described.name);
   devbuf__free(described.kinds);
