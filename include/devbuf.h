@@ -795,7 +795,8 @@ typedef struct devbuf_use {
 } devbuf_use_t;
 
 // What a CPU kernel receives: the address and size of each use, in submission order, and
-// a copy of the scalar arguments.
+// a copy of the scalar arguments, aligned as malloc aligns (alignof(max_align_t)), so that
+// the kernel may read them as its parameters' struct.
 typedef struct devbuf_kernel_args {
   void *const *data;
   const size_t *sizes;

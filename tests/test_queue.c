@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 #include <unistd.h>
@@ -1250,6 +1251,42 @@ static void test_wakes_are_never_lost(void) {
   }
 }
 
+// A kernel's scalars are its parameters' struct: aligned as malloc aligns, whatever the
+// counts of uses and scalar bytes (pooled items and made-to-size ones), for kernels and
+// host tasks alike. The kernel answers which were not.
+static atomic_int misaligned;
+static devbuf_status check_scalars_alignment(const devbuf_kernel_args_t *args) {
+  if ((uintptr_t)args->scalars % _Alignof(max_align_t)) atomic_fetch_add(&misaligned, 1);
+  return DEVBUF_OK;
+}
+
+static void test_scalars_are_aligned(void) {
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  devbuf_buffer_t *buffers[6];
+  devbuf_use_t uses[6];
+  for (int i = 0; i < 6; i++) {
+    buffers[i] = floats(4);
+    uses[i] = (devbuf_use_t){buffers[i], DEVBUF_ACCESS_READ};
+  }
+  _Alignas(max_align_t) unsigned char scalars[200] = {0};
+  static const size_t sizes[] = {1, 8, 16, 24, 64, 100, 200};
+  int submitted = 0;
+  for (size_t use_count = 0; use_count <= 6; use_count++)
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+      CHECK_OK(
+          devbuf_queue_submit(queue, check_scalars_alignment, uses, use_count, scalars, sizes[s]));
+      CHECK_OK(devbuf_queue_host_task(queue, check_scalars_alignment, uses, use_count, scalars,
+                                      sizes[s]));
+      submitted += 2;
+    }
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_EQ_U(atomic_load(&misaligned), 0);
+  CHECK(submitted == 98);
+  for (int i = 0; i < 6; i++) devbuf_buffer_release(buffers[i]);
+  devbuf_queue_release(queue);
+}
+
 int main(void) {
   if (devbuf_device_open("cpu", &device) != DEVBUF_OK) return 1;
   allocator = devbuf_device_allocator(device);
@@ -1275,6 +1312,7 @@ int main(void) {
   RUN(test_wakes_are_never_lost);
   RUN(test_batch_over_many_buffers);
   RUN(test_bounded_queue);
+  RUN(test_scalars_are_aligned);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }

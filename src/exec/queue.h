@@ -106,13 +106,25 @@ static inline bool devbuf__work_has_arrays(devbuf__work_kind kind) {
 static inline bool devbuf__work_scalars_inline(devbuf__work_kind kind, size_t scalars_size) {
   return kind == DEVBUF__WORK_FILL && scalars_size <= sizeof(((devbuf__work *)0)->pattern);
 }
+// The bytes of an item of `kind` with `use_count` uses, before any scalars.
+static inline size_t devbuf__work_head_bytes(devbuf__work_kind kind, size_t use_count) {
+  size_t per_use = sizeof(devbuf__work_use) + sizeof(devbuf__operand) +
+                   (devbuf__work_has_arrays(kind) ? sizeof(void *) + sizeof(size_t) : 0);
+  return sizeof(devbuf__work) + use_count * per_use;
+}
+// Where an item's copied scalars start when they are not inline: aligned as malloc aligns,
+// since a kernel reads them as its parameters' struct (a __m128 or long double member
+// faulted at an address 8 past a multiple of 16).
+static inline size_t devbuf__work_scalars_offset(devbuf__work_kind kind, size_t use_count) {
+  size_t align = _Alignof(max_align_t);
+  return (devbuf__work_head_bytes(kind, use_count) + align - 1) & ~(align - 1);
+}
 // The bytes of an item of `kind` with `use_count` uses and `scalars_size` bytes of scalars.
 static inline size_t devbuf__work_bytes(devbuf__work_kind kind, size_t use_count,
                                         size_t scalars_size) {
-  size_t per_use = sizeof(devbuf__work_use) + sizeof(devbuf__operand) +
-                   (devbuf__work_has_arrays(kind) ? sizeof(void *) + sizeof(size_t) : 0);
-  return sizeof(devbuf__work) + use_count * per_use +
-         (devbuf__work_scalars_inline(kind, scalars_size) ? 0 : scalars_size);
+  if (devbuf__work_scalars_inline(kind, scalars_size))
+    return devbuf__work_head_bytes(kind, use_count);
+  return devbuf__work_scalars_offset(kind, use_count) + scalars_size;
 }
 // The bytes of each use, in this allocation: a copy, as the storage may hand its memory on
 // while the item waits.
@@ -122,7 +134,7 @@ static inline devbuf__operand *devbuf__work_operands(const devbuf__work *work) {
 // The copied scalars (kernel scalars, fill pattern, launch and its arguments).
 static inline void *devbuf__work_scalars(devbuf__work *work) {
   if (devbuf__work_scalars_inline(work->kind, work->scalars_size)) return work->pattern;
-  return (char *)work + devbuf__work_bytes(work->kind, work->use_count, 0);
+  return (char *)work + devbuf__work_scalars_offset(work->kind, work->use_count);
 }
 // A LAUNCH item's launch, at its scalars.
 static inline devbuf_launch_t *devbuf__work_launch(devbuf__work *work) {
