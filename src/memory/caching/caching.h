@@ -76,8 +76,9 @@ typedef struct csegment {
   struct shard *shard;
   int pool;                     // POOL_SMALL or POOL_LARGE
   uint64_t serial;              // creation order: the address order of the free tree
-  cblock *first;                // blocks in address order
+  cblock *first, *last;         // blocks in address order: the lowest, the highest
   size_t used_blocks;           // active or binned
+  size_t free_count;            // blocks in the free tree
   devbuf__in_flight *in_flight; // released ranges whose work may still run
   uint64_t idle_since;          // tick when it last became idle (no blocks used, none in flight)
   struct csegment *next, *prev; // the shard's segments, newest first

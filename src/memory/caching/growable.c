@@ -255,15 +255,25 @@ static size_t unmap_free(caching_allocator *self, csegment *segment, size_t from
   return unmap_stretch(self, segment, from, to);
 }
 
+static bool is_free(const cblock *block) {
+  return atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_FREE;
+}
+
 // Unmaps the whole pages of free blocks, the highest first, until `wanted` bytes went back
-// (SIZE_MAX: all of them); the bytes given back. Caller holds the shard's lock.
+// (SIZE_MAX: all of them); the bytes given back. Caller holds the shard's lock. From the top
+// down, and only until every free block was seen: a limit calls this for request after
+// request, and a walk over every block each time made a replay of n allocations take n^2.
 static size_t shrink_segment(caching_allocator *self, csegment *segment, size_t wanted) {
-  const cblock *block = segment->first;
-  while (block && block->after && block->after->offset < segment->frontier) block = block->after;
+  const cblock *block = segment->last;
+  size_t free_seen = 0;
+  for (; block && block->before && block->offset >= segment->frontier; block = block->before)
+    free_seen += is_free(block); // nothing mapped there
   size_t freed = 0;
-  for (; block && freed < wanted; block = block->before)
-    if (atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_FREE)
+  for (; block && freed < wanted && free_seen < segment->free_count; block = block->before)
+    if (is_free(block)) {
+      free_seen++;
       freed += unmap_free(self, segment, block->offset, block->offset + block->size);
+    }
   size_t kept = segment->map_count;
   segment->frontier = kept ? segment->maps[kept - 1].offset + segment->maps[kept - 1].size : 0;
   atomic_fetch_sub(&self->reserved, freed);

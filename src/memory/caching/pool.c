@@ -180,6 +180,7 @@ static void free_insert(caching_allocator *self, shard *s, cblock *block) {
   block->left = block->right = NULL;
   atomic_store_explicit(&block->state, BLOCK_FREE, memory_order_relaxed);
   pool->free_root = tree_insert(pool->free_root, block);
+  block->segment->free_count++;
   owner_add(&s->free_blocks, 1);
   if (!block->segment->growable) owner_add(&s->free_bytes, block->size);
 }
@@ -187,6 +188,7 @@ static void free_insert(caching_allocator *self, shard *s, cblock *block) {
 static void free_remove(caching_allocator *self, shard *s, cblock *block) {
   cpool *pool = &s->pools[block->segment->pool];
   pool->free_root = tree_erase(pool->free_root, block);
+  block->segment->free_count--;
   owner_add(&s->free_blocks, (uint64_t)-1);
   if (!block->segment->growable) owner_add(&s->free_bytes, (uint64_t)0 - block->size);
 }
@@ -244,7 +246,7 @@ csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool,
   segment->pool = pool;
   segment->growable = growable;
   segment->serial = atomic_fetch_add_explicit(&self->serial, 1, memory_order_relaxed);
-  segment->first = block;
+  segment->first = segment->last = block;
   segment->next = s->segments;
   if (s->segments) s->segments->prev = segment;
   s->segments = segment;
@@ -291,7 +293,7 @@ csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s) {
   idle_unlink(self, s, segment);
   free_remove(self, s, segment->first); // idle: one free block covers it
   devbuf__free(segment->first);
-  segment->first = NULL;
+  segment->first = segment->last = NULL;
   if (segment->prev)
     segment->prev->next = segment->next;
   else
@@ -351,7 +353,10 @@ static cblock *carve(caching_allocator *self, shard *s, cblock *block, size_t st
     if (!piece) return NULL;
     piece->before = block;
     piece->after = block->after;
-    if (block->after) block->after->before = piece;
+    if (block->after)
+      block->after->before = piece;
+    else
+      segment->last = piece;
     block->after = piece;
     block->size = start - block->offset;
     free_insert(self, s, block);
@@ -362,7 +367,10 @@ static cblock *carve(caching_allocator *self, shard *s, cblock *block, size_t st
     if (rest) {
       rest->before = block;
       rest->after = block->after;
-      if (block->after) block->after->before = rest;
+      if (block->after)
+        block->after->before = rest;
+      else
+        segment->last = rest;
       block->after = rest;
       block->size = size;
       free_insert(self, s, rest);
@@ -464,7 +472,10 @@ cblock *devbuf__pool_take(caching_allocator *self, shard *s, int pool, size_t si
 static void merge_into(cblock *into, cblock *next) {
   into->size += next->size;
   into->after = next->after;
-  if (next->after) next->after->before = into;
+  if (next->after)
+    next->after->before = into;
+  else
+    into->segment->last = into;
   devbuf__free(next);
 }
 

@@ -67,7 +67,7 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
     if (segment->shard != s)
       broken("segment %llu listed in another shard", (unsigned long long)segment->serial);
     if (segment->idle) idle_bytes += segment->size;
-    size_t offset = 0, used = 0;
+    size_t offset = 0, used = 0, free_count = 0;
     const cblock *before = NULL;
     for (const cblock *block = segment->first; block; before = block, block = block->after) {
       if (block->segment != segment || block->before != before || block->offset != offset ||
@@ -77,6 +77,7 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
       uint8_t state = atomic_load_explicit(&block->state, memory_order_relaxed);
       if (state == BLOCK_FREE) {
         listed_free++;
+        free_count++;
         if (!segment->growable) free_bytes += block->size;
         if (before && atomic_load_explicit(&before->state, memory_order_relaxed) == BLOCK_FREE)
           broken("segment %llu: free neighbours at offset %zu were not merged",
@@ -89,6 +90,9 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
     if (segment->first && offset != segment->size)
       broken("segment %llu: blocks cover %zu of its %zu bytes", (unsigned long long)segment->serial,
              offset, segment->size);
+    if (segment->last != before || free_count != segment->free_count)
+      broken("segment %llu: its last block or its count of free ones (%zu, holds %zu) is wrong",
+             (unsigned long long)segment->serial, segment->free_count, free_count);
     if (used != segment->used_blocks)
       broken("segment %llu counts %zu used blocks, holds %zu", (unsigned long long)segment->serial,
              segment->used_blocks, used);
