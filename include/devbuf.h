@@ -253,7 +253,9 @@ typedef struct devbuf_memory {
 
 // The interface any allocator implements; a user supplies one to devbuf_allocator_create.
 // `ctx` is the pointer given at creation. alloc returns memory of at least `size` bytes
-// (size > 0), aligned to at least 64 bytes, or a status (with a message set by
+// (size > 0), aligned to at least 64 bytes (where memory is a handle and an offset, as on
+// OpenCL, the offset to the device's alignment, devbuf_device_info.alignment: views reach
+// kernels as sub-buffers there; INVALID_ARGUMENT otherwise), or a status (with a message set by
 // devbuf_set_error; without one, devbuf says which call failed). Memory with no host address
 // where the CPU addresses memory (the cpu device) serves devbuf_allocator_alloc (a
 // simulation's address space), not buffers, which refuse it. free takes back exactly what

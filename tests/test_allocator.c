@@ -584,12 +584,18 @@ static void test_user_allocator(void) {
 }
 
 // A user allocator that answers what `mode` says: 0 memory with no host address, 1 a failure
-// without a message, 2 a number that is no status.
+// without a message, 2 a number that is no status, 3 memory 8 bytes past an alignment.
 static int odd_mode;
+static _Alignas(64) unsigned char odd_arena[4096 + 64];
 static devbuf_status odd_alloc(void *ctx, size_t size, devbuf_memory_t *out) {
   (void)ctx;
   if (odd_mode == 1) return DEVBUF_OUT_OF_MEMORY;
   if (odd_mode == 2) return (devbuf_status)12345;
+  if (odd_mode == 3) {
+    *out = (devbuf_memory_t){
+        .host = odd_arena + 8, .device = (uintptr_t)(odd_arena + 8), .size = 4096};
+    return size <= 4096 ? DEVBUF_OK : DEVBUF_OUT_OF_MEMORY;
+  }
   *out = (devbuf_memory_t){.host = NULL, .device = 4096, .size = size};
   return DEVBUF_OK;
 }
@@ -630,6 +636,9 @@ static void test_odd_user_allocator(void) {
   odd_mode = 2;
   CHECK_STATUS(devbuf_allocator_alloc(user, 1000, &memory), DEVBUF_INVALID_ARGUMENT);
   CHECK_MESSAGE("answered 12345, which is no devbuf status");
+  odd_mode = 3; // the header asks for 64 bytes: refused, not handed on
+  CHECK_STATUS(devbuf_allocator_alloc(user, 1000, &memory), DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("not a multiple of 64 bytes as cpu needs");
   devbuf_allocator_release(cached);
   devbuf_allocator_release(user);
   devbuf_device_release(device);

@@ -241,6 +241,44 @@ static void test_opaque_arguments_refused(void) {
   devbuf_program_release(program);
 }
 
+// A user allocator that hands out blocks of one cl_mem: an offset the device's alignment
+// does not divide is refused when it is handed out (views of it reach kernels as
+// sub-buffers, which the driver refused only once the queue ran the launch).
+static devbuf_memory_t arena;
+static size_t arena_offset;
+static devbuf_status arena_alloc(void *ctx, size_t size, devbuf_memory_t *out) {
+  (void)ctx;
+  if (size > arena.size - arena_offset) return DEVBUF_OUT_OF_MEMORY;
+  *out = (devbuf_memory_t){
+      .device = arena.device, .offset = arena.offset + arena_offset, .size = size};
+  return DEVBUF_OK;
+}
+static void arena_free(void *ctx, const devbuf_memory_t *memory) { (void)ctx, (void)memory; }
+static const devbuf_allocator_vtable_t arena_vtable = {.alloc = arena_alloc, .free = arena_free};
+
+static void test_user_allocator_alignment(void) {
+  devbuf_allocator_t *raw = NULL, *user = NULL;
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  CHECK_OK(devbuf_allocator_alloc(raw, 1 << 20, &arena));
+  CHECK_OK(devbuf_allocator_create(device, &arena_vtable, NULL, &user));
+  devbuf_device_info_t info;
+  CHECK_OK(devbuf_device_info(device, &info));
+  size_t shape = 4096;
+  devbuf_buffer_t *buffer = NULL;
+  arena_offset = 64;
+  if (info.alignment > 64) {
+    CHECK_STATUS(devbuf_buffer_allocate(user, DEVBUF_UINT8, &shape, 1, 0, &buffer),
+                 DEVBUF_INVALID_ARGUMENT);
+    CHECK_MESSAGE("offset 0x40");
+  }
+  arena_offset = info.alignment;
+  CHECK_OK(devbuf_buffer_allocate(user, DEVBUF_UINT8, &shape, 1, 0, &buffer));
+  devbuf_buffer_release(buffer);
+  devbuf_allocator_release(user);
+  devbuf_allocator_free(raw, &arena);
+  devbuf_allocator_release(raw);
+}
+
 static void test_build_failure_carries_the_log(void) {
   devbuf_program_t *program = NULL;
   CHECK_STATUS(devbuf_program_build(device, "__kernel void broken(__global int *x) { x[0] = ; }",
@@ -535,6 +573,7 @@ int main(int argc, char **argv) {
   RUN(test_programs_and_kernels);
   RUN(test_build_failure_carries_the_log);
   RUN(test_opaque_arguments_refused);
+  RUN(test_user_allocator_alignment);
   RUN(test_zero_length_view_launch);
   RUN(test_dlpack_of_device_memory);
   RUN(test_safetensors_onto_the_device);

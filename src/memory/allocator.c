@@ -347,6 +347,20 @@ static devbuf_status custom_alloc(devbuf_allocator_t *self, size_t size, devbuf_
                          "user allocator returned %zu bytes for a request of %zu", memory.size,
                          size);
   }
+  // Where memory is a handle and an offset (OpenCL), the offset starts the sub-buffers that
+  // reach kernels, which the driver wants at its base alignment (it failed the queue with
+  // CL_MISALIGNED_SUB_BUFFER_OFFSET); elsewhere the addresses are what kernels get.
+  const devbuf_device_t *device = self->device;
+  size_t alignment = device->memory_handles && device->alignment > 64 ? device->alignment : 64;
+  uint64_t place = device->memory_handles ? memory.offset : memory.device;
+  if (place % alignment || (uintptr_t)memory.host % 64) {
+    custom->vtable->free(custom->ctx, &memory);
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "user allocator returned memory at %s 0x%llx (host address %p), not a "
+                         "multiple of %zu bytes as %s needs",
+                         device->memory_handles ? "offset" : "address", (unsigned long long)place,
+                         memory.host, alignment, device->spec);
+  }
   *out = memory;
   return DEVBUF_OK;
 }
