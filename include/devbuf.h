@@ -895,7 +895,9 @@ DEVBUF_API devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_progr
                                              const devbuf_use_t *uses, size_t use_count,
                                              const devbuf_arg_t *args, size_t arg_count);
 // Built-ins: fill `buffer` with a repeated pattern (pattern_size divides the buffer size),
-// and copy `src` into `dst` (equal sizes; overlapping views of one storage like memmove).
+// and copy `src` into `dst` (equal sizes; overlapping views of one storage like memmove;
+// refused, INVALID_ARGUMENT, between overlapping bytes of an import and its exporter in one
+// process, one memory at two addresses: devbuf_buffer_copy_from copies those).
 DEVBUF_API devbuf_status devbuf_queue_fill(devbuf_queue_t *queue, devbuf_buffer_t *buffer,
                                            const void *pattern, size_t pattern_size);
 DEVBUF_API devbuf_status devbuf_queue_copy(devbuf_queue_t *queue, devbuf_buffer_t *dst,

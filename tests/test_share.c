@@ -857,6 +857,50 @@ static void test_hostile_messages(void) {
 }
 
 // Exporting what cannot be: memory of another allocator, a zero-length buffer, NULLs.
+// An import in the process that exported it: the same bytes at two addresses. A copy
+// between overlapping views of the two behaves like memmove, either way round; a queued
+// copy there is refused (its bytes would smear), and one between bytes apart runs.
+static void test_copy_between_an_import_and_its_exporter(void) {
+  size_t size = 1 << 20, span = 200000;
+  devbuf_buffer_t *original = NULL, *imported = NULL;
+  CHECK_OK(devbuf_buffer_allocate(shareable, DEVBUF_UINT8, &size, 1, 0, &original));
+  devbuf_export_t *shared = NULL;
+  CHECK_OK(devbuf_buffer_export(original, &shared));
+  CHECK_OK(devbuf_buffer_import(device, shared, &imported));
+  devbuf_export_free(shared);
+  unsigned char *expected = malloc(size), *back = malloc(size);
+  for (size_t i = 0; i < size; i++) expected[i] = (unsigned char)(i * 7 + i / 251);
+  CHECK_OK(devbuf_buffer_copyin(original, expected, size));
+  size_t places[2][2] = {{64, 0}, {0, 64}}; // {destination, source}: forward, then backward
+  for (int k = 0; k < 2; k++) {
+    devbuf_buffer_t *dst = NULL, *src = NULL;
+    CHECK_OK(devbuf_buffer_view(imported, places[k][0], span, &dst));
+    CHECK_OK(devbuf_buffer_view(original, places[k][1], span, &src));
+    CHECK_OK(devbuf_buffer_copy_from(dst, src));
+    memmove(expected + places[k][0], expected + places[k][1], span);
+    CHECK_OK(devbuf_buffer_copyout(original, back, size));
+    CHECK(memcmp(back, expected, size) == 0);
+    devbuf_queue_t *queue = NULL;
+    CHECK_OK(devbuf_queue_create(device, &queue));
+    CHECK_STATUS(devbuf_queue_copy(queue, dst, src), DEVBUF_INVALID_ARGUMENT);
+    CHECK_MESSAGE("an import and its exporter, overlapping");
+    devbuf_buffer_release(dst);
+    CHECK_OK(devbuf_buffer_view(imported, size - span, span, &dst));
+    CHECK_OK(devbuf_queue_copy(queue, dst, src)); // bytes apart: an ordinary copy
+    CHECK_OK(devbuf_queue_finish(queue));
+    memmove(expected + size - span, expected + places[k][1], span);
+    CHECK_OK(devbuf_buffer_copyout(original, back, size));
+    CHECK(memcmp(back, expected, size) == 0);
+    devbuf_queue_release(queue);
+    devbuf_buffer_release(dst);
+    devbuf_buffer_release(src);
+  }
+  free(expected);
+  free(back);
+  devbuf_buffer_release(imported);
+  devbuf_buffer_release(original);
+}
+
 static void test_refusals(void) {
   devbuf_buffer_t *plain = NULL, *empty = NULL;
   size_t size = 256, none = 0;
@@ -938,6 +982,7 @@ int main(int argc, char **argv) {
   RUN(test_sleeping_waits_wake_at_once);
   RUN(test_hostile_importer_scribbles_sleepers);
   RUN(test_refusals);
+  RUN(test_copy_between_an_import_and_its_exporter);
   devbuf_device_release(device);
   return CHECK_EXIT();
 }
