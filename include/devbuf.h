@@ -490,8 +490,9 @@ DEVBUF_API devbuf_status devbuf_set_error(devbuf_status status, const char *form
 // devbuf call, or give functions that can free what libc's malloc returned (a counter or a
 // fault injector that forwards to libc): memory allocated before is freed through the new
 // `free`. `ctx` is passed to each. NULL restores libc's. INVALID_ARGUMENT if a function is
-// missing. Not to be called while another thread is inside devbuf (queues' workers
-// included).
+// missing. The memory they return must be aligned as libc's is (alignof(max_align_t)):
+// devbuf keeps atomics and kernels' scalars in it. Not to be called while another thread is
+// inside devbuf (queues' workers included).
 typedef struct devbuf_host_memory_hooks {
   void *(*malloc)(void *ctx, size_t size);
   void *(*calloc)(void *ctx, size_t count, size_t size);

@@ -30,12 +30,12 @@ tests_rc=0
 : >"$logs/real.log"
 for args in "test_conformance cuda:0" "test_cuda" "test_cuda --fault"; do
   log="$logs/$(echo "$args" | tr -c 'a-z0-9\n' _).log"
-  timeout 90 "$build/tests/"$args >"$log" 2>&1
+  timeout 90 stdbuf -oL "$build/tests/"$args >"$log" 2>&1
   rc=$?
   case $rc in
   0) result="passed" ;;
   77) result="SKIPPED: $(grep -m1 SKIP "$log")" ;;
-  124) result="HUNG: killed after 90 s; the last case it began: $(tail -1 "$log")" ;;
+  124) result="HUNG: killed after 90 s; its last line (a case prints once it ends): $(tail -1 "$log")" ;;
   *) result="FAILED (exit $rc): $(grep -m3 -E "CHECK|FAIL" "$log" | tr '\n' ' ')" ;;
   esac
   [ "$rc" -eq 0 ] || tests_rc=1

@@ -188,6 +188,28 @@ static void test_largest_free_block(void) {
   devbuf_buffer_release(last);
   devbuf_queue_release(queue);
   devbuf_event_release(gate);
+  // Growable and in flight: a free block of 1 MiB, 768 KiB of it in flight, then a mapped
+  // free block of 1.5 MiB. A request of 1 MiB finds no room in the first and takes the
+  // second: served with no system call.
+  devbuf_allocator_clear_cache(growing);
+  CHECK_OK(devbuf_queue_create(g.device, &queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  size_t sizes[6] = {768 << 10, 256 << 10, 64 << 10, 1 << 20, 512 << 10, 64 << 10};
+  devbuf_buffer_t *parts[6];
+  for (int i = 0; i < 6; i++) parts[i] = bytes_buffer(growing, sizes[i]);
+  use = (devbuf_use_t){parts[0], DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(queue, nothing, &use, 1, NULL, 0));
+  for (int i = 0; i < 6; i++)
+    if (i != 2 && i != 5) devbuf_buffer_release(parts[i]); // the first in flight
+  CHECK_EQ_U(stats_of(growing).largest_free_block, 1 << 20);
+  serves_largest_without_the_system(growing);
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  devbuf_buffer_release(parts[2]);
+  devbuf_buffer_release(parts[5]);
+  devbuf_queue_release(queue);
+  devbuf_event_release(gate);
   growable_close(&g);
   // A large segment's free tail under the small pool's top serves no request: a request
   // of its size goes to the small pool, which has no segment yet.

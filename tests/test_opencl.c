@@ -157,13 +157,25 @@ static void test_programs_and_kernels(void) {
   devbuf_launch_t chosen = {2, {(size_t)1 << 40, (size_t)1 << 20, 1}, {0, 0, 0}};
   CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &chosen, uses, 1, NULL, 0),
                DEVBUF_INVALID_ARGUMENT); // even in the largest groups the driver can make
-  CHECK_MESSAGE("give local sizes");
+  CHECK_MESSAGE("work-groups even in the largest groups the driver can choose, 4096 x 1 x 1");
   // A prime number of work items, the driver choosing: it can only make groups of one, more
   // than PoCL counts (it ran work items several times, or skipped the last ones).
   devbuf_launch_t prime = {1, {4294968317u, 1, 1}, {0, 0, 0}};
   CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one", &prime, uses, 1, NULL, 0),
                DEVBUF_INVALID_ARGUMENT);
-  CHECK_MESSAGE("4294968317 work items (the driver chooses groups), more than 2^32 - 1");
+  CHECK_MESSAGE("4294968317 work-groups even in the largest groups the driver can choose, 1 x");
+  // 2^33 work items divide into groups the driver can make few enough of: submitted (behind
+  // an event, then cancelled: nothing runs).
+  devbuf_event_t *never = NULL;
+  CHECK_OK(devbuf_event_create(0, &never));
+  devbuf_queue_t *held = NULL;
+  CHECK_OK(devbuf_queue_create(device, &held));
+  CHECK_OK(devbuf_queue_wait(held, never, 1));
+  devbuf_launch_t even = {1, {(size_t)1 << 33, 1, 1}, {0, 0, 0}};
+  CHECK_OK(devbuf_queue_launch(held, program, "add_one", &even, uses, 1, NULL, 0));
+  CHECK_OK(devbuf_queue_cancel(held));
+  devbuf_queue_release(held);
+  devbuf_event_release(never);
   // Groups larger than the device runs (the driver refused them only once the queue ran
   // them, failing it): in one dimension, and all dimensions together.
   devbuf_launch_t wide = {1, {1 << 16, 1, 1}, {1 << 16, 0, 0}};
@@ -214,7 +226,9 @@ static void test_opaque_arguments_refused(void) {
       "__kernel void image_in(read_only image2d_t image, __global float4 *out) {\n"
       "  out[0] = read_imagef(image, (int2)(0, 0));\n"
       "}\n"
-      "__kernel void sampled(__global float *out, sampler_t sampler) { out[0] = 1.0f; }\n";
+      "__kernel void sampled(__global float *out, sampler_t sampler) { out[0] = 1.0f; }\n"
+      "typedef struct { float r; } image_pixel;\n" // a user's type named like an image type
+      "__kernel void pixels(__global image_pixel *p, image_pixel value) { p[0] = value; }\n";
   devbuf_program_t *program = NULL;
   CHECK_OK(devbuf_program_build(device, opaque_source, NULL, &program));
   if (!program) return;
@@ -234,6 +248,9 @@ static void test_opaque_arguments_refused(void) {
   CHECK_STATUS(devbuf_queue_launch(queue, program, "sampled", &one, &uses[1], 1, &as_scalar, 1),
                DEVBUF_INVALID_ARGUMENT);
   CHECK_MESSAGE("argument 1 of kernel 'sampled' is a driver object (an image");
+  float red = 0.5f;
+  devbuf_arg_t pixel = {&red, sizeof red};
+  CHECK_OK(devbuf_queue_launch(queue, program, "pixels", &one, &uses[1], 1, &pixel, 1));
   CHECK_OK(devbuf_queue_finish(queue)); // nothing reached the driver: the queue is healthy
   devbuf_queue_release(queue);
   devbuf_buffer_release(a);

@@ -1,7 +1,6 @@
 // A queue's wait for an event value, for every backend. On the host it is a blocking wait
-// that cancel interrupts. On a device with gates it is a barrier on the device queue
-// (OpenCL: a marker behind a user event; CUDA: a stream wait on a pinned word) that the
-// first of its openers opens: the event reaching the value or failing (an event watch), or
+// that cancel interrupts (the CPU, CUDA). On a device with gates it is a barrier on the
+// device queue (OpenCL: a marker behind a user event) that the first of its openers opens: the event reaching the value or failing (an event watch), or
 // cancel. The worker still waits on the host until the barrier has passed, so that nothing
 // behind the wait is enqueued before the wait is over (cancel then drops it unstarted).
 // Then the worker detaches the gate, so that an opener coming later does nothing, and the

@@ -353,13 +353,18 @@ static devbuf_status custom_alloc(devbuf_allocator_t *self, size_t size, devbuf_
   const devbuf_device_t *device = self->device;
   size_t alignment = device->memory_handles && device->alignment > 64 ? device->alignment : 64;
   uint64_t place = device->memory_handles ? memory.offset : memory.device;
-  if (place % alignment || (uintptr_t)memory.host % 64) {
+  bool host_off = (uintptr_t)memory.host % 64 != 0;
+  if (place % alignment || host_off) {
     custom->vtable->free(custom->ctx, &memory);
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "user allocator returned memory at %s 0x%llx (host address %p), not a "
-                         "multiple of %zu bytes as %s needs",
-                         device->memory_handles ? "offset" : "address", (unsigned long long)place,
-                         memory.host, alignment, device->spec);
+                         "user allocator returned memory at %s 0x%llx, not a multiple of %zu "
+                         "bytes as %s needs",
+                         host_off                 ? "host address"
+                         : device->memory_handles ? "offset"
+                                                  : "address",
+                         host_off ? (unsigned long long)(uintptr_t)memory.host
+                                  : (unsigned long long)place,
+                         host_off ? (size_t)64 : alignment, device->spec);
   }
   *out = memory;
   return DEVBUF_OK;

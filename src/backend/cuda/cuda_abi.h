@@ -137,8 +137,7 @@ typedef struct devbuf__cuda_api {
 #define DEVBUF_CUDA_POINTER_(ret, field, symbol, params) ret(*field) params;
   DEVBUF_CUDA_FUNCTIONS(DEVBUF_CUDA_POINTER_)
 #undef DEVBUF_CUDA_POINTER_
-  // Optional: NULL where the driver lacks them. Parameter layouts (CUDA 12.4 and later);
-  // stream memory operations (the _v2 entry points, CUDA 11.7 and later).
+  // Optional: NULL where the driver lacks them. Parameter layouts (CUDA 12.4 and later).
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
   // Virtual memory management, for growable segments (all or none).
   CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);

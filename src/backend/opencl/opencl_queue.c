@@ -52,8 +52,9 @@ typedef enum { ARG_BUFFER = 1, ARG_SCALAR, ARG_LOCAL, ARG_OTHER } arg_kind;
 typedef struct known_kernel {
   char *name;
   cl_uint arg_count;
-  uint8_t *kinds;     // arg_kind of each argument; NULL where the driver tells none
-  size_t group_limit; // the most work items in one of its groups; 0 where the driver tells none
+  uint8_t *kinds;        // arg_kind of each argument; NULL where the driver tells none
+  size_t group_limit;    // the most work items in one of its groups; 0 where the driver tells none
+  size_t item_limits[3]; // the device's most work items of a group in each dimension (0: none)
 } known_kernel;
 
 struct devbuf__opencl_program {
@@ -180,20 +181,41 @@ void devbuf__opencl_program_release(devbuf_device_t *device, void *program) {
 // launch cannot pass: taken for a buffer or a scalar, they crashed PoCL), or a value.
 static arg_kind kind_of_value(const devbuf__opencl_api *cl, cl_kernel kernel, cl_uint i,
                               cl_uint where) {
-  char type[32] = "";
-  if (cl->clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_TYPE_NAME, sizeof type, type, NULL) !=
-      CL_SUCCESS)
-    type[0] = '\0'; // a name longer than any of those below, or none told
-  type[sizeof type - 1] = '\0';
-  static const char *const opaque[] = {"image", "sampler_t", "queue_t", "clk_event_t",
-                                       "reserve_id_t"};
-  for (size_t k = 0; k < sizeof opaque / sizeof opaque[0]; k++)
-    if (strncmp(type, opaque[k], strlen(opaque[k])) == 0) return ARG_OTHER;
+  // Access qualifiers are for images and pipes alone, whatever their type is called.
+  cl_uint access = CL_KERNEL_ARG_ACCESS_NONE;
+  if (cl->clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_ACCESS_QUALIFIER, sizeof access, &access,
+                             NULL) == CL_SUCCESS &&
+      access != CL_KERNEL_ARG_ACCESS_NONE)
+    return ARG_OTHER;
   cl_bitfield qualifiers = 0;
   if (cl->clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_TYPE_QUALIFIER, sizeof qualifiers,
                              &qualifiers, NULL) == CL_SUCCESS &&
       (qualifiers & CL_KERNEL_ARG_TYPE_PIPE))
     return ARG_OTHER;
+  char type[32] = ""; // longer names are none of those below (a user's own type may begin
+                      // like them: only the whole name counts)
+  if (cl->clGetKernelArgInfo(kernel, i, CL_KERNEL_ARG_TYPE_NAME, sizeof type, type, NULL) !=
+      CL_SUCCESS)
+    type[0] = '\0';
+  type[sizeof type - 1] = '\0';
+  static const char *const opaque[] = {"sampler_t",
+                                       "queue_t",
+                                       "clk_event_t",
+                                       "reserve_id_t",
+                                       "image1d_t",
+                                       "image1d_array_t",
+                                       "image1d_buffer_t",
+                                       "image2d_t",
+                                       "image2d_array_t",
+                                       "image3d_t",
+                                       "image2d_depth_t",
+                                       "image2d_array_depth_t",
+                                       "image2d_msaa_t",
+                                       "image2d_array_msaa_t",
+                                       "image2d_msaa_depth_t",
+                                       "image2d_array_msaa_depth_t"};
+  for (size_t k = 0; k < sizeof opaque / sizeof opaque[0]; k++)
+    if (strcmp(type, opaque[k]) == 0) return ARG_OTHER;
   return where == CL_KERNEL_ARG_ADDRESS_GLOBAL || where == CL_KERNEL_ARG_ADDRESS_CONSTANT
              ? ARG_BUFFER
              : ARG_SCALAR;
@@ -225,10 +247,13 @@ static devbuf_status describe_kernel(devbuf_device_t *device, devbuf__opencl_pro
     kinds[i] =
         where == CL_KERNEL_ARG_ADDRESS_LOCAL ? ARG_LOCAL : kind_of_value(cl, kernel, i, where);
   }
-  size_t group_limit = 0;
+  size_t group_limit = 0, item_limits[3] = {0, 0, 0};
   if (cl->clGetKernelWorkGroupInfo(kernel, state->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof group_limit,
                                    &group_limit, NULL) != CL_SUCCESS)
     group_limit = 0;
+  if (cl->clGetDeviceInfo(state->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof item_limits, item_limits,
+                          NULL) != CL_SUCCESS)
+    item_limits[0] = item_limits[1] = item_limits[2] = 0;
   cl->clReleaseKernel(kernel);
   if (code != CL_SUCCESS)
     return devbuf__opencl_error(code, "%s: the arguments of kernel '%.100s'", device->spec, name);
@@ -237,8 +262,11 @@ static devbuf_status describe_kernel(devbuf_device_t *device, devbuf__opencl_pro
     devbuf__free(kinds);
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to describe kernel '%.100s'", name);
   }
-  *out = (known_kernel){
-      .name = copied, .arg_count = count, .kinds = kinds, .group_limit = group_limit};
+  *out = (known_kernel){.name = copied,
+                        .arg_count = count,
+                        .kinds = kinds,
+                        .group_limit = group_limit,
+                        .item_limits = {item_limits[0], item_limits[1], item_limits[2]}};
   return DEVBUF_OK;
 }
 
@@ -269,48 +297,59 @@ static devbuf_status check_arguments(devbuf_device_t *device, const known_kernel
   return DEVBUF_OK;
 }
 
+// The largest divisor of `n` not above `most` (1 at least).
+static size_t largest_divisor(size_t n, size_t most) {
+  for (size_t q = most < n ? most : n; q > 1; q--)
+    if (n % q == 0) return q;
+  return 1;
+}
+
 // The grid of a launch, against what the device and the kernel run: local sizes within the
 // device's per-dimension limits and, together, within the kernel's group limit (the driver
 // refuses the launch otherwise: CL_INVALID_WORK_GROUP_SIZE, which would fail the queue), and
 // at most 2^32 - 1 work-groups (PoCL counts them in 32 bits: more aborted the process, ran
-// work items several times or skipped some). Where the driver chooses the local sizes, it
-// may have to choose groups of one work item (a prime global size), so the work items
-// count as groups.
+// work items several times or skipped some). Where the driver chooses the local sizes, they
+// must divide the global sizes: the fewest groups it can make are in the largest such sizes
+// (a prime global size leaves it groups of one work item).
 static devbuf_status check_grid(devbuf_device_t *device, const known_kernel *k, const char *name,
                                 const devbuf_launch_t *launch) {
-  const devbuf__opencl_device *state = devbuf__opencl_of(device);
-  const char *unit = launch->local[0] ? "work-groups" : "work items (the driver chooses groups)";
-  uint64_t groups = 1, group_size = 1; // the grid's work items fit a size_t (checked at submission)
-  size_t item_limits[3] = {0, 0, 0};
-  if (launch->local[0] &&
-      state->cl->clGetDeviceInfo(state->id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof item_limits,
-                                 item_limits, NULL) != CL_SUCCESS)
-    item_limits[0] = item_limits[1] = item_limits[2] = 0;
+  uint64_t groups = 1; // the grid's work items fit a size_t (checked at submission)
+  for (unsigned d = 0; d < launch->dims; d++) groups *= launch->global[d];
+  if (!launch->local[0] && groups <= UINT32_MAX) return DEVBUF_OK; // even in groups of one
+  size_t local[3] = {1, 1, 1}, group_size = 1;
+  size_t group_limit = k->group_limit ? k->group_limit : 1;
+  groups = 1;
   for (unsigned d = 0; d < launch->dims; d++) {
-    size_t local = launch->local[0] ? launch->local[d] : 1;
-    if (item_limits[d] && local > item_limits[d])
-      return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                           "%s: kernel '%.100s': local size %zu in dimension %u is more than the "
-                           "device runs there (%zu)",
-                           device->spec, name, local, d, item_limits[d]);
-    groups *= launch->global[d] / local;
-    group_size *= local;
+    if (launch->local[0]) {
+      local[d] = launch->local[d];
+      if (k->item_limits[d] && local[d] > k->item_limits[d])
+        return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                             "%s: kernel '%.100s': local size %zu in dimension %u is more than "
+                             "the device runs there (%zu)",
+                             device->spec, name, local[d], d, k->item_limits[d]);
+    } else {
+      size_t most = k->item_limits[d] ? k->item_limits[d] : 1;
+      size_t room = group_limit / group_size; // what the earlier dimensions left of a group
+      local[d] = largest_divisor(launch->global[d], most < room ? most : room);
+    }
+    groups *= launch->global[d] / local[d];
+    group_size *= local[d];
   }
   if (launch->local[0] && k->group_limit && group_size > k->group_limit)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "%s: kernel '%.100s': groups of %zu x %zu x %zu = %llu work items, "
-                         "more than the kernel runs in one group on this device (%zu)",
-                         device->spec, name, launch->local[0], launch->local[1], launch->local[2],
-                         (unsigned long long)group_size, k->group_limit);
+                         "%s: kernel '%.100s': groups of %zu x %zu x %zu = %zu work items, more "
+                         "than the kernel runs in one group on this device (%zu)",
+                         device->spec, name, local[0], local[1], local[2], group_size,
+                         k->group_limit);
   if (groups <= UINT32_MAX) return DEVBUF_OK;
-  return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                       "%s: kernel '%.100s': a grid of %zu x %zu x %zu work items in groups of "
-                       "%zu x %zu x %zu makes %llu %s, more than 2^32 - 1%s",
-                       device->spec, name, launch->global[0],
-                       launch->dims > 1 ? launch->global[1] : (size_t)1,
-                       launch->dims > 2 ? launch->global[2] : (size_t)1, launch->local[0],
-                       launch->local[1], launch->local[2], (unsigned long long)groups, unit,
-                       launch->local[0] ? "" : ": give local sizes");
+  return devbuf__error(
+      DEVBUF_INVALID_ARGUMENT,
+      "%s: kernel '%.100s': a grid of %zu x %zu x %zu work items makes %llu "
+      "work-groups %s %zu x %zu x %zu, more than 2^32 - 1",
+      device->spec, name, launch->global[0], launch->dims > 1 ? launch->global[1] : (size_t)1,
+      launch->dims > 2 ? launch->global[2] : (size_t)1, (unsigned long long)groups,
+      launch->local[0] ? "of" : "even in the largest groups the driver can choose,", local[0],
+      local[1], local[2]);
 }
 
 devbuf_status devbuf__opencl_program_check_launch(devbuf_device_t *device, void *backend_program,

@@ -549,7 +549,8 @@ static void caching_stats(devbuf_allocator_t *base, devbuf_allocator_stats_t *ou
   out->peak = atomic_load(&self->peak);
   out->reserved = reserved;
   out->cached = reserved > sums.active ? reserved - sums.active : 0;
-  out->released_in_flight = in_flight_cached(self);
+  out->released_in_flight = in_flight_cached(self); // "of those": no more than cached
+  if (out->released_in_flight > out->cached) out->released_in_flight = out->cached;
   out->segments = atomic_load(&self->segments);
   out->largest_free_block = largest_free(self);
   out->fragmentation = reserved ? 1.0 - (double)sums.active / (double)reserved : 0.0;

@@ -6,6 +6,7 @@
 // ranges of their segment: ordered (work) allocations may take them, others step around.
 #include "caching.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 // ---- the free tree ------------------------------------------------------------------------
@@ -97,8 +98,12 @@ static cblock *tree_lower_bound(cblock *tree, size_t size, uint64_t serial, size
 // call. Requests go where find_clear_start puts them: at the first start (the block's, or a
 // granule past an in-flight range) whose run of bytes clear of in-flight ranges holds them;
 // in a growable segment, one is served there only if pages are mapped behind all of it.
-static size_t served_without_upstream(const csegment *segment, size_t from, size_t to) {
+// *out_clear: the longest such run, the largest request the block takes at all (the whole
+// block where its ranges are too many to measure: it may take anything, serving nothing).
+static size_t served_without_upstream(const csegment *segment, size_t from, size_t to,
+                                      size_t *out_clear) {
   size_t low[RANGES_MEASURED], high[RANGES_MEASURED], count = 0;
+  *out_clear = to - from;
   for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) {
     if (r->offset >= to || r->offset + r->size <= from) continue;
     if (count == RANGES_MEASURED) return 0;
@@ -120,11 +125,14 @@ static size_t served_without_upstream(const csegment *segment, size_t from, size
     }
     if (i < count && high[i] > at) at = (high[i] + GRANULE - 1) & ~(size_t)(GRANULE - 1);
   }
+  *out_clear = longest_run;
   return served;
 }
 
 static size_t usable_bytes(const cblock *block) {
-  return served_without_upstream(block->segment, block->offset, block->offset + block->size);
+  size_t clear;
+  return served_without_upstream(block->segment, block->offset, block->offset + block->size,
+                                 &clear);
 }
 
 // The most usable bytes of a block of `tree`, or `best` if none has more. Blocks are ordered
@@ -141,23 +149,26 @@ static size_t largest_in(const cblock *tree, size_t upper, size_t best) {
 
 size_t devbuf__pool_largest(const cpool *pool) { return largest_in(pool->free_root, SIZE_MAX, 0); }
 
-// A request goes to the first block in the tree's order (smallest first) that is at least
-// its size and has room clear of in-flight bytes for it, where in a growable segment it maps
-// whatever pages its place lacks. So a block serves without the upstream only requests
-// larger than the block before it, and only up to what it serves at their place.
+// A request goes to the first block in the tree's order (smallest first) with a run of
+// bytes clear of in-flight ones that holds it, where in a growable segment it maps whatever
+// pages its place lacks. So a block serves without the upstream only requests longer than
+// every earlier block's longest clear run, and only up to what it serves at their place.
 typedef struct in_order_walk {
-  size_t floor, cap; // the requests the pool takes: above floor, up to cap
-  size_t previous_size, best;
+  size_t floor, cap;   // the requests the pool takes: above floor, up to cap
+  size_t clear_before; // the longest clear run of the blocks walked so far
+  size_t best;
 } in_order_walk;
 
 static void largest_in_order(const cblock *tree, in_order_walk *walk) {
   for (; tree; tree = tree->right) {
     largest_in_order(tree->left, walk);
-    size_t served = usable_bytes(tree);
+    size_t clear;
+    size_t served =
+        served_without_upstream(tree->segment, tree->offset, tree->offset + tree->size, &clear);
     if (served > walk->cap) served = walk->cap;
-    size_t above = walk->previous_size > walk->floor ? walk->previous_size : walk->floor;
+    size_t above = walk->clear_before > walk->floor ? walk->clear_before : walk->floor;
     if (served > above && served > walk->best) walk->best = served;
-    walk->previous_size = tree->size;
+    if (clear > walk->clear_before) walk->clear_before = clear;
   }
 }
 
@@ -255,34 +266,59 @@ csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool,
   return segment;
 }
 
-// The bytes of [from, to) that some in-flight range of `segment` holds, each once however
-// many ranges overlap on it.
-static size_t in_flight_within(const csegment *segment, size_t from, size_t to) {
-  size_t held = 0;
-  for (size_t at = from; at < to;) {
-    size_t covered_to = at, next_start = to;
-    for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) {
-      if (r->offset <= at && r->offset + r->size > covered_to) covered_to = r->offset + r->size;
-      if (r->offset > at && r->offset < next_start) next_start = r->offset;
-    }
-    if (covered_to > at) {
-      size_t end = covered_to < to ? covered_to : to;
-      held += end - at;
-      at = end;
+typedef struct byte_span {
+  size_t low, high;
+} byte_span;
+
+static int by_low(const void *a, const void *b) {
+  size_t x = ((const byte_span *)a)->low, y = ((const byte_span *)b)->low;
+  return (x > y) - (x < y);
+}
+
+// The segment's in-flight ranges as disjoint spans in address order (merged where they
+// overlap or touch), in `spans` (host memory the caller frees); how many, or SIZE_MAX
+// without host memory.
+static size_t in_flight_spans(const csegment *segment, byte_span **out_spans) {
+  size_t count = 0;
+  for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) count++;
+  byte_span *spans = devbuf__malloc(count * sizeof *spans);
+  if (!spans) return SIZE_MAX;
+  count = 0;
+  for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
+    spans[count++] = (byte_span){r->offset, r->offset + r->size};
+  qsort(spans, count, sizeof *spans, by_low);
+  size_t merged = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (merged && spans[i].low <= spans[merged - 1].high) {
+      if (spans[i].high > spans[merged - 1].high) spans[merged - 1].high = spans[i].high;
     } else {
-      at = next_start;
+      spans[merged++] = spans[i];
     }
   }
-  return held;
+  *out_spans = spans;
+  return merged;
 }
 
 uint64_t devbuf__shard_in_flight_cached(const shard *s) {
   uint64_t held = 0;
   for (const csegment *segment = s->segments; segment; segment = segment->next) {
     if (!segment->in_flight) continue;
-    for (const cblock *block = segment->first; block; block = block->after)
-      if (atomic_load_explicit(&block->state, memory_order_relaxed) != BLOCK_ACTIVE)
-        held += in_flight_within(segment, block->offset, block->offset + block->size);
+    byte_span *spans = NULL;
+    size_t count = in_flight_spans(segment, &spans);
+    if (count == SIZE_MAX) { // no host memory to sort them: what is cached of each, whole
+      for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next) held += r->size;
+      continue;
+    }
+    size_t first = 0; // the first span that ends past the block before
+    for (const cblock *block = segment->first; block && first < count; block = block->after) {
+      size_t low = block->offset, high = block->offset + block->size;
+      while (first < count && spans[first].high <= low) first++;
+      if (atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_ACTIVE) continue;
+      for (size_t i = first; i < count && spans[i].low < high; i++)
+        held += (spans[i].high < high ? spans[i].high : high) -
+                (spans[i].low > low ? spans[i].low : low);
+    }
+    devbuf__free(spans);
   }
   return held;
 }
