@@ -886,7 +886,7 @@ typedef struct devbuf_arg {
 // whose work items overflow a size_t (OVERFLOW), local sizes given for some dimensions only
 // or not dividing their global sizes, a grid the driver cannot run (CUDA's block and grid
 // limits; OpenCL's local sizes per dimension and per group, and more than 2^32 - 1 OpenCL
-// work-groups, where the driver choosing the local sizes counts as groups of one work item),
+// work-groups, counted where the driver chooses in the largest groups that divide the grid),
 // and arguments the kernel does not take: another count, or (OpenCL) a buffer where it
 // declares a value or the reverse, or an image, sampler or pipe, each named
 // (INVALID_ARGUMENT). Ordered like every submission; a launch the driver refuses later (a
