@@ -9,11 +9,13 @@
 #include "printable.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define POLICIES   2
 #define MAX_FRAMES 64 // `# frame` lines kept per allocation
@@ -346,6 +348,36 @@ static void view_free(view *v) {
   free(v->frames);
 }
 
+static const char *file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "something else";
+}
+
+// The page goes to a regular file only: opening a FIFO to write waits for a reader, forever
+// if none comes. Non-blocking, so that a FIFO made after the first check fails the open
+// (ENXIO) or the check after it instead of waiting; NULL with the reason in `why`.
+static FILE *open_page(const char *page, char *why, size_t why_capacity) {
+  int fd = open(page, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0666);
+  struct stat info;
+  if (fd < 0 || fstat(fd, &info) != 0) {
+    snprintf(why, why_capacity, "%s", strerror(errno));
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
+  FILE *file = NULL;
+  if (!S_ISREG(info.st_mode))
+    snprintf(why, why_capacity, "it is %s, not a regular file", file_kind(info.st_mode));
+  else if (ftruncate(fd, 0) != 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 ||
+           !(file = fdopen(fd, "w")))
+    snprintf(why, why_capacity, "%s", strerror(errno));
+  if (!file) close(fd);
+  return file;
+}
+
 int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char *shown,
                            const devbuf_caching_options_t *options, const char *page) {
   view v = {.runs = {{.policy = DEVBUF_TOOL_POLICY_DEVBUF}, {.policy = DEVBUF_TOOL_POLICY_CCA}}};
@@ -356,6 +388,11 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char
       input.st_ino == output.st_ino) {
     fprintf(stderr, "devbuf trace: the page %s would overwrite its input: name another file\n",
             DEVBUF_PRINTABLE(page, safe));
+    return 1;
+  }
+  if (stat(page, &output) == 0 && !S_ISREG(output.st_mode)) { // before the replays, not after
+    fprintf(stderr, "devbuf trace: cannot write the page %s: it is %s, not a regular file\n",
+            DEVBUF_PRINTABLE(page, safe), file_kind(output.st_mode));
     return 1;
   }
   uint64_t page_size =
@@ -378,10 +415,11 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char
   } else if (v.out_of_memory || !read_annotations(&v, path)) {
     fprintf(stderr, "devbuf trace: no memory to draw %s\n", DEVBUF_PRINTABLE(shown, safe));
   } else {
-    FILE *out = fopen(page, "w");
+    char why[128];
+    FILE *out = open_page(page, why, sizeof why);
     if (!out) {
-      fprintf(stderr, "devbuf trace: cannot write %s: %s\n", DEVBUF_PRINTABLE(page, safe),
-              strerror(errno));
+      fprintf(stderr, "devbuf trace: cannot write the page %s: %s\n", DEVBUF_PRINTABLE(page, safe),
+              why);
     } else {
       const char *label_of[POLICIES] = {labels[0], labels[1]};
       write_page(out, shown, &v, label_of);

@@ -211,6 +211,15 @@ for args in (["trace", "view", fifo, "-o", os.path.join(scratch, "fifo.html")], 
         expect(result.returncode == 1 and "regular file" in result.stderr, f"{args}: a FIFO is refused")
     except subprocess.TimeoutExpired:
         expect(False, f"{args}: waited on a FIFO")
+# ... and where the page is to be written: never opened to wait for a reader
+for target, kind in ((fifo, "a FIFO"), ("/dev/null", "a character device"), (scratch, "a folder")):
+    try:
+        result = run("trace", "view", trace, "-o", target, timeout=20)
+        expect(result.returncode == 1 and f"it is {kind}, not a regular file" in result.stderr and not result.stdout,
+               f"trace view -o {target}: refused: {result.returncode} {result.stderr.strip()!r}")
+    except subprocess.TimeoutExpired:
+        expect(False, f"trace view -o {target}: waited on it")
+expect(stat.S_ISFIFO(os.lstat(fifo).st_mode), "trace view -o FIFO: the FIFO is left as it was")
 
 # --json documents
 info = json.loads(run("info", "--json").stdout)
