@@ -15,7 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-// What each pass of a replay added: its system allocations and refusals.
+// What each pass of a replay added: its system allocations and refusals. Every other figure
+// covers all the passes (counts summed, peaks the highest), as the allocator's statistics
+// and the upstream's counts do: a line that mixed one pass's requests with every pass's
+// cache hits showed more hits than requests.
 typedef struct pass_figures {
   uint64_t system_allocs, refused;
 } pass_figures;
@@ -39,14 +42,17 @@ static void print_text(const char *path, const char *spec, devbuf_tool_policy po
                        int pass_count) {
   char safe_path[1024], safe_spec[64], page_text[32], a[32], b[32], c[32], d[32];
   char requested[80], reserved[80], allocator_peak[80];
-  printf("replayed %s with %s%s, %s page%s: %s allocations, %s frees, %s refused, %s "
+  char over[48] = "";
+  if (pass_count > 1) snprintf(over, sizeof over, ", %d passes into one cache", pass_count);
+  printf("replayed %s with %s%s, %s page%s%s: %s allocations, %s frees, %s refused, %s "
          "never freed\n",
          DEVBUF_PRINTABLE(path, safe_path),
          policy == DEVBUF_TOOL_POLICY_CCA ? "the model of PyTorch's caching allocator"
                                           : DEVBUF_PRINTABLE(spec, safe_spec),
          policy == DEVBUF_TOOL_POLICY_CCA ? "" : "'s policy",
          devbuf_tool_human_size(page, page_text, sizeof page_text),
-         growable ? ", growable segments" : "", devbuf_tool_grouped(summary->allocs, a, sizeof a),
+         growable ? ", growable segments" : "", over,
+         devbuf_tool_grouped(summary->allocs, a, sizeof a),
          devbuf_tool_grouped(summary->frees, b, sizeof b),
          devbuf_tool_grouped(summary->failed_allocs, c, sizeof c),
          devbuf_tool_grouped(summary->leaked, d, sizeof d));
@@ -59,7 +65,7 @@ static void print_text(const char *path, const char *spec, devbuf_tool_policy po
          devbuf_tool_grouped(stats->system_allocs, a, sizeof a),
          devbuf_tool_grouped(stats->system_frees, b, sizeof b),
          devbuf_tool_grouped(stats->cache_hits, c, sizeof c));
-  for (int i = 1; i < pass_count; i++)
+  for (int i = 0; pass_count > 1 && i < pass_count; i++)
     printf("  pass %d: %s system allocations, %s refused\n", i + 1,
            devbuf_tool_grouped(passes[i].system_allocs, a, sizeof a),
            devbuf_tool_grouped(passes[i].refused, b, sizeof b));
@@ -187,7 +193,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
                         ? (uint64_t)2 << 20 // CCA's segments: whole 2 MiB
                     : options.page_size ? options.page_size
                                         : devbuf_device_page_size(device);
-    devbuf_trace_summary_t summary, first = {0};
+    devbuf_trace_summary_t summary, all = {0};
     pass_figures passes[100];
     devbuf_allocator_stats_t stats = {0};
     // Later passes replay into what the earlier ones left cached: a workload that fits
@@ -203,16 +209,21 @@ int devbuf_cmd_trace(int argc, char **argv) {
       if (policy == DEVBUF_TOOL_POLICY_CCA)
         stats.cache_hits = stats.alloc_calls - stats.failed_allocs - counts.allocs;
       passes[pass] = (pass_figures){stats.system_allocs - allocs_before, summary.failed_allocs};
-      if (pass == 0) first = summary;
+      all.allocs += summary.allocs;
+      all.frees += summary.frees;
+      all.failed_allocs += summary.failed_allocs;
+      all.leaked += summary.leaked;
+      if (summary.peak_live_bytes > all.peak_live_bytes)
+        all.peak_live_bytes = summary.peak_live_bytes;
     }
     if (status == DEVBUF_OK && (is_snapshot || least_limit))
       status = devbuf_tool_trace_extras_measure(device, &options, trace, &extras);
     if (status == DEVBUF_OK) {
       if (json)
-        print_json(path, spec, policy, page, options.growable != 0, &first, &stats, &counts, passes,
+        print_json(path, spec, policy, page, options.growable != 0, &all, &stats, &counts, passes,
                    pass_count, &extras);
       else
-        print_text(path, spec, policy, page, options.growable != 0, &first, &stats, &counts, passes,
+        print_text(path, spec, policy, page, options.growable != 0, &all, &stats, &counts, passes,
                    pass_count);
       if (!json) devbuf_tool_trace_extras_text(&extras, stdout);
     } else {

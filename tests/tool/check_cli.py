@@ -137,6 +137,24 @@ expect(result.returncode == 2 and "from 4 KiB to 1 GiB" in result.stderr, "--pag
 result = run("trace", "replay", sized, "--page", "2G")
 expect(result.returncode == 2 and "from 4 KiB to 1 GiB, not '2G'" in result.stderr, "--page 2G refused (usage)")
 
+# --passes N: every figure covers the same passes, all N (counts summed, peaks the highest);
+# `passes` gives each pass's own system allocations and refusals
+for policy in ("devbuf", "cca"):
+    for limit in ("28MiB", "1G"):
+        one = json.loads(run("trace", "replay", sized, "--policy", policy, "--memory-limit", limit, "--json").stdout)
+        result = run("trace", "replay", sized, "--policy", policy, "--memory-limit", limit, "--passes", "3", "--json")
+        three = json.loads(result.stdout)
+        expect(three["allocs"] == 3 * one["allocs"] and three["frees"] == 3 * one["frees"] and
+               three["refused"] == sum(p["refused"] for p in three["passes"]) == 3 * one["refused"] and
+               three["never_freed"] == 3 * one["never_freed"] and
+               three["system_allocs"] == sum(p["system_allocs"] for p in three["passes"]) and
+               three["cache_hits"] + three["system_allocs"] <= three["allocs"] - three["refused"] and
+               three["peak_requested_bytes"] == one["peak_requested_bytes"],
+               f"--passes 3 --policy {policy} --memory-limit {limit}: {three}")
+text = run("trace", "replay", trace, "--passes", "8").stdout
+expect("8 passes into one cache: 16 allocations, 16 frees" in text and "15 cache hits" in text and
+       "pass 1: 1 system allocations" in text, f"--passes 8 text: {text}")
+
 # trace replay's text: human units first, the exact bytes after them (--json keeps bytes)
 result = run("trace", "replay", sized)
 expect(result.returncode == 0 and "peak requested  28.6 MiB (30,000,000 bytes)" in result.stdout
