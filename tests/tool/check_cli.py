@@ -155,6 +155,18 @@ text = run("trace", "replay", trace, "--passes", "8").stdout
 expect("8 passes into one cache: 16 allocations, 16 frees" in text and "15 cache hits" in text and
        "pass 1: 1 system allocations" in text, f"--passes 8 text: {text}")
 
+# --least-limit on a trace that allocates nothing: 0 bytes, any limit works (it said none
+# was found)
+empty = os.path.join(scratch, "empty.trace")
+with open(empty, "w") as f:
+    f.write("# devbuf trace 1\n# t 5\n")
+result = run("trace", "replay", empty, "--least-limit")
+expect(result.returncode == 0 and result.stdout.count("0 bytes: the trace allocates nothing, so any limit works") == 2
+       and "none found" not in result.stdout, f"--least-limit on no allocations: {result.stdout}")
+got = json.loads(run("trace", "replay", empty, "--least-limit", "--json").stdout)
+expect(got["allocs"] == 0 and got["least_limit_bytes"] == {"devbuf": 0, "cca": 0},
+       f"--least-limit --json on no allocations: {got}")
+
 # trace replay's text: human units first, the exact bytes after them (--json keeps bytes)
 result = run("trace", "replay", sized)
 expect(result.returncode == 0 and "peak requested  28.6 MiB (30,000,000 bytes)" in result.stdout
