@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,29 +168,65 @@ static devbuf_status replay(view *v, run *r, devbuf_device_t *device,
   return status;
 }
 
+// The microseconds of a `# t` line (`text` after "# t"): digits only, below 2^64, blanks
+// around them, as replay reads the numbers of its records.
+static bool read_time(const char *text, uint64_t *out) {
+  while (*text == ' ' || *text == '\t') text++;
+  if (*text < '0' || *text > '9') return false;
+  uint64_t value = 0;
+  for (; *text >= '0' && *text <= '9'; text++) {
+    unsigned digit = (unsigned)(*text - '0');
+    if (value > (UINT64_MAX - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  while (*text == ' ' || *text == '\t' || *text == '\r') text++;
+  *out = value;
+  return *text == '\0';
+}
+
 // The trace's annotations, which replay skips: `# t MICROSECONDS` gives the time of the
 // record after it, `# frame TEXT` lines the stack of the allocation after them (innermost
-// first). The file has passed replay, so its records are well formed.
-static int read_annotations(view *v, const char *path) {
-  char why[256], line[512];
+// first). The file has passed replay, so its records are well formed and no line is longer
+// than 255 characters, but replay does not read times: a time that is no number (a sign,
+// 2^64 or more, letters) is refused here, naming its line, where strtoull made it 0 or
+// 2^64 - 1. 1, or 0 without memory, or -1 for such a time (the message printed).
+static int read_annotations(view *v, const char *path, const char *shown) {
+  char why[256], line[512], safe[1024], safe_line[300];
   FILE *file = devbuf_tool_open_regular(path, why, sizeof why);
   if (!file) return 0;
   uint64_t event = 0, time = 0;
+  unsigned long number = 0;
   size_t next_allocation = 0, pending_first = v->frame_count, pending = 0;
-  int timed = 0;
-  while (fgets(line, sizeof line, file) && event < v->events) {
+  int timed = 0, result = 1;
+  while (fgets(line, sizeof line, file)) {
+    number++;
     line[strcspn(line, "\n")] = 0;
-    if (strncmp(line, "# t ", 4) == 0) {
-      if (!timed && !(v->times = calloc(v->events ? v->events : 1, sizeof *v->times))) break;
-      time = strtoull(line + 4, NULL, 10);
+    if (strncmp(line, "# t ", 4) == 0 || strcmp(line, "# t") == 0) {
+      if (!read_time(line + 3, &time)) {
+        fprintf(stderr,
+                "devbuf trace: %s: trace line %lu: '# t' takes the microseconds as an unsigned "
+                "decimal number below 2^64, not '%s'\n",
+                DEVBUF_PRINTABLE(shown, safe), number,
+                DEVBUF_PRINTABLE(line + (line[3] ? 4 : 3), safe_line));
+        result = -1;
+        break;
+      }
+      if (event >= v->events) continue; // the time of no record
+      if (!timed && !(v->times = calloc(v->events ? v->events : 1, sizeof *v->times))) {
+        result = 0;
+        break;
+      }
       if (!timed) // records before the first time (allocations live when recording began) take it
         for (uint64_t e = 0; e < event; e++) v->times[e] = time;
       timed = 1;
+    } else if (event >= v->events) {
+      continue;
     } else if (strncmp(line, "# frame ", 8) == 0 && pending < MAX_FRAMES) {
       char *text = strdup(line + 8);
       if (!text ||
           !grow((void **)&v->frames, &v->frame_capacity, v->frame_count, sizeof *v->frames)) {
         free(text);
+        result = 0;
         break;
       }
       v->frames[v->frame_count++] = text;
@@ -205,7 +242,7 @@ static int read_annotations(view *v, const char *path) {
     }
   }
   fclose(file);
-  return 1;
+  return result;
 }
 
 // Text for HTML: as it is, but for the characters markup gives a meaning.
@@ -408,13 +445,14 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char
     }
   }
   devbuf_status status = DEVBUF_OK;
+  int annotations = 1;
   for (int p = 0; p < POLICIES && status == DEVBUF_OK && !v.out_of_memory; p++)
     status = replay(&v, &v.runs[p], device, options, path);
   if (status != DEVBUF_OK) {
     devbuf_tool_report("trace", NULL);
-  } else if (v.out_of_memory || !read_annotations(&v, path)) {
+  } else if (v.out_of_memory || (annotations = read_annotations(&v, path, shown)) == 0) {
     fprintf(stderr, "devbuf trace: no memory to draw %s\n", DEVBUF_PRINTABLE(shown, safe));
-  } else {
+  } else if (annotations > 0) {
     char why[128];
     FILE *out = open_page(page, why, sizeof why);
     if (!out) {

@@ -155,6 +155,20 @@ text = run("trace", "replay", trace, "--passes", "8").stdout
 expect("8 passes into one cache: 16 allocations, 16 frees" in text and "15 cache hits" in text and
        "pass 1: 1 system allocations" in text, f"--passes 8 text: {text}")
 
+# `# t` times are numbers as the format's others are: a sign, 2^64 or more, or letters are
+# refused naming the line (strtoull made them 2^64 - 5, 2^64 - 1 and 0)
+timed = os.path.join(scratch, "timed.trace")
+for value, ok in (("-5", False), ("18446744073709551616", False), ("abc", False), ("", False), ("5 x", False),
+                  ("18446744073709551615", True), ("0", True)):
+    with open(timed, "w") as f:
+        f.write(f"# devbuf trace 1\n# t 1\na 1 100\n# t {value}\nf 1\n")
+    result = run("trace", "view", timed, "-o", os.path.join(scratch, "timed.html"))
+    if ok:
+        expect(result.returncode == 0, f"# t {value}: accepted: {result.stderr.strip()!r}")
+    else:
+        expect(result.returncode == 1 and "trace line 4: '# t' takes the microseconds" in result.stderr and
+               f"not '{value}'" in result.stderr and not result.stdout, f"# t {value!r}: {result.stderr.strip()!r}")
+
 # --least-limit on a trace that allocates nothing: 0 bytes, any limit works (it said none
 # was found)
 empty = os.path.join(scratch, "empty.trace")
