@@ -101,7 +101,7 @@ static void print_json(const char *path, const char *spec, devbuf_tool_policy po
 int devbuf_cmd_trace(int argc, char **argv) {
   const char *path = NULL, *spec = "cpu", *html_path = NULL, *subcommand = NULL;
   devbuf_caching_options_t options = {0};
-  int json = 0, pass_count = 1, least_limit = 0, cuda_device = 0;
+  int json = 0, pass_count = 1, least_limit = 0, cuda_device = 0, cuda_device_given = 0;
   devbuf_tool_policy policy = DEVBUF_TOOL_POLICY_DEVBUF;
   for (int i = 1; i < argc; i++) {
     char safe[256];
@@ -134,6 +134,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
                                             i + 1 < argc ? argv[++i] : NULL, 0, 1023, &number);
       if (misuse) return misuse;
       cuda_device = (int)number;
+      cuda_device_given = 1;
     } else if (strcmp(argv[i], "--passes") == 0 && subcommand[0] == 'r') {
       long count;
       int misuse = devbuf_tool_count_option("trace", "--passes", i + 1 < argc ? argv[++i] : NULL, 1,
@@ -172,6 +173,19 @@ int devbuf_cmd_trace(int argc, char **argv) {
   // A PyTorch snapshot is converted into a temporary trace that replay and view read.
   devbuf_tool_snapshot snapshot = {.trace_path = ""};
   int is_snapshot = devbuf_tool_is_snapshot(path);
+  if (cuda_device_given && !is_snapshot) {
+    // A trace holds one device's allocations: a GPU named for it would be ignored. A file
+    // that cannot be read is left to replay, which says why (exit 1).
+    char why[256], safe[1024];
+    FILE *file = devbuf_tool_open_regular(path, why, sizeof why);
+    if (file) {
+      fclose(file);
+      return devbuf_tool_misuse("trace",
+                                "--cuda-device chooses a GPU of a PyTorch snapshot; %s is a "
+                                "devbuf trace, of one device",
+                                DEVBUF_PRINTABLE(path, safe));
+    }
+  }
   if (is_snapshot && devbuf_tool_snapshot_open("trace", path, cuda_device, &snapshot)) return 1;
   const char *trace = is_snapshot ? snapshot.trace_path : path;
   devbuf_tool_trace_extras extras = {.snapshot = is_snapshot ? &snapshot.figures : NULL,

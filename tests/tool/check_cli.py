@@ -93,11 +93,24 @@ mistakes = [
     ["trace", "replay", trace, "--memory-limit", "lots"], ["trace", "replay", trace, "--memory-limit"],
     ["trace", "replay", trace, "--page", "1000"], ["trace", "replay", trace, "--page", "x"],
     ["trace", "view", trace], ["trace", "view", trace, "-o"], ["trace", "view", trace, "--json", "-o", "x.html"],
+    # words no command takes, once accepted with exit 0 (--cuda-device picks a GPU of a
+    # snapshot; a trace has one)
+    ["--version", "extra"], ["version", "--bogus"], ["help", "trace", "--bogus"], ["help", "load", "replay"],
+    ["trace", "replay", trace, "--cuda-device", "7"],
+    ["trace", "view", trace, "-o", os.path.join(scratch, "x.html"), "--cuda-device", "0"],
 ]
 for args in mistakes:
     result = run(*args)
     expect(result.returncode == 2 and "usage: devbuf" in result.stderr and not result.stdout,
            f"{args}: exit {result.returncode}, usage on stderr")
+
+result = run("trace", "replay", trace, "--cuda-device", "7")
+expect("--cuda-device chooses a GPU of a PyTorch snapshot" in result.stderr, f"--cuda-device on a trace: {result.stderr}")
+result = run("trace", "replay", os.path.join(scratch, "missing.trace"), "--cuda-device", "7")
+expect(result.returncode == 1 and "No such file" in result.stderr, f"--cuda-device, missing file: {result.stderr}")
+for args in (["help", "trace", "replay"], ["help", "trace", "view", "--help"], ["version", "-h"]):
+    result = run(*args)
+    expect(result.returncode == 0 and "usage: devbuf" in result.stdout and not result.stderr, f"{args}: help")
 
 # a stray argument is an argument, a stray dash-word an option
 for args, word in ((["info", "foo"], "foo"), (["bench", "foo"], "foo"), (["inspect", model, "extra"], "extra"),
