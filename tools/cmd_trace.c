@@ -149,6 +149,11 @@ int devbuf_cmd_trace(int argc, char **argv) {
           devbuf_tool_size_option("trace", option, i + 1 < argc ? argv[++i] : NULL, page ? 4096 : 0,
                                   page ? (uint64_t)1 << 30 : UINT64_MAX, &bytes);
       if (misuse) return misuse;
+      if (!page && bytes == 0) // the library reads a limit of 0 as none: say so, not replay
+        return devbuf_tool_misuse("trace",
+                                  "--memory-limit takes at least 1 byte, not '%s' (a limit of 0 "
+                                  "would be none: leave the option out for no limit)",
+                                  DEVBUF_PRINTABLE(argv[i], safe));
       if (page && (bytes & (bytes - 1)))
         return devbuf_tool_misuse("trace",
                                   "--page takes a power of two from 4 KiB to 1 GiB, not '%s' (%llu "

@@ -143,6 +143,12 @@ for bad, why in (("1.5G", "is not a whole number"), ("-1", "is negative"), ("", 
     result = run("trace", "replay", sized, "--memory-limit", bad)
     expect(result.returncode == 2 and f"'{bad}' {why}" in result.stderr and "usage: devbuf trace" in result.stderr and not result.stdout,
            f"--memory-limit '{bad}' refused ({why}): {result.stderr.splitlines()[:1]}")
+for zero in ("0", "0G", "0B"):  # once silently no limit at all
+    result = run("trace", "replay", sized, "--memory-limit", zero)
+    expect(result.returncode == 2 and f"--memory-limit takes at least 1 byte, not '{zero}'" in result.stderr
+           and not result.stdout, f"--memory-limit {zero} refused: {result.stderr.splitlines()[:1]}")
+result = run("trace", "view", sized, "-o", os.path.join(scratch, "zero.html"), "--memory-limit", "0")
+expect(result.returncode == 2 and "at least 1 byte" in result.stderr, "trace view --memory-limit 0 refused")
 result = run("trace", "replay", sized, "--page", "3M")
 expect(result.returncode == 2 and "power of two" in result.stderr and "'3M'" in result.stderr, "--page 3M refused")
 result = run("trace", "replay", sized, "--page", "2K")
