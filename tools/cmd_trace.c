@@ -11,9 +11,12 @@
 #include "sizes.h"
 #include "usage.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 // What each pass of a replay added: its system allocations and refusals. Every other figure
 // covers all the passes (counts summed, peaks the highest), as the allocator's statistics
@@ -175,6 +178,20 @@ int devbuf_cmd_trace(int argc, char **argv) {
   if (policy == DEVBUF_TOOL_POLICY_CCA && (options.growable || options.page_size))
     return devbuf_tool_misuse("trace", "--policy cca is PyTorch's default policy: it takes "
                                        "neither --growable nor --page");
+  // The library's messages cut a path at 200 characters, which can leave the name of a
+  // folder that exists: a file that cannot be opened is reported here, its path whole.
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    int error = errno;
+    size_t capacity = 4 * strlen(path) + 1; // \xNN at most for each byte
+    char *safe = malloc(capacity);
+    fprintf(stderr, "devbuf trace: cannot open '%s': %s\n",
+            safe ? devbuf_tool_printable(path, safe, capacity) : "(no memory to print it)",
+            strerror(error));
+    free(safe);
+    return 1;
+  }
+  close(fd);
   // A PyTorch snapshot is converted into a temporary trace that replay and view read.
   devbuf_tool_snapshot snapshot = {.trace_path = ""};
   int is_snapshot = devbuf_tool_is_snapshot(path);

@@ -264,6 +264,18 @@ for args in (["inspect", os.path.join(scratch, "missing.safetensors")], ["load",
     result = run(*args)
     expect(result.returncode == 1 and result.stderr and "usage:" not in result.stderr, f"{args}: exit 1")
 
+# a missing trace is named whole, escaped, however long its path (it was cut at 200
+# characters, which could leave the name of a folder that exists)
+deep = os.path.join(scratch, "d" * 240)
+os.makedirs(deep, exist_ok=True)
+for missing in (os.path.join(deep, "missing.trace"), os.path.join(deep, "esc\x1b[2J" + "e" * 200 + ".trace")):
+    shown = missing.replace("\x1b", "\\x1b")
+    for args in (["trace", "replay", missing], ["trace", "view", missing, "-o", os.path.join(scratch, "m.html")]):
+        result = run(*args)
+        expect(result.returncode == 1 and f"cannot open '{shown}': No such file or directory" in result.stderr
+               and "\x1b" not in result.stderr, f"{args[:2]} names the missing {len(missing)}-byte path whole: "
+               f"{result.stderr.strip()[:80]!r}...{result.stderr.strip()[-80:]!r}")
+
 # a FIFO where a file is expected: refused at once, never waited on
 fifo = os.path.join(scratch, "fifo")
 os.mkfifo(fifo)
