@@ -34,10 +34,10 @@ static bool number_after(const char *from, const char *until, const char *key, u
 // The entries of a figures.json (written by the traces' converter: one `"trace": "NAME"`
 // per entry, its numbers after it). Returns how many were read, at most `capacity`.
 static size_t read_figures(const char *path, cca_figures *out, size_t capacity) {
-  char why[160];
+  char why[160], safe[4 * 4096];
   FILE *file = devbuf_tool_open_regular(path, why, sizeof why); // a FIFO never blocks
   if (!file) {
-    printf("   (skipped: cannot read %s: %s)\n", path, why);
+    printf("   (skipped: cannot read %s: %s)\n", DEVBUF_PRINTABLE(path, safe), why);
     return 0;
   }
   static char text[1 << 20];
@@ -97,13 +97,17 @@ static int by_name(const void *a, const void *b) {
 
 void bench_traces(const bench_config *config) {
   const char *folder = config->traces ? config->traces : "tests/data/traces";
+  // Folders, file names and messages come from the file system and figures.json: escaped,
+  // as everything the tool prints from a file or a path.
+  static char safe[4 * 4096];
   printf("== real allocation traces (%s): devbuf's caching allocator against PyTorch's (CCA) ==\n",
-         folder);
+         DEVBUF_PRINTABLE(folder, safe));
   DIR *dir = opendir(folder);
   if (!dir) {
+    int error = errno;
     printf("   (skipped: cannot open the folder %s: %s; run from the repository root or pass "
            "--traces DIR)\n\n",
-           folder, strerror(errno));
+           DEVBUF_PRINTABLE(folder, safe), strerror(error));
     return;
   }
   char *sources[64];
@@ -139,7 +143,7 @@ void bench_traces(const bench_config *config) {
       char name[600];
       length = snprintf(name, sizeof name, "%s/%s", sources[s], figures[t].trace);
       if (length < 0 || (size_t)length >= sizeof name) continue;
-      printf("   %s\n", name);
+      printf("   %s\n", DEVBUF_PRINTABLE(name, safe));
       for (int p = 0; p < 2; p++) {
         uint64_t page = p == 0 ? (uint64_t)2 << 20 : 4096;
         uint64_t limit = figures[t].peak_reserved;
@@ -159,7 +163,7 @@ void bench_traces(const bench_config *config) {
             replay(config->device, DEVBUF_TOOL_POLICY_DEVBUF, path, page, tight, true);
         if (!free_run.ok || !limited.ok || !cca_limited.ok || !growing.ok || !growing_limited.ok) {
           printf("   %-7s %5s cannot be replayed: %s\n", "", p == 0 ? "2 MiB" : "4 KiB",
-                 devbuf_last_error());
+                 DEVBUF_PRINTABLE(devbuf_last_error(), safe));
           continue;
         }
         double ratio = (double)free_run.peak_reserved / (double)figures[t].peak_reserved;

@@ -258,6 +258,17 @@ result = run("bench", "--only", "traces", "--traces", traces_dir, "--runs", "1")
 expect(result.returncode == 0 and f"{source}/{trace_name}" in result.stdout.splitlines()[4:6][-1].strip(),
        f"bench traces: the whole name: {result.stdout}")
 
+# ... and escapes what it prints from the folder's names and figures.json
+hostile = os.path.join(scratch, "traces\x1b]0;x\x07")
+os.makedirs(os.path.join(hostile, "src\x1b[31m"))
+shutil.copy(sized, os.path.join(hostile, "src\x1b[31m", "t\x1b[2J.trace"))
+with open(os.path.join(hostile, "src\x1b[31m", "figures.json"), "w") as f:
+    f.write('[{"trace": "t\x1b[2J.trace", "cca_peak_reserved": 31457280, "cca_system_allocs": 1}]')
+result = run("bench", "--only", "traces", "--traces", hostile, "--runs", "1")
+expect(result.returncode == 0 and "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout and
+       "traces\\x1b]0;x\\x07)" in result.stdout and "src\\x1b[31m/t\\x1b[2J.trace" in result.stdout,
+       f"bench traces: names escaped: {result.stdout[:600]!r}")
+
 # failures: exit 1, a message, no usage
 for args in (["inspect", os.path.join(scratch, "missing.safetensors")], ["load", os.path.join(scratch, "missing")],
              ["trace", "replay", os.path.join(scratch, "missing.trace")], ["load", model, "--device", "cuda:7"]):
