@@ -36,7 +36,9 @@ static const usage_entry entries[] = {
      "  benchmarks, side by side with malloc, memcpy, read() and Python; every figure is the\n"
      "  median of N runs (default 5, 1 to 101); --json: one object of every figure instead;\n"
      "  traces: the allocation traces of DIR (default tests/data/traces) against PyTorch's "
-     "figures\n"},
+     "figures\n"
+     "  --only: one section the device measures (opencl: alloc, copy, queue; cuda: alloc, copy,\n"
+     "  load); --traces: for the traces section, on cpu\n"},
     {"trace",
      "devbuf trace replay FILE [--device SPEC] [--page SIZE] [--memory-limit SIZE] [--growable]\n"
      "                          [--policy devbuf|cca] [--passes N] [--least-limit] [--json]\n"

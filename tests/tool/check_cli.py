@@ -246,6 +246,8 @@ for listing, why in ((os.path.join(scratch, "no-such-list"), "No such file"), (n
     expect(result.returncode == 1 and why in result.stderr and "no-such-model" not in result.stderr,
            f"load --expect {os.path.basename(listing)}: the list is read before the file")
 
+info_devices = json.loads(run("info", "--json").stdout)["devices"]
+
 # bench's traces table shows every trace's whole name (it used to cut them from the left)
 traces_dir = os.path.join(scratch, "traces")
 source = "a-rather-long-source-folder-name-for-the-table"
@@ -268,6 +270,65 @@ result = run("bench", "--only", "traces", "--traces", hostile, "--runs", "1")
 expect(result.returncode == 0 and "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout and
        "traces\\x1b]0;x\\x07)" in result.stdout and "src\\x1b[31m/t\\x1b[2J.trace" in result.stdout,
        f"bench traces: names escaped: {result.stdout[:600]!r}")
+
+# ... and fails (exit 1, each named on stderr, --json too) where figures.json names a
+# trace that is missing or malformed, gives an entry no figures, or is not there
+broken = os.path.join(scratch, "broken-traces")
+os.makedirs(os.path.join(broken, "a"))
+os.makedirs(os.path.join(broken, "b"))
+os.makedirs(os.path.join(broken, "c"))
+shutil.copy(sized, os.path.join(broken, "a", "ok.trace"))
+with open(os.path.join(broken, "a", "bad.trace"), "w") as f:
+    f.write("# devbuf trace 1\na 2 5\n")
+with open(os.path.join(broken, "a", "figures.json"), "w") as f:
+    json.dump([{"trace": name, "cca_peak_reserved": 31457280, "cca_system_allocs": 1}
+               for name in ("ok.trace", "missing.trace", "bad.trace")] + [{"trace": "bare.trace"}], f)
+with open(os.path.join(broken, "b", "figures.json"), "w") as f:
+    f.write("{}")
+for extra in ([], ["--json"]):
+    result = run("bench", "--only", "traces", "--traces", broken, "--runs", "1", *extra)
+    expect(result.returncode == 1 and "a/missing.trace at the 2 MiB page cannot be replayed" in result.stderr and
+           "a/bad.trace at the 4 KiB page cannot be replayed: FORMAT_ERROR: trace line 2" in result.stderr and
+           "the entry of bare.trace lacks" in result.stderr and "b/figures.json names no trace" in result.stderr and
+           "cannot read " + os.path.join(broken, "c", "figures.json") in result.stderr and
+           "7 trace rows or figures could not be measured" in result.stderr,
+           f"bench --traces with broken entries {extra}: exit {result.returncode}, {result.stderr!r}")
+    if extra:
+        expect(any("ok.trace" in f["name"] for f in json.loads(result.stdout)["figures"]),
+               "bench --json still gives the rows it measured")
+# bench --json whose document cannot be written fails, as any other output
+if os.path.exists("/dev/full"):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([tool, "bench", "--only", "threads", "--quick", "--runs", "1", "--json"], stdout=full,
+                                stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    expect(result.returncode == 1 and "cannot write the output: No space left on device" in result.stderr,
+           f"bench --json > /dev/full: exit {result.returncode}, {result.stderr.strip()!r}")
+# --only, --load and --traces are refused where the device's benchmarks would ignore them
+# (OpenCL measures alloc, copy and queue; CUDA alloc, copy and load), and run as asked where
+# it measures them
+result = run("bench", "--only", "alloc", "--traces", traces_dir)
+expect(result.returncode == 2 and "--traces is for the traces section" in result.stderr, "bench --only alloc --traces")
+fake_cuda = os.path.join(build_dir, "tests", "libfake_cuda.so")
+devices = [d["spec"] for d in info_devices if d["available"] and d["spec"] == "opencl:0"]
+cuda_env = dict(env, DEVBUF_CUDA_LIBRARY=fake_cuda)
+for spec, device_env, wrong, right in (("opencl:0", env, ["threads", "traces", "share", "load"], "queue"),
+                                       ("cuda:0", cuda_env, ["threads", "traces", "queue"], "alloc")):
+    if (spec == "opencl:0" and not devices) or (spec == "cuda:0" and not os.path.exists(fake_cuda)):
+        print(f"skipped: bench --device {spec} (not available)")
+        continue
+    for args, why in [(["--load"] if section == "load" else ["--only", section], f"{spec} measures no such section")
+                      for section in wrong] + [(["--traces", traces_dir], "measures no traces")]:
+        try:  # refused at once: a run of the device's sections would take minutes
+            result = subprocess.run([tool, "bench", "--device", spec, "--quick", "--runs", "1", *args],
+                                    capture_output=True, text=True, env=device_env, timeout=60)
+            expect(result.returncode == 2 and why in result.stderr and not result.stdout,
+                   f"bench --device {spec} {' '.join(args)}: exit {result.returncode}, {result.stderr.splitlines()[:1]}")
+        except subprocess.TimeoutExpired:
+            expect(False, f"bench --device {spec} {' '.join(args)}: ran the device's benchmarks")
+    result = subprocess.run([tool, "bench", "--device", spec, "--only", right, "--quick", "--runs", "1"],
+                            capture_output=True, text=True, env=device_env, timeout=300)
+    expect(result.returncode == 0 and result.stdout.count("\n== ") == 1,
+           f"bench --device {spec} --only {right}: one section: {result.stdout}")
 
 # failures: exit 1, a message, no usage
 for args in (["inspect", os.path.join(scratch, "missing.safetensors")], ["load", os.path.join(scratch, "missing")],
