@@ -9,7 +9,8 @@ converter it replaces, and against hostile pickles:
 - `devbuf trace replay RUN.pickle` replays what the committed trace of that run replays, and
   prints PyTorch's own figures of the run as figures.json gives them, and least limits that
   hold (nothing refused at the limit, something refused one byte below); `trace view
-  RUN.pickle` draws it; no temporary file is left behind;
+  RUN.pickle` draws it; no temporary file is left behind; docs/traces.md's example of it
+  (and docs/tool.md's figure from it) is what the tool prints;
 - every hostile pickle of tests/corpus/snapshot/expect.txt is refused by the tool with exit 1
   and its phrase; every proper prefix of a small snapshot is refused with a message, and
   one-byte changes at every offset neither crash nor go unexplained (snapshot_convert
@@ -170,6 +171,21 @@ with open(old, "wb") as f:
     pickle.dump({"segments": []}, f, protocol=1)
 result = run(tool, "trace", "replay", old)
 expect(result.returncode == 1 and b"does not start with" in result.stderr, f"protocol 1: {result.stderr}")
+
+# The docs' example is what the tool prints: docs/traces.md's run of the command it gives,
+# line for line (the path aside), and docs/tool.md's figure from it.
+docs = open(os.path.join(source, "docs", "traces.md"), encoding="utf-8").read()
+block = docs[docs.index("$ devbuf trace replay tests/data/snapshots/"):]
+block = block[:block.index("```")].splitlines()
+command = block[0][2:].split()
+example = run(tool, *command[1:3], os.path.join(source, command[3]), *command[4:]).stdout.decode().splitlines()
+expect(len(example) == len(block) - 1 and example[1:] == block[2:] and
+       example[0].split(" with ", 1)[1] == block[1].split(" with ", 1)[1],
+       "docs/traces.md's example is not what '" + " ".join(command) + "' prints:\n" + "\n".join(example))
+tool_doc = open(os.path.join(source, "docs", "tool.md"), encoding="utf-8").read()
+quoted = tool_doc[tool_doc.index('("peak requested  ') + 2:]
+quoted = quoted[:quoted.index('"')]
+expect(any(quoted in line for line in example), f"docs/tool.md quotes {quoted!r}, which the example does not print")
 
 # --least-limit on a plain trace.
 plain = os.path.join(source, "tests", "data", "traces", "ZidongLiu-DeComFL", "memory.trace")
