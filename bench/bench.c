@@ -168,6 +168,25 @@ void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]) {
   }
 }
 
+bool bench_section_runs(const bench_config *config, const char *name) {
+  return !config->only || strcmp(config->only, name) == 0;
+}
+
+// The sections each kind of device measures, as its message lists them: --only and
+// --traces are refused where they would be ignored.
+static const char *device_sections(devbuf_device_kind kind) {
+  if (kind == DEVBUF_DEVICE_OPENCL) return "alloc, copy, queue";
+  if (kind == DEVBUF_DEVICE_CUDA) return "alloc, copy, load";
+  return "alloc, copy, threads, queue, load, traces, share";
+}
+
+static bool measures(const char *sections, const char *section) {
+  size_t length = strlen(section);
+  for (const char *at = strstr(sections, section); at; at = strstr(at + 1, section))
+    if ((at == sections || at[-1] == ' ') && (at[length] == ',' || at[length] == '\0')) return true;
+  return false;
+}
+
 static bool known_section(const char *name) {
   static const char *const sections[] = {"alloc", "copy",   "threads", "queue",
                                          "load",  "traces", "share"};
@@ -179,7 +198,7 @@ static bool known_section(const char *name) {
 int devbuf_cmd_bench(int argc, char **argv) {
   bench_config config = {.runs = 5};
   bool runs_given = false; // --runs holds, before or after --quick
-  const char *spec = "cpu", *only = NULL;
+  const char *spec = "cpu", *only = NULL, *only_option = NULL;
   int json = 0;
   for (int i = 1; i < argc; i++) {
     char safe[256];
@@ -204,6 +223,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
             "bench", "--only takes alloc, copy, threads, queue, load, traces or share, not '%s'",
             devbuf_tool_printable(i + 1 < argc ? argv[i + 1] : "", safe, sizeof safe));
       only = argv[++i];
+      only_option = "--only";
     } else if (strcmp(argv[i], "--traces") == 0) {
       if (++i == argc) return devbuf_tool_misuse("bench", "--traces needs a folder of traces");
       config.traces = argv[i];
@@ -215,6 +235,7 @@ int devbuf_cmd_bench(int argc, char **argv) {
                                   found ? "not a folder" : strerror(errno));
     } else if (strcmp(argv[i], "--load") == 0) {
       only = "load";
+      only_option = "--load";
     } else if (strcmp(argv[i], "--json") == 0) {
       json = 1;
     } else {
@@ -223,6 +244,26 @@ int devbuf_cmd_bench(int argc, char **argv) {
   }
   int opened = devbuf_tool_open_device("bench", spec, &config.device);
   if (opened) return opened;
+  config.only = only;
+  const char *sections = device_sections(devbuf_device_kind_of(config.device));
+  char safe_spec[256];
+  int misuse = 0;
+  if (only && !measures(sections, only))
+    misuse = devbuf_tool_misuse("bench", "%s%s%s: %s measures no such section (it measures %s)",
+                                only_option, only_option[2] == 'o' ? " " : "",
+                                only_option[2] == 'o' ? only : "",
+                                DEVBUF_PRINTABLE(spec, safe_spec), sections);
+  else if (config.traces && !measures(sections, "traces"))
+    misuse = devbuf_tool_misuse("bench", "--traces: %s measures no traces (it measures %s)",
+                                DEVBUF_PRINTABLE(spec, safe_spec), sections);
+  else if (config.traces && only && strcmp(only, "traces") != 0)
+    misuse = devbuf_tool_misuse(
+        "bench", "--traces is for the traces section, which %s%s%s leaves out", only_option,
+        only_option[2] == 'o' ? " " : "", only_option[2] == 'o' ? only : "");
+  if (misuse) {
+    devbuf_device_release(config.device);
+    return misuse;
+  }
   // With --json the text goes nowhere and one object of every figure goes to stdout.
   FILE *json_out = NULL;
   if (json) {
@@ -237,24 +278,37 @@ int devbuf_cmd_bench(int argc, char **argv) {
   }
   printf("devbuf bench on %s (%s); every figure is the median of %d runs\n\n",
          devbuf_device_spec(config.device), devbuf_device_name(config.device), config.runs);
+  int unreplayed = 0, code = 0;
   if (devbuf_device_kind_of(config.device) == DEVBUF_DEVICE_OPENCL) {
     bench_opencl(&config);
   } else if (devbuf_device_kind_of(config.device) == DEVBUF_DEVICE_CUDA) {
     bench_cuda(&config);
   } else {
-    if (!only || strcmp(only, "alloc") == 0) bench_alloc(&config);
-    if (!only || strcmp(only, "copy") == 0) bench_copy(&config);
-    if (!only || strcmp(only, "threads") == 0) bench_threads(&config);
-    if (!only || strcmp(only, "queue") == 0) bench_queue(&config);
-    if (!only || strcmp(only, "load") == 0) bench_load(&config);
-    if (!only || strcmp(only, "traces") == 0) bench_traces(&config);
-    if (!only || strcmp(only, "share") == 0) bench_share(&config);
+    if (bench_section_runs(&config, "alloc")) bench_alloc(&config);
+    if (bench_section_runs(&config, "copy")) bench_copy(&config);
+    if (bench_section_runs(&config, "threads")) bench_threads(&config);
+    if (bench_section_runs(&config, "queue")) bench_queue(&config);
+    if (bench_section_runs(&config, "load")) bench_load(&config);
+    if (bench_section_runs(&config, "traces")) unreplayed = bench_traces(&config);
+    if (bench_section_runs(&config, "share")) bench_share(&config);
+  }
+  if (unreplayed) { // each said on stderr as it came: --json would leave them out unseen
+    fprintf(stderr, "devbuf bench: %d trace row%s or figures could not be measured\n", unreplayed,
+            unreplayed == 1 ? "" : "s");
+    code = 1;
   }
   if (json_out) {
     fflush(stdout);
     print_figures(json_out, &config);
-    fclose(json_out);
+    // A document that did not reach stdout (a full disk, a closed pipe) is a failure.
+    bool written = fflush(json_out) == 0 && !ferror(json_out);
+    int error = errno;
+    if (fclose(json_out) != 0 && written) written = false, error = errno;
+    if (!written) {
+      fprintf(stderr, "devbuf: cannot write the output: %s\n", strerror(error));
+      code = 1;
+    }
   }
   devbuf_device_release(config.device);
-  return 0;
+  return code;
 }

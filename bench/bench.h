@@ -14,7 +14,11 @@ typedef struct bench_config {
   int quick; // fewer sizes and iterations (the README's main command)
   devbuf_device_t *device;
   const char *traces; // the folder of allocation traces (--traces; NULL: tests/data/traces)
+  const char *only;   // the one section to run (--only, --load); NULL: every section
 } bench_config;
+
+// Whether the device's benchmarks run section `name` (config->only NULL: every section).
+bool bench_section_runs(const bench_config *config, const char *name);
 
 // A malloc-like allocator to compare with.
 typedef struct bench_malloc {
@@ -57,7 +61,9 @@ void bench_queue(const bench_config *config);
 void bench_queue_ring(const bench_config *config); // queue items against ring-buffer queues
 void bench_load(const bench_config *config);
 // Real allocation traces replayed against PyTorch's figures (memory figures, no timing).
-void bench_traces(const bench_config *config);
+// Returns how many rows could not be replayed, and figures.json files or entries that could
+// not be read, each also said on stderr: a folder named on purpose is measured whole.
+int bench_traces(const bench_config *config);
 // Sharing with another process: event round trips and buffer handovers (bench_share.c).
 void bench_share(const bench_config *config);
 // OpenCL devices: allocation and copies against the driver's own calls.

@@ -270,8 +270,8 @@ void bench_cuda(const bench_config *config) {
     printf("== cuda: skipped (%s) ==\n\n", devbuf_last_error());
     return;
   }
-  bench_cuda_alloc(config, &cu);
-  bench_cuda_copy(config, &cu);
-  bench_cuda_load(config);
+  if (bench_section_runs(config, "alloc")) bench_cuda_alloc(config, &cu);
+  if (bench_section_runs(config, "copy")) bench_cuda_copy(config, &cu);
+  if (bench_section_runs(config, "load")) bench_cuda_load(config);
   cu.cuStreamDestroy(cu.stream);
 }

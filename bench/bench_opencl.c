@@ -243,8 +243,8 @@ void bench_opencl(const bench_config *config) {
     printf("== opencl: skipped (%s) ==\n\n", devbuf_last_error());
     return;
   }
-  bench_opencl_alloc(config, &cl);
-  bench_opencl_copy(config, &cl);
-  bench_opencl_queue(config, &cl);
+  if (bench_section_runs(config, "alloc")) bench_opencl_alloc(config, &cl);
+  if (bench_section_runs(config, "copy")) bench_opencl_copy(config, &cl);
+  if (bench_section_runs(config, "queue")) bench_opencl_queue(config, &cl);
   cl.clReleaseCommandQueue(cl.queue);
 }

@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,34 +32,67 @@ static bool number_after(const char *from, const char *until, const char *key, u
   return end != at + strlen(needle);
 }
 
+// Says on stdout, in the table, and on stderr, where --json leaves it seen, what could not
+// be measured; counts it in `*failures`.
+static void failed(int *failures, const char *format, ...) __attribute__((format(printf, 2, 3)));
+static void failed(int *failures, const char *format, ...) {
+  char text[8192];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(text, sizeof text, format, args);
+  va_end(args);
+  printf("   (%s)\n", text);
+  fprintf(stderr, "devbuf bench: %s\n", text);
+  (*failures)++;
+}
+
 // The entries of a figures.json (written by the traces' converter: one `"trace": "NAME"`
-// per entry, its numbers after it). Returns how many were read, at most `capacity`.
-static size_t read_figures(const char *path, cca_figures *out, size_t capacity) {
-  char why[160];
+// per entry, its numbers after it). Returns how many were read, at most `capacity`; a file
+// that cannot be read, and an entry without both figures, are failures.
+static size_t read_figures(const char *path, cca_figures *out, size_t capacity, int *failures) {
+  char why[160], safe[4 * 4096], safe_name[4 * sizeof out->trace];
   FILE *file = devbuf_tool_open_regular(path, why, sizeof why); // a FIFO never blocks
   if (!file) {
-    printf("   (skipped: cannot read %s: %s)\n", path, why);
+    failed(failures, "cannot read %s: %s", DEVBUF_PRINTABLE(path, safe), why);
     return 0;
   }
   static char text[1 << 20];
   size_t length = fread(text, 1, sizeof text - 1, file);
+  bool whole = length < sizeof text - 1 || getc(file) == EOF;
   fclose(file);
   text[length] = '\0';
-  size_t count = 0;
-  for (const char *at = strstr(text, "\"trace\": \""); at && count < capacity;) {
+  if (!whole) {
+    failed(failures, "%s is over %zu bytes", DEVBUF_PRINTABLE(path, safe), sizeof text - 1);
+    return 0;
+  }
+  size_t count = 0, entries = 0;
+  const char *at = strstr(text, "\"trace\": \"");
+  for (; at && count < capacity; at = strstr(at + 1, "\"trace\": \"")) {
     const char *name = at + strlen("\"trace\": \"");
     const char *next = strstr(name, "\"trace\": \"");
     const char *quote = strchr(name, '"');
     cca_figures *f = &out[count];
+    entries++;
     if (quote && (size_t)(quote - name) < sizeof f->trace) {
       memcpy(f->trace, name, (size_t)(quote - name));
       f->trace[quote - name] = '\0';
       if (number_after(name, next, "cca_peak_reserved", &f->peak_reserved) &&
           number_after(name, next, "cca_system_allocs", &f->system_allocs))
         count++;
+      else
+        failed(failures, "%s: the entry of %s lacks cca_peak_reserved or cca_system_allocs",
+               DEVBUF_PRINTABLE(path, safe), DEVBUF_PRINTABLE(f->trace, safe_name));
+    } else {
+      failed(failures, "%s: a trace name without its end, or over %zu bytes",
+             DEVBUF_PRINTABLE(path, safe), sizeof f->trace - 1);
     }
-    at = next;
   }
+  if (at)
+    failed(failures, "%s: entries past the first %zu left out", DEVBUF_PRINTABLE(path, safe),
+           capacity);
+  if (!entries)
+    failed(failures, "%s names no trace (no \"trace\": \"NAME\" entry)",
+           DEVBUF_PRINTABLE(path, safe));
   return count;
 }
 
@@ -95,25 +129,36 @@ static int by_name(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-void bench_traces(const bench_config *config) {
+int bench_traces(const bench_config *config) {
   const char *folder = config->traces ? config->traces : "tests/data/traces";
+  // Folders, file names and messages come from the file system and figures.json: escaped,
+  // as everything the tool prints from a file or a path.
+  static char safe[4 * 4096];
   printf("== real allocation traces (%s): devbuf's caching allocator against PyTorch's (CCA) ==\n",
-         folder);
+         DEVBUF_PRINTABLE(folder, safe));
   DIR *dir = opendir(folder);
   if (!dir) {
+    int error = errno;
     printf("   (skipped: cannot open the folder %s: %s; run from the repository root or pass "
            "--traces DIR)\n\n",
-           folder, strerror(errno));
-    return;
+           DEVBUF_PRINTABLE(folder, safe), strerror(error));
+    if (config->traces) // named on purpose: not there to measure is a failure, not a skip
+      fprintf(stderr, "devbuf bench: cannot open the folder %s: %s\n",
+              DEVBUF_PRINTABLE(folder, safe), strerror(error));
+    return config->traces ? 1 : 0;
   }
   char *sources[64];
-  size_t source_count = 0;
-  for (struct dirent *entry; (entry = readdir(dir)) && source_count < 64;) {
+  size_t source_count = 0, sources_left_out = 0;
+  for (struct dirent *entry; (entry = readdir(dir));) {
     char path[4096];
     struct stat info;
     snprintf(path, sizeof path, "%s/%s", folder, entry->d_name);
-    if (entry->d_name[0] != '.' && stat(path, &info) == 0 && S_ISDIR(info.st_mode))
-      sources[source_count++] = strdup(entry->d_name); // a folder per source
+    if (entry->d_name[0] == '.' || stat(path, &info) != 0 || !S_ISDIR(info.st_mode)) continue;
+    char *source = source_count < 64 ? strdup(entry->d_name) : NULL; // a folder per source
+    if (source)
+      sources[source_count++] = source;
+    else
+      sources_left_out++;
   }
   closedir(dir);
   qsort(sources, source_count, sizeof *sources, by_name);
@@ -125,21 +170,32 @@ void bench_traces(const bench_config *config) {
   printf("   %-7s %5s %9s %7s %7s %6s %11s | %7s %9s %8s | %7s %6s %9s %4s\n", "trace:", "page",
          "requested", "CCA", "devbuf", "ratio", "sys/CCA", "refused", "sys/CCA", "pass 2", "devbuf",
          "/req", "maps/CCA", "ref");
-  int met = 0, rows = 0, growable_rows = 0;
+  int met = 0, rows = 0, growable_rows = 0, failures = 0;
   double worst_ratio = 0;
+  if (sources_left_out)
+    failed(&failures, "%zu source folders of %s left out: 64 are measured at most",
+           sources_left_out, DEVBUF_PRINTABLE(folder, safe));
   for (size_t s = 0; s < source_count; s++) {
     char path[4096];
     int length = snprintf(path, sizeof path, "%s/%s/figures.json", folder, sources[s]);
-    if (length < 0 || (size_t)length >= sizeof path) continue;
+    if (length < 0 || (size_t)length >= sizeof path) {
+      failed(&failures, "the path of %s's figures.json is too long",
+             DEVBUF_PRINTABLE(sources[s], safe));
+      continue;
+    }
     static cca_figures figures[64];
-    size_t count = read_figures(path, figures, 64);
+    size_t count = read_figures(path, figures, 64, &failures);
     for (size_t t = 0; t < count; t++) {
-      length = snprintf(path, sizeof path, "%s/%s/%s", folder, sources[s], figures[t].trace);
-      if (length < 0 || (size_t)length >= sizeof path) continue;
       char name[600];
       length = snprintf(name, sizeof name, "%s/%s", sources[s], figures[t].trace);
-      if (length < 0 || (size_t)length >= sizeof name) continue;
-      printf("   %s\n", name);
+      int path_length =
+          snprintf(path, sizeof path, "%s/%s/%s", folder, sources[s], figures[t].trace);
+      if (length < 0 || (size_t)length >= sizeof name || path_length < 0 ||
+          (size_t)path_length >= sizeof path) {
+        failed(&failures, "the path of %s is too long", DEVBUF_PRINTABLE(name, safe));
+        continue;
+      }
+      printf("   %s\n", DEVBUF_PRINTABLE(name, safe));
       for (int p = 0; p < 2; p++) {
         uint64_t page = p == 0 ? (uint64_t)2 << 20 : 4096;
         uint64_t limit = figures[t].peak_reserved;
@@ -158,8 +214,12 @@ void bench_traces(const bench_config *config) {
         replay_result growing_limited =
             replay(config->device, DEVBUF_TOOL_POLICY_DEVBUF, path, page, tight, true);
         if (!free_run.ok || !limited.ok || !cca_limited.ok || !growing.ok || !growing_limited.ok) {
-          printf("   %-7s %5s cannot be replayed: %s\n", "", p == 0 ? "2 MiB" : "4 KiB",
-                 devbuf_last_error());
+          char safe_name[sizeof name * 4];
+          DEVBUF_PRINTABLE(devbuf_last_error(), safe);
+          printf("   %-7s %5s cannot be replayed: %s\n", "", p == 0 ? "2 MiB" : "4 KiB", safe);
+          fprintf(stderr, "devbuf bench: %s at the %s page cannot be replayed: %s\n",
+                  DEVBUF_PRINTABLE(name, safe_name), p == 0 ? "2 MiB" : "4 KiB", safe);
+          failures++;
           continue;
         }
         double ratio = (double)free_run.peak_reserved / (double)figures[t].peak_reserved;
@@ -228,4 +288,5 @@ void bench_traces(const bench_config *config) {
   printf(
       "   %d of %d rows meet every target; worst ratio %.3f; with growable segments %d of %d\n\n",
       met, rows, worst_ratio, growable_rows, rows);
+  return failures;
 }

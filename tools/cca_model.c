@@ -1,7 +1,8 @@
 // The CCA reference model of cca_model.h. Each pool keeps its free blocks in one array
 // sorted by (size, address): a request's best fit is a binary search, and a replay's
 // pools hold at most a few thousand free blocks, so the moves that insertions make cost
-// less than a tree would.
+// less than a tree would. Segments that are one free block are kept in a set of their own,
+// so that a request near the limit does not look at every segment to find none.
 #include "cca_model.h"
 
 #include <stdlib.h>
@@ -28,6 +29,8 @@ struct segment {
   devbuf_memory_t memory;
   block *first; // the block at the lowest address
   int small;
+  size_t index;      // in model.segments
+  size_t whole_slot; // in model.whole_free, while the segment is one free block in its pool
 };
 
 typedef struct pool {
@@ -41,6 +44,10 @@ typedef struct model {
   pool pools[2]; // [1]: small
   segment **segments;
   size_t segment_count, segment_capacity;
+  // The segments that are one free block, in no order; as large as `segments`, so that
+  // adding one never needs memory.
+  segment **whole_free;
+  size_t whole_free_count;
 } model;
 
 static int before(const block *a, const block *b) {
@@ -94,17 +101,38 @@ static void give_back(model *m, size_t index) {
   devbuf_allocator_free(m->upstream, &s->memory);
   m->reserved -= s->memory.size;
   m->segments[index] = m->segments[--m->segment_count];
+  m->segments[index]->index = index;
   free(s);
 }
 
-// CCA's release_cached_blocks: every segment that is one free block goes back.
+static void add_whole_free(model *m, segment *s) {
+  s->whole_slot = m->whole_free_count;
+  m->whole_free[m->whole_free_count++] = s;
+}
+
+static void remove_whole_free(model *m, segment *s) {
+  segment *last = m->whole_free[--m->whole_free_count];
+  m->whole_free[s->whole_slot] = last;
+  last->whole_slot = s->whole_slot;
+}
+
+static int by_index_descending(const void *a, const void *b) {
+  size_t x = (*(segment *const *)a)->index, y = (*(segment *const *)b)->index;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+// CCA's release_cached_blocks: every segment that is one free block goes back. They go in
+// the order a scan of `segments` from its end would give them back (each leaving its slot
+// to the last segment), so that the upstream (and a view's observer) sees the same frees in
+// the same order, and `segments` keeps the layout, as with that scan.
 static void release_free_segments(model *m) {
-  for (size_t i = m->segment_count; i-- > 0;) {
-    segment *s = m->segments[i];
-    if (s->first->allocated || s->first->next) continue;
+  qsort(m->whole_free, m->whole_free_count, sizeof *m->whole_free, by_index_descending);
+  for (size_t i = 0; i < m->whole_free_count; i++) {
+    segment *s = m->whole_free[i];
     pool_remove(&m->pools[s->small], s->first);
-    give_back(m, i);
+    give_back(m, s->index);
   }
+  m->whole_free_count = 0;
 }
 
 static block *new_segment(model *m, uint64_t size, int small) {
@@ -112,7 +140,10 @@ static block *new_segment(model *m, uint64_t size, int small) {
     size_t bigger = m->segment_capacity ? 2 * m->segment_capacity : 64;
     segment **grown = realloc(m->segments, bigger * sizeof *grown);
     if (!grown) return NULL;
-    m->segments = grown, m->segment_capacity = bigger;
+    m->segments = grown;
+    grown = realloc(m->whole_free, bigger * sizeof *grown);
+    if (!grown) return NULL;
+    m->whole_free = grown, m->segment_capacity = bigger;
   }
   segment *s = calloc(1, sizeof *s);
   block *b = calloc(1, sizeof *b);
@@ -123,6 +154,7 @@ static block *new_segment(model *m, uint64_t size, int small) {
   }
   s->small = small;
   s->first = b;
+  s->index = m->segment_count;
   m->segments[m->segment_count++] = s;
   m->reserved += s->memory.size;
   *b = (block){.address = s->memory.device, .size = size, .segment = s};
@@ -141,9 +173,11 @@ static devbuf_status model_alloc(void *context, size_t size, devbuf_memory_t *ou
     b = p->free[at];
     memmove(&p->free[at], &p->free[at + 1], (p->count - at - 1) * sizeof *p->free);
     p->count--;
+    if (!b->prev && !b->next) remove_whole_free(m, b->segment);
   } else {
     uint64_t segment_size = segment_size_for(rounded);
-    if (m->memory_limit && m->reserved + segment_size > m->memory_limit) release_free_segments(m);
+    if (m->memory_limit && m->reserved + segment_size > m->memory_limit && m->whole_free_count)
+      release_free_segments(m);
     if (m->memory_limit && m->reserved + segment_size > m->memory_limit)
       return devbuf_set_error(DEVBUF_OUT_OF_MEMORY,
                               "CCA model: a %llu-byte segment for %zu bytes would pass the limit "
@@ -204,12 +238,16 @@ static void model_free(void *context, const devbuf_memory_t *memory) {
   b->allocated = 0;
   absorb(p, b, b->prev);
   absorb(p, b, b->next);
-  if (!pool_insert(p, b)) b->allocated = 1; // no memory to cache it: it stays taken
+  if (!pool_insert(p, b))
+    b->allocated = 1; // no memory to cache it: it stays taken
+  else if (!b->prev && !b->next)
+    add_whole_free(m, b->segment);
 }
 
 static void model_destroy(void *context) {
   model *m = context;
   for (int i = 0; i < 2; i++) free(m->pools[i].free);
+  free(m->whole_free);
   // Blocks still allocated belong to nobody now; their segments go back whole.
   while (m->segment_count) give_back(m, m->segment_count - 1);
   free(m->segments);

@@ -11,11 +11,17 @@
 #include "sizes.h"
 #include "usage.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-// What each pass of a replay added: its system allocations and refusals.
+// What each pass of a replay added: its system allocations and refusals. Every other figure
+// covers all the passes (counts summed, peaks the highest), as the allocator's statistics
+// and the upstream's counts do: a line that mixed one pass's requests with every pass's
+// cache hits showed more hits than requests.
 typedef struct pass_figures {
   uint64_t system_allocs, refused;
 } pass_figures;
@@ -39,14 +45,17 @@ static void print_text(const char *path, const char *spec, devbuf_tool_policy po
                        int pass_count) {
   char safe_path[1024], safe_spec[64], page_text[32], a[32], b[32], c[32], d[32];
   char requested[80], reserved[80], allocator_peak[80];
-  printf("replayed %s with %s%s, %s page%s: %s allocations, %s frees, %s refused, %s "
+  char over[48] = "";
+  if (pass_count > 1) snprintf(over, sizeof over, ", %d passes into one cache", pass_count);
+  printf("replayed %s with %s%s, %s page%s%s: %s allocations, %s frees, %s refused, %s "
          "never freed\n",
          DEVBUF_PRINTABLE(path, safe_path),
          policy == DEVBUF_TOOL_POLICY_CCA ? "the model of PyTorch's caching allocator"
                                           : DEVBUF_PRINTABLE(spec, safe_spec),
          policy == DEVBUF_TOOL_POLICY_CCA ? "" : "'s policy",
          devbuf_tool_human_size(page, page_text, sizeof page_text),
-         growable ? ", growable segments" : "", devbuf_tool_grouped(summary->allocs, a, sizeof a),
+         growable ? ", growable segments" : "", over,
+         devbuf_tool_grouped(summary->allocs, a, sizeof a),
          devbuf_tool_grouped(summary->frees, b, sizeof b),
          devbuf_tool_grouped(summary->failed_allocs, c, sizeof c),
          devbuf_tool_grouped(summary->leaked, d, sizeof d));
@@ -59,7 +68,7 @@ static void print_text(const char *path, const char *spec, devbuf_tool_policy po
          devbuf_tool_grouped(stats->system_allocs, a, sizeof a),
          devbuf_tool_grouped(stats->system_frees, b, sizeof b),
          devbuf_tool_grouped(stats->cache_hits, c, sizeof c));
-  for (int i = 1; i < pass_count; i++)
+  for (int i = 0; pass_count > 1 && i < pass_count; i++)
     printf("  pass %d: %s system allocations, %s refused\n", i + 1,
            devbuf_tool_grouped(passes[i].system_allocs, a, sizeof a),
            devbuf_tool_grouped(passes[i].refused, b, sizeof b));
@@ -95,7 +104,7 @@ static void print_json(const char *path, const char *spec, devbuf_tool_policy po
 int devbuf_cmd_trace(int argc, char **argv) {
   const char *path = NULL, *spec = "cpu", *html_path = NULL, *subcommand = NULL;
   devbuf_caching_options_t options = {0};
-  int json = 0, pass_count = 1, least_limit = 0, cuda_device = 0;
+  int json = 0, pass_count = 1, least_limit = 0, cuda_device = 0, cuda_device_given = 0;
   devbuf_tool_policy policy = DEVBUF_TOOL_POLICY_DEVBUF;
   for (int i = 1; i < argc; i++) {
     char safe[256];
@@ -128,6 +137,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
                                             i + 1 < argc ? argv[++i] : NULL, 0, 1023, &number);
       if (misuse) return misuse;
       cuda_device = (int)number;
+      cuda_device_given = 1;
     } else if (strcmp(argv[i], "--passes") == 0 && subcommand[0] == 'r') {
       long count;
       int misuse = devbuf_tool_count_option("trace", "--passes", i + 1 < argc ? argv[++i] : NULL, 1,
@@ -142,6 +152,11 @@ int devbuf_cmd_trace(int argc, char **argv) {
           devbuf_tool_size_option("trace", option, i + 1 < argc ? argv[++i] : NULL, page ? 4096 : 0,
                                   page ? (uint64_t)1 << 30 : UINT64_MAX, &bytes);
       if (misuse) return misuse;
+      if (!page && bytes == 0) // the library reads a limit of 0 as none: say so, not replay
+        return devbuf_tool_misuse("trace",
+                                  "--memory-limit takes at least 1 byte, not '%s' (a limit of 0 "
+                                  "would be none: leave the option out for no limit)",
+                                  DEVBUF_PRINTABLE(argv[i], safe));
       if (page && (bytes & (bytes - 1)))
         return devbuf_tool_misuse("trace",
                                   "--page takes a power of two from 4 KiB to 1 GiB, not '%s' (%llu "
@@ -163,9 +178,36 @@ int devbuf_cmd_trace(int argc, char **argv) {
   if (policy == DEVBUF_TOOL_POLICY_CCA && (options.growable || options.page_size))
     return devbuf_tool_misuse("trace", "--policy cca is PyTorch's default policy: it takes "
                                        "neither --growable nor --page");
+  // The library's messages cut a path at 200 characters, which can leave the name of a
+  // folder that exists: a file that cannot be opened is reported here, its path whole.
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    int error = errno;
+    size_t capacity = 4 * strlen(path) + 1; // \xNN at most for each byte
+    char *safe = malloc(capacity);
+    fprintf(stderr, "devbuf trace: cannot open '%s': %s\n",
+            safe ? devbuf_tool_printable(path, safe, capacity) : "(no memory to print it)",
+            strerror(error));
+    free(safe);
+    return 1;
+  }
+  close(fd);
   // A PyTorch snapshot is converted into a temporary trace that replay and view read.
   devbuf_tool_snapshot snapshot = {.trace_path = ""};
   int is_snapshot = devbuf_tool_is_snapshot(path);
+  if (cuda_device_given && !is_snapshot) {
+    // A trace holds one device's allocations: a GPU named for it would be ignored. A file
+    // that cannot be read is left to replay, which says why (exit 1).
+    char why[256], safe[1024];
+    FILE *file = devbuf_tool_open_regular(path, why, sizeof why);
+    if (file) {
+      fclose(file);
+      return devbuf_tool_misuse("trace",
+                                "--cuda-device chooses a GPU of a PyTorch snapshot; %s is a "
+                                "devbuf trace, of one device",
+                                DEVBUF_PRINTABLE(path, safe));
+    }
+  }
   if (is_snapshot && devbuf_tool_snapshot_open("trace", path, cuda_device, &snapshot)) return 1;
   const char *trace = is_snapshot ? snapshot.trace_path : path;
   devbuf_tool_trace_extras extras = {.snapshot = is_snapshot ? &snapshot.figures : NULL,
@@ -187,7 +229,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
                         ? (uint64_t)2 << 20 // CCA's segments: whole 2 MiB
                     : options.page_size ? options.page_size
                                         : devbuf_device_page_size(device);
-    devbuf_trace_summary_t summary, first = {0};
+    devbuf_trace_summary_t summary, all = {0};
     pass_figures passes[100];
     devbuf_allocator_stats_t stats = {0};
     // Later passes replay into what the earlier ones left cached: a workload that fits
@@ -203,16 +245,21 @@ int devbuf_cmd_trace(int argc, char **argv) {
       if (policy == DEVBUF_TOOL_POLICY_CCA)
         stats.cache_hits = stats.alloc_calls - stats.failed_allocs - counts.allocs;
       passes[pass] = (pass_figures){stats.system_allocs - allocs_before, summary.failed_allocs};
-      if (pass == 0) first = summary;
+      all.allocs += summary.allocs;
+      all.frees += summary.frees;
+      all.failed_allocs += summary.failed_allocs;
+      all.leaked += summary.leaked;
+      if (summary.peak_live_bytes > all.peak_live_bytes)
+        all.peak_live_bytes = summary.peak_live_bytes;
     }
     if (status == DEVBUF_OK && (is_snapshot || least_limit))
       status = devbuf_tool_trace_extras_measure(device, &options, trace, &extras);
     if (status == DEVBUF_OK) {
       if (json)
-        print_json(path, spec, policy, page, options.growable != 0, &first, &stats, &counts, passes,
+        print_json(path, spec, policy, page, options.growable != 0, &all, &stats, &counts, passes,
                    pass_count, &extras);
       else
-        print_text(path, spec, policy, page, options.growable != 0, &first, &stats, &counts, passes,
+        print_text(path, spec, policy, page, options.growable != 0, &all, &stats, &counts, passes,
                    pass_count);
       if (!json) devbuf_tool_trace_extras_text(&extras, stdout);
     } else {

@@ -5,6 +5,7 @@
 #include "usage.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,9 @@ static int run_command(int argc, char **argv) {
   if (argc < 2) return devbuf_tool_misuse("", "a command is needed");
   const char *command = argv[1];
   if (strcmp(command, "--version") == 0 || strcmp(command, "version") == 0) {
+    // Words after it are a mistake, as after any command, not something to ignore.
+    if (argc > 2 && devbuf_tool_wants_help(argv[2])) return devbuf_tool_help(NULL);
+    if (argc > 2) return devbuf_tool_unexpected("", argv[2], " (--version takes no argument)");
     printf("devbuf %d.%d.%d\n", DEVBUF_VERSION_MAJOR, DEVBUF_VERSION_MINOR, DEVBUF_VERSION_PATCH);
     return 0;
   }
@@ -34,6 +38,13 @@ static int run_command(int argc, char **argv) {
       char safe[256];
       return devbuf_tool_misuse("help", "no command is named '%s'",
                                 DEVBUF_PRINTABLE(argv[2], safe));
+    }
+    // After COMMAND: --help or -h again, or (for trace) the subcommand its usage covers.
+    for (int i = 3; i < argc; i++) {
+      bool subcommand = i == 3 && strcmp(argv[2], "trace") == 0 &&
+                        (strcmp(argv[3], "replay") == 0 || strcmp(argv[3], "view") == 0);
+      if (!subcommand && !devbuf_tool_wants_help(argv[i]))
+        return devbuf_tool_unexpected("help", argv[i], " (help takes one COMMAND)");
     }
     return devbuf_tool_help(argc > 2 ? argv[2] : NULL);
   }

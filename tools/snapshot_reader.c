@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -790,6 +791,51 @@ int devbuf_tool_is_snapshot(const char *path) {
   return devbuf_pickle_sniff(head, got);
 }
 
+// The temporary trace goes also when SIGHUP, SIGINT or SIGTERM ends the command: a handler
+// removes it (unlink is async-signal-safe, the path is saved before the handler can run)
+// and raises the signal again under its default action, so the process ends as it would
+// have. A signal the process ignores (nohup, a background job's SIGINT) stays ignored.
+static const int ending_signals[] = {SIGHUP, SIGINT, SIGTERM};
+#define ENDING_SIGNALS (sizeof ending_signals / sizeof *ending_signals)
+static char pending_trace[4096];
+static volatile sig_atomic_t trace_pending;
+static struct sigaction previous_actions[ENDING_SIGNALS];
+static bool handled[ENDING_SIGNALS];
+
+static void remove_pending_trace(int signal_number) {
+  if (trace_pending) unlink(pending_trace);
+  signal(signal_number, SIG_DFL);
+  raise(signal_number); // delivered once the handler returns: the signal is blocked in it
+}
+
+static void block_ending_signals(int how, sigset_t *previous) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (size_t i = 0; i < ENDING_SIGNALS; i++) sigaddset(&set, ending_signals[i]);
+  sigprocmask(how, &set, previous);
+}
+
+// With the ending signals blocked by the caller.
+static void watch_trace(const char *trace_path) {
+  snprintf(pending_trace, sizeof pending_trace, "%s", trace_path);
+  trace_pending = 1;
+  struct sigaction action = {.sa_handler = remove_pending_trace};
+  sigemptyset(&action.sa_mask);
+  for (size_t i = 0; i < ENDING_SIGNALS; i++) {
+    handled[i] = sigaction(ending_signals[i], NULL, &previous_actions[i]) == 0 &&
+                 previous_actions[i].sa_handler == SIG_DFL &&
+                 !(previous_actions[i].sa_flags & SA_SIGINFO) &&
+                 sigaction(ending_signals[i], &action, NULL) == 0;
+  }
+}
+
+// With the ending signals blocked by the caller.
+static void unwatch_trace(void) {
+  trace_pending = 0;
+  for (size_t i = 0; i < ENDING_SIGNALS; i++)
+    if (handled[i]) sigaction(ending_signals[i], &previous_actions[i], NULL), handled[i] = false;
+}
+
 int devbuf_tool_snapshot_open(const char *command, const char *path, int device,
                               devbuf_tool_snapshot *out) {
   *out = (devbuf_tool_snapshot){.trace_path = "", .device = device};
@@ -809,11 +855,15 @@ int devbuf_tool_snapshot_open(const char *command, const char *path, int device,
     const char *folder = getenv("TMPDIR");
     snprintf(out->trace_path, sizeof out->trace_path, "%s/devbuf-snapshot-XXXXXX.trace",
              folder && folder[0] ? folder : "/tmp");
+    sigset_t unblocked;
+    block_ending_signals(SIG_BLOCK, &unblocked); // no signal between the file and its handler
     int fd = mkstemps(out->trace_path, 6);
+    if (fd >= 0) watch_trace(out->trace_path);
+    sigprocmask(SIG_SETMASK, &unblocked, NULL);
     if (fd < 0 || !(trace = fdopen(fd, "w"))) {
       snprintf(why, sizeof why, "cannot make a temporary trace %s: %s",
                DEVBUF_PRINTABLE(out->trace_path, safe), strerror(errno));
-      if (fd >= 0) close(fd), unlink(out->trace_path);
+      if (fd >= 0) close(fd), devbuf_tool_snapshot_close(out);
       out->trace_path[0] = '\0';
     }
   }
@@ -839,6 +889,11 @@ int devbuf_tool_snapshot_open(const char *command, const char *path, int device,
 }
 
 void devbuf_tool_snapshot_close(devbuf_tool_snapshot *snapshot) {
-  if (snapshot->trace_path[0]) unlink(snapshot->trace_path);
+  if (!snapshot->trace_path[0]) return;
+  sigset_t unblocked;
+  block_ending_signals(SIG_BLOCK, &unblocked);
+  unlink(snapshot->trace_path);
+  unwatch_trace();
+  sigprocmask(SIG_SETMASK, &unblocked, NULL);
   snapshot->trace_path[0] = '\0';
 }

@@ -32,6 +32,9 @@ static void print_limit(const char *policy, const devbuf_tool_least_limit *limit
   if (limit->bytes)
     fprintf(out, "  %-10s %s, %u replays\n", policy,
             size_text((int64_t)limit->bytes, text, sizeof text), limit->replays);
+  else if (limit->peak_free == 0) // nothing to bisect: every limit, 0 included, refuses nothing
+    fprintf(out, "  %-10s 0 bytes: the trace allocates nothing, so any limit works, %u replay%s\n",
+            policy, limit->replays, limit->replays == 1 ? "" : "s");
   else
     fprintf(out, "  %-10s none found up to 256 times its unlimited peak\n", policy);
 }

@@ -9,11 +9,14 @@
 #include "printable.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define POLICIES   2
 #define MAX_FRAMES 64 // `# frame` lines kept per allocation
@@ -165,29 +168,65 @@ static devbuf_status replay(view *v, run *r, devbuf_device_t *device,
   return status;
 }
 
+// The microseconds of a `# t` line (`text` after "# t"): digits only, below 2^64, blanks
+// around them, as replay reads the numbers of its records.
+static bool read_time(const char *text, uint64_t *out) {
+  while (*text == ' ' || *text == '\t') text++;
+  if (*text < '0' || *text > '9') return false;
+  uint64_t value = 0;
+  for (; *text >= '0' && *text <= '9'; text++) {
+    unsigned digit = (unsigned)(*text - '0');
+    if (value > (UINT64_MAX - digit) / 10) return false;
+    value = value * 10 + digit;
+  }
+  while (*text == ' ' || *text == '\t' || *text == '\r') text++;
+  *out = value;
+  return *text == '\0';
+}
+
 // The trace's annotations, which replay skips: `# t MICROSECONDS` gives the time of the
 // record after it, `# frame TEXT` lines the stack of the allocation after them (innermost
-// first). The file has passed replay, so its records are well formed.
-static int read_annotations(view *v, const char *path) {
-  char why[256], line[512];
+// first). The file has passed replay, so its records are well formed and no line is longer
+// than 255 characters, but replay does not read times: a time that is no number (a sign,
+// 2^64 or more, letters) is refused here, naming its line, where strtoull made it 0 or
+// 2^64 - 1. 1, or 0 without memory, or -1 for such a time (the message printed).
+static int read_annotations(view *v, const char *path, const char *shown) {
+  char why[256], line[512], safe[1024], safe_line[300];
   FILE *file = devbuf_tool_open_regular(path, why, sizeof why);
   if (!file) return 0;
   uint64_t event = 0, time = 0;
+  unsigned long number = 0;
   size_t next_allocation = 0, pending_first = v->frame_count, pending = 0;
-  int timed = 0;
-  while (fgets(line, sizeof line, file) && event < v->events) {
+  int timed = 0, result = 1;
+  while (fgets(line, sizeof line, file)) {
+    number++;
     line[strcspn(line, "\n")] = 0;
-    if (strncmp(line, "# t ", 4) == 0) {
-      if (!timed && !(v->times = calloc(v->events ? v->events : 1, sizeof *v->times))) break;
-      time = strtoull(line + 4, NULL, 10);
+    if (strncmp(line, "# t ", 4) == 0 || strcmp(line, "# t") == 0) {
+      if (!read_time(line + 3, &time)) {
+        fprintf(stderr,
+                "devbuf trace: %s: trace line %lu: '# t' takes the microseconds as an unsigned "
+                "decimal number below 2^64, not '%s'\n",
+                DEVBUF_PRINTABLE(shown, safe), number,
+                DEVBUF_PRINTABLE(line + (line[3] ? 4 : 3), safe_line));
+        result = -1;
+        break;
+      }
+      if (event >= v->events) continue; // the time of no record
+      if (!timed && !(v->times = calloc(v->events ? v->events : 1, sizeof *v->times))) {
+        result = 0;
+        break;
+      }
       if (!timed) // records before the first time (allocations live when recording began) take it
         for (uint64_t e = 0; e < event; e++) v->times[e] = time;
       timed = 1;
+    } else if (event >= v->events) {
+      continue;
     } else if (strncmp(line, "# frame ", 8) == 0 && pending < MAX_FRAMES) {
       char *text = strdup(line + 8);
       if (!text ||
           !grow((void **)&v->frames, &v->frame_capacity, v->frame_count, sizeof *v->frames)) {
         free(text);
+        result = 0;
         break;
       }
       v->frames[v->frame_count++] = text;
@@ -203,7 +242,7 @@ static int read_annotations(view *v, const char *path) {
     }
   }
   fclose(file);
-  return 1;
+  return result;
 }
 
 // Text for HTML: as it is, but for the characters markup gives a meaning.
@@ -346,6 +385,36 @@ static void view_free(view *v) {
   free(v->frames);
 }
 
+static const char *file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "something else";
+}
+
+// The page goes to a regular file only: opening a FIFO to write waits for a reader, forever
+// if none comes. Non-blocking, so that a FIFO made after the first check fails the open
+// (ENXIO) or the check after it instead of waiting; NULL with the reason in `why`.
+static FILE *open_page(const char *page, char *why, size_t why_capacity) {
+  int fd = open(page, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0666);
+  struct stat info;
+  if (fd < 0 || fstat(fd, &info) != 0) {
+    snprintf(why, why_capacity, "%s", strerror(errno));
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
+  FILE *file = NULL;
+  if (!S_ISREG(info.st_mode))
+    snprintf(why, why_capacity, "it is %s, not a regular file", file_kind(info.st_mode));
+  else if (ftruncate(fd, 0) != 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 ||
+           !(file = fdopen(fd, "w")))
+    snprintf(why, why_capacity, "%s", strerror(errno));
+  if (!file) close(fd);
+  return file;
+}
+
 int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char *shown,
                            const devbuf_caching_options_t *options, const char *page) {
   view v = {.runs = {{.policy = DEVBUF_TOOL_POLICY_DEVBUF}, {.policy = DEVBUF_TOOL_POLICY_CCA}}};
@@ -356,6 +425,11 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char
       input.st_ino == output.st_ino) {
     fprintf(stderr, "devbuf trace: the page %s would overwrite its input: name another file\n",
             DEVBUF_PRINTABLE(page, safe));
+    return 1;
+  }
+  if (stat(page, &output) == 0 && !S_ISREG(output.st_mode)) { // before the replays, not after
+    fprintf(stderr, "devbuf trace: cannot write the page %s: it is %s, not a regular file\n",
+            DEVBUF_PRINTABLE(page, safe), file_kind(output.st_mode));
     return 1;
   }
   uint64_t page_size =
@@ -371,17 +445,19 @@ int devbuf_tool_trace_view(devbuf_device_t *device, const char *path, const char
     }
   }
   devbuf_status status = DEVBUF_OK;
+  int annotations = 1;
   for (int p = 0; p < POLICIES && status == DEVBUF_OK && !v.out_of_memory; p++)
     status = replay(&v, &v.runs[p], device, options, path);
   if (status != DEVBUF_OK) {
     devbuf_tool_report("trace", NULL);
-  } else if (v.out_of_memory || !read_annotations(&v, path)) {
+  } else if (v.out_of_memory || (annotations = read_annotations(&v, path, shown)) == 0) {
     fprintf(stderr, "devbuf trace: no memory to draw %s\n", DEVBUF_PRINTABLE(shown, safe));
-  } else {
-    FILE *out = fopen(page, "w");
+  } else if (annotations > 0) {
+    char why[128];
+    FILE *out = open_page(page, why, sizeof why);
     if (!out) {
-      fprintf(stderr, "devbuf trace: cannot write %s: %s\n", DEVBUF_PRINTABLE(page, safe),
-              strerror(errno));
+      fprintf(stderr, "devbuf trace: cannot write the page %s: %s\n", DEVBUF_PRINTABLE(page, safe),
+              why);
     } else {
       const char *label_of[POLICIES] = {labels[0], labels[1]};
       write_page(out, shown, &v, label_of);

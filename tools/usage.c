@@ -36,7 +36,9 @@ static const usage_entry entries[] = {
      "  benchmarks, side by side with malloc, memcpy, read() and Python; every figure is the\n"
      "  median of N runs (default 5, 1 to 101); --json: one object of every figure instead;\n"
      "  traces: the allocation traces of DIR (default tests/data/traces) against PyTorch's "
-     "figures\n"},
+     "figures\n"
+     "  --only: one section the device measures (opencl: alloc, copy, queue; cuda: alloc, copy,\n"
+     "  load); --traces: for the traces section, on cpu\n"},
     {"trace",
      "devbuf trace replay FILE [--device SPEC] [--page SIZE] [--memory-limit SIZE] [--growable]\n"
      "                          [--policy devbuf|cca] [--passes N] [--least-limit] [--json]\n"
@@ -53,8 +55,9 @@ static const usage_entry entries[] = {
      "  allocator reserved in that run); --growable: growable segments (each pool one segment\n"
      "  that maps memory as it grows); --policy cca: a model of PyTorch's CUDA caching\n"
      "  allocator with its defaults instead of devbuf's; --passes: replays N times into the\n"
-     "  same cache and says what each later pass allocated from the system; --least-limit: the\n"
-     "  smallest memory limit under which each policy refuses nothing (always for snapshots);\n"
+     "  same cache, every figure over all N passes, and says what each pass allocated from the\n"
+     "  system and refused; --least-limit: the smallest memory limit under which each policy\n"
+     "  refuses nothing (always for snapshots);\n"
      "  sizes are bytes or take a unit: 4096, 64KiB, 512MiB, 2G (1024-based, with or without B)\n"
      "  view: devbuf's policy and PyTorch's side by side on one self-contained HTML page: live\n"
      "  bytes stacked by allocation, reserved bytes, refusals; hover (with a snapshot's stack\n"

@@ -93,11 +93,24 @@ mistakes = [
     ["trace", "replay", trace, "--memory-limit", "lots"], ["trace", "replay", trace, "--memory-limit"],
     ["trace", "replay", trace, "--page", "1000"], ["trace", "replay", trace, "--page", "x"],
     ["trace", "view", trace], ["trace", "view", trace, "-o"], ["trace", "view", trace, "--json", "-o", "x.html"],
+    # words no command takes, once accepted with exit 0 (--cuda-device picks a GPU of a
+    # snapshot; a trace has one)
+    ["--version", "extra"], ["version", "--bogus"], ["help", "trace", "--bogus"], ["help", "load", "replay"],
+    ["trace", "replay", trace, "--cuda-device", "7"],
+    ["trace", "view", trace, "-o", os.path.join(scratch, "x.html"), "--cuda-device", "0"],
 ]
 for args in mistakes:
     result = run(*args)
     expect(result.returncode == 2 and "usage: devbuf" in result.stderr and not result.stdout,
            f"{args}: exit {result.returncode}, usage on stderr")
+
+result = run("trace", "replay", trace, "--cuda-device", "7")
+expect("--cuda-device chooses a GPU of a PyTorch snapshot" in result.stderr, f"--cuda-device on a trace: {result.stderr}")
+result = run("trace", "replay", os.path.join(scratch, "missing.trace"), "--cuda-device", "7")
+expect(result.returncode == 1 and "No such file" in result.stderr, f"--cuda-device, missing file: {result.stderr}")
+for args in (["help", "trace", "replay"], ["help", "trace", "view", "--help"], ["version", "-h"]):
+    result = run(*args)
+    expect(result.returncode == 0 and "usage: devbuf" in result.stdout and not result.stderr, f"{args}: help")
 
 # a stray argument is an argument, a stray dash-word an option
 for args, word in ((["info", "foo"], "foo"), (["bench", "foo"], "foo"), (["inspect", model, "extra"], "extra"),
@@ -130,12 +143,62 @@ for bad, why in (("1.5G", "is not a whole number"), ("-1", "is negative"), ("", 
     result = run("trace", "replay", sized, "--memory-limit", bad)
     expect(result.returncode == 2 and f"'{bad}' {why}" in result.stderr and "usage: devbuf trace" in result.stderr and not result.stdout,
            f"--memory-limit '{bad}' refused ({why}): {result.stderr.splitlines()[:1]}")
+for zero in ("0", "0G", "0B"):  # once silently no limit at all
+    result = run("trace", "replay", sized, "--memory-limit", zero)
+    expect(result.returncode == 2 and f"--memory-limit takes at least 1 byte, not '{zero}'" in result.stderr
+           and not result.stdout, f"--memory-limit {zero} refused: {result.stderr.splitlines()[:1]}")
+result = run("trace", "view", sized, "-o", os.path.join(scratch, "zero.html"), "--memory-limit", "0")
+expect(result.returncode == 2 and "at least 1 byte" in result.stderr, "trace view --memory-limit 0 refused")
 result = run("trace", "replay", sized, "--page", "3M")
 expect(result.returncode == 2 and "power of two" in result.stderr and "'3M'" in result.stderr, "--page 3M refused")
 result = run("trace", "replay", sized, "--page", "2K")
 expect(result.returncode == 2 and "from 4 KiB to 1 GiB" in result.stderr, "--page 2K refused")
 result = run("trace", "replay", sized, "--page", "2G")
 expect(result.returncode == 2 and "from 4 KiB to 1 GiB, not '2G'" in result.stderr, "--page 2G refused (usage)")
+
+# --passes N: every figure covers the same passes, all N (counts summed, peaks the highest);
+# `passes` gives each pass's own system allocations and refusals
+for policy in ("devbuf", "cca"):
+    for limit in ("28MiB", "1G"):
+        one = json.loads(run("trace", "replay", sized, "--policy", policy, "--memory-limit", limit, "--json").stdout)
+        result = run("trace", "replay", sized, "--policy", policy, "--memory-limit", limit, "--passes", "3", "--json")
+        three = json.loads(result.stdout)
+        expect(three["allocs"] == 3 * one["allocs"] and three["frees"] == 3 * one["frees"] and
+               three["refused"] == sum(p["refused"] for p in three["passes"]) == 3 * one["refused"] and
+               three["never_freed"] == 3 * one["never_freed"] and
+               three["system_allocs"] == sum(p["system_allocs"] for p in three["passes"]) and
+               three["cache_hits"] + three["system_allocs"] <= three["allocs"] - three["refused"] and
+               three["peak_requested_bytes"] == one["peak_requested_bytes"],
+               f"--passes 3 --policy {policy} --memory-limit {limit}: {three}")
+text = run("trace", "replay", trace, "--passes", "8").stdout
+expect("8 passes into one cache: 16 allocations, 16 frees" in text and "15 cache hits" in text and
+       "pass 1: 1 system allocations" in text, f"--passes 8 text: {text}")
+
+# `# t` times are numbers as the format's others are: a sign, 2^64 or more, or letters are
+# refused naming the line (strtoull made them 2^64 - 5, 2^64 - 1 and 0)
+timed = os.path.join(scratch, "timed.trace")
+for value, ok in (("-5", False), ("18446744073709551616", False), ("abc", False), ("", False), ("5 x", False),
+                  ("18446744073709551615", True), ("0", True)):
+    with open(timed, "w") as f:
+        f.write(f"# devbuf trace 1\n# t 1\na 1 100\n# t {value}\nf 1\n")
+    result = run("trace", "view", timed, "-o", os.path.join(scratch, "timed.html"))
+    if ok:
+        expect(result.returncode == 0, f"# t {value}: accepted: {result.stderr.strip()!r}")
+    else:
+        expect(result.returncode == 1 and "trace line 4: '# t' takes the microseconds" in result.stderr and
+               f"not '{value}'" in result.stderr and not result.stdout, f"# t {value!r}: {result.stderr.strip()!r}")
+
+# --least-limit on a trace that allocates nothing: 0 bytes, any limit works (it said none
+# was found)
+empty = os.path.join(scratch, "empty.trace")
+with open(empty, "w") as f:
+    f.write("# devbuf trace 1\n# t 5\n")
+result = run("trace", "replay", empty, "--least-limit")
+expect(result.returncode == 0 and result.stdout.count("0 bytes: the trace allocates nothing, so any limit works") == 2
+       and "none found" not in result.stdout, f"--least-limit on no allocations: {result.stdout}")
+got = json.loads(run("trace", "replay", empty, "--least-limit", "--json").stdout)
+expect(got["allocs"] == 0 and got["least_limit_bytes"] == {"devbuf": 0, "cca": 0},
+       f"--least-limit --json on no allocations: {got}")
 
 # trace replay's text: human units first, the exact bytes after them (--json keeps bytes)
 result = run("trace", "replay", sized)
@@ -183,6 +246,8 @@ for listing, why in ((os.path.join(scratch, "no-such-list"), "No such file"), (n
     expect(result.returncode == 1 and why in result.stderr and "no-such-model" not in result.stderr,
            f"load --expect {os.path.basename(listing)}: the list is read before the file")
 
+info_devices = json.loads(run("info", "--json").stdout)["devices"]
+
 # bench's traces table shows every trace's whole name (it used to cut them from the left)
 traces_dir = os.path.join(scratch, "traces")
 source = "a-rather-long-source-folder-name-for-the-table"
@@ -195,11 +260,93 @@ result = run("bench", "--only", "traces", "--traces", traces_dir, "--runs", "1")
 expect(result.returncode == 0 and f"{source}/{trace_name}" in result.stdout.splitlines()[4:6][-1].strip(),
        f"bench traces: the whole name: {result.stdout}")
 
+# ... and escapes what it prints from the folder's names and figures.json
+hostile = os.path.join(scratch, "traces\x1b]0;x\x07")
+os.makedirs(os.path.join(hostile, "src\x1b[31m"))
+shutil.copy(sized, os.path.join(hostile, "src\x1b[31m", "t\x1b[2J.trace"))
+with open(os.path.join(hostile, "src\x1b[31m", "figures.json"), "w") as f:
+    f.write('[{"trace": "t\x1b[2J.trace", "cca_peak_reserved": 31457280, "cca_system_allocs": 1}]')
+result = run("bench", "--only", "traces", "--traces", hostile, "--runs", "1")
+expect(result.returncode == 0 and "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout and
+       "traces\\x1b]0;x\\x07)" in result.stdout and "src\\x1b[31m/t\\x1b[2J.trace" in result.stdout,
+       f"bench traces: names escaped: {result.stdout[:600]!r}")
+
+# ... and fails (exit 1, each named on stderr, --json too) where figures.json names a
+# trace that is missing or malformed, gives an entry no figures, or is not there
+broken = os.path.join(scratch, "broken-traces")
+os.makedirs(os.path.join(broken, "a"))
+os.makedirs(os.path.join(broken, "b"))
+os.makedirs(os.path.join(broken, "c"))
+shutil.copy(sized, os.path.join(broken, "a", "ok.trace"))
+with open(os.path.join(broken, "a", "bad.trace"), "w") as f:
+    f.write("# devbuf trace 1\na 2 5\n")
+with open(os.path.join(broken, "a", "figures.json"), "w") as f:
+    json.dump([{"trace": name, "cca_peak_reserved": 31457280, "cca_system_allocs": 1}
+               for name in ("ok.trace", "missing.trace", "bad.trace")] + [{"trace": "bare.trace"}], f)
+with open(os.path.join(broken, "b", "figures.json"), "w") as f:
+    f.write("{}")
+for extra in ([], ["--json"]):
+    result = run("bench", "--only", "traces", "--traces", broken, "--runs", "1", *extra)
+    expect(result.returncode == 1 and "a/missing.trace at the 2 MiB page cannot be replayed" in result.stderr and
+           "a/bad.trace at the 4 KiB page cannot be replayed: FORMAT_ERROR: trace line 2" in result.stderr and
+           "the entry of bare.trace lacks" in result.stderr and "b/figures.json names no trace" in result.stderr and
+           "cannot read " + os.path.join(broken, "c", "figures.json") in result.stderr and
+           "7 trace rows or figures could not be measured" in result.stderr,
+           f"bench --traces with broken entries {extra}: exit {result.returncode}, {result.stderr!r}")
+    if extra:
+        expect(any("ok.trace" in f["name"] for f in json.loads(result.stdout)["figures"]),
+               "bench --json still gives the rows it measured")
+# bench --json whose document cannot be written fails, as any other output
+if os.path.exists("/dev/full"):
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([tool, "bench", "--only", "threads", "--quick", "--runs", "1", "--json"], stdout=full,
+                                stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    expect(result.returncode == 1 and "cannot write the output: No space left on device" in result.stderr,
+           f"bench --json > /dev/full: exit {result.returncode}, {result.stderr.strip()!r}")
+# --only, --load and --traces are refused where the device's benchmarks would ignore them
+# (OpenCL measures alloc, copy and queue; CUDA alloc, copy and load), and run as asked where
+# it measures them
+result = run("bench", "--only", "alloc", "--traces", traces_dir)
+expect(result.returncode == 2 and "--traces is for the traces section" in result.stderr, "bench --only alloc --traces")
+fake_cuda = os.path.join(build_dir, "tests", "libfake_cuda.so")
+devices = [d["spec"] for d in info_devices if d["available"] and d["spec"] == "opencl:0"]
+cuda_env = dict(env, DEVBUF_CUDA_LIBRARY=fake_cuda)
+for spec, device_env, wrong, right in (("opencl:0", env, ["threads", "traces", "share", "load"], "queue"),
+                                       ("cuda:0", cuda_env, ["threads", "traces", "queue"], "alloc")):
+    if (spec == "opencl:0" and not devices) or (spec == "cuda:0" and not os.path.exists(fake_cuda)):
+        print(f"skipped: bench --device {spec} (not available)")
+        continue
+    for args, why in [(["--load"] if section == "load" else ["--only", section], f"{spec} measures no such section")
+                      for section in wrong] + [(["--traces", traces_dir], "measures no traces")]:
+        try:  # refused at once: a run of the device's sections would take minutes
+            result = subprocess.run([tool, "bench", "--device", spec, "--quick", "--runs", "1", *args],
+                                    capture_output=True, text=True, env=device_env, timeout=60)
+            expect(result.returncode == 2 and why in result.stderr and not result.stdout,
+                   f"bench --device {spec} {' '.join(args)}: exit {result.returncode}, {result.stderr.splitlines()[:1]}")
+        except subprocess.TimeoutExpired:
+            expect(False, f"bench --device {spec} {' '.join(args)}: ran the device's benchmarks")
+    result = subprocess.run([tool, "bench", "--device", spec, "--only", right, "--quick", "--runs", "1"],
+                            capture_output=True, text=True, env=device_env, timeout=300)
+    expect(result.returncode == 0 and result.stdout.count("\n== ") == 1,
+           f"bench --device {spec} --only {right}: one section: {result.stdout}")
+
 # failures: exit 1, a message, no usage
 for args in (["inspect", os.path.join(scratch, "missing.safetensors")], ["load", os.path.join(scratch, "missing")],
              ["trace", "replay", os.path.join(scratch, "missing.trace")], ["load", model, "--device", "cuda:7"]):
     result = run(*args)
     expect(result.returncode == 1 and result.stderr and "usage:" not in result.stderr, f"{args}: exit 1")
+
+# a missing trace is named whole, escaped, however long its path (it was cut at 200
+# characters, which could leave the name of a folder that exists)
+deep = os.path.join(scratch, "d" * 240)
+os.makedirs(deep, exist_ok=True)
+for missing in (os.path.join(deep, "missing.trace"), os.path.join(deep, "esc\x1b[2J" + "e" * 200 + ".trace")):
+    shown = missing.replace("\x1b", "\\x1b")
+    for args in (["trace", "replay", missing], ["trace", "view", missing, "-o", os.path.join(scratch, "m.html")]):
+        result = run(*args)
+        expect(result.returncode == 1 and f"cannot open '{shown}': No such file or directory" in result.stderr
+               and "\x1b" not in result.stderr, f"{args[:2]} names the missing {len(missing)}-byte path whole: "
+               f"{result.stderr.strip()[:80]!r}...{result.stderr.strip()[-80:]!r}")
 
 # a FIFO where a file is expected: refused at once, never waited on
 fifo = os.path.join(scratch, "fifo")
@@ -211,6 +358,15 @@ for args in (["trace", "view", fifo, "-o", os.path.join(scratch, "fifo.html")], 
         expect(result.returncode == 1 and "regular file" in result.stderr, f"{args}: a FIFO is refused")
     except subprocess.TimeoutExpired:
         expect(False, f"{args}: waited on a FIFO")
+# ... and where the page is to be written: never opened to wait for a reader
+for target, kind in ((fifo, "a FIFO"), ("/dev/null", "a character device"), (scratch, "a folder")):
+    try:
+        result = run("trace", "view", trace, "-o", target, timeout=20)
+        expect(result.returncode == 1 and f"it is {kind}, not a regular file" in result.stderr and not result.stdout,
+               f"trace view -o {target}: refused: {result.returncode} {result.stderr.strip()!r}")
+    except subprocess.TimeoutExpired:
+        expect(False, f"trace view -o {target}: waited on it")
+expect(stat.S_ISFIFO(os.lstat(fifo).st_mode), "trace view -o FIFO: the FIFO is left as it was")
 
 # --json documents
 info = json.loads(run("info", "--json").stdout)

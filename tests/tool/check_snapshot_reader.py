@@ -9,7 +9,9 @@ converter it replaces, and against hostile pickles:
 - `devbuf trace replay RUN.pickle` replays what the committed trace of that run replays, and
   prints PyTorch's own figures of the run as figures.json gives them, and least limits that
   hold (nothing refused at the limit, something refused one byte below); `trace view
-  RUN.pickle` draws it; no temporary file is left behind;
+  RUN.pickle` draws it; no temporary file is left behind, also when SIGTERM, SIGINT or
+  SIGHUP ends it; docs/traces.md's example of it (and docs/tool.md's figure from it) is what
+  the tool prints;
 - every hostile pickle of tests/corpus/snapshot/expect.txt is refused by the tool with exit 1
   and its phrase; every proper prefix of a small snapshot is refused with a message, and
   one-byte changes at every offset neither crash nor go unexplained (snapshot_convert
@@ -21,8 +23,10 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 tool, convert, source, scratch = sys.argv[1:5]
 sys.path.insert(0, os.path.join(source, "tests", "corpus"))
@@ -170,6 +174,42 @@ with open(old, "wb") as f:
     pickle.dump({"segments": []}, f, protocol=1)
 result = run(tool, "trace", "replay", old)
 expect(result.returncode == 1 and b"does not start with" in result.stderr, f"protocol 1: {result.stderr}")
+
+# The docs' example is what the tool prints: docs/traces.md's run of the command it gives,
+# line for line (the path aside), and docs/tool.md's figure from it.
+docs = open(os.path.join(source, "docs", "traces.md"), encoding="utf-8").read()
+block = docs[docs.index("$ devbuf trace replay tests/data/snapshots/"):]
+block = block[:block.index("```")].splitlines()
+command = block[0][2:].split()
+example = run(tool, *command[1:3], os.path.join(source, command[3]), *command[4:]).stdout.decode().splitlines()
+expect(len(example) == len(block) - 1 and example[1:] == block[2:] and
+       example[0].split(" with ", 1)[1] == block[1].split(" with ", 1)[1],
+       "docs/traces.md's example is not what '" + " ".join(command) + "' prints:\n" + "\n".join(example))
+tool_doc = open(os.path.join(source, "docs", "tool.md"), encoding="utf-8").read()
+quoted = tool_doc[tool_doc.index('("peak requested  ') + 2:]
+quoted = quoted[:quoted.index('"')]
+expect(any(quoted in line for line in example), f"docs/tool.md quotes {quoted!r}, which the example does not print")
+
+# The temporary trace goes also when SIGTERM, SIGINT or SIGHUP ends the command (it stayed
+# in $TMPDIR): the signal arrives once the trace exists, and the process still ends by it.
+# A SIGINT the process was started ignoring stays ignored.
+for sig, ignored in ((signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGHUP, False), (signal.SIGINT, True)):
+    page = os.path.join(scratch, "signalled.html")
+    child = subprocess.Popen([tool, "trace", "view", real, "-o", page], env=environment, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL,
+                             preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None)
+    deadline = time.monotonic() + 60
+    while not os.listdir(temporary) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    made = os.listdir(temporary)
+    child.send_signal(sig)
+    code = child.wait(timeout=120)
+    if not made:
+        print(f"skipped: {sig.name}: the command ended before its temporary trace was seen")
+    expect(code == (0 if ignored else -sig), f"{sig.name}{' (ignored)' if ignored else ''}: exit {code}")
+    expect(os.listdir(temporary) == [], f"{sig.name}: temporary files left: {os.listdir(temporary)}")
+    for name in os.listdir(temporary):
+        os.unlink(os.path.join(temporary, name))
 
 # --least-limit on a plain trace.
 plain = os.path.join(source, "tests", "data", "traces", "ZidongLiu-DeComFL", "memory.trace")
