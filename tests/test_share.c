@@ -636,6 +636,54 @@ static int by_value(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+// An exporter raises its event step by step, then releases it, while a host wait on its
+// import (here, in the same process) waits for each value in turn: a value the exporter
+// reached succeeds, also when the release is mirrored between the wait's look at the value
+// and its look at the failure (it answered CANCELLED, "released the event at 15", for 15).
+typedef struct raiser {
+  devbuf_event_t *event;
+  uint64_t top;
+  unsigned pause_us;
+} raiser;
+
+static void *raise_then_release(void *arg) {
+  raiser *r = arg;
+  for (uint64_t v = 1; v <= r->top; v++) {
+    devbuf_event_signal(r->event, v);
+    if (r->pause_us) usleep(r->pause_us);
+  }
+  devbuf_event_release(r->event);
+  return NULL;
+}
+
+static void test_waits_for_values_reached_before_a_release(void) {
+  uint64_t rng = 12345;
+  int wrong = 0;
+  for (int round = 0; round < 300; round++) {
+    devbuf_event_t *event = NULL, *imported = NULL;
+    devbuf_export_t *shared = NULL;
+    CHECK_OK(devbuf_event_create(0, &event));
+    CHECK_OK(devbuf_event_export(event, &shared));
+    CHECK_OK(devbuf_event_import(shared, &imported));
+    devbuf_export_free(shared);
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    raiser r = {event, 1 + (rng >> 33) % 30, (unsigned)((rng >> 17) % 200)};
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, raise_then_release, &r) == 0);
+    for (uint64_t v = 1; v <= r.top; v++)
+      if (devbuf_event_wait(imported, v, 3000000000ull) != DEVBUF_OK) {
+        if (!wrong++)
+          printf("     round %d, value %llu of %llu: %s\n", round, (unsigned long long)v,
+                 (unsigned long long)r.top, devbuf_last_error());
+        break;
+      }
+    CHECK_STATUS(devbuf_event_wait(imported, r.top + 1, 3000000000ull), DEVBUF_CANCELLED);
+    pthread_join(thread, NULL);
+    devbuf_event_release(imported);
+  }
+  CHECK_EQ_U(wrong, 0);
+}
+
 // Host waits in another process sleep once they have spun; each raise wakes them at once.
 // Without the wake they would notice at the end of their 20 ms slice (the raises come 30 ms
 // after the wait began, about 10 ms into a slice).
@@ -980,6 +1028,7 @@ int main(int argc, char **argv) {
   RUN(test_hostile_exporter_lowers_value);
   RUN(test_sleeping_importer_is_woken);
   RUN(test_sleeping_waits_wake_at_once);
+  RUN(test_waits_for_values_reached_before_a_release);
   RUN(test_hostile_importer_scribbles_sleepers);
   RUN(test_refusals);
   RUN(test_copy_between_an_import_and_its_exporter);

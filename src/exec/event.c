@@ -236,7 +236,9 @@ devbuf_status devbuf_event_wait(devbuf_event_t *event, uint64_t value, uint64_t 
   if (devbuf__event_reached(event, value)) return DEVBUF_OK;
   if (timeout_ns == 0) {
     devbuf_status failed = devbuf_event_status(event);
-    if (failed != DEVBUF_OK) return failed;
+    // A signal and then a failure may land between the look above and this one: a value
+    // reached before the failure still counts.
+    if (failed != DEVBUF_OK) return devbuf__event_reached(event, value) ? DEVBUF_OK : failed;
     return devbuf__error(DEVBUF_TIMEOUT, "event is at %llu, below %llu",
                          (unsigned long long)atomic_load(&event->value), (unsigned long long)value);
   }

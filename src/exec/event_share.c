@@ -308,7 +308,9 @@ __attribute__((noinline)) static devbuf_status wait_sleeping(devbuf_event_t *eve
       mirror(event, share);
     else if (waited_slices++)
       check_exporter(event, share); // the watcher does too, if it runs
-    if (local_failure(event, &failed)) return failed;
+    // The failure may have come after the value (mirrored since the look above, here or by
+    // the watcher): a value reached before it still counts.
+    if (local_failure(event, &failed)) return reached(event, page, value) ? DEVBUF_OK : failed;
     uint64_t waited = devbuf__now_ns() - start;
     if (waited >= timeout_ns)
       return devbuf__error(DEVBUF_TIMEOUT, "event stayed at %llu, below %llu, for %llu ns",
