@@ -1,10 +1,10 @@
 // A queue's wait for an event value, for every backend. On the host it is a blocking wait
 // that cancel interrupts (the CPU, CUDA). On a device with gates it is a barrier on the
-// device queue (OpenCL: a marker behind a user event) that the first of its openers opens: the event reaching the value or failing (an event watch), or
-// cancel. The worker still waits on the host until the barrier has passed, so that nothing
-// behind the wait is enqueued before the wait is over (cancel then drops it unstarted).
-// Then the worker detaches the gate, so that an opener coming later does nothing, and the
-// backend releases it.
+// device queue (OpenCL: a marker behind a user event) that the first of its openers opens: the
+// event reaching the value or failing (an event watch), or cancel. The worker still waits on the
+// host until the barrier has passed, so that nothing behind the wait is enqueued before the wait is
+// over (cancel then drops it unstarted). Then the worker detaches the gate, so that an opener
+// coming later does nothing, and the backend releases it.
 #include "queue.h"
 
 struct devbuf__wait_gate {
