@@ -157,14 +157,6 @@ static devbuf_status copy_across(devbuf__storage *dst, size_t dst_offset, devbuf
   return copy_through_bounce(dst, dst_offset, src, src_offset, size, false);
 }
 
-// An import and its exporter in one process: two storages (one storage id) over the same
-// bytes at two addresses, so an overlap their addresses do not show (a forward copy smeared
-// 199168 of 200000 bytes). Their offsets are places in the same memory.
-static bool alias_overlap(const devbuf__storage *a, size_t a_offset, const devbuf__storage *b,
-                          size_t b_offset, size_t size) {
-  return a != b && a->id == b->id && a_offset < b_offset + size && b_offset < a_offset + size;
-}
-
 devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src) {
   if (!src) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "copy_from: src is NULL");
   devbuf_status status = check_side(dst, src->size, true, "copy_from (destination)");
@@ -194,7 +186,7 @@ devbuf_status devbuf_buffer_copy_from(devbuf_buffer_t *dst, devbuf_buffer_t *src
   if (status != DEVBUF_OK) return status;
   if (devbuf__storage_kind_of(from)->file_backed && to != from)
     status = copy_from_mapping(to, dst->offset, from, src->offset, dst->size);
-  else if (alias_overlap(to, dst->offset, from, src->offset, dst->size))
+  else if (devbuf__storages_alias(to, dst->offset, from, src->offset, dst->size)) // memmove
     status = copy_through_bounce(to, dst->offset, from, src->offset, dst->size,
                                  dst->offset > src->offset);
   else if (to->device == from->device)

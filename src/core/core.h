@@ -116,6 +116,13 @@ static inline void devbuf__device_unhold(devbuf_device_t *device) {
   devbuf__device_unhold_on_line(device, devbuf__thread_line());
 }
 
+// Whether views at these offsets of two storages share bytes that their addresses do not
+// show: an import and its exporter in one process (one storage id, two storages) are one
+// memory at two addresses, and their offsets are places in that memory.
+static inline bool devbuf__storages_alias(const devbuf__storage *a, size_t a_offset,
+                                          const devbuf__storage *b, size_t b_offset, size_t size) {
+  return a != b && a->id == b->id && a_offset < b_offset + size && b_offset < a_offset + size;
+}
 static inline const devbuf__storage_kind *devbuf__storage_kind_of(const devbuf__storage *storage) {
   return storage->kind ? storage->kind : &devbuf__storage_allocation;
 }

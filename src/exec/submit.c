@@ -211,11 +211,9 @@ devbuf_status devbuf_queue_copy(devbuf_queue_t *queue, devbuf_buffer_t *dst, dev
   if (dst->size != src->size)
     return devbuf__error(DEVBUF_SIZE_MISMATCH, "copy of a %zu-byte buffer into a %zu-byte buffer",
                          src->size, dst->size);
-  // An import and its exporter in one process are two storages over the same memory at two
-  // addresses: a device copy between their overlapping bytes would smear (copy_from stages).
-  const devbuf__storage *to = dst->storage, *from = src->storage;
-  if (to != from && to->id == from->id && dst->offset < src->offset + src->size &&
-      src->offset < dst->offset + dst->size)
+  // A device copy between overlapping bytes of one memory at two addresses would smear
+  // (copy_from stages them).
+  if (devbuf__storages_alias(dst->storage, dst->offset, src->storage, src->offset, dst->size))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                          "copy: the destination (bytes %zu..%zu) and the source (bytes %zu..%zu) "
                          "are one memory through an import and its exporter, overlapping: "
