@@ -9,8 +9,8 @@ import warnings
 from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from . import _dtypes, _ext
-from ._errors import (DevbufError, HostAccessOpenError, InvalidArgumentError, OutOfRangeError, check, count,
-                      short_repr, wrong_type)
+from ._errors import (DevbufError, HostAccessOpenError, InvalidArgumentError, OutOfMemoryError, OutOfRangeError,
+                      check, count, short_repr, wrong_type)
 from ._native import DLPACK_READ_ONLY, Owned, P, lib
 
 if TYPE_CHECKING:
@@ -214,7 +214,11 @@ class Buffer(Owned):
     def to_bytes(self) -> bytes:
         """The bytes of the buffer (waiting for work that writes them)."""
         size = self.nbytes
-        data = _new_bytes(size)
+        try:
+            data = _new_bytes(size)
+        except (MemoryError, OverflowError):
+            raise OutOfMemoryError(f"to_bytes: Python could not make a bytes object of {size} bytes "
+                                   f"(the {self.dtype}{list(self.shape)} buffer's)") from None
         check(lib.devbuf_buffer_copyout(self._h, _bytes_address(data), size))
         return data
 
@@ -326,7 +330,8 @@ _PyBytes_AsString.argtypes = [ctypes.py_object]
 
 
 def _new_bytes(size: int) -> bytes:
-    """A new bytes object of `size` bytes for the library to fill (nothing else sees it yet)."""
+    """A new bytes object of `size` bytes for the library to fill (nothing else sees it yet);
+    MemoryError (no memory) or OverflowError (beyond Python's largest bytes) where it cannot."""
     return cast(bytes, _PyBytes_FromStringAndSize(None, size))
 
 
@@ -382,11 +387,23 @@ def shape_dims(shape: Any, what: str = "shape") -> list[int]:
     if getattr(shape, "ndim", 0):  # a numpy array of dimensions (it has __index__ too)
         shape = list(shape)
     elif hasattr(shape, "__index__"):
-        return [count(shape, what)]
+        return [_dimension(shape, what)]
     if isinstance(shape, (str, bytes, collections.abc.Mapping, collections.abc.Set)) or not hasattr(
             shape, "__iter__"):
         raise wrong_type(what, shape, "an integer or a sequence of integers, such as (4, 6)")
-    return [count(dim, f"{what} {short_repr(shape)}: dimension") for dim in shape]
+    return [_dimension(dim, f"{what} {short_repr(shape)}: dimension") for dim in shape]
+
+
+def _dimension(value: Any, what: str) -> int:
+    """One dimension of a shape: an integer, as numpy takes it (not a bool, nor a float that
+    happens to be whole, which numpy refuses in shapes too)."""
+    if isinstance(value, bool) or _is_bool_array(value) or not hasattr(value, "__index__"):
+        raise wrong_type(what, value, "an integer")
+    return count(value, what)
+
+
+def _is_bool_array(value: Any) -> bool:
+    return str(getattr(getattr(value, "dtype", None), "kind", "")) == "b"
 
 
 # ---- indexing --------------------------------------------------------------------------------
@@ -401,9 +418,10 @@ def _select(shape: tuple[int, ...], key: Any) -> tuple[int, int, tuple[int, ...]
     for item in items:
         if item is None or item is Ellipsis or isinstance(item, slice):
             continue
-        if isinstance(item, bool) or str(getattr(getattr(item, "dtype", None), "kind", "")) == "b":
+        if isinstance(item, bool) or _is_bool_array(item):
             raise InvalidArgumentError(f"buf[{text}]: a boolean index is a mask; {_NOT_CONTIGUOUS}")
-        if not hasattr(item, "__index__"):
+        # numpy arrays have __index__ whatever their shape; as indices, those with axes gather.
+        if getattr(item, "ndim", 0) or not hasattr(item, "__index__"):
             if not isinstance(item, (str, bytes)) and (hasattr(item, "__len__") or hasattr(item, "__array__")):
                 raise InvalidArgumentError(f"buf[{text}]: an index array gathers elements; {_NOT_CONTIGUOUS}")
             raise wrong_type("index", item, "integers, slices with step 1, ... or None, or a tuple of them")
@@ -420,41 +438,49 @@ def _select(shape: tuple[int, ...], key: Any) -> tuple[int, int, tuple[int, ...]
         items = items[:at] + rest + items[at + 1:]
     else:
         items = items + rest
-    strides = [math.prod(shape[axis + 1:]) for axis in range(len(shape))]
-    start, runs, axis = 0, 1, 0  # runs: how many separate rows the axes kept so far select
+    # Every index is checked first, as numpy checks them, and only then whether what they
+    # select is contiguous.
+    taken: list[tuple[int, int, Any]] = []  # per axis: its first element, how many, the index
     out: list[int] = []
     for item in items:
         if item is None:
             out.append(1)
             continue
-        size, stride = shape[axis], strides[axis]
+        size = shape[len(taken)]
         if isinstance(item, slice):
             try:
                 first, stop, step = item.indices(size)
             except TypeError:
                 raise wrong_type("slice bound", item, "integers or None") from None
+            except ValueError:  # a step of 0
+                first, stop, step = 0, 0, 0
             if step != 1:
                 raise InvalidArgumentError(f"buf[{text}]: the slice {_item_text(item)} is not contiguous (step "
                                            f"{step}); {_NOT_CONTIGUOUS}")
-            length = max(stop - first, 0)
-            if runs > 1 and (first, length) != (0, size):
-                raise InvalidArgumentError(f"buf[{text}] is not contiguous: it takes part of axis {axis} in each "
-                                           f"of {runs} rows; {_NOT_CONTIGUOUS}")
-            start += first * stride
-            runs *= length
-            out.append(length)
+            taken.append((first, max(stop - first, 0), item))
+            out.append(taken[-1][1])
         else:
-            index = operator.index(item)
+            try:
+                index = operator.index(item)
+            except TypeError:  # a numpy 0-d array of floats, say
+                raise wrong_type("index", item, "integers, slices with step 1, ... or None, or a tuple of "
+                                 "them") from None
             if not -size <= index < size:
-                raise OutOfRangeError(f"buf[{text}]: index {index} is out of range for axis {axis} of size {size}")
-            if runs > 1:
-                raise InvalidArgumentError(f"buf[{text}] is not contiguous: it takes one element of axis {axis} "
-                                           f"in each of {runs} rows; {_NOT_CONTIGUOUS}")
-            start += (index % size) * stride
-        axis += 1
+                raise OutOfRangeError(f"buf[{text}]: index {index} is out of range for axis {len(taken)} of "
+                                      f"size {size}")
+            taken.append((index % size, 1, item))
     elements = math.prod(out)
-    # An empty selection's start may lie past the end (buf[4:, 1] of 4 rows): any start will do.
-    return (start if elements else min(start, math.prod(shape))), elements, tuple(out)
+    if not elements:  # nothing is selected, which any place holds: the start of the buffer
+        return 0, 0, tuple(out)
+    start, runs = 0, 1  # runs: how many separate rows the axes so far select
+    for axis, (first, length, item) in enumerate(taken):
+        if runs > 1 and length != shape[axis]:
+            part = "part" if isinstance(item, slice) else "one element"
+            raise InvalidArgumentError(f"buf[{text}] is not contiguous: it takes {part} of axis {axis} in each "
+                                       f"of {runs} rows; {_NOT_CONTIGUOUS}")
+        start += first * math.prod(shape[axis + 1:])
+        runs *= length
+    return start, elements, tuple(out)
 
 
 def _item_text(item: Any) -> str:

@@ -269,7 +269,9 @@ def _limit(value: int | None, name: str) -> int:
 
 
 _FORMAT_TO_DTYPE = {fmt: name for name, fmt in _dtypes.FORMATS.items()}
-_FORMAT_TO_DTYPE.update({"l": "int64", "L": "uint64", "c": "uint8"})
+# Half floats are struct's format "e" on every Python (memoryview.cast takes them only from
+# 3.12 on, which FORMATS follows); numpy gives complex64 as "Zf".
+_FORMAT_TO_DTYPE.update({"l": "int64", "L": "uint64", "c": "uint8", "e": "float16", "Zf": "complex64"})
 
 
 def as_device(value: Device | str, what: str = "device") -> Device:

@@ -10,7 +10,7 @@ import ctypes
 import sys
 from typing import Any
 
-from ._errors import InvalidArgumentError, short_repr, wrong_type
+from ._errors import InvalidArgumentError, c_text, short_repr, wrong_type
 from ._native import lib
 
 
@@ -75,7 +75,7 @@ def _code_of_string(name: str, what: str) -> int:
     if alias is not None:
         return CODES[alias]
     value = ctypes.c_int()
-    if lib.devbuf_dtype_from_name(name.encode(), ctypes.byref(value)) == 0:  # "F32", "BF16"
+    if lib.devbuf_dtype_from_name(c_text(name, what), ctypes.byref(value)) == 0:  # "F32", "BF16"
         return value.value
     try:
         import numpy

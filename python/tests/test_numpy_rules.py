@@ -334,3 +334,68 @@ def test_messages_quote_the_index_as_written(matrix):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # indexing itself warns of nothing
         buffer[1:3]
+
+
+# ---- what the differential probe against numpy found ------------------------------------------
+@pytest.mark.parametrize("shape,key", [
+    ((4, 1), (slice(None), 0)), ((3, 3, 1), (..., -1)), ((12, 1), (slice(None), None, 0)),
+    ((3, 11), (slice(None), slice(None, 0))), ((3, 11), (slice(None), slice(5, 2))),
+    ((4, 1, 5), (slice(None, 2), slice(None), slice(5, None))), ((2, 1, 1, 3), (1, slice(None), 0)),
+    ((5, 0, 3), (slice(1, 4), slice(None), 1)),
+], ids=repr)
+def test_selections_that_skip_nothing_are_views(cpu, shape, key):
+    array = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    buffer = cpu.asbuffer(array)
+    view = buffer[key]
+    assert view.shape == array[key].shape and view.to_bytes() == array[key].tobytes()
+    assert view.storage_id == buffer.storage_id
+
+
+def test_every_index_is_checked_before_contiguity(cpu):
+    buffer = cpu.zeros((6, 4, 1), "int8")
+    with pytest.raises(devbuf.OutOfRangeError, match="index -3 is out of range for axis 2 of size 1"):
+        buffer[..., 2, -3]
+
+
+def test_empty_selections_of_sub_byte_dtypes(cpu):
+    packed = cpu.zeros((4,), "float6_e3m2")
+    assert packed[3:0].shape == (0,) and packed[3:0].to_bytes() == b""
+
+
+@pytest.mark.parametrize("key", [np.array([0, 1]), np.array([1]), np.array([[0]]), [1]], ids=repr)
+def test_index_arrays_are_refused_as_gathers(matrix, key):
+    with pytest.raises(devbuf.InvalidArgumentError, match="an index array gathers elements"):
+        matrix[1][key]
+
+
+def test_a_slice_step_of_zero_is_refused(matrix):
+    with pytest.raises(devbuf.InvalidArgumentError, match=r"the slice 0:2:0 is not contiguous \(step 0\)"):
+        matrix[1][0:2:0]
+
+
+@pytest.mark.parametrize("name", ["F32\0garbage", "BF16\0x", "I8\0", "float32\0"])
+def test_dtype_names_with_nul_bytes_are_refused(cpu, name):
+    with pytest.raises(devbuf.InvalidArgumentError, match="NUL byte"):
+        cpu.empty(3, name)
+
+
+@pytest.mark.parametrize("shape", [(2.0, 3), (True, 2), [3.0], True, np.array([True, True])], ids=repr)
+def test_shapes_take_integers_only(cpu, shape):
+    with pytest.raises(devbuf.ArgumentTypeError, match="give an integer"):
+        cpu.empty(shape, "int8")
+
+
+def test_to_bytes_beyond_python_is_out_of_memory(cpu):
+    huge = cpu.empty(2**63 - 1, "uint8")  # lazy: nothing is allocated
+    with pytest.raises(devbuf.OutOfMemoryError, match=r"to_bytes: .* 9223372036854775807 bytes"):
+        huge.to_bytes()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "complex64"])
+def test_asbuffer_copies_strided_arrays_of_every_format(cpu, dtype):
+    array = (np.arange(12) * (1.5 + (1j if dtype == "complex64" else 0))).astype(dtype).reshape(3, 4)
+    for source in (array[:, ::2], array[::-1], memoryview(array)):
+        expected = np.ascontiguousarray(np.asarray(source))
+        copied = cpu.asbuffer(source)
+        assert copied.dtype == dtype and copied.shape == expected.shape
+        assert copied.to_bytes() == expected.tobytes()
