@@ -326,7 +326,7 @@ typedef struct devbuf_caching_options {
 } devbuf_caching_options_t;
 
 // A caching allocator over `upstream`: segments from upstream (requests up to 1 MiB share
-// 2 MiB segments, up to 10 MiB share 20 MiB ones, larger ones get their own, rounded to
+// 2 MiB segments, below 10 MiB share 20 MiB ones, from 10 MiB on they get their own, rounded to
 // 2 MiB or the page), blocks carved by best fit on (size, address), split on allocation and
 // coalesced on release; sizes round to 512 bytes; limits give back whole idle segments,
 // the longest idle first (docs/allocator.md). `upstream` is retained. Thread-safe.

@@ -1,8 +1,11 @@
 // Segment sizes. The shape follows PyTorch's CUDA caching allocator, whose figures the
-// traces compare against: requests of at most 1 MiB share 2 MiB segments, those up to
-// 10 MiB share 20 MiB segments, larger ones get a segment of their own rounded to 2 MiB (or
-// the page, where larger): a slightly larger request later still fits such a segment, which
-// on the traces at a 4 KiB page decided whether a program fitted under a limit.
+// traces compare against: requests of at most 1 MiB share 2 MiB segments, those below
+// 10 MiB share 20 MiB segments, from 10 MiB on a request gets a segment of its own rounded
+// to 2 MiB (or the page, where larger): a slightly larger request later still fits such a
+// segment, which on the traces at a 4 KiB page decided whether a program fitted under a
+// limit. The bound at 10 MiB is PyTorch's to the byte: a 10 MiB block in a shared 20 MiB
+// segment strands the other half wherever no medium request comes, and on real runs that
+// alone made devbuf need up to 3.6% more memory than PyTorch's allocator to fit.
 //
 // One rule differs. A program first builds what it keeps (weights, gradients, optimizer
 // state) and only then starts to free. While nothing has been freed, the medium segments
@@ -11,11 +14,12 @@
 // in a few dozen segments instead of hundreds of 20 MiB ones (fewer driver calls, each of
 // them slow), and what the last one leaves over when the first free ends the burst is at
 // most an eighth of the pool and four of the program's largest blocks; the allocations
-// after it fill it first (best fit takes free bytes before any new segment). Requests above
-// 10 MiB that find no free block keep segments of their own. Under a memory limit the rule
-// is off (the caller passes `burst` false): near a limit memory counts for more than a
-// system call, and the tails of the grown segments, split by later requests, are what made
-// requests fail at limits PyTorch's allocator met (trace_variants.py, docs/allocator.md).
+// after it fill it first (best fit takes free bytes before any new segment). Requests of
+// 10 MiB and more that find no free block keep segments of their own. Under a memory limit
+// the rule is off (the caller passes `burst` false): near a limit memory counts for more
+// than a system call, and the tails of the grown segments, split by later requests, are
+// what made requests fail at limits PyTorch's allocator met (trace_variants.py,
+// docs/allocator.md).
 #include "caching.h"
 
 #define MIB ((size_t)1 << 20)
@@ -40,7 +44,7 @@ size_t devbuf__policy_segment_size(const segment_policy *policy, int pool, size_
                                    uint64_t room) {
   size_t least = caching_round_up(size, policy->page);
   if (!least || least > room) return 0;
-  bool medium = pool == POOL_LARGE && size <= policy->medium_max;
+  bool medium = pool == POOL_LARGE && size < policy->medium_max;
   size_t chosen = pool == POOL_SMALL ? policy->small_segment
                   : medium           ? policy->medium_segment
                                      : caching_round_up(size, policy->large_round);
