@@ -367,7 +367,9 @@ DEVBUF_API devbuf_status devbuf_allocator_alloc(devbuf_allocator_t *allocator, s
 // Gives back memory from devbuf_allocator_alloc on the same allocator. A caching
 // allocator's block that is not handed out now (freed twice), directly or through stats and
 // fault adaptors, is left alone and not counted, with an INVALID_ARGUMENT in
-// devbuf_last_error naming its address.
+// devbuf_last_error naming its address; also once its bytes went to other blocks or back
+// upstream (clear_cache), while the allocator lives. Only a block handed out again with the
+// very same bytes (address and size) cannot be told from it, as with any allocator.
 DEVBUF_API void devbuf_allocator_free(devbuf_allocator_t *allocator, const devbuf_memory_t *memory);
 // Statistics of this allocator. Every figure is exact while no other thread is allocating
 // at the moment. `peak` is exact while one thread allocates; when several threads allocate

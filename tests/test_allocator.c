@@ -440,6 +440,38 @@ static void test_block_freed_by_a_later_destructor(void) {
   test_allocators_close(&t);
 }
 
+// A block freed twice after its record went (merged into a neighbour, or with its segment
+// given back by clear_cache) and was taken again for other bytes: the second free read freed
+// memory (ASan: heap-use-after-free) or freed the other, live block, whose bytes the next
+// request of its size then got as well.
+static void test_double_free_after_the_record_went(void) {
+  test_allocators t = test_allocators_open(NULL);
+  for (int round = 0; round < 2; round++) {
+    devbuf_memory_t a, b, c, d, e;
+    CHECK_OK(devbuf_allocator_alloc(t.caching, 3 << 20, &a));
+    CHECK_OK(devbuf_allocator_alloc(t.caching, 3 << 20, &b)); // after a, in a's segment
+    devbuf_allocator_free(t.caching, &a);
+    devbuf_allocator_free(t.caching, &b); // merges into a's block: b's record goes
+    if (round == 1) devbuf_allocator_clear_cache(t.caching);  // and then a's, with the segment
+    CHECK_OK(devbuf_allocator_alloc(t.caching, 5 << 20, &c)); // records taken again
+    CHECK_OK(devbuf_allocator_alloc(t.caching, 1 << 20, &d));
+    devbuf_set_error(DEVBUF_OK, "%s", "none");
+    devbuf_allocator_free(t.caching, &b);
+    CHECK_MESSAGE("freed already");
+    devbuf_set_error(DEVBUF_OK, "%s", "none");
+    devbuf_allocator_free(t.caching, &a);
+    CHECK_MESSAGE("freed already");
+    CHECK_EQ_U(stats_of(t.caching).live_buffers, 2);
+    CHECK_OK(devbuf_allocator_alloc(t.caching, 5 << 20, &e));
+    CHECK(e.host != c.host);
+    devbuf_allocator_free(t.caching, &e);
+    devbuf_allocator_free(t.caching, &c);
+    devbuf_allocator_free(t.caching, &d);
+    CHECK_EQ_U(stats_of(t.caching).live_buffers, 0);
+  }
+  test_allocators_close(&t);
+}
+
 // A block freed twice, and a record never handed out, are left alone with an error: the bins
 // stay sound (a second free once put a binned block on its own bin, and every later request
 // got that one block).
@@ -846,6 +878,7 @@ int main(void) {
   RUN(test_sizes_near_every_bin);
   RUN(test_block_freed_by_a_later_destructor);
   RUN(test_double_free_is_refused);
+  RUN(test_double_free_after_the_record_went);
   RUN(test_zero_and_huge_requests);
   RUN(test_user_allocator);
   RUN(test_odd_user_allocator);

@@ -116,10 +116,15 @@ __attribute__((noinline, cold)) static void refuse_free(const devbuf_memory_t *m
                 memory->size, memory->host);
 }
 
-// Whether `memory` is a block of a caching allocator that it has not handed out now.
+// Whether `memory` is a block of a caching allocator that it has not handed out now. Block
+// records live as long as their allocator (caching.h), so a token freed twice still names
+// one: not handed out, or handed out again, for other bytes (another place or size; only a
+// block of the same bytes is the same to this test, as to any allocator's).
 static bool not_handed_out(const devbuf_memory_t *memory) {
   const cblock *block = memory->token;
-  return !block || atomic_load_explicit(&block->state, memory_order_relaxed) != BLOCK_ACTIVE;
+  return !block || atomic_load_explicit(&block->state, memory_order_relaxed) != BLOCK_ACTIVE ||
+         block->device != memory->device || block->device_offset != memory->offset ||
+         block->size != memory->size;
 }
 
 // Any other allocator's free. An adaptor that hands out its upstream's memory (statistics,

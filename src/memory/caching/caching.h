@@ -33,9 +33,10 @@
 enum { POOL_SMALL, POOL_LARGE, POOL_COUNT };
 
 typedef enum block_state {
-  BLOCK_FREE = 0,   // in its pool's free tree
-  BLOCK_ACTIVE = 1, // handed out
-  BLOCK_BINNED = 2, // in a thread bin: free to the owner thread, in use to the segment
+  BLOCK_FREE = 0,    // in its pool's free tree
+  BLOCK_ACTIVE = 1,  // handed out
+  BLOCK_BINNED = 2,  // in a thread bin: free to the owner thread, in use to the segment
+  BLOCK_RETIRED = 3, // a record no block uses (merged away, its segment given back): spare
 } block_state;
 
 struct csegment;
@@ -104,6 +105,10 @@ typedef struct shard {
   csegment *segments; // every segment, newest first
   csegment *idle_oldest, *idle_newest;
   csegment *growing[POOL_COUNT]; // growable mode: each pool's one segment, once made
+  // Records of blocks that went (merged into a neighbour, or with their segment), linked by
+  // bin_next and reused before new ones: they go back to the system only with the allocator,
+  // so that the token of a block freed twice still reads a record, never freed memory.
+  struct cblock *spare_records;
   // Written only under the lock (a load and a store: no locked instruction), read without
   // it: to skip empty shards, and summed over shards by limits and validators.
   atomic_uint_least64_t free_blocks;
@@ -227,6 +232,8 @@ void devbuf__pool_put(caching_allocator *self, shard *s, cblock *block);
 // Unlinks the oldest idle segment of the shard (NULL if none); the caller gives it back
 // with devbuf__segment_give_back after unlocking.
 csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s);
+// The shard's spare block records, freed when the allocator goes.
+void devbuf__shard_free_spare_records(shard *s);
 void devbuf__segment_give_back(caching_allocator *self, csegment *segment);
 // Marks a segment idle if nothing uses it any more.
 void devbuf__segment_check_idle(caching_allocator *self, csegment *segment);

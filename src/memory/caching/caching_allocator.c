@@ -610,6 +610,7 @@ static void caching_destroy(devbuf_allocator_t *base) {
       else
         devbuf__segment_give_back(self, segment);
     }
+    devbuf__shard_free_spare_records(s);
     pthread_mutex_destroy(&s->lock);
   }
   devbuf_allocator_release(self->upstream);

@@ -207,11 +207,32 @@ static void free_remove(caching_allocator *self, shard *s, cblock *block) {
 // ---- block records --------------------------------------------------------------------------
 
 static cblock *record_new(csegment *segment, size_t offset, size_t size) {
-  cblock *block = devbuf__malloc(sizeof *block);
-  if (!block) return NULL;
+  shard *s = segment->shard;
+  cblock *block = s->spare_records;
+  if (block)
+    s->spare_records = block->bin_next;
+  else if (!(block = devbuf__malloc(sizeof *block)))
+    return NULL;
   *block = (cblock){.segment = segment, .offset = offset, .size = size, .bin = UINT32_MAX};
   block->priority = priority_of(block);
   return block;
+}
+
+// A record no block uses any more. Retired, never freed: a stale token (a block freed
+// twice) then reads a record that is not handed out, or one handed out again for other
+// bytes, which devbuf_allocator_free tells apart by the block's address.
+static void record_retire(shard *s, cblock *block) {
+  atomic_store_explicit(&block->state, BLOCK_RETIRED, memory_order_relaxed);
+  block->bin_next = s->spare_records;
+  s->spare_records = block;
+}
+
+void devbuf__shard_free_spare_records(shard *s) {
+  while (s->spare_records) {
+    cblock *next = s->spare_records->bin_next;
+    devbuf__free(s->spare_records);
+    s->spare_records = next;
+  }
 }
 
 // ---- idle segments --------------------------------------------------------------------------
@@ -246,6 +267,7 @@ void devbuf__segment_check_idle(caching_allocator *self, csegment *segment) {
 csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool,
                                  const devbuf_memory_t *upstream, size_t size, bool growable) {
   csegment *segment = devbuf__calloc(1, sizeof *segment);
+  if (segment) segment->shard = s;
   cblock *block = segment ? record_new(segment, 0, size) : NULL;
   if (!block) {
     devbuf__free(segment);
@@ -253,7 +275,6 @@ csegment *devbuf__segment_create(caching_allocator *self, shard *s, int pool,
   }
   segment->upstream = *upstream;
   segment->size = size;
-  segment->shard = s;
   segment->pool = pool;
   segment->growable = growable;
   segment->serial = atomic_fetch_add_explicit(&self->serial, 1, memory_order_relaxed);
@@ -328,7 +349,7 @@ csegment *devbuf__shard_take_idle(caching_allocator *self, shard *s) {
   if (!segment) return NULL;
   idle_unlink(self, s, segment);
   free_remove(self, s, segment->first); // idle: one free block covers it
-  devbuf__free(segment->first);
+  record_retire(s, segment->first);
   segment->first = segment->last = NULL;
   if (segment->prev)
     segment->prev->next = segment->next;
@@ -512,7 +533,7 @@ static void merge_into(cblock *into, cblock *next) {
     next->after->before = into;
   else
     into->segment->last = into;
-  devbuf__free(next);
+  record_retire(into->segment->shard, next);
 }
 
 void devbuf__pool_put(caching_allocator *self, shard *s, cblock *block) {
