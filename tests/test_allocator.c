@@ -115,6 +115,13 @@ static void test_largest_free_block(void) {
   devbuf_allocator_free(t.caching, &memory); // an idle small segment of 2 MiB
   CHECK_EQ_U(stats_of(t.caching).largest_free_block, 1 << 20);
   serves_largest_without_the_system(t.caching);
+  // A block that is its whole segment waits parked in its thread, out of the pools (it read
+  // 0, or here the small pool's 1 MiB).
+  CHECK_OK(devbuf_allocator_alloc(t.caching, 30 << 20, &memory));
+  devbuf_allocator_free(t.caching, &memory);
+  CHECK_EQ_U(stats_of(t.caching).largest_free_block, 30 << 20);
+  serves_largest_without_the_system(t.caching);
+  devbuf_allocator_clear_cache(t.caching);
   // 1.5 MiB of a 20 MiB segment released while work waits to use it.
   devbuf_queue_t *queue = NULL;
   devbuf_event_t *gate = NULL;

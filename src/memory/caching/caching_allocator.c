@@ -179,6 +179,13 @@ static size_t largest_free(caching_allocator *self) {
     }
     pthread_mutex_unlock(&s->lock);
   }
+  // Blocks parked in threads (whole segments, above the bins) serve any thread's request:
+  // it sends them to their pools before it asks upstream.
+  for (tcache *c = atomic_load_explicit(&self->threads, memory_order_acquire); c; c = c->next) {
+    if (!atomic_load_explicit(&c->parked, memory_order_acquire)) continue;
+    size_t serves = atomic_load_explicit(&c->parked_serves, memory_order_relaxed);
+    if (serves > largest) largest = serves;
+  }
   return largest;
 }
 
@@ -462,6 +469,11 @@ void devbuf__caching_free_shared(caching_allocator *self, cblock *block) {
       block->size == block->segment->size && !block->segment->growable) {
     devbuf__caching_validate_parking(block);
     atomic_store_explicit(&block->state, BLOCK_BINNED, memory_order_relaxed);
+    size_t small_max = self->policy.small_max;
+    atomic_store_explicit(
+        &cache->parked_serves,
+        block->segment->pool == POOL_SMALL && block->size > small_max ? small_max : block->size,
+        memory_order_relaxed);
     block = atomic_exchange_explicit(&cache->parked, block, memory_order_acq_rel);
     if (!block) return;
   }
