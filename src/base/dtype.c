@@ -86,21 +86,27 @@ devbuf_status devbuf_dtype_bytes(devbuf_dtype dtype, size_t count, size_t *out_b
   if (!out_bytes) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dtype_bytes: out_bytes is NULL");
   if (!dtype_valid(dtype))
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype);
-  size_t bits = dtype_table[dtype].bits, total_bits;
+  size_t bits = dtype_table[dtype].bits, group_bytes; // 8 elements take `bits` bytes
   if (bits % 8 == 0) {
     if (devbuf__mul_overflows(count, bits / 8, out_bytes))
       return devbuf__error(DEVBUF_OVERFLOW, "%zu elements of %s overflow size_t bytes", count,
                            dtype_names[dtype]);
     return DEVBUF_OK;
   }
-  if (devbuf__mul_overflows(count, bits, &total_bits))
-    return devbuf__error(DEVBUF_OVERFLOW, "%zu elements of %s (%zu bits each) overflow size_t",
-                         count, dtype_names[dtype], bits);
-  if (total_bits % 8 != 0)
+  // Whole groups of 8 elements are whole bytes: counted apart from the rest, the bytes
+  // overflow only where they do not fit, not where the bits would.
+  size_t rest_bits = (count % 8) * bits;
+  if (rest_bits % 8 != 0)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT,
-                         "%zu elements of %s take %zu bits, not a whole number of bytes", count,
-                         dtype_names[dtype], total_bits);
-  *out_bytes = total_bits / 8;
+                         "%zu elements of %s (%zu bits each) end %zu bits into a byte: not a "
+                         "whole number of bytes",
+                         count, dtype_names[dtype], bits, rest_bits % 8);
+  if (devbuf__mul_overflows(count / 8, bits, &group_bytes) ||
+      group_bytes > SIZE_MAX - rest_bits / 8)
+    return devbuf__error(DEVBUF_OVERFLOW,
+                         "%zu elements of %s (%zu bits each) overflow size_t bytes", count,
+                         dtype_names[dtype], bits);
+  *out_bytes = group_bytes + rest_bits / 8;
   return DEVBUF_OK;
 }
 
