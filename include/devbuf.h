@@ -84,6 +84,8 @@ DEVBUF_API const char *devbuf_status_name(devbuf_status status);
 DEVBUF_API const char *devbuf_status_str(devbuf_status status);
 // The message of the calling thread's most recent failed call, naming the values that
 // were wrong. Valid until the thread's next failing call. Never NULL ("" before any error).
+// UTF-8: bytes of no character, and control characters other than newline and tab (ESC, a
+// name's own escape sequences), appear as \xNN.
 DEVBUF_API const char *devbuf_last_error(void);
 
 // ---------------------------------------------------------------------------------------

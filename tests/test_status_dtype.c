@@ -58,6 +58,14 @@ static void test_cause_chain(void) {
   CHECK(strcmp(devbuf_last_error(), expected) == 0);
   devbuf_set_error(DEVBUF_IO_ERROR, "cannot open '%s'", "caf\xe9.bin"); // Latin-1
   CHECK(strcmp(devbuf_last_error(), "IO_ERROR: cannot open 'caf\\xe9.bin'") == 0);
+  // Control characters a terminal acts on (ESC, C1's CSI, DEL, a carriage return) show as
+  // \xNN: a tensor name from a hostile file restyled or rewrote the log line. Newlines and
+  // tabs stay (build logs).
+  devbuf_set_error(DEVBUF_FORMAT_ERROR, "tensor '%s'",
+                   "a\x1b[31mb\rc\x01"
+                   "d\x7f\xc2\x9b\ne\tf");
+  CHECK(strcmp(devbuf_last_error(),
+               "FORMAT_ERROR: tensor 'a\\x1b[31mb\\x0dc\\x01d\\x7f\\xc2\\x9b\ne\tf'") == 0);
   char wide[600] = "";
   for (int i = 0; i < 299; i++) strcat(wide, "\xc3\xa9"); // 598 bytes of "é"
   devbuf_set_error(DEVBUF_IO_ERROR, "%s", wide);

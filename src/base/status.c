@@ -46,12 +46,22 @@ static size_t character_length(const unsigned char *at) {
   return length;
 }
 
+// Control characters a terminal acts on (ESC starts its escape sequences; C1's CSI too): a
+// name from a hostile file or a caller's path must not restyle or rewrite what a log shows.
+// Newlines and tabs stay: compilers' build logs are lines.
+static bool is_control(const unsigned char *at, size_t length) {
+  if (length == 1) return (*at < 0x20 && *at != '\n' && *at != '\t') || *at == 0x7F;
+  return length == 2 && at[0] == 0xC2 && at[1] < 0xA0; // U+0080 to U+009F
+}
+
 // Appends `text` to out[*used..size) as UTF-8 a reader can decode: a byte that starts no
-// character (a name cut inside one by a precision such as "%.100s", a Latin-1 path) shows as
-// \xNN, and a character that the end of `out` would cut is left out whole.
+// character (a name cut inside one by a precision such as "%.100s", a Latin-1 path), and each
+// byte of a control character, shows as \xNN; a character that the end of `out` would cut
+// is left out whole.
 static void append_utf8(char *out, size_t size, size_t *used, const char *text) {
   for (const unsigned char *at = (const unsigned char *)text; *at;) {
     size_t length = character_length(at);
+    if (length && is_control(at, length)) length = 0; // escaped a byte at a time
     size_t room = size - 1 - *used;
     if ((length ? length : 4) > room) break;
     if (length) {
