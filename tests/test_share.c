@@ -798,8 +798,21 @@ static void test_hostile_messages(void) {
   CHECK_OK(devbuf__send_with_fds(packets[0], &h, sizeof h / 2, both, 2, NULL));
   CHECK_OK(devbuf__send_with_fds(packets[0], &h, sizeof h, both, 2, NULL));
   CHECK_STATUS(devbuf_export_receive(packets[1], &got_packet), DEVBUF_FORMAT_ERROR);
-  CHECK_MESSAGE("cut short");
+  char expected[96]; // the message says what came: it said "cut short" of any length
+  snprintf(expected, sizeof expected, "a message of %zu bytes where %zu were expected",
+           sizeof h / 2, sizeof h);
+  CHECK_MESSAGE(expected);
   CHECK_OK(devbuf_export_receive(packets[1], &got_packet)); // the next message is whole
+  devbuf_export_free(got_packet);
+  unsigned char longer[sizeof h + 64] = {0};
+  memcpy(longer, &h, sizeof h);
+  CHECK_OK(devbuf__send_with_fds(packets[0], longer, sizeof longer, NULL, 0, NULL));
+  CHECK_STATUS(devbuf_export_receive(packets[1], &got_packet), DEVBUF_FORMAT_ERROR);
+  snprintf(expected, sizeof expected, "a message longer than the %zu bytes expected came",
+           sizeof h);
+  CHECK_MESSAGE(expected);
+  CHECK_OK(devbuf__send_with_fds(packets[0], &h, sizeof h, both, 2, NULL));
+  CHECK_OK(devbuf_export_receive(packets[1], &got_packet));
   devbuf_export_free(got_packet);
   close(packets[0]), close(packets[1]);
   EXPECT_REFUSED(h, NULL, 0, DEVBUF_FORMAT_ERROR, "0 descriptors came");
@@ -991,7 +1004,7 @@ static void test_empty_message_leaves_no_descriptor(void) {
   CHECK(sendmsg(sockets[0], &message, 0) == 0);
   devbuf_export_t *got = NULL;
   CHECK_STATUS(devbuf_export_receive(sockets[1], &got), DEVBUF_FORMAT_ERROR);
-  CHECK_MESSAGE("cut short");
+  CHECK_MESSAGE("a message of 0 bytes where");
   CHECK(got == NULL);
   CHECK_EQ_U(test_open_descriptors(), before);
   close(memory);

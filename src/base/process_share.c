@@ -268,7 +268,7 @@ devbuf_status devbuf__receive_with_fds(int socket, void *bytes, size_t size, int
   devbuf_status status = check_unix_socket(socket, "receiving descriptors");
   if (status != DEVBUF_OK) return status;
   size_t received = 0, count = 0;
-  bool fits = true, cut = false, control_cut = false;
+  bool fits = true, cut = false, control_cut = false, too_long = false;
   int type = SOCK_STREAM;
   socklen_t type_size = sizeof type;
   getsockopt(socket, SOL_SOCKET, SO_TYPE, &type, &type_size);
@@ -283,6 +283,7 @@ devbuf_status devbuf__receive_with_fds(int socket, void *bytes, size_t size, int
       fits = collect_fds(&message, fds, max_fds, &count) && fits;
       cut = cut || (message.msg_flags & (MSG_CTRUNC | MSG_TRUNC));
       control_cut = control_cut || (message.msg_flags & MSG_CTRUNC);
+      too_long = too_long || (message.msg_flags & MSG_TRUNC);
     }
     if (done < 0 || (done == 0 && type == SOCK_STREAM)) {
       int error = errno;
@@ -306,10 +307,21 @@ devbuf_status devbuf__receive_with_fds(int socket, void *bytes, size_t size, int
                            "sender must send again)",
                            size, (unsigned long long)limit.rlim_cur);
     }
-    return devbuf__error(
-        DEVBUF_FORMAT_ERROR, "a message of %zu bytes came %s: at most %zu descriptors belong to it",
-        size, cut ? "cut short (truncated data or descriptors)" : "with too many descriptors",
-        max_fds);
+    // What came, in the sender's terms: a message of another length (a packet socket delivers
+    // a message whole or cut), or more descriptors than belong to one.
+    char what[96];
+    if (too_long)
+      snprintf(what, sizeof what, "a message longer than the %zu bytes expected", size);
+    else if (received < size)
+      snprintf(what, sizeof what, "a message of %zu bytes where %zu were expected", received, size);
+    else
+      snprintf(what, sizeof what, "a message of %zu bytes", size);
+    return devbuf__error(DEVBUF_FORMAT_ERROR, "%s came%s (at most %zu descriptors belong to one)",
+                         what,
+                         control_cut ? " with more descriptors than fit (the kernel cut them)"
+                         : !fits     ? " with too many descriptors"
+                                     : "",
+                         max_fds);
   }
   *out_fd_count = count;
   return DEVBUF_OK;
