@@ -518,8 +518,10 @@ enum {
 // A lazy buffer of `dtype` and `shape` (ndim entries; ndim 0 is a scalar of one element)
 // from `allocator`: nothing is allocated until the first access that needs memory, and
 // threads racing to that access allocate exactly once.
-// OVERFLOW if the byte size overflows; INVALID_ARGUMENT for sub-byte dtypes whose elements
-// do not fill whole bytes, ndim > DEVBUF_MAX_NDIM or unknown flags. `allocator` is
+// OVERFLOW if the shape spans more than INT64_MAX elements or bytes (strides and offsets are
+// signed 64-bit: the span is the product of the extents other than 0, which strides reach
+// even where an extent of 0 leaves no element); INVALID_ARGUMENT for sub-byte dtypes whose
+// elements do not fill whole bytes, ndim > DEVBUF_MAX_NDIM or unknown flags. `allocator` is
 // retained. Caller releases `out_buffer`.
 DEVBUF_API devbuf_status devbuf_buffer_new(devbuf_allocator_t *allocator, devbuf_dtype dtype,
                                            const size_t *shape, size_t ndim, uint32_t flags,
@@ -543,7 +545,8 @@ DEVBUF_API devbuf_status devbuf_buffer_map_file(devbuf_device_t *device, const c
 DEVBUF_API devbuf_status devbuf_buffer_view(devbuf_buffer_t *buffer, size_t offset, size_t size,
                                             devbuf_buffer_t **out_view);
 // A view of the same bytes with another dtype and shape (a reinterpretation); the byte
-// size must be equal (SIZE_MISMATCH).
+// size must be equal (SIZE_MISMATCH), and the view's offset in its storage a multiple of the
+// new dtype's alignment (INVALID_ARGUMENT: typed pointers to the elements must be aligned).
 DEVBUF_API devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_dtype dtype,
                                                const size_t *shape, size_t ndim,
                                                devbuf_buffer_t **out_view);
@@ -551,7 +554,8 @@ DEVBUF_API devbuf_status devbuf_buffer_reshape(devbuf_buffer_t *buffer, devbuf_d
 // A typed view in one step: the bytes at `offset` within `buffer` (relative to its own
 // offset) as `dtype` and `shape`, however the buffer is typed (a part of a uint8 buffer as
 // a float32 matrix, say). OUT_OF_RANGE if the shape's bytes do not fit (overflow-safe),
-// INVALID_ARGUMENT if `offset` is not a whole number of `dtype` elements, and the errors of
+// INVALID_ARGUMENT if `offset` is not a whole number of `dtype` elements or the view's
+// offset in its storage is not a multiple of `dtype`'s alignment, and the errors of
 // devbuf_buffer_new for the shape. Shares the storage and keeps it alive.
 DEVBUF_API devbuf_status devbuf_buffer_view_as(devbuf_buffer_t *buffer, size_t offset,
                                                devbuf_dtype dtype, const size_t *shape, size_t ndim,
