@@ -19,6 +19,7 @@
 
 #define SMALL_SEGMENT ((int64_t)2 << 20)
 #define LONGEST_FRAME 240 // bytes of a frame's text: a trace line holds at most 255
+#define SCALAR_TEXT   (DEVBUF_PICKLE_MAX_DIGITS + 2) // str() of any scalar it writes, and a NUL
 
 // ---- a map of 64-bit keys (addresses) to values: open addressing, at most half full ------
 
@@ -173,8 +174,8 @@ static const devbuf_pickle_value *get(converter *c, const devbuf_pickle_value *d
 }
 
 static const char *kind_name(const devbuf_pickle_value *value) {
-  static const char *const names[] = {"None",  "bool", "int",   "float", "str",
-                                      "bytes", "list", "tuple", "dict",  "class"};
+  static const char *const names[] = {"None", "bool",  "int",  "float", "str", "bytes",
+                                      "list", "tuple", "dict", "class", "int"};
   if (value->kind == DEVBUF_PICKLE_DICT && value->type) return "inert object";
   return names[value->kind];
 }
@@ -197,6 +198,7 @@ static bool truthy(const devbuf_pickle_value *value) {
   case DEVBUF_PICKLE_BYTES:
     return value->as.text.length != 0;
   case DEVBUF_PICKLE_CLASS:
+  case DEVBUF_PICKLE_BIGINT: // never 0: 0 is an INT
     return true;
   default:
     return value->as.list.count != 0;
@@ -209,6 +211,13 @@ static int need_int(converter *c, const devbuf_pickle_value *dict, const char *k
   const devbuf_pickle_value *value = get(c, dict, key);
   if (!value)
     return fail(c, "%s %zu (offset %u) has no '%s'", what, index, (unsigned)dict->offset, key);
+  if (value->kind == DEVBUF_PICKLE_BIGINT) { // the pickle reads it; the trace cannot hold it
+    char digits[SCALAR_TEXT];
+    if (!devbuf_pickle_decimal(value, digits, sizeof digits, &c->steps))
+      snprintf(digits, sizeof digits, "an integer of %zu bytes", value->as.text.length);
+    return fail(c, "%s %zu (offset %u): '%s' is %s, outside the 64-bit signed range of the trace",
+                what, index, (unsigned)dict->offset, key, digits);
+  }
   if (value->kind != DEVBUF_PICKLE_INT)
     return fail(c, "%s %zu (offset %u): '%s' is a %s, not an integer", what, index,
                 (unsigned)dict->offset, key, kind_name(value));
@@ -285,6 +294,14 @@ static int python_str(converter *c, const devbuf_pickle_value *value, char *buff
   case DEVBUF_PICKLE_FLOAT:
     python_float(value->as.number, buffer, capacity);
     break;
+  case DEVBUF_PICKLE_BIGINT:
+    if (!devbuf_pickle_decimal(value, buffer, capacity, &c->steps))
+      return fail(c,
+                  "an integer of %zu bytes (offset %u) has more than the %d digits Python's "
+                  "str() writes",
+                  value->as.text.length, (unsigned)value->offset, DEVBUF_PICKLE_MAX_DIGITS);
+    if (count_step(c, 0)) return -1;
+    break;
   default:
     return fail(c, "a %s (offset %u) where the trace needs text or a number", kind_name(value),
                 (unsigned)value->offset);
@@ -295,7 +312,7 @@ static int python_str(converter *c, const devbuf_pickle_value *value, char *buff
 }
 
 static int emit_str(converter *c, const devbuf_pickle_value *value) {
-  char buffer[64];
+  char buffer[SCALAR_TEXT];
   const char *text;
   size_t length;
   if (python_str(c, value, buffer, sizeof buffer, &text, &length)) return -1;
@@ -353,7 +370,7 @@ static int emit_frame(converter *c, const devbuf_pickle_value *frame) {
                                          get(c, frame, "name")};
   frame_text text = {.length = 0};
   for (int i = 0; i < 3; i++) {
-    char buffer[64];
+    char buffer[SCALAR_TEXT];
     const char *bytes;
     size_t length;
     if (python_str(c, parts[i] ? parts[i] : &question, buffer, sizeof buffer, &bytes, &length))
@@ -694,12 +711,11 @@ static int write_trace(converter *c, const char *source, int device, int frames)
     }
     bool recorded = (alloc && size > 0) || (free && map_has(&c->live, address));
     const devbuf_pickle_value *time = get(c, e, "time_us");
-    if (recorded && time && (time->kind == DEVBUF_PICKLE_INT || time->kind == DEVBUF_PICKLE_BOOL) &&
-        time->as.integer >= 0) {
-      if (time->kind == DEVBUF_PICKLE_BOOL
-              ? emit(c, "# t %s\n", time->as.integer ? "True" : "False")
-              : emit(c, "# t %" PRId64 "\n", time->as.integer))
-        return -1;
+    if (recorded && time &&
+        (time->kind == DEVBUF_PICKLE_INT || time->kind == DEVBUF_PICKLE_BOOL ||
+         time->kind == DEVBUF_PICKLE_BIGINT) &&
+        !devbuf_pickle_negative(time)) { // Python: isinstance(time, int) and time >= 0
+      if (emit(c, "# t ") || emit_str(c, time) || emit(c, "\n")) return -1;
     }
     if (alloc) {
       if (size <= 0) continue;

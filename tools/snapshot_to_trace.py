@@ -148,8 +148,10 @@ def convert(snapshot, device=0, source="snapshot", times=False, frames=0):
             # The program's own lines are the Python frames; the C++ ones under them are the
             # allocator, the dispatcher and the interpreter, the same for every allocation.
             python = [f for f in stack if str(f["filename"]).endswith(".py")]
-            for text in [t for t in map(frame_text, python or stack) if t is not None][:frames]:
-                lines.append(f"# frame {text}")
+            # Only the frames written are spelt out: str() of a frame not written (an int of
+            # more digits than Python prints, say) does not refuse the snapshot.
+            for frame in (python or stack)[:frames]:
+                lines.append(f"# frame {frame_text(frame)}")
             live[e["addr"]] = next_id
             lines.append(f"a {next_id} {e['size']}")
             next_id += 1

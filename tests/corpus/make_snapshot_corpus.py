@@ -135,6 +135,28 @@ def snapshots(command="false"):
             ]],
         },
         "empty": {"segments": []},
+        # Integers past 64 bits, as pickle writes them (LONG1: 2^64 - 1 takes 9 bytes, 0xff x8
+        # then 0x00; a real snapshot has it as a C++ frame's line): the frames and times that
+        # hold them are written as Python's str() spells them, and a frame past the eighth is
+        # not looked at (one with more digits than str() writes converts).
+        "wide": {
+            "segments": [
+                {"device": 0, "address": 1 << 30, "total_size": 2 * MiB, "segment_type": 2 ** 64,
+                 "blocks": []},
+            ],
+            "device_traces": [[
+                {"action": "alloc", "addr": 1 << 30, "size": 4096, "stream": 0,
+                 "time_us": 2 ** 63 + 5, "frames": [
+                     {"filename": "model.py", "line": 2 ** 64 - 1, "name": "forward"},
+                     {"filename": "model.py", "line": -2 ** 63 - 1, "name": 10 ** 40},
+                     {"filename": "train.py", "line": 2 ** 63, "name": -(10 ** 200)}] +
+                    [{"filename": "loop.py", "line": n, "name": "step"} for n in range(5)] +
+                    [{"filename": "deep.py", "line": 10 ** 5000, "name": "the ninth"}]},
+                {"action": "free_completed", "addr": 1 << 30, "size": 4096, "stream": 0,
+                 "time_us": 2 ** 64 - 1, "frames": [
+                     {"filename": "model.py", "line": 2 ** 64 - 1, "name": "not written"}]},
+            ]],
+        },
     }
 
 
@@ -154,7 +176,19 @@ def hostile():
         "bad_short_string_cut": (p4 + b"\x8c\x10abc", "runs past the end"),
         "bad_bad_utf8": (p4 + b"\x8c\x02\xc3\x28.", "not well-formed UTF-8"),
         "bad_surrogate": (p4 + b"\x8c\x03\xed\xa0\x80.", "not well-formed UTF-8"),
-        "bad_long_9_bytes": (p4 + b"\x8a\x09" + b"\x01" * 9 + b".", "more than the 8"),
+        # An integer of 9 bytes is read (the pickle's value), and refused where it may not be.
+        "bad_long_9_bytes": (p4 + b"\x8a\x09" + b"\x01" * 9 + b".", "not a memory snapshot"),
+        "bad_long4_past_end": (p4 + b"\x8b\x10\x00\x00\x00" + b"\x01" * 3 + b".", "runs past the end"),
+        "bad_address_2_64": (pickle.dumps({"segments": [{"address": 2 ** 64 - 1, "total_size": 4096}]},
+                                          protocol=4),
+                             "segment 0 (offset 26): 'address' is 18446744073709551615, outside the 64-bit"),
+        "bad_size_huge": (pickle.dumps({"segments": [], "device_traces": [[
+            {"action": "alloc", "addr": 4096, "size": -(10 ** 5000)}]]}, protocol=4),
+            "'size' is an integer of 2077 bytes, outside the 64-bit"),
+        "bad_line_digits": (pickle.dumps({"segments": [], "device_traces": [[
+            {"action": "alloc", "addr": 4096, "size": 1, "frames": [
+                {"filename": "a.py", "line": 10 ** 4300, "name": "f"}]}]]}, protocol=4),
+            "more than the 4300 digits Python's str() writes"),
         "bad_long4_negative": (p4 + b"\x8b\xff\xff\xff\xff.", "negative length"),
         "bad_deep_marks": (p4 + b"(" * 1000 + b".", "containers nested"),
         "bad_unknown_opcode": (p4 + b"\xff.", "byte 0xff"),
