@@ -494,41 +494,58 @@ static int hold(converter *c, int64_t address, int64_t size, const devbuf_pickle
 }
 
 // The segments held when recording began: those at dump time the trace did not allocate,
-// plus those it freed without allocating them; in address order, none overlapping.
+// plus those it freed without having allocated them; in address order, none overlapping.
+// Events are taken in order: a segment_free frees what the last segment_alloc of its address
+// made where that is not freed yet, else a segment held at the start. CUDA hands a freed
+// address out again, and a snapshot whose trace freed a segment held at the start and then
+// allocated a new one at its address (a real one did, at 0x7f54fa000000) lost that segment
+// when any segment_alloc of the address, earlier or later, made the free the trace's own:
+// the allocation live in it at the start then lay "in no segment held at the start".
 static int segments_at_start(converter *c) {
   static const devbuf_pickle_value large = {.kind = DEVBUF_PICKLE_STR,
                                             .as.text = {.bytes = "large", .length = 5}};
   static const devbuf_pickle_value small = {.kind = DEVBUF_PICKLE_STR,
                                             .as.text = {.bytes = "small", .length = 5}};
-  for (size_t i = 0; i < c->event_count; i++) {
-    int64_t address = 0;
-    if (action_is(c, c->events[i], "segment_alloc") &&
-        (need_int(c, c->events[i], "addr", "event", i, &address) ||
-         map_put(&c->traced_segments, address, 1)))
-      return c->message[0] ? -1 : out_of_memory(c);
-  }
-  size_t capacity = c->segment_count + c->event_count;
+  size_t capacity = c->segment_count + c->event_count, freed_count = 0;
   c->start = malloc((capacity ? capacity : 1) * sizeof *c->start);
-  if (!c->start) return out_of_memory(c);
-  for (size_t i = 0; i < c->segment_count; i++) {
-    const devbuf_pickle_value *s = c->segments[i];
-    int64_t address = 0, size = 0;
-    if (need_int(c, s, "address", "segment", i, &address)) return -1;
-    if (map_has(&c->traced_segments, address)) continue;
-    if (need_int(c, s, "total_size", "segment", i, &size)) return -1;
-    const devbuf_pickle_value *pool = get(c, s, "segment_type");
-    if (hold(c, address, size, pool ? pool : &large, capacity)) return -1;
-  }
-  for (size_t i = 0; i < c->event_count; i++) {
+  // The events that free a segment held at the start, in their order.
+  size_t *freed = malloc((c->event_count ? c->event_count : 1) * sizeof *freed);
+  int status = c->start && freed ? 0 : out_of_memory(c);
+  for (size_t i = 0; !status && i < c->event_count; i++) {
     const devbuf_pickle_value *e = c->events[i];
-    int64_t address = 0, size = 0;
-    if (!action_is(c, e, "segment_free")) continue;
-    if (need_int(c, e, "addr", "event", i, &address)) return -1;
-    if (map_has(&c->traced_segments, address)) continue;
-    if (need_int(c, e, "size", "event", i, &size) ||
-        hold(c, address, size, size == SMALL_SEGMENT ? &small : &large, capacity))
-      return -1;
+    int64_t address = 0;
+    bool made = action_is(c, e, "segment_alloc");
+    if (!made && !action_is(c, e, "segment_free")) continue;
+    if ((status = need_int(c, e, "addr", "event", i, &address))) break;
+    if (made) // traced_segments: made by the trace and not freed since
+      status = map_put(&c->traced_segments, address, 1) ? out_of_memory(c) : 0;
+    else if (map_has(&c->traced_segments, address))
+      map_remove(&c->traced_segments, address);
+    else
+      freed[freed_count++] = i;
   }
+  // Those at dump time, but for the ones the trace made.
+  for (size_t i = 0; !status && i < c->segment_count; i++) {
+    const devbuf_pickle_value *s = c->segments[i], *pool = NULL;
+    int64_t address = 0, size = 0;
+    if ((status = need_int(c, s, "address", "segment", i, &address))) break;
+    if (map_has(&c->traced_segments, address)) continue;
+    if ((status = need_int(c, s, "total_size", "segment", i, &size))) break;
+    pool = get(c, s, "segment_type");
+    status = hold(c, address, size, pool ? pool : &large, capacity);
+  }
+  // Those the trace freed (the last free of an address counts, as in a dictionary).
+  for (size_t k = 0; !status && k < freed_count; k++) {
+    const devbuf_pickle_value *e = c->events[freed[k]];
+    int64_t address = 0, size = 0;
+    status = need_int(c, e, "addr", "event", freed[k], &address) ||
+                     need_int(c, e, "size", "event", freed[k], &size) ||
+                     hold(c, address, size, size == SMALL_SEGMENT ? &small : &large, capacity)
+                 ? -1
+                 : 0;
+  }
+  free(freed);
+  if (status) return -1;
   qsort(c->start, c->start_count, sizeof *c->start, compare_segments);
   for (size_t i = 0; i < c->start_count; i++) {
     int64_t end;

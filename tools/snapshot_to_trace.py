@@ -8,7 +8,8 @@ Usage: snapshot_to_trace.py SNAPSHOT.pickle [-o OUT.trace] [--device N] [--times
 
 What it writes, for device N (0 by default):
   - `# s I SIZE POOL`: the segments held when recording began (those at dump time, less the
-    ones the trace allocated, plus the ones it freed), in address order;
+    ones the trace allocated, plus the ones it freed before allocating one at their address),
+    in address order;
   - `# p SEG OFFSET ID BLOCK` + `a ID SIZE`: allocations live when recording began (blocks
     still allocated at dump time that the trace did not allocate, and allocations the
     trace frees without having allocated them; for those BLOCK is the request rounded up
@@ -79,13 +80,22 @@ def convert(snapshot, device=0, source="snapshot", times=False, frames=0):
     traces = snapshot.get("device_traces") or []
     events = [e for e in (traces[device] if device < len(traces) else []) if isinstance(e, dict)]
     segments = [s for s in snapshot["segments"] if isinstance(s, dict) and s.get("device", 0) == device]
-    traced_segments = {e["addr"] for e in events if e.get("action") == "segment_alloc"}
-    # The segments held when recording began.
+    # The segments held when recording began. In the events' order, a segment_free frees what
+    # the last segment_alloc of its address made, where that is not freed yet, else a segment
+    # held at the start (whose address a later segment_alloc may get again).
+    traced_segments, freed_at_start = set(), []  # made by the trace and not freed since
+    for e in events:
+        if e.get("action") == "segment_alloc":
+            traced_segments.add(e["addr"])
+        elif e.get("action") == "segment_free":
+            if e["addr"] in traced_segments:
+                traced_segments.discard(e["addr"])
+            else:
+                freed_at_start.append(e)
     held = {s["address"]: (s["total_size"], s.get("segment_type", "large")) for s in segments
             if s["address"] not in traced_segments}
-    for e in events:
-        if e.get("action") == "segment_free" and e["addr"] not in traced_segments:
-            held[e["addr"]] = (e["size"], "small" if e["size"] == SMALL_SEGMENT else "large")
+    for e in freed_at_start:
+        held[e["addr"]] = (e["size"], "small" if e["size"] == SMALL_SEGMENT else "large")
     start = sorted(held.items())
 
     def place(address):

@@ -135,6 +135,31 @@ def snapshots(command="false"):
             ]],
         },
         "empty": {"segments": []},
+        # A segment held at the start (with an allocation live in it) freed by the trace, and
+        # a new segment allocated at its address (CUDA gives freed addresses out again) that
+        # is still held at the end; another segment made and freed by the trace.
+        "reused": {
+            "segments": [
+                {"device": 0, "address": 0x40000000, "total_size": 20 * MiB, "segment_type": "large",
+                 "blocks": [{"address": 0x40000000, "size": 6 * MiB, "requested_size": 6 * MiB - 100,
+                             "state": "active_allocated"},
+                            {"address": 0x40600000, "size": 14 * MiB, "state": "inactive"}]},
+                {"device": 0, "address": 0x50000000, "total_size": 2 * MiB, "segment_type": "small",
+                 "blocks": [{"address": 0x50000000, "size": 512, "requested_size": 300,
+                             "state": "active_allocated"}]},
+            ],
+            "device_traces": [[
+                {"action": "free_requested", "addr": 0x40100000, "size": 1000, "stream": 0},
+                {"action": "free_completed", "addr": 0x40100000, "size": 1000, "stream": 0},
+                {"action": "segment_free", "addr": 0x40000000, "size": 40 * MiB, "stream": 0},
+                {"action": "segment_alloc", "addr": 0x40000000, "size": 20 * MiB, "stream": 0},
+                {"action": "alloc", "addr": 0x40000000, "size": 6 * MiB - 100, "stream": 0},
+                {"action": "segment_alloc", "addr": 0x60000000, "size": 2 * MiB, "stream": 0},
+                {"action": "alloc", "addr": 0x60000000, "size": 512, "stream": 0},
+                {"action": "free_completed", "addr": 0x60000000, "size": 512, "stream": 0},
+                {"action": "segment_free", "addr": 0x60000000, "size": 2 * MiB, "stream": 0},
+            ]],
+        },
         # Integers past 64 bits, as pickle writes them (LONG1: 2^64 - 1 takes 9 bytes, 0xff x8
         # then 0x00; a real snapshot has it as a C++ frame's line): the frames and times that
         # hold them are written as Python's str() spells them, and a frame past the eighth is

@@ -84,6 +84,16 @@ for name, snapshot in make_snapshot_corpus.snapshots(f"touch {marker}").items():
         expect(replayed.returncode == 0 and b'"snapshot": {"device": 0' in replayed.stdout,
                f"{name}, protocol {protocol}: devbuf trace replay: {replayed.stderr.decode()}")
 expect(not os.path.exists(marker), "a pickle's os.system call ran")
+# CCA's figures where the trace frees a segment held at the start and allocates a new one at
+# its address: 40 MiB and 2 MiB held at the start; at the first allocation 20 + 2 MiB, then
+# 2 MiB more at the peak; the 40 MiB segment freed before it, two made.
+figures_wanted = {"segments_at_start": 2, "reserved_at_start_bytes": 42 << 20,
+                  "cca_peak_reserved_bytes": 24 << 20, "cca_system_allocs": 3,
+                  "cca_reserved_at_end_bytes": 22 << 20, "cca_segment_allocs": 2, "cca_segment_frees": 2}
+replayed = run(tool, "trace", "replay", os.path.join(scratch, "reused_p4.pickle"), "--json")
+got = json.loads(replayed.stdout)["snapshot"] if replayed.returncode == 0 else {}
+expect(all(got.get(key) == value for key, value in figures_wanted.items()),
+       f"reused: CCA's figures {got} {replayed.stderr.decode()}, wanted {figures_wanted}")
 # The committed corpus converts the same way.
 for path in sorted(glob.glob(os.path.join(source, "tests", "corpus", "snapshot", "valid_*.pickle"))):
     expect(compare(path), f"{os.path.basename(path)}: both readers convert it")
