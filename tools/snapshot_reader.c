@@ -577,6 +577,42 @@ static int live_at(converter *c, int64_t address, int64_t requested, int64_t blo
   return 0;
 }
 
+// The address of block `k` of segment `i` (a dictionary) where the segment's blocks are
+// placed by their sizes: older PyTorch versions gave a block no 'address' (a 'history' of
+// its allocations instead), and listed a segment's blocks in address order, end to end from
+// the segment's address. `*position` is where the block starts (set to the segment's address
+// at block 0), then where it ends. A block whose own address is elsewhere, or blocks that
+// pass the segment's end, make no sense of that rule, and are refused.
+static int place_block(converter *c, size_t i, size_t k, int64_t *position, int64_t *out) {
+  const devbuf_pickle_value *held = c->segments[i];
+  const devbuf_pickle_value *block = get(c, held, "blocks")->as.list.items[k];
+  int64_t base = 0, total = 0, size = 0, own = 0, end = 0;
+  if (need_int(c, held, "address", "segment", i, &base) ||
+      need_int(c, held, "total_size", "segment", i, &total) ||
+      need_int(c, block, "size", "block", k, &size))
+    return -1;
+  if (!k) *position = base;
+  if (size < 0)
+    return fail(c, "block %zu of segment %zu (offset %u): a size of %" PRId64 " bytes", k, i,
+                (unsigned)block->offset, size);
+  if (get(c, block, "address") && need_int(c, block, "address", "block", k, &own)) return -1;
+  if (get(c, block, "address") && own != *position)
+    return fail(c,
+                "block %zu of segment %zu (offset %u) is at %#" PRIx64 ", not at %#" PRIx64
+                " where the sizes of the blocks before it end (the segment's blocks without "
+                "an 'address' are placed by them)",
+                k, i, (unsigned)block->offset, own, *position);
+  // *position - base is at most `total`, checked at the blocks before this one.
+  if (size > total - (*position - base) || __builtin_add_overflow(*position, size, &end))
+    return fail(c,
+                "the blocks of segment %zu (offset %u), placed end to end by their sizes (some "
+                "have no 'address'), pass its end at %" PRId64 " bytes with block %zu",
+                i, (unsigned)held->offset, total, k);
+  *out = *position;
+  *position = end;
+  return 0;
+}
+
 // Allocations live when recording began: blocks still allocated at dump time that the
 // trace did not allocate, and allocations it frees without having allocated them.
 static int allocations_at_start(converter *c) {
@@ -602,14 +638,22 @@ static int allocations_at_start(converter *c) {
   if (!c->live_at_start) return out_of_memory(c);
   for (size_t i = 0; i < c->segment_count; i++) {
     const devbuf_pickle_value *blocks = get(c, c->segments[i], "blocks");
-    for (size_t k = 0; blocks && k < blocks->as.list.count; k++) {
+    size_t count = blocks ? blocks->as.list.count : 0;
+    bool placed = false; // some block has no 'address': each lies where those before it end
+    for (size_t k = 0; k < count; k++) {
       const devbuf_pickle_value *block = blocks->as.list.items[k];
-      int64_t address = 0, size = 0, requested = 0;
       if (block->kind != DEVBUF_PICKLE_DICT)
         return fail(c, "block %zu of segment %zu (offset %u) is a %s, not a dictionary", k, i,
                     (unsigned)block->offset, kind_name(block));
+      if (!get(c, block, "address")) placed = true;
+    }
+    int64_t position = 0;
+    for (size_t k = 0; k < count; k++) {
+      const devbuf_pickle_value *block = blocks->as.list.items[k];
+      int64_t address = 0, size = 0, requested = 0;
+      if (placed && place_block(c, i, k, &position, &address)) return -1;
       if (!devbuf_pickle_is_str(get(c, block, "state"), "active_allocated")) continue;
-      if (need_int(c, block, "address", "block", k, &address)) return -1;
+      if (!placed && need_int(c, block, "address", "block", k, &address)) return -1;
       if (map_has(&c->allocated, address)) continue;
       if (need_int(c, block, "size", "block", k, &size)) return -1;
       // block.get("requested_size", block["size"]) or block["size"]

@@ -13,7 +13,8 @@ What it writes, for device N (0 by default):
   - `# p SEG OFFSET ID BLOCK` + `a ID SIZE`: allocations live when recording began (blocks
     still allocated at dump time that the trace did not allocate, and allocations the
     trace frees without having allocated them; for those BLOCK is the request rounded up
-    to 512 bytes), in address order;
+    to 512 bytes), in address order. In a segment where a block has no address (older
+    PyTorch versions wrote none), each block lies where the sizes of those before it end;
   - then the recorded events in order: `a ID SIZE` (the requested size), `f ID`
     (free_completed), `# S SIZE` (segment_alloc), `# E` + `# F SIZE` (segment_free runs),
     `# stream N` where the stream changes. Zero-byte allocations are left out.
@@ -108,10 +109,32 @@ def convert(snapshot, device=0, source="snapshot", times=False, frames=0):
     allocated_in_trace = {e["addr"] for e in events if e.get("action") == "alloc" and e.get("size", 0) > 0}
     live_at_start = {}  # address -> (requested, block)
     for s in segments:
-        for block in s.get("blocks", []):
-            if block.get("state") == "active_allocated" and block["address"] not in allocated_in_trace:
+        blocks = s.get("blocks", [])
+        # Older PyTorch versions gave a block no "address" (a "history" of its allocations
+        # instead), and listed a segment's blocks in address order, end to end from the
+        # segment's address: where a block has none, each block of its segment is placed by
+        # the sizes of those before it.
+        placed = any("address" not in block for block in blocks)
+        position = s["address"] if placed else None
+        for index, block in enumerate(blocks):
+            if placed:
+                address, size = position, block["size"]
+                if size < 0:
+                    raise ValueError(f"block {index} of a segment: a size of {size} bytes")
+                if "address" in block and block["address"] != position:
+                    raise ValueError(f"block {index} of a segment is at {block['address']:#x}, not at "
+                                     f"{position:#x} where the sizes of the blocks before it end")
+                position += size
+                if position - s["address"] > s["total_size"]:
+                    raise ValueError(f"the blocks of a segment, placed end to end by their sizes, pass "
+                                     f"its end at {s['total_size']} bytes with block {index}")
+            if block.get("state") != "active_allocated":
+                continue
+            if not placed:
+                address = block["address"]
+            if address not in allocated_in_trace:
                 requested = block.get("requested_size", block["size"]) or block["size"]
-                live_at_start[block["address"]] = (requested, block["size"])
+                live_at_start[address] = (requested, block["size"])
     seen = set()
     for e in events:
         action, address = e.get("action"), e.get("addr")

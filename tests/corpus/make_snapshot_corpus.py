@@ -160,6 +160,28 @@ def snapshots(command="false"):
                 {"action": "segment_free", "addr": 0x60000000, "size": 2 * MiB, "stream": 0},
             ]],
         },
+        # Blocks with no "address" (older PyTorch versions: a "history" instead), each placed
+        # where the sizes of the blocks before it end; one that has an address where they put
+        # it; a trace of one free and one allocation, neither with frames or times.
+        "unaddressed": {
+            "segments": [
+                {"device": 0, "address": 0x70000000, "total_size": 20 * MiB, "segment_type": "large",
+                 "stream": 0, "allocated_size": 3 * MiB, "active_size": 3 * MiB, "requested_size": 3 * MiB,
+                 "blocks": [{"size": 1 * MiB, "requested_size": MiB - 10, "state": "active_allocated",
+                             "history": [{"addr": 0x70000000, "real_size": MiB - 10, "frames": frames}]},
+                            {"size": 3 * MiB, "requested_size": 0, "state": "inactive"},
+                            {"size": 2 * MiB, "requested_size": 2 * MiB, "state": "active_allocated"},
+                            {"size": 14 * MiB, "requested_size": 0, "state": "inactive"}]},
+                {"device": 0, "address": 0x80000000, "total_size": 2 * MiB, "segment_type": "small",
+                 "blocks": [{"address": 0x80000000, "size": 512, "requested_size": 100,
+                             "state": "active_allocated"},
+                            {"size": 2 * MiB - 512, "requested_size": 0, "state": "inactive"}]},
+            ],
+            "device_traces": [[
+                {"action": "free_completed", "addr": 0x70100000, "size": 1000, "stream": 0},
+                {"action": "alloc", "addr": 0x70400000, "size": 2 * MiB, "stream": 0},
+            ]],
+        },
         # Integers past 64 bits, as pickle writes them (LONG1: 2^64 - 1 takes 9 bytes, 0xff x8
         # then 0x00; a real snapshot has it as a C++ frame's line): the frames and times that
         # hold them are written as Python's str() spells them, and a frame past the eighth is
@@ -249,6 +271,16 @@ def hostile():
         "bad_outside": (pickle.dumps({"segments": [{"address": 0, "total_size": 4096, "blocks": [
             {"address": 8192, "size": 512, "state": "active_allocated"}]}]}, protocol=4),
                         "lies in no segment"),
+        # Blocks with no address, which their sizes cannot place.
+        "bad_blocks_past_end": (pickle.dumps({"segments": [{"address": 0, "total_size": 4096, "blocks": [
+            {"size": 4096, "state": "inactive"}, {"size": 512, "state": "active_allocated"}]}]}, protocol=4),
+            "pass its end at 4096 bytes with block 1"),
+        "bad_block_misplaced": (pickle.dumps({"segments": [{"address": 0, "total_size": 4096, "blocks": [
+            {"size": 512, "state": "inactive"},
+            {"address": 1024, "size": 512, "state": "active_allocated"}]}]}, protocol=4),
+            "block 1 of segment 0 (offset 102) is at 0x400, not at 0x200"),
+        "bad_block_negative": (pickle.dumps({"segments": [{"address": 0, "total_size": 4096, "blocks": [
+            {"size": -512, "state": "inactive"}]}]}, protocol=4), "a size of -512 bytes"),
         "bad_frame_list": (pickle.dumps({"segments": [], "device_traces": [[
             {"action": "alloc", "addr": 1, "size": 1, "frames": [{"filename": ["x"]}]}]]},
             protocol=4), "where the trace needs text"),
