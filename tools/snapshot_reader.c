@@ -952,10 +952,12 @@ int devbuf_tool_snapshot_open(const char *command, const char *path, int device,
     snprintf(why, sizeof why, "cannot write the trace: %s", strerror(errno));
   if (trace && fclose(trace) != 0 && !why[0])
     snprintf(why, sizeof why, "cannot write the trace: %s", strerror(errno));
-  // Device 0 may have run nothing (an empty snapshot replays empty); another device that
-  // shows nothing was most likely mistyped.
-  if (!why[0] && device > 0 && !out->figures.events && !out->figures.segments_at_start)
-    snprintf(why, sizeof why, "it records no event and no segment of CUDA device %d", device);
+  // A device the snapshot shows nothing of is refused, 0 as any other: a mistyped device,
+  // or a snapshot taken with no memory history recorded and nothing allocated, replayed as
+  // all zeros, read as a run that needed no memory.
+  if (!why[0] && !out->figures.events && !out->figures.segments_at_start)
+    snprintf(why, sizeof why,
+             "it records no event and no segment of CUDA device %d: nothing to replay", device);
   free(data);
   if (!why[0]) return 0;
   char safe_why[2048];

@@ -57,8 +57,8 @@ typedef struct devbuf_tool_snapshot {
 int devbuf_tool_is_snapshot(const char *path);
 // Converts the allocations of CUDA device `device` in the snapshot at `path`
 // (DEVBUF_SNAPSHOT_DEFAULT_FRAMES frames) into a temporary file: 0, or 1 with
-// "devbuf COMMAND: PATH: why" printed on stderr (also where it records nothing of a device
-// other than 0).
+// "devbuf COMMAND: PATH: why" printed on stderr (also where it records no event and no
+// segment of the device, 0 as any other).
 int devbuf_tool_snapshot_open(const char *command, const char *path, int device,
                               devbuf_tool_snapshot *out);
 // Removes the temporary file. Safe on a snapshot never opened (zeroed).

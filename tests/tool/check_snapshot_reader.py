@@ -81,6 +81,12 @@ for name, snapshot in make_snapshot_corpus.snapshots(f"touch {marker}").items():
             pickle.dump(snapshot, f, protocol=protocol)
         expect(compare(path), f"{name}, protocol {protocol}: both readers convert it")
         replayed = run(tool, "trace", "replay", path, "--json")
+        if name == "empty":  # nothing of device 0: refused by name, not replayed as zeros
+            expect(replayed.returncode == 1 and not replayed.stdout and
+                   b"records no event and no segment of CUDA device 0: nothing to replay" in replayed.stderr,
+                   f"empty, protocol {protocol}: devbuf trace replay: exit {replayed.returncode}, "
+                   f"{replayed.stdout} {replayed.stderr.decode()}")
+            continue
         expect(replayed.returncode == 0 and b'"snapshot": {"device": 0' in replayed.stdout,
                f"{name}, protocol {protocol}: devbuf trace replay: {replayed.stderr.decode()}")
 expect(not os.path.exists(marker), "a pickle's os.system call ran")
@@ -142,13 +148,24 @@ text = run(tool, "trace", "replay", real)
 expect(text.returncode == 0 and b"PyTorch's caching allocator in this run" in text.stdout
        and b"least memory limit" in text.stdout, f"replay's text: {text.stdout} {text.stderr}")
 # --cuda-device picks a GPU of the snapshot: 0 is the default; one it records nothing of is
-# refused by name, replay and view alike.
+# refused by name, replay and view alike, 0 as any other.
 again = run(tool, "trace", "replay", real, "--cuda-device", "0")
 expect(again.returncode == 0 and again.stdout == text.stdout, f"--cuda-device 0: {again.stderr}")
 for command in (["replay"], ["view", "-o", os.path.join(scratch, "none.html")]):
     other = run(tool, "trace", *command, real, "--cuda-device", "1")
     expect(other.returncode == 1 and b"no event and no segment of CUDA device 1" in other.stderr,
            f"{command[0]} --cuda-device 1: {other.stderr}")
+# A snapshot that records nothing at all (no segment; device_traces one empty list, as
+# _dump_snapshot writes when no allocation happened) is refused for device 0 too.
+nothing = os.path.join(scratch, "nothing.pickle")
+with open(nothing, "wb") as f:
+    pickle.dump({"segments": [], "device_traces": [[]], "allocator_settings": {"expandable_segments": False},
+                 "external_annotations": []}, f, protocol=2)
+for command in (["replay"], ["replay", "--json"], ["view", "-o", os.path.join(scratch, "nothing.html")]):
+    other = run(tool, "trace", *command, nothing)
+    expect(other.returncode == 1 and not other.stdout
+           and b"nothing.pickle: it records no event and no segment of CUDA device 0: nothing to replay"
+           in other.stderr, f"{command[0]} of a snapshot of nothing: exit {other.returncode}, {other.stderr}")
 bad = run(tool, "trace", "replay", real, "--cuda-device", "-1")
 expect(bad.returncode == 2 and b"--cuda-device takes a number from 0 to 1023, not '-1'" in bad.stderr,
        f"--cuda-device -1: {bad.stderr}")
