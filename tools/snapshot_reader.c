@@ -749,7 +749,7 @@ static int write_trace(converter *c, const char *source, int device, int frames)
       return c->message[0] ? -1 : out_of_memory(c);
     next_id++;
   }
-  f->allocs = c->live_count;
+  f->allocs = f->live_at_start = c->live_count;
   bool in_free_run = false, recording = false;
   uint64_t frees_before_recording = 0;
   for (size_t i = 0; i < c->event_count; i++) {

@@ -25,6 +25,7 @@
 typedef struct devbuf_snapshot_figures {
   uint64_t events;             // the device's recorded events (dictionaries)
   uint64_t allocs, frees;      // `a` lines (those live at the start included), `f` lines
+  uint64_t live_at_start;      // `# p` lines
   uint64_t segments_at_start;  // `# s` lines
   int64_t reserved_at_start;   // bytes of them
   int64_t cca_peak_reserved;   // most bytes CCA held from the first recorded allocation on

@@ -166,6 +166,19 @@ for command in (["replay"], ["replay", "--json"], ["view", "-o", os.path.join(sc
     expect(other.returncode == 1 and not other.stdout
            and b"nothing.pickle: it records no event and no segment of CUDA device 0: nothing to replay"
            in other.stderr, f"{command[0]} of a snapshot of nothing: exit {other.returncode}, {other.stderr}")
+# A snapshot whose trace records no allocation (an older PyTorch's out-of-memory snapshot:
+# one "snapshot" event) replays its end state as live at the start; CCA's peak is what it
+# held from the start, and the text says so rather than naming a first recorded allocation.
+still = os.path.join(scratch, "still.pickle")
+with open(still, "wb") as f:
+    pickle.dump({"segments": [{"device": 0, "address": 1 << 32, "total_size": 20 << 20, "blocks": [
+        {"size": 8 << 20, "requested_size": (8 << 20) - 5, "state": "active_allocated"},
+        {"size": 12 << 20, "requested_size": 0, "state": "inactive"}]}],
+        "device_traces": [[{"action": "snapshot", "addr": 0, "size": 8 << 20, "stream": 0}]]}, f, protocol=2)
+result = run(tool, "trace", "replay", still)
+expect(result.returncode == 0 and b"peak reserved   20 MiB (20,971,520 bytes) from the start (the trace "
+       b"records no allocation)\n" in result.stdout and b"1 allocations, 0 frees" in result.stdout,
+       f"replay of a snapshot with no allocation recorded: {result.stdout} {result.stderr}")
 bad = run(tool, "trace", "replay", real, "--cuda-device", "-1")
 expect(bad.returncode == 2 and b"--cuda-device takes a number from 0 to 1023, not '-1'" in bad.stderr,
        f"--cuda-device -1: {bad.stderr}")
