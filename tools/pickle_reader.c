@@ -368,16 +368,27 @@ static int push_int(reader *r, int64_t integer) {
   return push(r, value);
 }
 
-// LONG1 and LONG4: little-endian two's complement of `length` bytes, at most 8.
+// LONG1 and LONG4: little-endian two's complement of `length` bytes. Python reads any length;
+// a value int64 holds is an INT, whatever bytes wrote it, and a longer one a BIGINT that
+// points at its bytes: a snapshot refused whole for one frame's line of 2^64 - 1 (9 bytes, a
+// C++ frame's unknown line as an unsigned 64-bit number) was refused for nothing it needs.
 static int push_long(reader *r, uint64_t length) {
-  if (length > 8)
-    return fail(r, "an integer of %llu bytes: more than the 8 a snapshot's numbers take",
-                (unsigned long long)length);
   const uint8_t *at = take(r, length, "an integer");
   if (!at) return -1;
+  size_t used = (size_t)length; // less the sign bytes that repeat the bit below them
+  while (used > 1 && ((at[used - 1] == 0x00 && !(at[used - 2] & 0x80)) ||
+                      (at[used - 1] == 0xff && (at[used - 2] & 0x80))))
+    used--;
+  if (used > 8) {
+    devbuf_pickle_value *value = new_value(r, DEVBUF_PICKLE_BIGINT, true);
+    if (!value) return -1;
+    value->as.text.bytes = (const char *)at;
+    value->as.text.length = used;
+    return push(r, value);
+  }
   uint64_t bits = 0;
-  for (size_t i = 0; i < length; i++) bits |= (uint64_t)at[i] << (8 * i);
-  if (length && length < 8 && (at[length - 1] & 0x80)) bits |= ~(uint64_t)0 << (8 * length);
+  for (size_t i = 0; i < used; i++) bits |= (uint64_t)at[i] << (8 * i);
+  if (used && used < 8 && (at[used - 1] & 0x80)) bits |= ~(uint64_t)0 << (8 * used);
   int64_t integer;
   memcpy(&integer, &bits, sizeof integer);
   return push_int(r, integer);
@@ -417,8 +428,8 @@ static int take_decimal(reader *r, uint64_t *out) {
 // ---- dictionaries and inert objects -------------------------------------------------------
 
 static const char *kind_name(const devbuf_pickle_value *value) {
-  static const char *const names[] = {"None",  "bool", "int",   "float", "str",
-                                      "bytes", "list", "tuple", "dict",  "class"};
+  static const char *const names[] = {"None", "bool",  "int",  "float", "str", "bytes",
+                                      "list", "tuple", "dict", "class", "int"};
   if (value->kind == DEVBUF_PICKLE_DICT && value->type) return "inert object";
   return names[value->kind];
 }
@@ -716,4 +727,70 @@ const devbuf_pickle_value *devbuf_pickle_get(const devbuf_pickle_value *dict, co
   for (size_t i = count; i >= 2; i -= 2)
     if (devbuf_pickle_is_str(dict->as.list.items[i - 2], key)) return dict->as.list.items[i - 1];
   return NULL;
+}
+
+bool devbuf_pickle_negative(const devbuf_pickle_value *value) {
+  if (value->kind == DEVBUF_PICKLE_BIGINT)
+    return ((const uint8_t *)value->as.text.bytes)[value->as.text.length - 1] & 0x80;
+  return value->as.integer < 0;
+}
+
+// A BIGINT of more bytes than this has more than DEVBUF_PICKLE_MAX_DIGITS digits: its
+// magnitude is at least 2^(8 * (bytes - 2)), and 10^4300 < 2^14285.
+#define BIGINT_MOST_BYTES (DEVBUF_PICKLE_MAX_DIGITS * 10 / 24 + 3)
+
+size_t devbuf_pickle_decimal(const devbuf_pickle_value *value, char *out, size_t capacity,
+                             uint64_t *steps) {
+  if (value->kind != DEVBUF_PICKLE_BIGINT) {
+    int length = snprintf(out, capacity, "%lld", (long long)value->as.integer);
+    return length > 0 && (size_t)length < capacity ? (size_t)length : 0;
+  }
+  const uint8_t *bytes = (const uint8_t *)value->as.text.bytes;
+  size_t length = value->as.text.length;
+  if (length > BIGINT_MOST_BYTES) return 0;
+  // The magnitude in 32-bit words, low first: the bytes sign-extended, negated if negative.
+  uint32_t words[(BIGINT_MOST_BYTES + 3) / 4];
+  size_t count = (length + 3) / 4;
+  bool negative = devbuf_pickle_negative(value);
+  for (size_t i = 0; i < count; i++) {
+    uint32_t word = 0;
+    for (size_t k = 0; k < 4; k++) {
+      size_t at = 4 * i + k;
+      word |= (uint32_t)(at < length ? bytes[at] : negative ? 0xff : 0x00) << (8 * k);
+    }
+    words[i] = word;
+  }
+  if (negative) {
+    uint64_t carry = 1;
+    for (size_t i = 0; i < count; i++) {
+      carry += (uint32_t)~words[i];
+      words[i] = (uint32_t)carry;
+      carry >>= 32;
+    }
+  }
+  while (count && !words[count - 1]) count--;
+  // Nine digits at a time, lowest first, by long division by 10^9.
+  char digits[DEVBUF_PICKLE_MAX_DIGITS];
+  size_t used = 0;
+  while (count) {
+    uint64_t remainder = 0;
+    for (size_t i = count; i-- > 0;) {
+      uint64_t current = remainder << 32 | words[i];
+      words[i] = (uint32_t)(current / 1000000000u);
+      remainder = current % 1000000000u;
+    }
+    *steps += count;
+    while (count && !words[count - 1]) count--;
+    for (int k = 0; k < 9 && (count || remainder); k++) {
+      if (used == sizeof digits) return 0;
+      digits[used++] = (char)('0' + remainder % 10);
+      remainder /= 10;
+    }
+  }
+  if (used + negative + 1 > capacity) return 0;
+  size_t written = 0;
+  if (negative) out[written++] = '-';
+  while (used) out[written++] = digits[--used];
+  out[written] = '\0';
+  return written;
 }

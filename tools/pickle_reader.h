@@ -23,18 +23,26 @@
 
 typedef enum devbuf_pickle_kind {
   DEVBUF_PICKLE_NONE,
-  DEVBUF_PICKLE_BOOL,  // integer 0 or 1
-  DEVBUF_PICKLE_INT,   // integer: any int64
-  DEVBUF_PICKLE_FLOAT, // number
-  DEVBUF_PICKLE_STR,   // text: well-formed UTF-8 (no surrogates), may hold NUL
-  DEVBUF_PICKLE_BYTES, // text: any bytes
-  DEVBUF_PICKLE_LIST,  // items
-  DEVBUF_PICKLE_TUPLE, // items
-  DEVBUF_PICKLE_DICT,  // items: key, value, key, value, ... in insertion order (a key set
-                       // again appears again: the last one counts); `type` non-NULL for an
-                       // inert object
-  DEVBUF_PICKLE_CLASS, // text "module.name": a class reference, never resolved
+  DEVBUF_PICKLE_BOOL,   // integer 0 or 1
+  DEVBUF_PICKLE_INT,    // integer: any int64
+  DEVBUF_PICKLE_FLOAT,  // number
+  DEVBUF_PICKLE_STR,    // text: well-formed UTF-8 (no surrogates), may hold NUL
+  DEVBUF_PICKLE_BYTES,  // text: any bytes
+  DEVBUF_PICKLE_LIST,   // items
+  DEVBUF_PICKLE_TUPLE,  // items
+  DEVBUF_PICKLE_DICT,   // items: key, value, key, value, ... in insertion order (a key set
+                        // again appears again: the last one counts); `type` non-NULL for an
+                        // inert object
+  DEVBUF_PICKLE_CLASS,  // text "module.name": a class reference, never resolved
+  DEVBUF_PICKLE_BIGINT, // text: an integer outside int64 (LONG1, LONG4: a real snapshot's
+                        // line of 2^64 - 1), its little-endian two's complement bytes in the
+                        // input, without the redundant sign bytes: 9 or more
 } devbuf_pickle_kind;
+
+// Python's str() of an int refuses more digits than this (sys.get_int_max_str_digits()'s
+// default since 3.11), and so does devbuf_pickle_decimal: beyond it the conversion would
+// take time quadratic in the integer's length.
+#define DEVBUF_PICKLE_MAX_DIGITS 4300
 
 typedef struct devbuf_pickle_value devbuf_pickle_value;
 struct devbuf_pickle_value {
@@ -80,5 +88,13 @@ const devbuf_pickle_value *devbuf_pickle_get(const devbuf_pickle_value *dict, co
                                              uint64_t *steps);
 // Whether `value` is the string `text`.
 bool devbuf_pickle_is_str(const devbuf_pickle_value *value, const char *text);
+// Whether the INT, BOOL or BIGINT `value` is below 0.
+bool devbuf_pickle_negative(const devbuf_pickle_value *value);
+// The decimal text of the INT, BOOL or BIGINT `value` as Python's str(int(value)) writes it,
+// terminated, in `out` (DEVBUF_PICKLE_MAX_DIGITS + 2 bytes hold any): its length, or 0 where
+// it has more than DEVBUF_PICKLE_MAX_DIGITS digits or `capacity` bytes do not hold it.
+// `*steps` is raised by the work (the 32-bit words divided).
+size_t devbuf_pickle_decimal(const devbuf_pickle_value *value, char *out, size_t capacity,
+                             uint64_t *steps);
 
 #endif

@@ -19,6 +19,7 @@
 
 #define SMALL_SEGMENT ((int64_t)2 << 20)
 #define LONGEST_FRAME 240 // bytes of a frame's text: a trace line holds at most 255
+#define SCALAR_TEXT   (DEVBUF_PICKLE_MAX_DIGITS + 2) // str() of any scalar it writes, and a NUL
 
 // ---- a map of 64-bit keys (addresses) to values: open addressing, at most half full ------
 
@@ -173,8 +174,8 @@ static const devbuf_pickle_value *get(converter *c, const devbuf_pickle_value *d
 }
 
 static const char *kind_name(const devbuf_pickle_value *value) {
-  static const char *const names[] = {"None",  "bool", "int",   "float", "str",
-                                      "bytes", "list", "tuple", "dict",  "class"};
+  static const char *const names[] = {"None", "bool",  "int",  "float", "str", "bytes",
+                                      "list", "tuple", "dict", "class", "int"};
   if (value->kind == DEVBUF_PICKLE_DICT && value->type) return "inert object";
   return names[value->kind];
 }
@@ -197,6 +198,7 @@ static bool truthy(const devbuf_pickle_value *value) {
   case DEVBUF_PICKLE_BYTES:
     return value->as.text.length != 0;
   case DEVBUF_PICKLE_CLASS:
+  case DEVBUF_PICKLE_BIGINT: // never 0: 0 is an INT
     return true;
   default:
     return value->as.list.count != 0;
@@ -209,6 +211,13 @@ static int need_int(converter *c, const devbuf_pickle_value *dict, const char *k
   const devbuf_pickle_value *value = get(c, dict, key);
   if (!value)
     return fail(c, "%s %zu (offset %u) has no '%s'", what, index, (unsigned)dict->offset, key);
+  if (value->kind == DEVBUF_PICKLE_BIGINT) { // the pickle reads it; the trace cannot hold it
+    char digits[SCALAR_TEXT];
+    if (!devbuf_pickle_decimal(value, digits, sizeof digits, &c->steps))
+      snprintf(digits, sizeof digits, "an integer of %zu bytes", value->as.text.length);
+    return fail(c, "%s %zu (offset %u): '%s' is %s, outside the 64-bit signed range of the trace",
+                what, index, (unsigned)dict->offset, key, digits);
+  }
   if (value->kind != DEVBUF_PICKLE_INT)
     return fail(c, "%s %zu (offset %u): '%s' is a %s, not an integer", what, index,
                 (unsigned)dict->offset, key, kind_name(value));
@@ -285,6 +294,14 @@ static int python_str(converter *c, const devbuf_pickle_value *value, char *buff
   case DEVBUF_PICKLE_FLOAT:
     python_float(value->as.number, buffer, capacity);
     break;
+  case DEVBUF_PICKLE_BIGINT:
+    if (!devbuf_pickle_decimal(value, buffer, capacity, &c->steps))
+      return fail(c,
+                  "an integer of %zu bytes (offset %u) has more than the %d digits Python's "
+                  "str() writes",
+                  value->as.text.length, (unsigned)value->offset, DEVBUF_PICKLE_MAX_DIGITS);
+    if (count_step(c, 0)) return -1;
+    break;
   default:
     return fail(c, "a %s (offset %u) where the trace needs text or a number", kind_name(value),
                 (unsigned)value->offset);
@@ -295,7 +312,7 @@ static int python_str(converter *c, const devbuf_pickle_value *value, char *buff
 }
 
 static int emit_str(converter *c, const devbuf_pickle_value *value) {
-  char buffer[64];
+  char buffer[SCALAR_TEXT];
   const char *text;
   size_t length;
   if (python_str(c, value, buffer, sizeof buffer, &text, &length)) return -1;
@@ -353,7 +370,7 @@ static int emit_frame(converter *c, const devbuf_pickle_value *frame) {
                                          get(c, frame, "name")};
   frame_text text = {.length = 0};
   for (int i = 0; i < 3; i++) {
-    char buffer[64];
+    char buffer[SCALAR_TEXT];
     const char *bytes;
     size_t length;
     if (python_str(c, parts[i] ? parts[i] : &question, buffer, sizeof buffer, &bytes, &length))
@@ -477,41 +494,58 @@ static int hold(converter *c, int64_t address, int64_t size, const devbuf_pickle
 }
 
 // The segments held when recording began: those at dump time the trace did not allocate,
-// plus those it freed without allocating them; in address order, none overlapping.
+// plus those it freed without having allocated them; in address order, none overlapping.
+// Events are taken in order: a segment_free frees what the last segment_alloc of its address
+// made where that is not freed yet, else a segment held at the start. CUDA hands a freed
+// address out again, and a snapshot whose trace freed a segment held at the start and then
+// allocated a new one at its address (a real one did, at 0x7f54fa000000) lost that segment
+// when any segment_alloc of the address, earlier or later, made the free the trace's own:
+// the allocation live in it at the start then lay "in no segment held at the start".
 static int segments_at_start(converter *c) {
   static const devbuf_pickle_value large = {.kind = DEVBUF_PICKLE_STR,
                                             .as.text = {.bytes = "large", .length = 5}};
   static const devbuf_pickle_value small = {.kind = DEVBUF_PICKLE_STR,
                                             .as.text = {.bytes = "small", .length = 5}};
-  for (size_t i = 0; i < c->event_count; i++) {
-    int64_t address = 0;
-    if (action_is(c, c->events[i], "segment_alloc") &&
-        (need_int(c, c->events[i], "addr", "event", i, &address) ||
-         map_put(&c->traced_segments, address, 1)))
-      return c->message[0] ? -1 : out_of_memory(c);
-  }
-  size_t capacity = c->segment_count + c->event_count;
+  size_t capacity = c->segment_count + c->event_count, freed_count = 0;
   c->start = malloc((capacity ? capacity : 1) * sizeof *c->start);
-  if (!c->start) return out_of_memory(c);
-  for (size_t i = 0; i < c->segment_count; i++) {
-    const devbuf_pickle_value *s = c->segments[i];
-    int64_t address = 0, size = 0;
-    if (need_int(c, s, "address", "segment", i, &address)) return -1;
-    if (map_has(&c->traced_segments, address)) continue;
-    if (need_int(c, s, "total_size", "segment", i, &size)) return -1;
-    const devbuf_pickle_value *pool = get(c, s, "segment_type");
-    if (hold(c, address, size, pool ? pool : &large, capacity)) return -1;
-  }
-  for (size_t i = 0; i < c->event_count; i++) {
+  // The events that free a segment held at the start, in their order.
+  size_t *freed = malloc((c->event_count ? c->event_count : 1) * sizeof *freed);
+  int status = c->start && freed ? 0 : out_of_memory(c);
+  for (size_t i = 0; !status && i < c->event_count; i++) {
     const devbuf_pickle_value *e = c->events[i];
-    int64_t address = 0, size = 0;
-    if (!action_is(c, e, "segment_free")) continue;
-    if (need_int(c, e, "addr", "event", i, &address)) return -1;
-    if (map_has(&c->traced_segments, address)) continue;
-    if (need_int(c, e, "size", "event", i, &size) ||
-        hold(c, address, size, size == SMALL_SEGMENT ? &small : &large, capacity))
-      return -1;
+    int64_t address = 0;
+    bool made = action_is(c, e, "segment_alloc");
+    if (!made && !action_is(c, e, "segment_free")) continue;
+    if ((status = need_int(c, e, "addr", "event", i, &address))) break;
+    if (made) // traced_segments: made by the trace and not freed since
+      status = map_put(&c->traced_segments, address, 1) ? out_of_memory(c) : 0;
+    else if (map_has(&c->traced_segments, address))
+      map_remove(&c->traced_segments, address);
+    else
+      freed[freed_count++] = i;
   }
+  // Those at dump time, but for the ones the trace made.
+  for (size_t i = 0; !status && i < c->segment_count; i++) {
+    const devbuf_pickle_value *s = c->segments[i], *pool = NULL;
+    int64_t address = 0, size = 0;
+    if ((status = need_int(c, s, "address", "segment", i, &address))) break;
+    if (map_has(&c->traced_segments, address)) continue;
+    if ((status = need_int(c, s, "total_size", "segment", i, &size))) break;
+    pool = get(c, s, "segment_type");
+    status = hold(c, address, size, pool ? pool : &large, capacity);
+  }
+  // Those the trace freed (the last free of an address counts, as in a dictionary).
+  for (size_t k = 0; !status && k < freed_count; k++) {
+    const devbuf_pickle_value *e = c->events[freed[k]];
+    int64_t address = 0, size = 0;
+    status = need_int(c, e, "addr", "event", freed[k], &address) ||
+                     need_int(c, e, "size", "event", freed[k], &size) ||
+                     hold(c, address, size, size == SMALL_SEGMENT ? &small : &large, capacity)
+                 ? -1
+                 : 0;
+  }
+  free(freed);
+  if (status) return -1;
   qsort(c->start, c->start_count, sizeof *c->start, compare_segments);
   for (size_t i = 0; i < c->start_count; i++) {
     int64_t end;
@@ -543,6 +577,42 @@ static int live_at(converter *c, int64_t address, int64_t requested, int64_t blo
   return 0;
 }
 
+// The address of block `k` of segment `i` (a dictionary) where the segment's blocks are
+// placed by their sizes: older PyTorch versions gave a block no 'address' (a 'history' of
+// its allocations instead), and listed a segment's blocks in address order, end to end from
+// the segment's address. `*position` is where the block starts (set to the segment's address
+// at block 0), then where it ends. A block whose own address is elsewhere, or blocks that
+// pass the segment's end, make no sense of that rule, and are refused.
+static int place_block(converter *c, size_t i, size_t k, int64_t *position, int64_t *out) {
+  const devbuf_pickle_value *held = c->segments[i];
+  const devbuf_pickle_value *block = get(c, held, "blocks")->as.list.items[k];
+  int64_t base = 0, total = 0, size = 0, own = 0, end = 0;
+  if (need_int(c, held, "address", "segment", i, &base) ||
+      need_int(c, held, "total_size", "segment", i, &total) ||
+      need_int(c, block, "size", "block", k, &size))
+    return -1;
+  if (!k) *position = base;
+  if (size < 0)
+    return fail(c, "block %zu of segment %zu (offset %u): a size of %" PRId64 " bytes", k, i,
+                (unsigned)block->offset, size);
+  if (get(c, block, "address") && need_int(c, block, "address", "block", k, &own)) return -1;
+  if (get(c, block, "address") && own != *position)
+    return fail(c,
+                "block %zu of segment %zu (offset %u) is at %#" PRIx64 ", not at %#" PRIx64
+                " where the sizes of the blocks before it end (the segment's blocks without "
+                "an 'address' are placed by them)",
+                k, i, (unsigned)block->offset, own, *position);
+  // *position - base is at most `total`, checked at the blocks before this one.
+  if (size > total - (*position - base) || __builtin_add_overflow(*position, size, &end))
+    return fail(c,
+                "the blocks of segment %zu (offset %u), placed end to end by their sizes (some "
+                "have no 'address'), pass its end at %" PRId64 " bytes with block %zu",
+                i, (unsigned)held->offset, total, k);
+  *out = *position;
+  *position = end;
+  return 0;
+}
+
 // Allocations live when recording began: blocks still allocated at dump time that the
 // trace did not allocate, and allocations it frees without having allocated them.
 static int allocations_at_start(converter *c) {
@@ -568,14 +638,22 @@ static int allocations_at_start(converter *c) {
   if (!c->live_at_start) return out_of_memory(c);
   for (size_t i = 0; i < c->segment_count; i++) {
     const devbuf_pickle_value *blocks = get(c, c->segments[i], "blocks");
-    for (size_t k = 0; blocks && k < blocks->as.list.count; k++) {
+    size_t count = blocks ? blocks->as.list.count : 0;
+    bool placed = false; // some block has no 'address': each lies where those before it end
+    for (size_t k = 0; k < count; k++) {
       const devbuf_pickle_value *block = blocks->as.list.items[k];
-      int64_t address = 0, size = 0, requested = 0;
       if (block->kind != DEVBUF_PICKLE_DICT)
         return fail(c, "block %zu of segment %zu (offset %u) is a %s, not a dictionary", k, i,
                     (unsigned)block->offset, kind_name(block));
+      if (!get(c, block, "address")) placed = true;
+    }
+    int64_t position = 0;
+    for (size_t k = 0; k < count; k++) {
+      const devbuf_pickle_value *block = blocks->as.list.items[k];
+      int64_t address = 0, size = 0, requested = 0;
+      if (placed && place_block(c, i, k, &position, &address)) return -1;
       if (!devbuf_pickle_is_str(get(c, block, "state"), "active_allocated")) continue;
-      if (need_int(c, block, "address", "block", k, &address)) return -1;
+      if (!placed && need_int(c, block, "address", "block", k, &address)) return -1;
       if (map_has(&c->allocated, address)) continue;
       if (need_int(c, block, "size", "block", k, &size)) return -1;
       // block.get("requested_size", block["size"]) or block["size"]
@@ -671,7 +749,7 @@ static int write_trace(converter *c, const char *source, int device, int frames)
       return c->message[0] ? -1 : out_of_memory(c);
     next_id++;
   }
-  f->allocs = c->live_count;
+  f->allocs = f->live_at_start = c->live_count;
   bool in_free_run = false, recording = false;
   uint64_t frees_before_recording = 0;
   for (size_t i = 0; i < c->event_count; i++) {
@@ -694,12 +772,11 @@ static int write_trace(converter *c, const char *source, int device, int frames)
     }
     bool recorded = (alloc && size > 0) || (free && map_has(&c->live, address));
     const devbuf_pickle_value *time = get(c, e, "time_us");
-    if (recorded && time && (time->kind == DEVBUF_PICKLE_INT || time->kind == DEVBUF_PICKLE_BOOL) &&
-        time->as.integer >= 0) {
-      if (time->kind == DEVBUF_PICKLE_BOOL
-              ? emit(c, "# t %s\n", time->as.integer ? "True" : "False")
-              : emit(c, "# t %" PRId64 "\n", time->as.integer))
-        return -1;
+    if (recorded && time &&
+        (time->kind == DEVBUF_PICKLE_INT || time->kind == DEVBUF_PICKLE_BOOL ||
+         time->kind == DEVBUF_PICKLE_BIGINT) &&
+        !devbuf_pickle_negative(time)) { // Python: isinstance(time, int) and time >= 0
+      if (emit(c, "# t ") || emit_str(c, time) || emit(c, "\n")) return -1;
     }
     if (alloc) {
       if (size <= 0) continue;
@@ -875,10 +952,12 @@ int devbuf_tool_snapshot_open(const char *command, const char *path, int device,
     snprintf(why, sizeof why, "cannot write the trace: %s", strerror(errno));
   if (trace && fclose(trace) != 0 && !why[0])
     snprintf(why, sizeof why, "cannot write the trace: %s", strerror(errno));
-  // Device 0 may have run nothing (an empty snapshot replays empty); another device that
-  // shows nothing was most likely mistyped.
-  if (!why[0] && device > 0 && !out->figures.events && !out->figures.segments_at_start)
-    snprintf(why, sizeof why, "it records no event and no segment of CUDA device %d", device);
+  // A device the snapshot shows nothing of is refused, 0 as any other: a mistyped device,
+  // or a snapshot taken with no memory history recorded and nothing allocated, replayed as
+  // all zeros, read as a run that needed no memory.
+  if (!why[0] && !out->figures.events && !out->figures.segments_at_start)
+    snprintf(why, sizeof why,
+             "it records no event and no segment of CUDA device %d: nothing to replay", device);
   free(data);
   if (!why[0]) return 0;
   char safe_why[2048];

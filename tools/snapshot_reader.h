@@ -25,6 +25,7 @@
 typedef struct devbuf_snapshot_figures {
   uint64_t events;             // the device's recorded events (dictionaries)
   uint64_t allocs, frees;      // `a` lines (those live at the start included), `f` lines
+  uint64_t live_at_start;      // `# p` lines
   uint64_t segments_at_start;  // `# s` lines
   int64_t reserved_at_start;   // bytes of them
   int64_t cca_peak_reserved;   // most bytes CCA held from the first recorded allocation on
@@ -57,8 +58,8 @@ typedef struct devbuf_tool_snapshot {
 int devbuf_tool_is_snapshot(const char *path);
 // Converts the allocations of CUDA device `device` in the snapshot at `path`
 // (DEVBUF_SNAPSHOT_DEFAULT_FRAMES frames) into a temporary file: 0, or 1 with
-// "devbuf COMMAND: PATH: why" printed on stderr (also where it records nothing of a device
-// other than 0).
+// "devbuf COMMAND: PATH: why" printed on stderr (also where it records no event and no
+// segment of the device, 0 as any other).
 int devbuf_tool_snapshot_open(const char *command, const char *path, int device,
                               devbuf_tool_snapshot *out);
 // Removes the temporary file. Safe on a snapshot never opened (zeroed).

@@ -8,11 +8,13 @@ Usage: snapshot_to_trace.py SNAPSHOT.pickle [-o OUT.trace] [--device N] [--times
 
 What it writes, for device N (0 by default):
   - `# s I SIZE POOL`: the segments held when recording began (those at dump time, less the
-    ones the trace allocated, plus the ones it freed), in address order;
+    ones the trace allocated, plus the ones it freed before allocating one at their address),
+    in address order;
   - `# p SEG OFFSET ID BLOCK` + `a ID SIZE`: allocations live when recording began (blocks
     still allocated at dump time that the trace did not allocate, and allocations the
     trace frees without having allocated them; for those BLOCK is the request rounded up
-    to 512 bytes), in address order;
+    to 512 bytes), in address order. In a segment where a block has no address (older
+    PyTorch versions wrote none), each block lies where the sizes of those before it end;
   - then the recorded events in order: `a ID SIZE` (the requested size), `f ID`
     (free_completed), `# S SIZE` (segment_alloc), `# E` + `# F SIZE` (segment_free runs),
     `# stream N` where the stream changes. Zero-byte allocations are left out.
@@ -79,13 +81,22 @@ def convert(snapshot, device=0, source="snapshot", times=False, frames=0):
     traces = snapshot.get("device_traces") or []
     events = [e for e in (traces[device] if device < len(traces) else []) if isinstance(e, dict)]
     segments = [s for s in snapshot["segments"] if isinstance(s, dict) and s.get("device", 0) == device]
-    traced_segments = {e["addr"] for e in events if e.get("action") == "segment_alloc"}
-    # The segments held when recording began.
+    # The segments held when recording began. In the events' order, a segment_free frees what
+    # the last segment_alloc of its address made, where that is not freed yet, else a segment
+    # held at the start (whose address a later segment_alloc may get again).
+    traced_segments, freed_at_start = set(), []  # made by the trace and not freed since
+    for e in events:
+        if e.get("action") == "segment_alloc":
+            traced_segments.add(e["addr"])
+        elif e.get("action") == "segment_free":
+            if e["addr"] in traced_segments:
+                traced_segments.discard(e["addr"])
+            else:
+                freed_at_start.append(e)
     held = {s["address"]: (s["total_size"], s.get("segment_type", "large")) for s in segments
             if s["address"] not in traced_segments}
-    for e in events:
-        if e.get("action") == "segment_free" and e["addr"] not in traced_segments:
-            held[e["addr"]] = (e["size"], "small" if e["size"] == SMALL_SEGMENT else "large")
+    for e in freed_at_start:
+        held[e["addr"]] = (e["size"], "small" if e["size"] == SMALL_SEGMENT else "large")
     start = sorted(held.items())
 
     def place(address):
@@ -98,10 +109,32 @@ def convert(snapshot, device=0, source="snapshot", times=False, frames=0):
     allocated_in_trace = {e["addr"] for e in events if e.get("action") == "alloc" and e.get("size", 0) > 0}
     live_at_start = {}  # address -> (requested, block)
     for s in segments:
-        for block in s.get("blocks", []):
-            if block.get("state") == "active_allocated" and block["address"] not in allocated_in_trace:
+        blocks = s.get("blocks", [])
+        # Older PyTorch versions gave a block no "address" (a "history" of its allocations
+        # instead), and listed a segment's blocks in address order, end to end from the
+        # segment's address: where a block has none, each block of its segment is placed by
+        # the sizes of those before it.
+        placed = any("address" not in block for block in blocks)
+        position = s["address"] if placed else None
+        for index, block in enumerate(blocks):
+            if placed:
+                address, size = position, block["size"]
+                if size < 0:
+                    raise ValueError(f"block {index} of a segment: a size of {size} bytes")
+                if "address" in block and block["address"] != position:
+                    raise ValueError(f"block {index} of a segment is at {block['address']:#x}, not at "
+                                     f"{position:#x} where the sizes of the blocks before it end")
+                position += size
+                if position - s["address"] > s["total_size"]:
+                    raise ValueError(f"the blocks of a segment, placed end to end by their sizes, pass "
+                                     f"its end at {s['total_size']} bytes with block {index}")
+            if block.get("state") != "active_allocated":
+                continue
+            if not placed:
+                address = block["address"]
+            if address not in allocated_in_trace:
                 requested = block.get("requested_size", block["size"]) or block["size"]
-                live_at_start[block["address"]] = (requested, block["size"])
+                live_at_start[address] = (requested, block["size"])
     seen = set()
     for e in events:
         action, address = e.get("action"), e.get("addr")
@@ -148,8 +181,10 @@ def convert(snapshot, device=0, source="snapshot", times=False, frames=0):
             # The program's own lines are the Python frames; the C++ ones under them are the
             # allocator, the dispatcher and the interpreter, the same for every allocation.
             python = [f for f in stack if str(f["filename"]).endswith(".py")]
-            for text in [t for t in map(frame_text, python or stack) if t is not None][:frames]:
-                lines.append(f"# frame {text}")
+            # Only the frames written are spelt out: str() of a frame not written (an int of
+            # more digits than Python prints, say) does not refuse the snapshot.
+            for frame in (python or stack)[:frames]:
+                lines.append(f"# frame {frame_text(frame)}")
             live[e["addr"]] = next_id
             lines.append(f"a {next_id} {e['size']}")
             next_id += 1

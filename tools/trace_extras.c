@@ -42,13 +42,17 @@ static void print_limit(const char *policy, const devbuf_tool_least_limit *limit
 void devbuf_tool_trace_extras_text(const devbuf_tool_trace_extras *extras, FILE *out) {
   const devbuf_snapshot_figures *s = extras->snapshot;
   char peak[96], end[96];
+  // Where the trace records no allocation (a snapshot of the end state alone), the peak is
+  // what CCA held from the start, and the line says so instead of naming no allocation.
   if (s)
     fprintf(out,
             "PyTorch's caching allocator in this run (the snapshot's own events, device %d):\n"
-            "  peak reserved   %s from the first recorded allocation on\n"
+            "  peak reserved   %s %s\n"
             "  %" PRIu64 " system allocations (%" PRIu64 " segments held at the start, %" PRIu64
             " made, %" PRIu64 " freed); %s reserved at the end\n",
             extras->cuda_device, size_text(s->cca_peak_reserved, peak, sizeof peak),
+            s->allocs > s->live_at_start ? "from the first recorded allocation on"
+                                         : "from the start (the trace records no allocation)",
             s->cca_system_allocs, s->segments_at_start, s->cca_segment_allocs, s->cca_segment_frees,
             size_text(s->cca_reserved_at_end, end, sizeof end));
   if (extras->least_limits) {

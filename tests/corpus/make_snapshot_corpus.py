@@ -135,6 +135,75 @@ def snapshots(command="false"):
             ]],
         },
         "empty": {"segments": []},
+        # A segment held at the start (with an allocation live in it) freed by the trace, and
+        # a new segment allocated at its address (CUDA gives freed addresses out again) that
+        # is still held at the end; another segment made and freed by the trace.
+        "reused": {
+            "segments": [
+                {"device": 0, "address": 0x40000000, "total_size": 20 * MiB, "segment_type": "large",
+                 "blocks": [{"address": 0x40000000, "size": 6 * MiB, "requested_size": 6 * MiB - 100,
+                             "state": "active_allocated"},
+                            {"address": 0x40600000, "size": 14 * MiB, "state": "inactive"}]},
+                {"device": 0, "address": 0x50000000, "total_size": 2 * MiB, "segment_type": "small",
+                 "blocks": [{"address": 0x50000000, "size": 512, "requested_size": 300,
+                             "state": "active_allocated"}]},
+            ],
+            "device_traces": [[
+                {"action": "free_requested", "addr": 0x40100000, "size": 1000, "stream": 0},
+                {"action": "free_completed", "addr": 0x40100000, "size": 1000, "stream": 0},
+                {"action": "segment_free", "addr": 0x40000000, "size": 40 * MiB, "stream": 0},
+                {"action": "segment_alloc", "addr": 0x40000000, "size": 20 * MiB, "stream": 0},
+                {"action": "alloc", "addr": 0x40000000, "size": 6 * MiB - 100, "stream": 0},
+                {"action": "segment_alloc", "addr": 0x60000000, "size": 2 * MiB, "stream": 0},
+                {"action": "alloc", "addr": 0x60000000, "size": 512, "stream": 0},
+                {"action": "free_completed", "addr": 0x60000000, "size": 512, "stream": 0},
+                {"action": "segment_free", "addr": 0x60000000, "size": 2 * MiB, "stream": 0},
+            ]],
+        },
+        # Blocks with no "address" (older PyTorch versions: a "history" instead), each placed
+        # where the sizes of the blocks before it end; one that has an address where they put
+        # it; a trace of one free and one allocation, neither with frames or times.
+        "unaddressed": {
+            "segments": [
+                {"device": 0, "address": 0x70000000, "total_size": 20 * MiB, "segment_type": "large",
+                 "stream": 0, "allocated_size": 3 * MiB, "active_size": 3 * MiB, "requested_size": 3 * MiB,
+                 "blocks": [{"size": 1 * MiB, "requested_size": MiB - 10, "state": "active_allocated",
+                             "history": [{"addr": 0x70000000, "real_size": MiB - 10, "frames": frames}]},
+                            {"size": 3 * MiB, "requested_size": 0, "state": "inactive"},
+                            {"size": 2 * MiB, "requested_size": 2 * MiB, "state": "active_allocated"},
+                            {"size": 14 * MiB, "requested_size": 0, "state": "inactive"}]},
+                {"device": 0, "address": 0x80000000, "total_size": 2 * MiB, "segment_type": "small",
+                 "blocks": [{"address": 0x80000000, "size": 512, "requested_size": 100,
+                             "state": "active_allocated"},
+                            {"size": 2 * MiB - 512, "requested_size": 0, "state": "inactive"}]},
+            ],
+            "device_traces": [[
+                {"action": "free_completed", "addr": 0x70100000, "size": 1000, "stream": 0},
+                {"action": "alloc", "addr": 0x70400000, "size": 2 * MiB, "stream": 0},
+            ]],
+        },
+        # Integers past 64 bits, as pickle writes them (LONG1: 2^64 - 1 takes 9 bytes, 0xff x8
+        # then 0x00; a real snapshot has it as a C++ frame's line): the frames and times that
+        # hold them are written as Python's str() spells them, and a frame past the eighth is
+        # not looked at (one with more digits than str() writes converts).
+        "wide": {
+            "segments": [
+                {"device": 0, "address": 1 << 30, "total_size": 2 * MiB, "segment_type": 2 ** 64,
+                 "blocks": []},
+            ],
+            "device_traces": [[
+                {"action": "alloc", "addr": 1 << 30, "size": 4096, "stream": 0,
+                 "time_us": 2 ** 63 + 5, "frames": [
+                     {"filename": "model.py", "line": 2 ** 64 - 1, "name": "forward"},
+                     {"filename": "model.py", "line": -2 ** 63 - 1, "name": 10 ** 40},
+                     {"filename": "train.py", "line": 2 ** 63, "name": -(10 ** 200)}] +
+                    [{"filename": "loop.py", "line": n, "name": "step"} for n in range(5)] +
+                    [{"filename": "deep.py", "line": 10 ** 5000, "name": "the ninth"}]},
+                {"action": "free_completed", "addr": 1 << 30, "size": 4096, "stream": 0,
+                 "time_us": 2 ** 64 - 1, "frames": [
+                     {"filename": "model.py", "line": 2 ** 64 - 1, "name": "not written"}]},
+            ]],
+        },
     }
 
 
@@ -154,7 +223,19 @@ def hostile():
         "bad_short_string_cut": (p4 + b"\x8c\x10abc", "runs past the end"),
         "bad_bad_utf8": (p4 + b"\x8c\x02\xc3\x28.", "not well-formed UTF-8"),
         "bad_surrogate": (p4 + b"\x8c\x03\xed\xa0\x80.", "not well-formed UTF-8"),
-        "bad_long_9_bytes": (p4 + b"\x8a\x09" + b"\x01" * 9 + b".", "more than the 8"),
+        # An integer of 9 bytes is read (the pickle's value), and refused where it may not be.
+        "bad_long_9_bytes": (p4 + b"\x8a\x09" + b"\x01" * 9 + b".", "not a memory snapshot"),
+        "bad_long4_past_end": (p4 + b"\x8b\x10\x00\x00\x00" + b"\x01" * 3 + b".", "runs past the end"),
+        "bad_address_2_64": (pickle.dumps({"segments": [{"address": 2 ** 64 - 1, "total_size": 4096}]},
+                                          protocol=4),
+                             "segment 0 (offset 26): 'address' is 18446744073709551615, outside the 64-bit"),
+        "bad_size_huge": (pickle.dumps({"segments": [], "device_traces": [[
+            {"action": "alloc", "addr": 4096, "size": -(10 ** 5000)}]]}, protocol=4),
+            "'size' is an integer of 2077 bytes, outside the 64-bit"),
+        "bad_line_digits": (pickle.dumps({"segments": [], "device_traces": [[
+            {"action": "alloc", "addr": 4096, "size": 1, "frames": [
+                {"filename": "a.py", "line": 10 ** 4300, "name": "f"}]}]]}, protocol=4),
+            "more than the 4300 digits Python's str() writes"),
         "bad_long4_negative": (p4 + b"\x8b\xff\xff\xff\xff.", "negative length"),
         "bad_deep_marks": (p4 + b"(" * 1000 + b".", "containers nested"),
         "bad_unknown_opcode": (p4 + b"\xff.", "byte 0xff"),
@@ -190,6 +271,16 @@ def hostile():
         "bad_outside": (pickle.dumps({"segments": [{"address": 0, "total_size": 4096, "blocks": [
             {"address": 8192, "size": 512, "state": "active_allocated"}]}]}, protocol=4),
                         "lies in no segment"),
+        # Blocks with no address, which their sizes cannot place.
+        "bad_blocks_past_end": (pickle.dumps({"segments": [{"address": 0, "total_size": 4096, "blocks": [
+            {"size": 4096, "state": "inactive"}, {"size": 512, "state": "active_allocated"}]}]}, protocol=4),
+            "pass its end at 4096 bytes with block 1"),
+        "bad_block_misplaced": (pickle.dumps({"segments": [{"address": 0, "total_size": 4096, "blocks": [
+            {"size": 512, "state": "inactive"},
+            {"address": 1024, "size": 512, "state": "active_allocated"}]}]}, protocol=4),
+            "block 1 of segment 0 (offset 102) is at 0x400, not at 0x200"),
+        "bad_block_negative": (pickle.dumps({"segments": [{"address": 0, "total_size": 4096, "blocks": [
+            {"size": -512, "state": "inactive"}]}]}, protocol=4), "a size of -512 bytes"),
         "bad_frame_list": (pickle.dumps({"segments": [], "device_traces": [[
             {"action": "alloc", "addr": 1, "size": 1, "frames": [{"filename": ["x"]}]}]]},
             protocol=4), "where the trace needs text"),

@@ -80,6 +80,72 @@ expect(body == expected, "trace lines:\n  " + "\n  ".join(body))
 replayed = subprocess.run([tool, "trace", "replay", trace, "--json"], capture_output=True, text=True)
 expect(replayed.returncode == 0 and '"allocs": 4' in replayed.stdout and '"never_freed": 2' in replayed.stdout,
        f"devbuf replays it: {replayed.stdout} {replayed.stderr}")
+# A segment held at the start, freed by the trace, whose address a new segment gets later:
+# held at the start (with the allocation the trace frees in it), and the new one is the
+# trace's own (not held at the start although the snapshot holds it at the end).
+reused = {
+    "segments": [
+        {"device": 0, "address": 0x40000000, "total_size": 20 * MiB, "segment_type": "large",
+         "blocks": [{"address": 0x40000000, "size": 6 * MiB, "requested_size": 6 * MiB - 100,
+                     "state": "active_allocated"}]},
+        {"device": 0, "address": 0x50000000, "total_size": 2 * MiB, "segment_type": "small",
+         "blocks": [{"address": 0x50000000, "size": 512, "requested_size": 300, "state": "active_allocated"}]},
+    ],
+    "device_traces": [[
+        {"action": "free_completed", "addr": 0x40100000, "size": 1000, "stream": 0},
+        {"action": "segment_free", "addr": 0x40000000, "size": 40 * MiB, "stream": 0},
+        {"action": "segment_alloc", "addr": 0x40000000, "size": 20 * MiB, "stream": 0},
+        {"action": "alloc", "addr": 0x40000000, "size": 6 * MiB - 100, "stream": 0},
+        {"action": "segment_alloc", "addr": 0x60000000, "size": 2 * MiB, "stream": 0},
+        {"action": "alloc", "addr": 0x60000000, "size": 512, "stream": 0},
+        {"action": "free_completed", "addr": 0x60000000, "size": 512, "stream": 0},
+        {"action": "segment_free", "addr": 0x60000000, "size": 2 * MiB, "stream": 0},
+        {"action": "segment_alloc", "addr": 0x60000000, "size": 4 * MiB, "stream": 0},
+        {"action": "segment_free", "addr": 0x60000000, "size": 4 * MiB, "stream": 0},
+    ]],
+}
+with open(pickled, "wb") as f:
+    pickle.dump(reused, f, protocol=4)
+result = subprocess.run([sys.executable, converter, pickled, "-o", trace], capture_output=True, text=True)
+expect(result.returncode == 0, f"converter, reused address: {result.stderr}")
+body = [line for line in open(trace).read().splitlines() if not line.startswith("# converted")]
+expected = ["# devbuf trace 1", "# stream 0",
+            "# s 0 41943040 large", "# s 1 2097152 small",
+            "# p 0 1048576 1 1024", "a 1 1000", "# p 1 0 2 512", "a 2 300",
+            "f 1", "# E", "# F 41943040", "# S 20971520", "a 3 6291356",
+            "# S 2097152", "a 4 512", "f 4", "# E", "# F 2097152", "# S 4194304", "# E", "# F 4194304"]
+expect(body == expected, "trace lines, reused address:\n  " + "\n  ".join(body))
+# Blocks with no address (older PyTorch versions): each lies where the sizes of the blocks
+# before it in its segment end.
+unaddressed = {
+    "segments": [
+        {"device": 0, "address": 0x70000000, "total_size": 20 * MiB, "segment_type": "large",
+         "blocks": [{"size": 1 * MiB, "requested_size": MiB - 10, "state": "active_allocated", "history": []},
+                    {"size": 3 * MiB, "requested_size": 0, "state": "inactive"},
+                    {"size": 2 * MiB, "requested_size": 2 * MiB, "state": "active_allocated"},
+                    {"size": 14 * MiB, "requested_size": 0, "state": "inactive"}]},
+        {"device": 0, "address": 0x80000000, "total_size": 2 * MiB, "segment_type": "small",
+         "blocks": [{"address": 0x80000000, "size": 512, "requested_size": 100, "state": "active_allocated"},
+                    {"size": 2 * MiB - 512, "requested_size": 0, "state": "inactive"}]},
+    ],
+    "device_traces": [[
+        {"action": "free_completed", "addr": 0x70100000, "size": 1000, "stream": 0},
+        {"action": "alloc", "addr": 0x70400000, "size": 2 * MiB, "stream": 0},
+    ]],
+}
+with open(pickled, "wb") as f:
+    pickle.dump(unaddressed, f, protocol=4)
+result = subprocess.run([sys.executable, converter, pickled, "-o", trace], capture_output=True, text=True)
+expect(result.returncode == 0, f"converter, blocks with no address: {result.stderr}")
+body = [line for line in open(trace).read().splitlines() if not line.startswith("# converted")] \
+    if result.returncode == 0 else []
+expected = ["# devbuf trace 1", "# stream 0",
+            "# s 0 20971520 large", "# s 1 2097152 small",
+            "# p 0 0 1 1048576", "a 1 1048566",        # block 0: at the segment's address
+            "# p 0 1048576 2 1024", "a 2 1000",        # freed by the trace, in block 1
+            "# p 1 0 3 512", "a 3 100",                # block 2 (at 4 MiB) is the trace's own
+            "f 2", "a 4 2097152"]
+expect(body == expected, "trace lines, blocks with no address:\n  " + "\n  ".join(body))
 # --times and --frames: `# t` before each recorded record, `# frame` lines before each `a`,
 # made printable and cut to the format's line length; replay and view read the result.
 timed = {

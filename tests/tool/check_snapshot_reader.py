@@ -81,9 +81,25 @@ for name, snapshot in make_snapshot_corpus.snapshots(f"touch {marker}").items():
             pickle.dump(snapshot, f, protocol=protocol)
         expect(compare(path), f"{name}, protocol {protocol}: both readers convert it")
         replayed = run(tool, "trace", "replay", path, "--json")
+        if name == "empty":  # nothing of device 0: refused by name, not replayed as zeros
+            expect(replayed.returncode == 1 and not replayed.stdout and
+                   b"records no event and no segment of CUDA device 0: nothing to replay" in replayed.stderr,
+                   f"empty, protocol {protocol}: devbuf trace replay: exit {replayed.returncode}, "
+                   f"{replayed.stdout} {replayed.stderr.decode()}")
+            continue
         expect(replayed.returncode == 0 and b'"snapshot": {"device": 0' in replayed.stdout,
                f"{name}, protocol {protocol}: devbuf trace replay: {replayed.stderr.decode()}")
 expect(not os.path.exists(marker), "a pickle's os.system call ran")
+# CCA's figures where the trace frees a segment held at the start and allocates a new one at
+# its address: 40 MiB and 2 MiB held at the start; at the first allocation 20 + 2 MiB, then
+# 2 MiB more at the peak; the 40 MiB segment freed before it, two made.
+figures_wanted = {"segments_at_start": 2, "reserved_at_start_bytes": 42 << 20,
+                  "cca_peak_reserved_bytes": 24 << 20, "cca_system_allocs": 3,
+                  "cca_reserved_at_end_bytes": 22 << 20, "cca_segment_allocs": 2, "cca_segment_frees": 2}
+replayed = run(tool, "trace", "replay", os.path.join(scratch, "reused_p4.pickle"), "--json")
+got = json.loads(replayed.stdout)["snapshot"] if replayed.returncode == 0 else {}
+expect(all(got.get(key) == value for key, value in figures_wanted.items()),
+       f"reused: CCA's figures {got} {replayed.stderr.decode()}, wanted {figures_wanted}")
 # The committed corpus converts the same way.
 for path in sorted(glob.glob(os.path.join(source, "tests", "corpus", "snapshot", "valid_*.pickle"))):
     expect(compare(path), f"{os.path.basename(path)}: both readers convert it")
@@ -132,13 +148,37 @@ text = run(tool, "trace", "replay", real)
 expect(text.returncode == 0 and b"PyTorch's caching allocator in this run" in text.stdout
        and b"least memory limit" in text.stdout, f"replay's text: {text.stdout} {text.stderr}")
 # --cuda-device picks a GPU of the snapshot: 0 is the default; one it records nothing of is
-# refused by name, replay and view alike.
+# refused by name, replay and view alike, 0 as any other.
 again = run(tool, "trace", "replay", real, "--cuda-device", "0")
 expect(again.returncode == 0 and again.stdout == text.stdout, f"--cuda-device 0: {again.stderr}")
 for command in (["replay"], ["view", "-o", os.path.join(scratch, "none.html")]):
     other = run(tool, "trace", *command, real, "--cuda-device", "1")
     expect(other.returncode == 1 and b"no event and no segment of CUDA device 1" in other.stderr,
            f"{command[0]} --cuda-device 1: {other.stderr}")
+# A snapshot that records nothing at all (no segment; device_traces one empty list, as
+# _dump_snapshot writes when no allocation happened) is refused for device 0 too.
+nothing = os.path.join(scratch, "nothing.pickle")
+with open(nothing, "wb") as f:
+    pickle.dump({"segments": [], "device_traces": [[]], "allocator_settings": {"expandable_segments": False},
+                 "external_annotations": []}, f, protocol=2)
+for command in (["replay"], ["replay", "--json"], ["view", "-o", os.path.join(scratch, "nothing.html")]):
+    other = run(tool, "trace", *command, nothing)
+    expect(other.returncode == 1 and not other.stdout
+           and b"nothing.pickle: it records no event and no segment of CUDA device 0: nothing to replay"
+           in other.stderr, f"{command[0]} of a snapshot of nothing: exit {other.returncode}, {other.stderr}")
+# A snapshot whose trace records no allocation (an older PyTorch's out-of-memory snapshot:
+# one "snapshot" event) replays its end state as live at the start; CCA's peak is what it
+# held from the start, and the text says so rather than naming a first recorded allocation.
+still = os.path.join(scratch, "still.pickle")
+with open(still, "wb") as f:
+    pickle.dump({"segments": [{"device": 0, "address": 1 << 32, "total_size": 20 << 20, "blocks": [
+        {"size": 8 << 20, "requested_size": (8 << 20) - 5, "state": "active_allocated"},
+        {"size": 12 << 20, "requested_size": 0, "state": "inactive"}]}],
+        "device_traces": [[{"action": "snapshot", "addr": 0, "size": 8 << 20, "stream": 0}]]}, f, protocol=2)
+result = run(tool, "trace", "replay", still)
+expect(result.returncode == 0 and b"peak reserved   20 MiB (20,971,520 bytes) from the start (the trace "
+       b"records no allocation)\n" in result.stdout and b"1 allocations, 0 frees" in result.stdout,
+       f"replay of a snapshot with no allocation recorded: {result.stdout} {result.stderr}")
 bad = run(tool, "trace", "replay", real, "--cuda-device", "-1")
 expect(bad.returncode == 2 and b"--cuda-device takes a number from 0 to 1023, not '-1'" in bad.stderr,
        f"--cuda-device -1: {bad.stderr}")
