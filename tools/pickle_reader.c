@@ -427,7 +427,7 @@ static int take_decimal(reader *r, uint64_t *out) {
 
 // ---- dictionaries and inert objects -------------------------------------------------------
 
-static const char *kind_name(const devbuf_pickle_value *value) {
+const char *devbuf_pickle_kind_name(const devbuf_pickle_value *value) {
   static const char *const names[] = {"None", "bool",  "int",  "float", "str", "bytes",
                                       "list", "tuple", "dict", "class", "int"};
   if (value->kind == DEVBUF_PICKLE_DICT && value->type) return "inert object";
@@ -440,9 +440,10 @@ static int set_items(reader *r, devbuf_pickle_value *dict, devbuf_pickle_value *
   if (count % 2) return fail(r, "an odd number of items (%zu) for a dictionary", count);
   if (!count) return 0; // CPython sets nothing, whatever the target is
   if (dict->kind != DEVBUF_PICKLE_DICT)
-    return fail(r, "items set in a %s, not a dictionary", kind_name(dict));
+    return fail(r, "items set in a %s, not a dictionary", devbuf_pickle_kind_name(dict));
   for (size_t i = 0; i < count; i += 2)
-    if (!items[i]->hashable) return fail(r, "a %s as a dictionary key", kind_name(items[i]));
+    if (!items[i]->hashable)
+      return fail(r, "a %s as a dictionary key", devbuf_pickle_kind_name(items[i]));
   if (reserve_items(r, dict, count)) return -1;
   memcpy(dict->as.list.items + dict->as.list.count, items, count * sizeof *items);
   dict->as.list.count += count;
@@ -453,7 +454,7 @@ static int append_items(reader *r, devbuf_pickle_value *list, devbuf_pickle_valu
                         size_t count) {
   if (!count) return 0;
   if (list->kind != DEVBUF_PICKLE_LIST)
-    return fail(r, "items appended to a %s, not a list", kind_name(list));
+    return fail(r, "items appended to a %s, not a list", devbuf_pickle_kind_name(list));
   if (reserve_items(r, list, count)) return -1;
   memcpy(list->as.list.items + list->as.list.count, items, count * sizeof *items);
   list->as.list.count += count;
@@ -475,9 +476,10 @@ static devbuf_pickle_value *key_value(reader *r, const char *key) {
 static int push_inert(reader *r, const devbuf_pickle_value *type,
                       const devbuf_pickle_value *arguments) {
   if (type->kind != DEVBUF_PICKLE_CLASS)
-    return fail(r, "a %s called: only class references make objects", kind_name(type));
+    return fail(r, "a %s called: only class references make objects",
+                devbuf_pickle_kind_name(type));
   if (arguments && arguments->kind != DEVBUF_PICKLE_TUPLE)
-    return fail(r, "arguments in a %s, not a tuple", kind_name(arguments));
+    return fail(r, "arguments in a %s, not a tuple", devbuf_pickle_kind_name(arguments));
   devbuf_pickle_value *object = new_value(r, DEVBUF_PICKLE_DICT, false);
   if (!object) return -1;
   object->type = type;
@@ -631,8 +633,8 @@ static int step(reader *r, bool *stopped) {
   case 0x93: // STACK_GLOBAL
     if (!(b = pop(r)) || !(a = pop(r))) return -1;
     if (a->kind != DEVBUF_PICKLE_STR || b->kind != DEVBUF_PICKLE_STR)
-      return fail(r, "module and name must be strings, not a %s and a %s", kind_name(a),
-                  kind_name(b));
+      return fail(r, "module and name must be strings, not a %s and a %s",
+                  devbuf_pickle_kind_name(a), devbuf_pickle_kind_name(b));
     return push_class(r, (const uint8_t *)a->as.text.bytes, a->as.text.length,
                       (const uint8_t *)b->as.text.bytes, b->as.text.length);
   case 'R': // REDUCE: class(*args), made inert
@@ -641,12 +643,13 @@ static int step(reader *r, bool *stopped) {
   case 0x81: // NEWOBJ: class.__new__(class, *args), made inert
     if (!(b = pop(r)) || !(a = pop(r))) return -1;
     if (b->kind != DEVBUF_PICKLE_TUPLE)
-      return fail(r, "arguments in a %s, not a tuple", kind_name(b));
+      return fail(r, "arguments in a %s, not a tuple", devbuf_pickle_kind_name(b));
     return push_inert(r, a, NULL);
   case 'b': { // BUILD: the state of an inert object, as "__state__"
     if (!(b = pop(r)) || !(a = top(r))) return -1;
     if (a->kind != DEVBUF_PICKLE_DICT || !a->type)
-      return fail(r, "a state given to a %s: only inert objects take one", kind_name(a));
+      return fail(r, "a state given to a %s: only inert objects take one",
+                  devbuf_pickle_kind_name(a));
     devbuf_pickle_value *entry[2] = {key_value(r, "__state__"), b};
     return entry[0] ? set_items(r, a, entry, 2) : -1;
   }

@@ -86,6 +86,8 @@ const char *devbuf_pickle_opcode_name(uint8_t opcode);
 // NULL when `dict` is not a DICT. `*steps` is raised by the entries looked at.
 const devbuf_pickle_value *devbuf_pickle_get(const devbuf_pickle_value *dict, const char *key,
                                              uint64_t *steps);
+// What `value` is, for messages: "int", "dict", "inert object", ...
+const char *devbuf_pickle_kind_name(const devbuf_pickle_value *value);
 // Whether `value` is the string `text`.
 bool devbuf_pickle_is_str(const devbuf_pickle_value *value, const char *text);
 // Whether the INT, BOOL or BIGINT `value` is below 0.

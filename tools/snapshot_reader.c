@@ -173,13 +173,6 @@ static const devbuf_pickle_value *get(converter *c, const devbuf_pickle_value *d
   return devbuf_pickle_get(dict, key, &c->steps);
 }
 
-static const char *kind_name(const devbuf_pickle_value *value) {
-  static const char *const names[] = {"None", "bool",  "int",  "float", "str", "bytes",
-                                      "list", "tuple", "dict", "class", "int"};
-  if (value->kind == DEVBUF_PICKLE_DICT && value->type) return "inert object";
-  return names[value->kind];
-}
-
 static bool is_sequence(const devbuf_pickle_value *value) {
   return value->kind == DEVBUF_PICKLE_LIST || value->kind == DEVBUF_PICKLE_TUPLE;
 }
@@ -220,7 +213,7 @@ static int need_int(converter *c, const devbuf_pickle_value *dict, const char *k
   }
   if (value->kind != DEVBUF_PICKLE_INT)
     return fail(c, "%s %zu (offset %u): '%s' is a %s, not an integer", what, index,
-                (unsigned)dict->offset, key, kind_name(value));
+                (unsigned)dict->offset, key, devbuf_pickle_kind_name(value));
   *out = value->as.integer;
   return 0;
 }
@@ -303,8 +296,8 @@ static int python_str(converter *c, const devbuf_pickle_value *value, char *buff
     if (count_step(c, 0)) return -1;
     break;
   default:
-    return fail(c, "a %s (offset %u) where the trace needs text or a number", kind_name(value),
-                (unsigned)value->offset);
+    return fail(c, "a %s (offset %u) where the trace needs text or a number",
+                devbuf_pickle_kind_name(value), (unsigned)value->offset);
   }
   *out_text = buffer;
   *out_length = strlen(buffer);
@@ -445,12 +438,12 @@ static int select_device(converter *c, const devbuf_pickle_value *root, int devi
   if (traces && truthy(traces)) {
     if (!is_sequence(traces))
       return fail(c, "'device_traces' (offset %u) is a %s, not a list", (unsigned)traces->offset,
-                  kind_name(traces));
+                  devbuf_pickle_kind_name(traces));
     if ((size_t)device < traces->as.list.count) events = traces->as.list.items[device];
   }
   if (events && !is_sequence(events))
     return fail(c, "the events of device %d (offset %u) are a %s, not a list", device,
-                (unsigned)events->offset, kind_name(events));
+                (unsigned)events->offset, devbuf_pickle_kind_name(events));
   size_t count = events ? events->as.list.count : 0;
   c->events = malloc((count ? count : 1) * sizeof *c->events);
   if (!c->events || count_step(c, count)) return c->events ? -1 : out_of_memory(c);
@@ -460,7 +453,7 @@ static int select_device(converter *c, const devbuf_pickle_value *root, int devi
   const devbuf_pickle_value *segments = get(c, root, "segments");
   if (!is_sequence(segments))
     return fail(c, "'segments' (offset %u) is a %s, not a list", (unsigned)segments->offset,
-                kind_name(segments));
+                devbuf_pickle_kind_name(segments));
   count = segments->as.list.count;
   c->segments = malloc((count ? count : 1) * sizeof *c->segments);
   if (!c->segments || count_step(c, count)) return c->segments ? -1 : out_of_memory(c);
@@ -629,7 +622,7 @@ static int allocations_at_start(converter *c) {
     if (!blocks) continue;
     if (!is_sequence(blocks))
       return fail(c, "the blocks of segment %zu (offset %u) are a %s, not a list", i,
-                  (unsigned)blocks->offset, kind_name(blocks));
+                  (unsigned)blocks->offset, devbuf_pickle_kind_name(blocks));
     if (count_step(c, blocks->as.list.count)) return -1;
     if (capacity > SIZE_MAX / 2 - blocks->as.list.count) return out_of_memory(c);
     capacity += blocks->as.list.count;
@@ -644,7 +637,7 @@ static int allocations_at_start(converter *c) {
       const devbuf_pickle_value *block = blocks->as.list.items[k];
       if (block->kind != DEVBUF_PICKLE_DICT)
         return fail(c, "block %zu of segment %zu (offset %u) is a %s, not a dictionary", k, i,
-                    (unsigned)block->offset, kind_name(block));
+                    (unsigned)block->offset, devbuf_pickle_kind_name(block));
       if (!get(c, block, "address")) placed = true;
     }
     int64_t position = 0;
@@ -842,8 +835,8 @@ int devbuf_snapshot_convert(const uint8_t *data, size_t size, const char *source
   if (device < 0)
     status = fail(&c, "device %d: devices are numbered from 0", device);
   else if (root->kind != DEVBUF_PICKLE_DICT || !get(&c, root, "segments"))
-    status =
-        fail(&c, "not a memory snapshot (a dictionary with 'segments'), but a %s", kind_name(root));
+    status = fail(&c, "not a memory snapshot (a dictionary with 'segments'), but a %s",
+                  devbuf_pickle_kind_name(root));
   if (!status) status = select_device(&c, root, device);
   if (!status) status = segments_at_start(&c);
   if (!status) status = allocations_at_start(&c);

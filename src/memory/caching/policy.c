@@ -5,7 +5,7 @@
 // segment, which on the traces at a 4 KiB page decided whether a program fitted under a
 // limit. The bound at 10 MiB is PyTorch's to the byte: a 10 MiB block in a shared 20 MiB
 // segment strands the other half wherever no medium request comes, and on real runs that
-// alone made devbuf need up to 3.6% more memory than PyTorch's allocator to fit.
+// alone made devbuf need more memory than PyTorch's allocator to fit.
 //
 // One rule differs. A program first builds what it keeps (weights, gradients, optimizer
 // state) and only then starts to free. While nothing has been freed, the medium segments
