@@ -19,6 +19,7 @@
 typedef struct cca_figures {
   char trace[256];
   uint64_t peak_reserved, system_allocs;
+  bool expandable; // CCA ran with expandable segments (its allocator_settings say so)
 } cca_figures;
 
 // The number after `"key": ` at or after `from`, before `until`; false if none.
@@ -44,6 +45,14 @@ static void failed(int *failures, const char *format, ...) {
   printf("   (%s)\n", text);
   fprintf(stderr, "devbuf bench: %s\n", text);
   (*failures)++;
+}
+
+// Whether `"key": true` is at or after `from`, before `until`.
+static bool true_after(const char *from, const char *until, const char *key) {
+  char needle[64];
+  snprintf(needle, sizeof needle, "\"%s\": true", key);
+  const char *at = strstr(from, needle);
+  return at && (!until || at < until);
 }
 
 // The entries of a figures.json (written by the traces' converter: one `"trace": "NAME"`
@@ -77,9 +86,10 @@ static size_t read_figures(const char *path, cca_figures *out, size_t capacity, 
       memcpy(f->trace, name, (size_t)(quote - name));
       f->trace[quote - name] = '\0';
       if (number_after(name, next, "cca_peak_reserved", &f->peak_reserved) &&
-          number_after(name, next, "cca_system_allocs", &f->system_allocs))
+          number_after(name, next, "cca_system_allocs", &f->system_allocs)) {
+        f->expandable = true_after(name, next, "expandable_segments");
         count++;
-      else
+      } else
         failed(failures, "%s: the entry of %s lacks cca_peak_reserved or cca_system_allocs",
                DEVBUF_PRINTABLE(path, safe), DEVBUF_PRINTABLE(f->trace, safe_name));
     } else {
@@ -195,14 +205,22 @@ int bench_traces(const bench_config *config) {
         failed(&failures, "the path of %s is too long", DEVBUF_PRINTABLE(name, safe));
         continue;
       }
-      printf("   %s\n", DEVBUF_PRINTABLE(name, safe));
+      // A run whose CCA had expandable segments (pages mapped into one segment per pool)
+      // is set against devbuf's growable segments on every column: fixed segments strand
+      // what a split leaves, where its did not. Its system allocations are no target then:
+      // the snapshot counts CCA's segments, not the pages it mapped into them.
+      bool expandable = figures[t].expandable;
+      printf("   %s%s\n", DEVBUF_PRINTABLE(name, safe),
+             expandable ? " (CCA ran with expandable segments: devbuf's growable ones in every "
+                          "column)"
+                        : "");
       for (int p = 0; p < 2; p++) {
         uint64_t page = p == 0 ? (uint64_t)2 << 20 : 4096;
         uint64_t limit = figures[t].peak_reserved;
         replay_result free_run =
-            replay(config->device, DEVBUF_TOOL_POLICY_DEVBUF, path, page, 0, false);
+            replay(config->device, DEVBUF_TOOL_POLICY_DEVBUF, path, page, 0, expandable);
         replay_result limited =
-            replay(config->device, DEVBUF_TOOL_POLICY_DEVBUF, path, page, limit, false);
+            replay(config->device, DEVBUF_TOOL_POLICY_DEVBUF, path, page, limit, expandable);
         // What PyTorch's allocator does at the same limit is known only from its model (the
         // traces' figures are of runs without one), replayed the same way from nothing.
         replay_result cca_limited =
@@ -223,9 +241,11 @@ int bench_traces(const bench_config *config) {
           continue;
         }
         double ratio = (double)free_run.peak_reserved / (double)figures[t].peak_reserved;
-        bool row_met = ratio <= 1.03 && free_run.system_allocs <= figures[t].system_allocs &&
-                       limited.refused == 0 && limited.system_allocs <= cca_limited.system_allocs &&
-                       limited.second_pass_allocs <= cca_limited.second_pass_allocs;
+        bool calls_met =
+            expandable || (free_run.system_allocs <= figures[t].system_allocs &&
+                           limited.system_allocs <= cca_limited.system_allocs &&
+                           limited.second_pass_allocs <= cca_limited.second_pass_allocs);
+        bool row_met = ratio <= 1.03 && limited.refused == 0 && calls_met;
         double growable_ratio = (double)growing.peak_reserved / (double)growing.peak_requested;
         bool growable_met = growing.peak_reserved <= figures[t].peak_reserved &&
                             growable_ratio <= 1.02 && growing_limited.refused == 0;
@@ -256,9 +276,10 @@ int bench_traces(const bench_config *config) {
         bench_figure("traces", figure, ratio, "x", ratio <= 1.03);
         snprintf(figure, sizeof figure, "%s %s system allocations / CCA", name,
                  p == 0 ? "2 MiB" : "4 KiB");
-        bench_figure("traces", figure,
-                     (double)free_run.system_allocs / (double)figures[t].system_allocs, "x",
-                     free_run.system_allocs <= figures[t].system_allocs);
+        if (!expandable)
+          bench_figure("traces", figure,
+                       (double)free_run.system_allocs / (double)figures[t].system_allocs, "x",
+                       free_run.system_allocs <= figures[t].system_allocs);
         snprintf(figure, sizeof figure, "%s %s refused at CCA's peak", name,
                  p == 0 ? "2 MiB" : "4 KiB");
         bench_figure("traces", figure, (double)limited.refused, "requests", limited.refused == 0);
@@ -284,7 +305,9 @@ int bench_traces(const bench_config *config) {
       "map calls\n"
       "   beside CCA's system allocations, requests refused at a limit of 1.02 x peak requested; "
       "targets:\n"
-      "   <= CCA's peak, <= 1.02 x requested, nothing refused.\n");
+      "   <= CCA's peak, <= 1.02 x requested, nothing refused. Where CCA ran with expandable "
+      "segments,\n"
+      "   every column has devbuf's growable ones, and system allocations are no target.\n");
   printf(
       "   %d of %d rows meet every target; worst ratio %.3f; with growable segments %d of %d\n\n",
       met, rows, worst_ratio, growable_rows, rows);

@@ -38,8 +38,9 @@ static const char *size_text(uint64_t bytes, char *out, size_t capacity) {
   return out;
 }
 
+// `growable`: 0 plain segments, 1 growable ones, 2 growable as the snapshot's run had.
 static void print_text(const char *path, const char *spec, devbuf_tool_policy policy, uint64_t page,
-                       bool growable, const devbuf_trace_summary_t *summary,
+                       int growable, const devbuf_trace_summary_t *summary,
                        const devbuf_allocator_stats_t *stats,
                        const devbuf_counting_upstream *counts, const pass_figures *passes,
                        int pass_count) {
@@ -54,8 +55,11 @@ static void print_text(const char *path, const char *spec, devbuf_tool_policy po
                                           : DEVBUF_PRINTABLE(spec, safe_spec),
          policy == DEVBUF_TOOL_POLICY_CCA ? "" : "'s policy",
          devbuf_tool_human_size(page, page_text, sizeof page_text),
-         growable ? ", growable segments" : "", over,
-         devbuf_tool_grouped(summary->allocs, a, sizeof a),
+         growable == 2 ? ", growable segments as PyTorch's expandable ones in the run "
+                         "(--no-growable: plain)"
+         : growable    ? ", growable segments"
+                       : "",
+         over, devbuf_tool_grouped(summary->allocs, a, sizeof a),
          devbuf_tool_grouped(summary->frees, b, sizeof b),
          devbuf_tool_grouped(summary->failed_allocs, c, sizeof c),
          devbuf_tool_grouped(summary->leaked, d, sizeof d));
@@ -105,6 +109,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
   const char *path = NULL, *spec = "cpu", *html_path = NULL, *subcommand = NULL;
   devbuf_caching_options_t options = {0};
   int json = 0, pass_count = 1, least_limit = 0, cuda_device = 0, cuda_device_given = 0;
+  int growable = -1; // -1: as the run a snapshot records (plain for a trace)
   devbuf_tool_policy policy = DEVBUF_TOOL_POLICY_DEVBUF;
   for (int i = 1; i < argc; i++) {
     char safe[256];
@@ -129,8 +134,9 @@ int devbuf_cmd_trace(int argc, char **argv) {
                                   DEVBUF_PRINTABLE(i < argc ? argv[i] : "", safe));
     } else if (strcmp(argv[i], "--least-limit") == 0 && subcommand[0] == 'r') {
       least_limit = 1;
-    } else if (strcmp(argv[i], "--growable") == 0 && subcommand[0] == 'r') {
-      options.growable = 1;
+    } else if ((strcmp(argv[i], "--growable") == 0 || strcmp(argv[i], "--no-growable") == 0) &&
+               subcommand[0] == 'r') {
+      growable = argv[i][2] == 'g';
     } else if (strcmp(argv[i], "--cuda-device") == 0) {
       long number;
       int misuse = devbuf_tool_count_option("trace", "--cuda-device",
@@ -175,9 +181,9 @@ int devbuf_cmd_trace(int argc, char **argv) {
     return devbuf_tool_misuse("trace", "replay or view, and a trace FILE, are needed");
   if (subcommand[0] == 'v' && !html_path)
     return devbuf_tool_misuse("trace", "view needs -o PAGE.html");
-  if (policy == DEVBUF_TOOL_POLICY_CCA && (options.growable || options.page_size))
+  if (policy == DEVBUF_TOOL_POLICY_CCA && (growable >= 0 || options.page_size))
     return devbuf_tool_misuse("trace", "--policy cca is PyTorch's default policy: it takes "
-                                       "neither --growable nor --page");
+                                       "none of --growable, --no-growable, --page");
   // The library's messages cut a path at 200 characters, which can leave the name of a
   // folder that exists: a file that cannot be opened is reported here, its path whole.
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
@@ -210,6 +216,12 @@ int devbuf_cmd_trace(int argc, char **argv) {
   }
   if (is_snapshot && devbuf_tool_snapshot_open("trace", path, cuda_device, &snapshot)) return 1;
   const char *trace = is_snapshot ? snapshot.trace_path : path;
+  // A run whose PyTorch allocator had expandable segments compares with growable ones: its
+  // segments grew page by page, where plain ones strand what splits leave (the fixed
+  // segments of devbuf's policy were refused at that run's peak where its own were not).
+  bool as_the_run = growable < 0 && subcommand[0] == 'r' && is_snapshot &&
+                    policy == DEVBUF_TOOL_POLICY_DEVBUF && snapshot.figures.expandable_segments;
+  options.growable = as_the_run || growable > 0;
   devbuf_tool_trace_extras extras = {.snapshot = is_snapshot ? &snapshot.figures : NULL,
                                      .cuda_device = cuda_device};
   devbuf_device_t *device = NULL;
@@ -259,8 +271,8 @@ int devbuf_cmd_trace(int argc, char **argv) {
         print_json(path, spec, policy, page, options.growable != 0, &all, &stats, &counts, passes,
                    pass_count, &extras);
       else
-        print_text(path, spec, policy, page, options.growable != 0, &all, &stats, &counts, passes,
-                   pass_count);
+        print_text(path, spec, policy, page, as_the_run ? 2 : options.growable != 0, &all, &stats,
+                   &counts, passes, pass_count);
       if (!json) devbuf_tool_trace_extras_text(&extras, stdout);
     } else {
       devbuf_tool_report("trace", NULL);

@@ -471,6 +471,18 @@ static int select_device(converter *c, const devbuf_pickle_value *root, int devi
   return 0;
 }
 
+// Expandable segments, as the snapshot's allocator_settings (PyTorch 2.1 and later) or its
+// segments' is_expandable say; absent from both, the default: off.
+static void read_settings(converter *c, const devbuf_pickle_value *root) {
+  const devbuf_pickle_value *settings = get(c, root, "allocator_settings"), *on = NULL;
+  if (settings && settings->kind == DEVBUF_PICKLE_DICT)
+    on = get(c, settings, "expandable_segments");
+  bool expandable = on && truthy(on);
+  for (size_t i = 0; !expandable && i < c->segment_count; i++)
+    expandable = (on = get(c, c->segments[i], "is_expandable")) && truthy(on);
+  c->figures->expandable_segments = expandable;
+}
+
 // Adds or replaces the segment held at the start at `address`.
 static int hold(converter *c, int64_t address, int64_t size, const devbuf_pickle_value *pool,
                 size_t capacity) {
@@ -838,6 +850,7 @@ int devbuf_snapshot_convert(const uint8_t *data, size_t size, const char *source
     status = fail(&c, "not a memory snapshot (a dictionary with 'segments'), but a %s",
                   devbuf_pickle_kind_name(root));
   if (!status) status = select_device(&c, root, device);
+  if (!status) read_settings(&c, root);
   if (!status) status = segments_at_start(&c);
   if (!status) status = allocations_at_start(&c);
   if (!status) status = write_trace(&c, source, device, frames);

@@ -35,6 +35,10 @@ typedef struct devbuf_snapshot_figures {
   int64_t cca_reserved_at_end; // bytes CCA held when the snapshot was taken
   uint64_t cca_segment_allocs, cca_segment_frees; // `# S`, `# F` lines
   uint64_t trace_bytes;                           // bytes of trace written
+  // Whether CCA ran with expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True):
+  // the snapshot's allocator_settings say so, or one of the device's segments is marked
+  // is_expandable. Its segments then grew by mapping pages, as devbuf's growable ones do.
+  int expandable_segments;
 } devbuf_snapshot_figures;
 
 // Writes the trace of CUDA device `device` (>= 0) of the snapshot pickled in `data` to

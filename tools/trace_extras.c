@@ -46,11 +46,12 @@ void devbuf_tool_trace_extras_text(const devbuf_tool_trace_extras *extras, FILE 
   // what CCA held from the start, and the line says so instead of naming no allocation.
   if (s)
     fprintf(out,
-            "PyTorch's caching allocator in this run (the snapshot's own events, device %d):\n"
+            "PyTorch's caching allocator in this run (the snapshot's own events, device %d%s):\n"
             "  peak reserved   %s %s\n"
             "  %" PRIu64 " system allocations (%" PRIu64 " segments held at the start, %" PRIu64
             " made, %" PRIu64 " freed); %s reserved at the end\n",
-            extras->cuda_device, size_text(s->cca_peak_reserved, peak, sizeof peak),
+            extras->cuda_device, s->expandable_segments ? ", expandable segments" : "",
+            size_text(s->cca_peak_reserved, peak, sizeof peak),
             s->allocs > s->live_at_start ? "from the first recorded allocation on"
                                          : "from the start (the trace records no allocation)",
             s->cca_system_allocs, s->segments_at_start, s->cca_segment_allocs, s->cca_segment_frees,
@@ -70,10 +71,10 @@ void devbuf_tool_trace_extras_json(const devbuf_tool_trace_extras *extras, FILE 
             ", \"cca_peak_reserved_bytes\": %" PRId64 ", \"cca_system_allocs\": %" PRIu64
             ", \"cca_reserved_at_end_bytes\": %" PRId64 ", \"segments_at_start\": %" PRIu64
             ", \"reserved_at_start_bytes\": %" PRId64 ", \"cca_segment_allocs\": %" PRIu64
-            ", \"cca_segment_frees\": %" PRIu64 "}",
+            ", \"cca_segment_frees\": %" PRIu64 ", \"expandable_segments\": %s}",
             extras->cuda_device, s->events, s->cca_peak_reserved, s->cca_system_allocs,
             s->cca_reserved_at_end, s->segments_at_start, s->reserved_at_start,
-            s->cca_segment_allocs, s->cca_segment_frees);
+            s->cca_segment_allocs, s->cca_segment_frees, s->expandable_segments ? "true" : "false");
   if (extras->least_limits)
     fprintf(out,
             ", \"least_limit_bytes\": {\"devbuf\": %" PRIu64 ", \"cca\": %" PRIu64

@@ -260,6 +260,28 @@ result = run("bench", "--only", "traces", "--traces", traces_dir, "--runs", "1")
 expect(result.returncode == 0 and f"{source}/{trace_name}" in result.stdout.splitlines()[4:6][-1].strip(),
        f"bench traces: the whole name: {result.stdout}")
 
+# ... and sets a run whose CCA had expandable segments against growable segments: six 6 MiB
+# blocks, every other one freed, then 12 MiB. Fixed segments at CCA's 48 MiB strand the holes
+# and refuse it; growable ones give the holes' pages back and serve it.
+mib = 1 << 20
+fragments = os.path.join(scratch, "expandable-traces")
+os.makedirs(os.path.join(fragments, "runs"))
+with open(os.path.join(fragments, "runs", "holes.trace"), "w") as f:
+    f.write("# devbuf trace 1\n" + "".join(f"a {i} {6 * mib}\n" for i in range(1, 7)) +
+            "f 1\nf 3\nf 5\n" + f"a 7 {12 * mib}\n")
+for expandable, refused in ((False, "2"), (True, "0")):  # both passes
+    with open(os.path.join(fragments, "runs", "figures.json"), "w") as f:
+        json.dump([{"trace": "holes.trace", "cca_peak_reserved": 48 * mib, "cca_system_allocs": 1,
+                    "allocator_settings": {"expandable_segments": expandable}}], f, indent=1)
+    result = run("bench", "--only", "traces", "--traces", fragments, "--runs", "1")
+    lines = result.stdout.splitlines()
+    named = [i for i, line in enumerate(lines) if "runs/holes.trace" in line]
+    rows = [lines[i].split() for i in range(named[0] + 1, named[0] + 3)] if named else []
+    expect(result.returncode == 0 and len(rows) == 2 and all(row[0] == "2" or row[0] == "4" for row in rows) and
+           all(row[row.index("|") + 1] == refused and ("*|" in " ".join(row)) != expandable for row in rows) and
+           ("(CCA ran with expandable segments" in lines[named[0]]) == expandable,
+           f"bench traces, expandable segments {expandable}: {refused} refused at CCA's peak: {result.stdout}")
+
 # ... and escapes what it prints from the folder's names and figures.json
 hostile = os.path.join(scratch, "traces\x1b]0;x\x07")
 os.makedirs(os.path.join(hostile, "src\x1b[31m"))

@@ -179,6 +179,61 @@ result = run(tool, "trace", "replay", still)
 expect(result.returncode == 0 and b"peak reserved   20 MiB (20,971,520 bytes) from the start (the trace "
        b"records no allocation)\n" in result.stdout and b"1 allocations, 0 frees" in result.stdout,
        f"replay of a snapshot with no allocation recorded: {result.stdout} {result.stderr}")
+expect(b"growable" not in result.stdout and b"expandable" not in result.stdout,
+       f"a run without expandable segments replays with plain ones: {result.stdout}")
+# A run whose PyTorch allocator had expandable segments replays with growable ones unless
+# --no-growable says otherwise: six 6 MiB blocks, every other one freed, then 12 MiB, in one
+# 48 MiB expandable segment. Plain segments at that peak strand the holes and refuse the
+# last; growable ones serve it. Either mark of the setting counts.
+mib = 1 << 20
+base = 1 << 32
+holes_events = [{"action": "alloc", "addr": base + 6 * mib * i, "size": 6 * mib, "stream": 0}
+                for i in range(6)]
+holes_events += [{"action": "free_completed", "addr": base + 6 * mib * i, "size": 6 * mib, "stream": 0}
+                 for i in (0, 2, 4)]
+holes_events.append({"action": "alloc", "addr": base + 36 * mib, "size": 12 * mib, "stream": 0})
+
+
+def holes_snapshot(name, settings, marked):
+    blocks = [{"address": base + 6 * mib * i, "size": 6 * mib, "requested_size": 6 * mib,
+               "state": "active_allocated" if i % 2 else "inactive"} for i in range(6)]
+    blocks.append({"address": base + 36 * mib, "size": 12 * mib, "requested_size": 12 * mib,
+                   "state": "active_allocated"})
+    segment = {"device": 0, "address": base, "total_size": 48 * mib, "segment_type": "large",
+               "blocks": blocks}
+    if marked is not None:
+        segment["is_expandable"] = marked
+    snapshot = {"segments": [segment], "device_traces": [holes_events]}
+    if settings is not None:
+        snapshot["allocator_settings"] = {"expandable_segments": settings}
+    path = os.path.join(scratch, name)
+    with open(path, "wb") as f:
+        pickle.dump(snapshot, f, protocol=4)
+    return path
+
+
+for name, settings, marked, expandable in (("set.pickle", True, None, True), ("marked.pickle", False, True, True),
+                                            ("plain.pickle", False, False, False),
+                                            ("older.pickle", None, None, False)):
+    holes = holes_snapshot(name, settings, marked)
+    limit = ["--memory-limit", str(48 * mib)]
+    result = run(tool, "trace", "replay", holes, *limit)
+    expect(result.returncode == 0 and (b", 0 refused" if expandable else b", 1 refused") in result.stdout and
+           (b"growable segments as PyTorch's expandable ones in the run (--no-growable: plain)" in result.stdout
+            and b"(the snapshot's own events, device 0, expandable segments)" in result.stdout) == expandable,
+           f"{name}: replayed as the run was, growable where it had expandable segments: {result.stdout}")
+    document = json.loads(run(tool, "trace", "replay", holes, *limit, "--json").stdout or b"{}")
+    expect(document.get("growable") == expandable and document.get("refused") == (0 if expandable else 1) and
+           document.get("snapshot", {}).get("expandable_segments") == expandable,
+           f"{name} --json: {document}")
+    plain = run(tool, "trace", "replay", holes, *limit, "--no-growable")
+    grown = run(tool, "trace", "replay", holes, *limit, "--growable")
+    expect(b", 1 refused" in plain.stdout and b"growable" not in plain.stdout.split(b"\n")[0] and
+           b", 0 refused" in grown.stdout and b"as PyTorch's expandable" not in grown.stdout,
+           f"{name}: --no-growable and --growable decide: {plain.stdout} {grown.stdout}")
+refused = run(tool, "trace", "replay", holes, "--policy", "cca", "--no-growable")
+expect(refused.returncode == 2 and b"takes none of --growable, --no-growable, --page" in refused.stderr,
+       f"--policy cca --no-growable: {refused.stderr}")
 bad = run(tool, "trace", "replay", real, "--cuda-device", "-1")
 expect(bad.returncode == 2 and b"--cuda-device takes a number from 0 to 1023, not '-1'" in bad.stderr,
        f"--cuda-device -1: {bad.stderr}")
