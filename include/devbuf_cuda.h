@@ -5,7 +5,8 @@
 // CUdevice), so this header needs no CUDA headers; cast them. They belong to devbuf: the
 // context is the device's primary context (retain it with cuDevicePrimaryCtxRetain to keep
 // it), and a queue's stream lives as long as the queue. A buffer's device address comes
-// from devbuf_buffer_device_ptr (devbuf.h).
+// from devbuf_buffer_device_ptr (devbuf.h). devbuf makes its context current only for the
+// length of a call: the calling thread's current context is the same after it as before.
 #ifndef DEVBUF_CUDA_H
 #define DEVBUF_CUDA_H
 

@@ -28,6 +28,7 @@ enum {
   NOT_FOUND = 500,
   NOT_READY = 600,
   INVALID_PTX = 218,
+  INVALID_CONTEXT = 201,
   ILLEGAL_ADDRESS = 700,
 };
 
@@ -337,6 +338,7 @@ static const struct {
              {NOT_FOUND, "CUDA_ERROR_NOT_FOUND"},
              {NOT_READY, "CUDA_ERROR_NOT_READY"},
              {INVALID_PTX, "CUDA_ERROR_INVALID_PTX"},
+             {INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT"},
              {ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"}};
 
 EXPORT CUresult cuGetErrorName(CUresult code, const char **out) {
@@ -420,11 +422,30 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int device) {
   return OK;
 }
 
+// The calling thread's current context, as the driver keeps it: the device's primary one, a
+// context of the program's own (fake_cuda_foreign_context: a test's stand-in for one the
+// CUDA runtime or another library made current), or none. Memory, streams, events and
+// modules are made only in the device's one, as the driver makes them in the current one.
+static int foreign_token;
+static _Thread_local void *current_context;
+
+EXPORT void *fake_cuda_foreign_context(void) { return &foreign_token; }
+
 EXPORT CUresult cuCtxSetCurrent(void *context) {
-  return context == &context_token ? OK : INVALID_VALUE;
+  if (context && context != &context_token && context != &foreign_token) return INVALID_CONTEXT;
+  current_context = context;
+  return OK;
 }
 
+EXPORT CUresult cuCtxGetCurrent(void **out) {
+  *out = current_context;
+  return OK;
+}
+
+static bool in_device_context(void) { return current_context == &context_token; }
+
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   void *p = NULL;
   CUresult code = failed() ? failed() : alloc_block(size, &p);
   *out = (CUdeviceptr)(uintptr_t)p;
@@ -437,6 +458,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr address) {
 }
 
 EXPORT CUresult cuMemAllocHost_v2(void **out, size_t size) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   return failed() ? failed() : alloc_block(size, out);
 }
 
@@ -452,6 +474,7 @@ EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *out, void *host, unsig
 }
 
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *out, size_t size, unsigned flags) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   (void)flags;
   return cuMemAlloc_v2(out, size);
 }
@@ -492,6 +515,7 @@ EXPORT CUresult cuMemGetAllocationGranularity(size_t *out, const void *prop, int
 
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *out, size_t size, size_t alignment,
                                     CUdeviceptr hint, unsigned long long flags) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   (void)alignment, (void)hint, (void)flags;
   if (!size || size % GRANULARITY) return INVALID_VALUE;
   if (failed()) return failed();
@@ -518,6 +542,7 @@ static void add_physical(physical *p, unsigned long long *out) {
 
 EXPORT CUresult cuMemCreate(unsigned long long *out, size_t size, const void *prop,
                             unsigned long long flags) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   (void)flags;
   if (!size || size % GRANULARITY || !prop) return INVALID_VALUE;
   int handle_types = ((const int *)prop)[1]; // requestedHandleTypes
@@ -681,6 +706,7 @@ EXPORT CUresult cuPointerGetAttribute(void *out, int attribute, CUdeviceptr p) {
 }
 
 EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t size, void *s) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   if (failed()) return failed();
   command *c = new_command(COPY);
   if (c) {
@@ -712,6 +738,7 @@ EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t count
   return set(dst, value, 1, count, NULL);
 }
 EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, void *s) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   return set(dst, value, 1, count, s);
 }
 EXPORT CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short value, size_t count, void *s) {
@@ -722,6 +749,7 @@ EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count, 
 }
 
 EXPORT CUresult cuStreamCreate(stream **out, unsigned flags) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   (void)flags;
   stream *s = calloc(1, sizeof *s);
   if (!s) return OUT_OF_MEMORY;
@@ -765,6 +793,7 @@ EXPORT CUresult cuStreamSynchronize(stream *s) {
 }
 
 EXPORT CUresult cuEventCreate(event **out, unsigned flags) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   (void)flags;
   event *e = calloc(1, sizeof *e);
   if (!e) return OUT_OF_MEMORY;
@@ -835,6 +864,7 @@ EXPORT CUresult cuLaunchHostFunc(stream *s, void (*host)(void *), void *data) {
 static int module_token;
 
 EXPORT CUresult cuModuleLoadData(void **out, const void *image) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   if (!image) return INVALID_VALUE;
   *out = &module_token;
   return failed();

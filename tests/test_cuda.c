@@ -5,6 +5,8 @@
 #include "check.h"
 #include "devbuf_cuda.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -653,6 +655,92 @@ static void test_native_handles(void) {
   devbuf_queue_release(queue);
 }
 
+// ---- the caller's current context ----------------------------------------------------------
+
+typedef int (*context_get_fn)(void **);
+typedef int (*context_set_fn)(void *);
+static context_get_fn context_get;
+static context_set_fn context_set;
+
+// Every kind of call devbuf makes into the driver, from this thread: the device opened and
+// closed (no other thread holds it), memory of each kind, copies, a queue with a copy and a
+// fill, a growable segment mapped and unmapped.
+static void use_the_device(void) {
+  devbuf_device_t *other = NULL;
+  CHECK_OK(devbuf_device_open("cuda:0", &other));
+  devbuf_memory_kind kinds[3] = {DEVBUF_MEMORY_DEVICE, DEVBUF_MEMORY_HOST_VISIBLE,
+                                 DEVBUF_MEMORY_MANAGED};
+  for (int k = 0; k < 3; k++) {
+    size_t size = 4096;
+    devbuf_buffer_t *buffer = NULL, *copy = NULL;
+    unsigned char bytes[4096], back[4096];
+    memset(bytes, 7 + k, sizeof bytes);
+    CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator_for(other, kinds[k]), DEVBUF_UINT8,
+                                    &size, 1, DEVBUF_BUFFER_ZERO, &buffer));
+    CHECK_OK(devbuf_buffer_copyin(buffer, bytes, sizeof bytes));
+    CHECK_OK(
+        devbuf_buffer_allocate(devbuf_device_allocator(other), DEVBUF_UINT8, &size, 1, 0, &copy));
+    devbuf_queue_t *queue = NULL;
+    CHECK_OK(devbuf_queue_create(other, &queue));
+    CHECK_OK(devbuf_queue_copy(queue, copy, buffer));
+    uint32_t pattern = 0x01020304u;
+    CHECK_OK(devbuf_queue_fill(queue, buffer, &pattern, sizeof pattern));
+    CHECK_OK(devbuf_queue_finish(queue));
+    CHECK_OK(devbuf_buffer_copyout(copy, back, sizeof back));
+    CHECK(memcmp(back, bytes, sizeof back) == 0);
+    devbuf_queue_release(queue);
+    devbuf_buffer_release(copy);
+    devbuf_buffer_release(buffer);
+  }
+  devbuf_caching_options_t options = {.growable = 1};
+  devbuf_allocator_t *raw = NULL, *growable = NULL;
+  CHECK_OK(devbuf_device_raw_allocator(other, &raw));
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &growable));
+  devbuf_allocator_release(raw);
+  devbuf_memory_t memory;
+  if (growable && devbuf_allocator_alloc(growable, 3u << 20, &memory) == DEVBUF_OK) {
+    devbuf_allocator_free(growable, &memory);
+    devbuf_allocator_clear_cache(growable);
+  } else {
+    CHECK(false);
+  }
+  devbuf_allocator_release(growable);
+  devbuf_device_release(other);
+}
+
+static void *with_context(void *context) {
+  if (context_set(context) != 0) return "cannot set the context";
+  use_the_device();
+  void *after = (void *)1;
+  return context_get(&after) == 0 && after == context ? NULL : "devbuf changed the context";
+}
+
+// The CUDA runtime reads the thread's current context as its current device: devbuf puts
+// back whatever was current (none, or a context of the program's own), on each thread.
+static void test_caller_context_kept(void) {
+  const char *path = getenv("DEVBUF_CUDA_LIBRARY");
+  void *driver = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  CHECK(driver != NULL);
+  if (!driver) return;
+  context_get = (context_get_fn)(uintptr_t)dlsym(driver, "cuCtxGetCurrent");
+  context_set = (context_set_fn)(uintptr_t)dlsym(driver, "cuCtxSetCurrent");
+  // The fake driver has a stand-in for a context of the program's own; the real one is
+  // checked with none current.
+  void *(*foreign)(void) = (void *(*)(void))(uintptr_t)dlsym(driver, "fake_cuda_foreign_context");
+  void *contexts[2] = {NULL, foreign ? foreign() : NULL};
+  for (int c = 0; c < (foreign ? 2 : 1); c++) {
+    pthread_t thread;
+    void *failure = "no thread";
+    if (pthread_create(&thread, NULL, with_context, contexts[c]) == 0)
+      pthread_join(thread, &failure);
+    if (failure)
+      printf("     with %s current: %s\n", c ? "another context" : "no context",
+             (const char *)failure);
+    CHECK(failure == NULL);
+  }
+  dlclose(driver);
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--expect-unavailable") == 0)
     return check_expect_unavailable("cuda:0", argv[2]);
@@ -685,5 +773,6 @@ int main(int argc, char **argv) {
     RUN(test_native_handles);
   }
   devbuf_device_release(device);
+  if (!fault) RUN(test_caller_context_kept); // last: its thread opens and closes the device
   return CHECK_EXIT();
 }

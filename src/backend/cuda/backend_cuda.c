@@ -1,6 +1,6 @@
 // The CUDA backend: devices through the driver API loaded at run time, each in its primary
-// context, which every entry point makes current on the calling thread (a caller that uses
-// contexts of its own sets its own again after calling devbuf). Memory comes in three kinds, each
+// context, which every entry point makes current on the calling thread and every entry of
+// the backend's table puts the caller's back when it returns. Memory comes in three kinds, each
 // through its own caching allocator with 2 MiB granularity for large blocks: device memory
 // (cuMemAlloc), pinned host memory the device maps (cuMemAllocHost) and managed memory
 // (cuMemAllocManaged). With unified addressing every kind has one address that copies can use from
@@ -375,30 +375,157 @@ static devbuf_status cuda_synchronize(devbuf_device_t *device) {
   return devbuf__cuda_wait(device, devbuf__cuda_of(device)->transfers, "synchronize");
 }
 
+// ---- the caller's context ------------------------------------------------------------------
+
+// The CUDA runtime takes the thread's current context for its current device: had devbuf
+// left its own current, a program's next cudaMalloc or torch.empty(device="cuda") on that
+// thread would land on devbuf's GPU, and a context of the caller's own would be lost. So each
+// entry of the backend's table below notes the caller's context (none included) and puts it
+// back when it returns; devbuf's own paths still make theirs current (devbuf__cuda_enter).
+typedef struct caller_context {
+  CUcontext previous;
+  bool restore;
+} caller_context;
+
+static caller_context caller_note(const devbuf__cuda_api *cu, CUcontext ours) {
+  CUcontext previous = NULL;
+  if (cu->cuCtxGetCurrent(&previous) != CUDA_SUCCESS) return (caller_context){NULL, false};
+  return (caller_context){previous, previous != ours};
+}
+
+static void caller_restore(const devbuf__cuda_api *cu, caller_context caller) {
+  if (caller.restore) cu->cuCtxSetCurrent(caller.previous);
+}
+
+// Each entry of the table, wrapped: `name` called between noting and restoring.
+#define KEEPING_CALLER(type, name, parameters, arguments)                      \
+  static type name##_keeping parameters {                                      \
+    const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;                  \
+    caller_context caller = caller_note(cu, devbuf__cuda_of(device)->context); \
+    type result = name arguments;                                              \
+    caller_restore(cu, caller);                                                \
+    return result;                                                             \
+  }
+#define KEEPING_CALLER_VOID(name, parameters, arguments)                       \
+  static void name##_keeping parameters {                                      \
+    const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;                  \
+    caller_context caller = caller_note(cu, devbuf__cuda_of(device)->context); \
+    name arguments;                                                            \
+    caller_restore(cu, caller);                                                \
+  }
+
+KEEPING_CALLER(devbuf_status, cuda_raw_alloc,
+               (devbuf_device_t * device, devbuf_memory_kind kind, size_t size,
+                devbuf_memory_t *out),
+               (device, kind, size, out))
+KEEPING_CALLER_VOID(cuda_raw_free, (devbuf_device_t * device, const devbuf_memory_t *memory),
+                    (device, memory))
+KEEPING_CALLER(devbuf_status, devbuf__cuda_reserve,
+               (devbuf_device_t * device, size_t size, devbuf_memory_t *out), (device, size, out))
+KEEPING_CALLER(devbuf_status, devbuf__cuda_map,
+               (devbuf_device_t * device, const devbuf_memory_t *reservation, size_t offset,
+                size_t size),
+               (device, reservation, offset, size))
+KEEPING_CALLER_VOID(devbuf__cuda_unmap,
+                    (devbuf_device_t * device, const devbuf_memory_t *reservation, size_t offset,
+                     size_t size),
+                    (device, reservation, offset, size))
+KEEPING_CALLER_VOID(devbuf__cuda_unreserve,
+                    (devbuf_device_t * device, const devbuf_memory_t *reservation),
+                    (device, reservation))
+KEEPING_CALLER(devbuf_status, devbuf__cuda_export,
+               (devbuf_device_t * device, const devbuf_memory_t *memory, int *out_fd),
+               (device, memory, out_fd))
+KEEPING_CALLER(devbuf_status, devbuf__cuda_import,
+               (devbuf_device_t * device, int fd, size_t size, devbuf_memory_t *out),
+               (device, fd, size, out))
+KEEPING_CALLER_VOID(devbuf__cuda_release_shareable,
+                    (devbuf_device_t * device, const devbuf_memory_t *memory), (device, memory))
+KEEPING_CALLER(devbuf_status, cuda_write,
+               (devbuf_device_t * device, const devbuf_memory_t *dst, size_t offset,
+                const void *src, size_t size),
+               (device, dst, offset, src, size))
+KEEPING_CALLER(devbuf_status, cuda_read,
+               (devbuf_device_t * device, const devbuf_memory_t *src, size_t offset, void *dst,
+                size_t size),
+               (device, src, offset, dst, size))
+KEEPING_CALLER(devbuf_status, cuda_copy,
+               (devbuf_device_t * device, const devbuf_memory_t *dst, size_t dst_offset,
+                const devbuf_memory_t *src, size_t src_offset, size_t size),
+               (device, dst, dst_offset, src, src_offset, size))
+KEEPING_CALLER(devbuf_status, cuda_zero,
+               (devbuf_device_t * device, const devbuf_memory_t *dst, size_t offset, size_t size),
+               (device, dst, offset, size))
+KEEPING_CALLER(devbuf_status, cuda_synchronize, (devbuf_device_t * device), (device))
+KEEPING_CALLER(devbuf_status, devbuf__cuda_queue_create,
+               (devbuf_device_t * device, void **out_queue), (device, out_queue))
+KEEPING_CALLER_VOID(devbuf__cuda_queue_destroy, (devbuf_device_t * device, void *queue),
+                    (device, queue))
+KEEPING_CALLER(devbuf_status, devbuf__cuda_enqueue,
+               (devbuf_device_t * device, void *queue, const devbuf__op *op, void **out_event),
+               (device, queue, op, out_event))
+KEEPING_CALLER(devbuf_status, devbuf__cuda_complete,
+               (devbuf_device_t * device, void *queue, devbuf__device_done *items, size_t count),
+               (device, queue, items, count))
+KEEPING_CALLER_VOID(devbuf__cuda_event_release, (devbuf_device_t * device, void *event),
+                    (device, event))
+KEEPING_CALLER(devbuf_status, devbuf__cuda_program_build,
+               (devbuf_device_t * device, const char *source, const char *options,
+                void **out_program),
+               (device, source, options, out_program))
+KEEPING_CALLER_VOID(devbuf__cuda_program_release, (devbuf_device_t * device, void *program),
+                    (device, program))
+KEEPING_CALLER(devbuf_status, devbuf__cuda_program_check_launch,
+               (devbuf_device_t * device, void *program, const char *name,
+                const devbuf_launch_t *launch, size_t buffers, size_t scalars),
+               (device, program, name, launch, buffers, scalars))
+
+// Opening and closing note the caller's context before the device's state exists, and put it
+// back after it is gone (the primary context released).
+static devbuf_status cuda_open_keeping(devbuf_device_t *device, int index) {
+  const char *reason = NULL;
+  const devbuf__cuda_api *cu = devbuf__cuda_load(&reason);
+  caller_context caller = {NULL, false}; // none yet of the device's: put back whatever it is
+  if (cu) caller.restore = cu->cuCtxGetCurrent(&caller.previous) == CUDA_SUCCESS;
+  devbuf_status status = cuda_open(device, index);
+  if (cu) caller_restore(cu, caller);
+  return status;
+}
+
+static void cuda_close_keeping(devbuf_device_t *device) {
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  const devbuf__cuda_api *cu = state ? state->cu : NULL;
+  caller_context caller = cu ? caller_note(cu, state->context) : (caller_context){NULL, false};
+  // A caller whose current context is this one (the runtime's, on the same GPU) keeps it:
+  // the primary context lives on while the runtime holds it.
+  cuda_close(device);
+  if (cu) caller_restore(cu, caller);
+}
+
 const devbuf__backend devbuf__backend_cuda = {
     .dlpack_device_type = 2, // kDLCUDA
-    .open = cuda_open,
-    .close = cuda_close,
-    .raw_alloc = cuda_raw_alloc,
-    .raw_free = cuda_raw_free,
-    .raw_reserve = devbuf__cuda_reserve,
-    .raw_map = devbuf__cuda_map,
-    .raw_unmap = devbuf__cuda_unmap,
-    .raw_unreserve = devbuf__cuda_unreserve,
-    .raw_export = devbuf__cuda_export,
-    .raw_import = devbuf__cuda_import,
-    .raw_unimport = devbuf__cuda_release_shareable,
-    .write = cuda_write,
-    .read = cuda_read,
-    .copy = cuda_copy,
-    .zero = cuda_zero,
-    .synchronize = cuda_synchronize,
-    .queue_create = devbuf__cuda_queue_create,
-    .queue_destroy = devbuf__cuda_queue_destroy,
-    .enqueue = devbuf__cuda_enqueue,
-    .complete = devbuf__cuda_complete,
-    .event_release = devbuf__cuda_event_release,
-    .program_build = devbuf__cuda_program_build,
-    .program_release = devbuf__cuda_program_release,
-    .program_check_launch = devbuf__cuda_program_check_launch,
+    .open = cuda_open_keeping,
+    .close = cuda_close_keeping,
+    .raw_alloc = cuda_raw_alloc_keeping,
+    .raw_free = cuda_raw_free_keeping,
+    .raw_reserve = devbuf__cuda_reserve_keeping,
+    .raw_map = devbuf__cuda_map_keeping,
+    .raw_unmap = devbuf__cuda_unmap_keeping,
+    .raw_unreserve = devbuf__cuda_unreserve_keeping,
+    .raw_export = devbuf__cuda_export_keeping,
+    .raw_import = devbuf__cuda_import_keeping,
+    .raw_unimport = devbuf__cuda_release_shareable_keeping,
+    .write = cuda_write_keeping,
+    .read = cuda_read_keeping,
+    .copy = cuda_copy_keeping,
+    .zero = cuda_zero_keeping,
+    .synchronize = cuda_synchronize_keeping,
+    .queue_create = devbuf__cuda_queue_create_keeping,
+    .queue_destroy = devbuf__cuda_queue_destroy_keeping,
+    .enqueue = devbuf__cuda_enqueue_keeping,
+    .complete = devbuf__cuda_complete_keeping,
+    .event_release = devbuf__cuda_event_release_keeping,
+    .program_build = devbuf__cuda_program_build_keeping,
+    .program_release = devbuf__cuda_program_release_keeping,
+    .program_check_launch = devbuf__cuda_program_check_launch_keeping,
 };

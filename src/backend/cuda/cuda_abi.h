@@ -94,6 +94,7 @@ enum {
   X(CUresult, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))       \
   X(CUresult, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))               \
   X(CUresult, cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                     \
+  X(CUresult, cuCtxGetCurrent, "cuCtxGetCurrent", (CUcontext *))                                   \
   X(CUresult, cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                \
   X(CUresult, cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                            \
   X(CUresult, cuMemAllocHost, "cuMemAllocHost_v2", (void **, size_t))                              \
