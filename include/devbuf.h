@@ -323,7 +323,8 @@ typedef struct devbuf_caching_options {
   // and before a mapping would hold over 1/50 more than the most the blocks ever used (as
   // PyTorch's expandable segments, with a ceiling). UNSUPPORTED at creation when the
   // upstream cannot map memory into reserved addresses (the CPU's raw allocator can, and a
-  // user's allocator with reserve/map/unmap/unreserve).
+  // user's allocator with reserve/map/unmap/unreserve); INVALID_ARGUMENT for a page_size
+  // that is not a multiple of the device's own page (CUDA maps 2 MiB at a time).
   uint32_t growable; // nonzero: on
 } devbuf_caching_options_t;
 

@@ -318,6 +318,18 @@ static void test_memory_limit(void) {
 static void test_growable_segments(void) {
   devbuf_allocator_t *raw = NULL, *growable = NULL;
   CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  // A page the device cannot map in (4 KiB, where CUDA maps 2 MiB) is refused at once, not
+  // at every map; so is turning growable on later over such a page.
+  devbuf_caching_options_t small_pages = {.page_size = 4096, .growable = 1};
+  devbuf_allocator_t *refused = NULL, *plain = NULL;
+  CHECK_STATUS(devbuf_caching_allocator_create(raw, &small_pages, &refused),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK(refused == NULL && strstr(devbuf_last_error(), "multiples of 2097152 bytes"));
+  small_pages.growable = 0;
+  CHECK_OK(devbuf_caching_allocator_create(raw, &small_pages, &plain));
+  small_pages.growable = 1;
+  CHECK_STATUS(devbuf_caching_allocator_configure(plain, &small_pages), DEVBUF_INVALID_ARGUMENT);
+  devbuf_allocator_release(plain);
   devbuf_caching_options_t options = {.growable = 1};
   CHECK_OK(devbuf_caching_allocator_create(raw, &options, &growable));
   devbuf_allocator_release(raw);

@@ -701,6 +701,17 @@ static devbuf_status growable_refused(const devbuf_allocator_t *upstream) {
                        upstream->ops->kind, upstream->device->spec);
 }
 
+// Growable segments map and unmap whole pages of the allocator's size, which the device
+// can do only in multiples of its own (CUDA: 2 MiB); a smaller page would fail every map.
+static devbuf_status growable_page_refused(const devbuf_allocator_t *upstream, uint64_t page) {
+  size_t device_page = upstream->device->page_size;
+  if (!page || !device_page || page % device_page == 0) return DEVBUF_OK;
+  return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                       "growable segments map whole %llu-byte pages, and %s maps memory in "
+                       "multiples of %zu bytes: page_size must be 0 or such a multiple",
+                       (unsigned long long)page, upstream->device->spec, device_page);
+}
+
 devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
                                               const devbuf_caching_options_t *options,
                                               devbuf_allocator_t **out_allocator) {
@@ -713,6 +724,9 @@ devbuf_status devbuf_caching_allocator_create(devbuf_allocator_t *upstream,
                          "page_size %llu: a power of two from 4096 to 2^30, or 0",
                          (unsigned long long)page);
   if (options && options->growable && !upstream->ops->reserve) return growable_refused(upstream);
+  devbuf_status refused =
+      options && options->growable ? growable_page_refused(upstream, page) : DEVBUF_OK;
+  if (refused != DEVBUF_OK) return refused;
   devbuf_caching_options_t none = {0};
   return devbuf__caching_allocator_create(devbuf_allocator_retain(upstream),
                                           options ? options : &none, DEVBUF__HOLDS_DEVICE,
@@ -750,6 +764,9 @@ devbuf_status devbuf_caching_allocator_configure(devbuf_allocator_t *allocator,
                          "page_size %llu: this allocator's page is %zu, fixed at creation",
                          (unsigned long long)options->page_size, self->policy.page);
   if (options->growable && !self->upstream->ops->reserve) return growable_refused(self->upstream);
+  devbuf_status refused =
+      options->growable ? growable_page_refused(self->upstream, self->policy.page) : DEVBUF_OK;
+  if (refused != DEVBUF_OK) return refused;
   uint64_t segments = atomic_load(&self->segments);
   uint64_t live = sum_threads(self).live;
   if (segments || live)
