@@ -63,17 +63,37 @@ CUfunction devbuf__cuda_fill_kernel(devbuf_device_t *device) {
   pthread_mutex_lock(&state->builtins_lock);
   if (state->builtins_state == 0) {
     state->builtins_state = -1;
+    snprintf(state->builtins_failure, sizeof state->builtins_failure,
+             "this build has none (no nvcc when it was built)");
 #ifdef DEVBUF_CUDA_BUILTINS
-    if (state->cu->cuModuleLoadData(&state->builtins, devbuf__cuda_builtins) == CUDA_SUCCESS) {
-      if (state->cu->cuModuleGetFunction(&state->fill, state->builtins, "devbuf_fill") ==
-          CUDA_SUCCESS)
-        state->builtins_state = 1;
+    // A driver older than the nvcc that built them refuses them (UNSUPPORTED_PTX_VERSION):
+    // the reason stays, for the tests and for whoever wonders why fills are slow.
+    const char *step = "cuModuleLoadData";
+    CUresult code = state->cu->cuModuleLoadData(&state->builtins, devbuf__cuda_builtins);
+    if (code == CUDA_SUCCESS) {
+      step = "cuModuleGetFunction(devbuf_fill)";
+      code = state->cu->cuModuleGetFunction(&state->fill, state->builtins, "devbuf_fill");
     }
+    const char *name = NULL;
+    if (code != CUDA_SUCCESS) state->cu->cuGetErrorName(code, &name);
+    snprintf(state->builtins_failure, sizeof state->builtins_failure, "%s: %s (%d)", step,
+             name ? name : "CUDA error", code);
+    if (code == CUDA_SUCCESS) state->builtins_state = 1;
 #endif
   }
   CUfunction fill = state->builtins_state == 1 ? state->fill : NULL;
   pthread_mutex_unlock(&state->builtins_lock);
   return fill;
+}
+
+const char *devbuf__cuda_builtins_failure(devbuf_device_t *device) {
+  devbuf__cuda_device *state = devbuf__cuda_of(device);
+  pthread_mutex_lock(&state->builtins_lock);
+  const char *failure = state->builtins_state == 1   ? NULL
+                        : state->builtins_state == 0 ? "not tried yet"
+                                                     : state->builtins_failure;
+  pthread_mutex_unlock(&state->builtins_lock);
+  return failure;
 }
 
 // ---- devices -------------------------------------------------------------------------------

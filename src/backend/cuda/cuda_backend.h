@@ -18,6 +18,7 @@ typedef struct devbuf__cuda_device {
   CUstream transfers;            // copies outside queues
   pthread_mutex_t builtins_lock; // loading devbuf's kernels, on first need
   int builtins_state;            // 0 not tried, 1 loaded, -1 unavailable (under the lock)
+  char builtins_failure[160];    // why they are unavailable (fills then go through the host)
   CUmodule builtins;
   CUfunction fill;
   pthread_mutex_t staging_lock; // the pinned staging pair below, one copy at a time
@@ -71,6 +72,9 @@ devbuf_status devbuf__cuda_wait(devbuf_device_t *device, CUstream stream, const 
 // devbuf's kernels (cuda_builtins.cu), loaded on first use; NULL when this build has none
 // or the driver cannot load them for this GPU (callers then do without).
 CUfunction devbuf__cuda_fill_kernel(devbuf_device_t *device);
+// Why devbuf's kernels are not loaded: NULL once they are, "not tried yet" before the first
+// fill that needs them. For the tests, which check that a build with nvcc runs them.
+const char *devbuf__cuda_builtins_failure(devbuf_device_t *device);
 
 // Queues, operations and programs (cuda_queue.c): the backend's entries.
 devbuf_status devbuf__cuda_queue_create(devbuf_device_t *device, void **out_queue);
