@@ -395,6 +395,9 @@ EXPORT CUresult cuDeviceGetAttribute(int *out, int which, int device) {
   case 103: // memory exported as POSIX descriptors
     *out = 1;
     break;
+  case 102: // virtual memory management: FAKE_CUDA_NO_VMM stands in for a GPU without it
+    *out = !getenv("FAKE_CUDA_NO_VMM");
+    break;
   case 75: // compute capability
     *out = 9;
     break;
@@ -516,8 +519,8 @@ EXPORT CUresult cuMemGetAllocationGranularity(size_t *out, const void *prop, int
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *out, size_t size, size_t alignment,
                                     CUdeviceptr hint, unsigned long long flags) {
   if (!in_device_context()) return INVALID_CONTEXT;
-  (void)alignment, (void)hint, (void)flags;
-  if (!size || size % GRANULARITY) return INVALID_VALUE;
+  (void)hint, (void)flags;
+  if (!size || size % GRANULARITY || alignment % GRANULARITY) return INVALID_VALUE;
   if (failed()) return failed();
   void *base = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) return OUT_OF_MEMORY;

@@ -677,6 +677,41 @@ static void test_native_handles(void) {
   devbuf_queue_release(queue);
 }
 
+// The stand-in driver's handle when the tests run on it (NULL on a real driver).
+static void *fake_driver(void) {
+  const char *path = getenv("DEVBUF_CUDA_LIBRARY");
+  void *driver = path && *path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  if (driver && !dlsym(driver, "fake_cuda_foreign_context")) dlclose(driver), driver = NULL;
+  return driver;
+}
+
+// A GPU whose driver has the virtual memory entry points but not the support (some virtual
+// GPUs; the stand-in driver's FAKE_CUDA_NO_VMM): growable segments give way to plain ones
+// instead of failing every map.
+static void test_growable_without_vmm(void) {
+  void *driver = fake_driver();
+  if (!driver) {
+    printf("     (skipped: needs the stand-in driver to take the support away)\n");
+    return;
+  }
+  setenv("FAKE_CUDA_NO_VMM", "1", 1);
+  devbuf_allocator_t *raw = NULL, *growable = NULL;
+  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  devbuf_caching_options_t options = {.growable = 1};
+  CHECK_OK(devbuf_caching_allocator_create(raw, &options, &growable));
+  devbuf_allocator_release(raw);
+  size_t three = 3u << 20;
+  devbuf_buffer_t *a = NULL;
+  CHECK_OK(devbuf_buffer_allocate(growable, DEVBUF_UINT8, &three, 1, 0, &a));
+  devbuf_allocator_stats_t s = stats_of(growable);
+  CHECK_EQ_U(s.reserved, 20u << 20); // a plain 20 MiB segment, where growable maps 4 MiB
+  CHECK_EQ_U(s.system_allocs, 1);
+  devbuf_buffer_release(a);
+  devbuf_allocator_release(growable);
+  unsetenv("FAKE_CUDA_NO_VMM");
+  dlclose(driver);
+}
+
 // ---- the caller's current context ----------------------------------------------------------
 
 typedef int (*context_get_fn)(void **);
@@ -788,6 +823,7 @@ int main(int argc, char **argv) {
     RUN(test_memory_limit);
     RUN(test_growable_segments);
     RUN(test_growable_partial_unmap);
+    RUN(test_growable_without_vmm);
     RUN(test_stream_aware_reuse);
     RUN(test_cross_stream_wait);
     RUN(test_host_access_under_work);

@@ -78,6 +78,16 @@ devbuf_status devbuf__cuda_reserve(devbuf_device_t *device, size_t size, devbuf_
                          device->spec);
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
+  // A driver with the entry points may still drive a GPU without them (some virtual GPUs):
+  // there cuMemCreate would fail every map, where refusing here lets plain segments serve.
+  int supported = 0;
+  if (cu->cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                               state->id) != CUDA_SUCCESS ||
+      !supported)
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "%s: the device has no virtual memory management "
+                         "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)",
+                         device->spec);
   CUmemAllocationProp prop = device_memory(state);
   size_t granularity = 0;
   CUresult code =
@@ -90,7 +100,7 @@ devbuf_status devbuf__cuda_reserve(devbuf_device_t *device, size_t size, devbuf_
                          device->spec, granularity, device->page_size);
   size &= ~(device->page_size - 1);
   CUdeviceptr base = 0;
-  code = cu->cuMemAddressReserve(&base, size, 0, 0, 0);
+  code = cu->cuMemAddressReserve(&base, size, device->page_size, 0, 0); // maps go page by page
   if (code != CUDA_SUCCESS)
     return devbuf__cuda_error(cu, code, "%s: reserving %zu bytes of addresses", device->spec, size);
   *out = (devbuf_memory_t){.device = base, .size = size};
