@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -172,6 +173,71 @@ static void test_fill_patterns(void) {
   if (failure) printf("     devbuf's CUDA kernels did not load: %s\n", failure);
   CHECK(failure == NULL);
 #endif
+}
+
+// What the device cannot do in one call goes through the host a piece at a time, not the
+// whole range at once: an overlapping copy of 20 MiB (the driver promises no memmove), both
+// ways, and a fill of 3 MiB with a 96-byte pattern (longer than devbuf's kernel takes).
+static _Atomic size_t largest_host_allocation;
+
+static void *counting_malloc(void *ctx, size_t size) {
+  (void)ctx;
+  size_t seen = largest_host_allocation;
+  while (size > seen && !atomic_compare_exchange_weak(&largest_host_allocation, &seen, size)) {
+  }
+  return malloc(size);
+}
+static void *counting_calloc(void *ctx, size_t count, size_t size) {
+  return counting_malloc(ctx, 0), calloc(count, size);
+}
+static void *counting_realloc(void *ctx, void *pointer, size_t size) {
+  return counting_malloc(ctx, size), realloc(pointer, size);
+}
+static void plain_free(void *ctx, void *pointer) { (void)ctx, free(pointer); }
+
+static void test_staged_pieces(void) {
+  size_t size = 20u << 20, shift = (3u << 20) + 5;
+  unsigned char *expect = malloc(size), *back = malloc(size);
+  devbuf_buffer_t *buffer = NULL, *low = NULL, *high = NULL;
+  CHECK_OK(
+      devbuf_buffer_allocate(devbuf_device_allocator(device), DEVBUF_UINT8, &size, 1, 0, &buffer));
+  for (size_t i = 0; i < size; i++) expect[i] = (unsigned char)(i * 13 + (i >> 16));
+  CHECK_OK(devbuf_buffer_copyin(buffer, expect, size));
+  CHECK_OK(devbuf_buffer_view(buffer, 0, size - shift, &low));
+  CHECK_OK(devbuf_buffer_view(buffer, shift, size - shift, &high));
+  // No other thread is in devbuf here (no queue): the hooks may change.
+  devbuf_host_memory_hooks_t counting = {counting_malloc, counting_calloc, counting_realloc,
+                                         plain_free, NULL};
+  CHECK_OK(devbuf_set_host_memory_hooks(&counting));
+  CHECK_OK(devbuf_buffer_copy_from(high, low)); // moving up: back to front
+  memmove(expect + shift, expect, size - shift);
+  CHECK_OK(devbuf_buffer_copyout(buffer, back, size));
+  CHECK(memcmp(back, expect, size) == 0);
+  CHECK_OK(devbuf_buffer_copy_from(low, high)); // moving down: front to back
+  CHECK_OK(devbuf_set_host_memory_hooks(NULL));
+  CHECK(largest_host_allocation <= (8u << 20)); // a piece, not the 17 MiB moved
+  memmove(expect, expect + shift, size - shift);
+  CHECK_OK(devbuf_buffer_copyout(buffer, back, size));
+  CHECK(memcmp(back, expect, size) == 0);
+  devbuf_buffer_release(high);
+  devbuf_buffer_release(low);
+  unsigned char pattern[96];
+  for (size_t i = 0; i < sizeof pattern; i++) pattern[i] = (unsigned char)(200 - i);
+  size_t count = (3u << 20) / sizeof pattern * sizeof pattern;
+  devbuf_buffer_t *view = NULL;
+  CHECK_OK(devbuf_buffer_view(buffer, 7, count, &view));
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  CHECK_OK(devbuf_queue_fill(queue, view, pattern, sizeof pattern));
+  CHECK_OK(devbuf_queue_finish(queue));
+  for (size_t i = 0; i < count; i++) expect[7 + i] = pattern[i % sizeof pattern];
+  CHECK_OK(devbuf_buffer_copyout(buffer, back, size));
+  CHECK(memcmp(back, expect, size) == 0);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(view);
+  devbuf_buffer_release(buffer);
+  free(back);
+  free(expect);
 }
 
 // Large copies from and to pageable memory go through the pinned staging pair in 8 MiB
@@ -818,6 +884,7 @@ int main(int argc, char **argv) {
     RUN(test_ptx_error_log);
     RUN(test_fill_patterns);
     RUN(test_staged_copies);
+    RUN(test_staged_pieces);
     RUN(test_weight_file_round_trip);
     RUN(test_copies_across_backends);
     RUN(test_memory_limit);

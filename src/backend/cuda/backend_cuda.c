@@ -229,32 +229,50 @@ static void cuda_raw_free(devbuf_device_t *device, const devbuf_memory_t *memory
     state->cu->cuMemFree(memory->device);
 }
 
+// Overlapping ranges (the driver promises no memmove) go through the host a piece at a time,
+// in the direction memmove takes: moving down, front to back; moving up, back to front. A
+// piece read before it is written over is all each step needs, so the host holds at most
+// one piece, not the whole range.
+#define OVERLAP_PIECE ((size_t)8 << 20)
+
+static CUresult copy_overlapping(devbuf__cuda_device *state, CUdeviceptr dst, CUdeviceptr src,
+                                 size_t size, void *staging, size_t piece_size) {
+  const devbuf__cuda_api *cu = state->cu;
+  CUresult code = CUDA_SUCCESS;
+  CUdeviceptr bounce = (CUdeviceptr)(uintptr_t)staging;
+  for (size_t done = 0; done < size && code == CUDA_SUCCESS;) {
+    size_t piece = size - done < piece_size ? size - done : piece_size;
+    size_t at = dst < src ? done : size - done - piece;
+    code = cu->cuMemcpyAsync(bounce, src + at, piece, state->transfers);
+    if (code == CUDA_SUCCESS) code = cu->cuMemcpyAsync(dst + at, bounce, piece, state->transfers);
+    if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(state->transfers);
+    done += piece;
+  }
+  return code;
+}
+
 // One copy between any two addresses (unified addressing) on the transfer stream, waited
 // for: the legacy stream's copies may still run when they return, and queue streams do not
-// order themselves after it. Overlapping ranges go through the host (no memmove promise).
+// order themselves after it.
 static devbuf_status copy_addresses(devbuf_device_t *device, CUdeviceptr dst, CUdeviceptr src,
                                     size_t size) {
   devbuf__cuda_device *state = devbuf__cuda_of(device);
   const devbuf__cuda_api *cu = state->cu;
   devbuf_status status = devbuf__cuda_enter(device);
-  if (status != DEVBUF_OK || size == 0) return status;
-  void *staging = NULL;
+  if (status != DEVBUF_OK || size == 0 || dst == src) return status;
   CUresult code;
   if (dst < src + size && src < dst + size) {
-    if (!(staging = devbuf__malloc(size)))
+    size_t piece = size < OVERLAP_PIECE ? size : OVERLAP_PIECE;
+    void *staging = devbuf__malloc(piece);
+    if (!staging)
       return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte copy",
-                           device->spec, size);
-    code = cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)staging, src, size, state->transfers);
+                           device->spec, piece);
+    code = copy_overlapping(state, dst, src, size, staging, piece);
+    devbuf__free(staging);
+  } else {
+    code = cu->cuMemcpyAsync(dst, src, size, state->transfers);
     if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(state->transfers);
-    src = (CUdeviceptr)(uintptr_t)staging;
-    if (code != CUDA_SUCCESS) {
-      devbuf__free(staging);
-      return devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);
-    }
   }
-  code = cu->cuMemcpyAsync(dst, src, size, state->transfers);
-  if (code == CUDA_SUCCESS) code = cu->cuStreamSynchronize(state->transfers);
-  devbuf__free(staging);
   return code == CUDA_SUCCESS
              ? DEVBUF_OK
              : devbuf__cuda_error(cu, code, "%s: copying %zu bytes", device->spec, size);

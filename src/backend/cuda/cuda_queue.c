@@ -10,6 +10,8 @@
 
 #include <string.h>
 
+#define STAGED_FILL ((size_t)64 << 10) // host bytes of a fill the kernel cannot do
+
 typedef struct cuda_queue {
   CUstream stream;
 } cuda_queue;
@@ -180,13 +182,24 @@ static devbuf_status enqueue_fill(devbuf_device_t *device, cuda_queue *q, const 
                ? DEVBUF_OK
                : devbuf__cuda_error(cu, code, "%s: filling %zu bytes", device->spec, dst->size);
   }
-  // Other patterns: written out on the host, copied in; the staging waits for the copy.
-  char *bytes = devbuf__malloc(dst->size);
+  // Other patterns: a first stretch written out on the host and copied in, then the filled
+  // part copied onto what follows it on the device, doubling each time; the host holds one
+  // stretch (whole patterns, about 64 KiB), not the whole fill. The staging waits for the
+  // copies.
+  size_t stretch = STAGED_FILL / width * width;
+  if (stretch < width) stretch = width;
+  if (stretch > dst->size) stretch = dst->size;
+  char *bytes = devbuf__malloc(stretch);
   if (!bytes)
     return devbuf__error(DEVBUF_OUT_OF_MEMORY, "%s: no host memory to stage a %zu-byte fill",
-                         device->spec, dst->size);
-  for (size_t done = 0; done < dst->size; done += width) memcpy(bytes + done, op->pattern, width);
-  CUresult code = cu->cuMemcpyAsync(address, (CUdeviceptr)(uintptr_t)bytes, dst->size, q->stream);
+                         device->spec, stretch);
+  for (size_t done = 0; done < stretch; done += width) memcpy(bytes + done, op->pattern, width);
+  CUresult code = cu->cuMemcpyAsync(address, (CUdeviceptr)(uintptr_t)bytes, stretch, q->stream);
+  for (size_t filled = stretch; filled < dst->size && code == CUDA_SUCCESS;) {
+    size_t more = dst->size - filled < filled ? dst->size - filled : filled;
+    code = cu->cuMemcpyAsync(address + filled, address, more, q->stream);
+    filled += more;
+  }
   devbuf_status status =
       code == CUDA_SUCCESS
           ? devbuf__cuda_wait(device, q->stream, "a staged fill")
