@@ -893,12 +893,12 @@ typedef struct devbuf_arg {
 // INVALID_ARGUMENT otherwise), then the scalars, in order. Refused at submission: a grid
 // whose work items overflow a size_t (OVERFLOW), local sizes given for some dimensions only
 // or not dividing their global sizes, a grid the driver cannot run (CUDA's block and grid
-// limits; OpenCL's local sizes per dimension and per group, and more than 2^32 - 1 OpenCL
-// work-groups, counted where the driver chooses in the largest groups that divide the grid),
-// and arguments the kernel does not take: another count, or (OpenCL) a buffer where it
-// declares a value or the reverse, or an image, sampler or pipe, each named
-// (INVALID_ARGUMENT). Ordered like every submission; a launch the driver refuses later (a
-// scalar of the wrong size) fails the queue as a failing kernel does.
+// limits and the kernel's own threads per block; OpenCL's local sizes per dimension and per
+// group, and more than 2^32 - 1 OpenCL work-groups, counted where the driver chooses in the
+// largest groups that divide the grid), and arguments the kernel does not take: another
+// count, or (OpenCL) a buffer where it declares a value or the reverse, or an image, sampler
+// or pipe, each named (INVALID_ARGUMENT). Ordered like every submission; a launch the
+// driver refuses later (a scalar of the wrong size) fails the queue as a failing kernel does.
 DEVBUF_API devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program,
                                              const char *name, const devbuf_launch_t *launch,
                                              const devbuf_use_t *uses, size_t use_count,
