@@ -5,6 +5,7 @@
 // (no driver; the toolkit's stub library).
 #include "check.h"
 #include "devbuf_cuda.h"
+#include "../src/interop/dlpack_abi.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -50,6 +51,54 @@ static void test_memory_kinds(void) {
       CHECK(((const int32_t *)data)[999] == 2997);
       devbuf_buffer_end_access(buffer, data);
     }
+    devbuf_buffer_release(buffer);
+  }
+}
+
+// DLPack exports say which CUDA memory they carry: kDLCUDA for device memory, kDLCUDAHost
+// for pinned host memory and kDLCUDAManaged for managed memory, at the address devbuf
+// hands out, which the CPU reads for the last two. Imported back, pinned memory is the
+// CPU's and managed memory cuda:0's, over the same bytes.
+static void test_dlpack_device_types(void) {
+  static const struct {
+    devbuf_memory_kind kind;
+    int32_t type;
+    const char *import_spec;
+  } cases[3] = {{DEVBUF_MEMORY_DEVICE, DEVBUF_DL_CUDA, "cuda:0"},
+                {DEVBUF_MEMORY_HOST_VISIBLE, DEVBUF_DL_CUDA_HOST, "cpu"},
+                {DEVBUF_MEMORY_MANAGED, DEVBUF_DL_CUDA_MANAGED, "cuda:0"}};
+  for (int k = 0; k < 3; k++) {
+    size_t size = 1000;
+    devbuf_buffer_t *buffer = NULL, *imported = NULL;
+    CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator_for(device, cases[k].kind),
+                                    DEVBUF_INT32, &size, 1, 0, &buffer));
+    if (!buffer) continue;
+    int32_t values[1000], back[1000];
+    for (int i = 0; i < 1000; i++) values[i] = i * 7 + k;
+    CHECK_OK(devbuf_buffer_copyin(buffer, values, sizeof values));
+    DLManagedTensorVersioned *tensor = NULL;
+    CHECK_OK(devbuf_buffer_to_dlpack_versioned(buffer, 0, &tensor));
+    if (!tensor) {
+      devbuf_buffer_release(buffer);
+      continue;
+    }
+    const DLTensor *t = &tensor->dl_tensor;
+    CHECK_EQ_U(t->device.device_type, cases[k].type);
+    CHECK_EQ_U(t->device.device_id, 0);
+    uint64_t address = 0;
+    CHECK_OK(devbuf_buffer_device_ptr(buffer, &address));
+    const int32_t *data = (const int32_t *)((const char *)t->data + t->byte_offset);
+    CHECK((uintptr_t)data == address);
+    if (cases[k].type != DEVBUF_DL_CUDA) // memory the CPU addresses: the consumer reads it
+      CHECK(memcmp(data, values, sizeof values) == 0);
+    CHECK_OK(devbuf_buffer_from_dlpack_versioned(tensor, &imported));
+    if (imported) {
+      CHECK(strcmp(devbuf_device_spec(devbuf_buffer_device(imported)), cases[k].import_spec) == 0);
+      CHECK_OK(devbuf_buffer_copyout(imported, back, sizeof back));
+      CHECK(memcmp(back, values, sizeof back) == 0);
+      devbuf_buffer_release(imported); // the export's deleter: its access ends
+    }
+    CHECK_EQ_U(devbuf_buffer_open_accesses(buffer), 0);
     devbuf_buffer_release(buffer);
   }
 }
@@ -743,6 +792,7 @@ int main(int argc, char **argv) {
   } else {
     RUN(test_device_facts);
     RUN(test_memory_kinds);
+    RUN(test_dlpack_device_types);
     RUN(test_granularity);
     RUN(test_kernels);
     RUN(test_kernel_from_ptx);
