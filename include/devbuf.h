@@ -894,12 +894,12 @@ typedef struct devbuf_arg {
 // INVALID_ARGUMENT otherwise), then the scalars, in order. Refused at submission: a grid
 // whose work items overflow a size_t (OVERFLOW), local sizes given for some dimensions only
 // or not dividing their global sizes, a grid the driver cannot run (CUDA's block and grid
-// limits; OpenCL's local sizes per dimension and per group, and more than 2^32 - 1 OpenCL
-// work-groups, counted where the driver chooses in the largest groups that divide the grid),
-// and arguments the kernel does not take: another count, or (OpenCL) a buffer where it
-// declares a value or the reverse, or an image, sampler or pipe, each named
-// (INVALID_ARGUMENT). Ordered like every submission; a launch the driver refuses later (a
-// scalar of the wrong size) fails the queue as a failing kernel does.
+// limits and the kernel's own threads per block; OpenCL's local sizes per dimension and per
+// group, and more than 2^32 - 1 OpenCL work-groups, counted where the driver chooses in the
+// largest groups that divide the grid), and arguments the kernel does not take: another
+// count, or (OpenCL) a buffer where it declares a value or the reverse, or an image, sampler
+// or pipe, each named (INVALID_ARGUMENT). Ordered like every submission; a launch the
+// driver refuses later (a scalar of the wrong size) fails the queue as a failing kernel does.
 DEVBUF_API devbuf_status devbuf_queue_launch(devbuf_queue_t *queue, devbuf_program_t *program,
                                              const char *name, const devbuf_launch_t *launch,
                                              const devbuf_use_t *uses, size_t use_count,
@@ -1086,8 +1086,10 @@ enum {
 // a host access (write unless read-only, waiting first for conflicting work) until the
 // consumer calls its deleter, so submitted work cannot race with the consumer. Device-only
 // memory is exported without a host access, with its device address. Buffers are allocated
-// first if needed.
-// DLPack's device type (DLDeviceType) of the device's memory: kDLCPU (1), kDLCUDA (2),
+// first if needed. The tensor's device type is its device's (devbuf_device_dlpack_type),
+// except on CUDA for pinned host memory (DEVBUF_MEMORY_HOST_VISIBLE: kDLCUDAHost, 3) and
+// managed memory (kDLCUDAManaged, 13).
+// DLPack's device type (DLDeviceType) of the device's own memory: kDLCPU (1), kDLCUDA (2),
 // kDLOpenCL (4); 0 for NULL. Its device id is the index of the device's spec.
 DEVBUF_API int32_t devbuf_device_dlpack_type(const devbuf_device_t *device);
 DEVBUF_API devbuf_status devbuf_buffer_to_dlpack_versioned(
@@ -1103,7 +1105,8 @@ DEVBUF_API devbuf_status devbuf_buffer_to_dlpack(devbuf_buffer_t *buffer, uint32
 // device devbuf can open are accepted; otherwise UNSUPPORTED naming the field, and
 // ownership stays with the caller. Data off its element's alignment (as C has it: 4 bytes
 // for complex64) is INVALID_ARGUMENT. A versioned tensor of another major version is refused;
-// its read-only flag makes the buffer read-only.
+// its read-only flag makes the buffer read-only. Pinned host memory (kDLCUDAHost) arrives as
+// the CPU's memory, managed memory (kDLCUDAManaged) as device memory of its CUDA device.
 DEVBUF_API devbuf_status devbuf_buffer_from_dlpack_versioned(
     struct DLManagedTensorVersioned *tensor, devbuf_buffer_t **out_buffer);
 DEVBUF_API devbuf_status devbuf_buffer_from_dlpack(struct DLManagedTensor *tensor,

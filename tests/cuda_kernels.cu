@@ -10,6 +10,13 @@ extern "C" __global__ void add_one(int *data, unsigned long long n) {
   if (i < n) data[i] += 1;
 }
 
+// add_one for blocks of at most 128 threads: the driver reports the bound as the kernel's
+// CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK and refuses larger blocks.
+extern "C" __global__ void __launch_bounds__(128) add_one_bounded(int *data, unsigned long long n) {
+  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  if (i < n) data[i] += 1;
+}
+
 // Writes where no memory is: a device fault (CUDA_ERROR_ILLEGAL_ADDRESS), which poisons the
 // context for the rest of the process.
 extern "C" __global__ void fault(unsigned long long nowhere) { *(volatile int *)nowhere = 1; }

@@ -5,6 +5,8 @@
 // later than they are enqueued, so that a missing wait shows up as a wrong result; kernels
 // are C functions found by name (the tests' kernels and devbuf's built-ins). A kernel
 // named "fault" poisons the context as a device fault does: every call fails from then on.
+// Launches are held to the driver's limits on blocks and grids, and to each kernel's own
+// threads per block (add_one_bounded takes 128, as its __launch_bounds__ says on a GPU).
 // Only what devbuf calls is here, with the driver API's signatures.
 #include <pthread.h>
 #include <stdbool.h>
@@ -30,6 +32,7 @@ enum {
   INVALID_PTX = 218,
   INVALID_CONTEXT = 201,
   ILLEGAL_ADDRESS = 700,
+  LAUNCH_OUT_OF_RESOURCES = 701,
 };
 
 #define EXPORT __attribute__((visibility("default")))
@@ -150,7 +153,8 @@ typedef struct command {
   event *event;
   uint64_t generation;
   const function *function;
-  unsigned threads;
+  unsigned threads;     // along x: the index the kernels read
+  unsigned long repeat; // the grid's threads along y and z, each running the x range again
   unsigned char params[128];
   void (*host)(void *);
   void *host_data;
@@ -174,6 +178,7 @@ struct function {
   size_t param_count;
   size_t offsets[6], sizes[6];
   void (*run)(const unsigned char *params, unsigned thread, unsigned threads);
+  int max_threads; // per block (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK); 0: the device's 1024
 };
 
 static void run_command(command *c);
@@ -218,8 +223,9 @@ static void run_command(command *c) {
   case SET:
     for (size_t i = 0; i < c->count; i++) memcpy((char *)c->dst + i * c->size, &c->value, c->size);
     break;
-  case KERNEL:
-    for (unsigned t = 0; t < c->threads; t++) c->function->run(c->params, t, c->threads);
+  case KERNEL: // the kernels index along x only: threads along y and z repeat the same work
+    for (unsigned long r = 0; r < c->repeat; r++)
+      for (unsigned t = 0; t < c->threads; t++) c->function->run(c->params, t, c->threads);
     break;
   case RECORD:
     complete_event(c->event, c->generation);
@@ -321,10 +327,11 @@ static void fault(const unsigned char *p, unsigned t, unsigned threads) {
 }
 
 static const function functions[] = {
-    {"scale", 4, {0, 8, 16, 24}, {8, 8, 4, 8}, scale},
-    {"add_one", 2, {0, 8}, {8, 8}, add_one},
-    {"devbuf_fill", 4, {0, 8, 16, 80}, {8, 8, 64, 4}, devbuf_fill},
-    {"fault", 1, {0}, {8}, fault},
+    {"scale", 4, {0, 8, 16, 24}, {8, 8, 4, 8}, scale, 0},
+    {"add_one", 2, {0, 8}, {8, 8}, add_one, 0},
+    {"devbuf_fill", 4, {0, 8, 16, 80}, {8, 8, 64, 4}, devbuf_fill, 0},
+    {"fault", 1, {0}, {8}, fault, 0},
+    {"add_one_bounded", 2, {0, 8}, {8, 8}, add_one, 128},
 };
 
 // ---- the driver API ------------------------------------------------------------------------
@@ -339,7 +346,8 @@ static const struct {
              {NOT_READY, "CUDA_ERROR_NOT_READY"},
              {INVALID_PTX, "CUDA_ERROR_INVALID_PTX"},
              {INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT"},
-             {ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"}};
+             {ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS"},
+             {LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"}};
 
 EXPORT CUresult cuGetErrorName(CUresult code, const char **out) {
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -920,18 +928,34 @@ EXPORT CUresult cuFuncGetParamInfo(const function *f, size_t index, size_t *offs
   return OK;
 }
 
+static int threads_per_block(const function *f) { return f->max_threads ? f->max_threads : 1024; }
+
+EXPORT CUresult cuFuncGetAttribute(int *out, int attribute, const function *f) {
+  if (!out || !f || attribute != 0) return INVALID_VALUE; // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+  *out = threads_per_block(f);
+  return OK;
+}
+
+// The driver's limits (compute capability 9.0, as cuDeviceGetAttribute says): blocks of at
+// most 1024 x 1024 x 64 threads and 1024 in all, grids of 2^31 - 1 x 65535 x 65535 blocks;
+// a block past the kernel's own limit runs out of resources.
 EXPORT CUresult cuLaunchKernel(const function *f, unsigned gx, unsigned gy, unsigned gz,
                                unsigned bx, unsigned by, unsigned bz, unsigned shared, stream *s,
                                void **params, void **extra) {
   (void)shared;
   (void)extra;
   if (failed()) return failed();
-  if (bx * by * bz > 1024 || gy != 1 || gz != 1 || by != 1 || bz != 1 || !params)
+  // (The stand-in also counts a launch's threads along x in 32 bits, as its kernels do.)
+  if (!gx || !gy || !gz || !bx || !by || !bz || gx > 0x7fffffffu || gy > 65535 || gz > 65535 ||
+      bx > 1024 || by > 1024 || bz > 64 || bx * by * bz > 1024 || (uint64_t)gx * bx > UINT32_MAX ||
+      !params)
     return INVALID_VALUE;
+  if (bx * by * bz > (unsigned)threads_per_block(f)) return LAUNCH_OUT_OF_RESOURCES;
   command *c = new_command(KERNEL);
   if (!c) return OUT_OF_MEMORY;
   c->function = f;
   c->threads = gx * bx;
+  c->repeat = (unsigned long)gy * by * gz * bz;
   for (size_t i = 0; i < f->param_count; i++)
     memcpy(c->params + f->offsets[i], params[i], f->sizes[i]);
   return enqueue(s, c);

@@ -1,9 +1,11 @@
 // What only the CUDA backend does: device facts, the three memory kinds and their host
-// access, 2 MiB granularity, kernels from the fatbin nvcc built, a refused launch failing
-// its queue. With `--expect-unavailable REASON`, it checks instead that cuda:0 answers
-// UNAVAILABLE naming REASON (no driver; the toolkit's stub library).
+// access, 2 MiB granularity, kernels from the fatbin nvcc built, blocks past CUDA's or the
+// kernel's limits refused at submission, a refused launch failing its queue. With
+// `--expect-unavailable REASON`, it checks instead that cuda:0 answers UNAVAILABLE naming REASON
+// (no driver; the toolkit's stub library).
 #include "check.h"
 #include "devbuf_cuda.h"
+#include "../src/interop/dlpack_abi.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -55,6 +57,54 @@ static void test_memory_kinds(void) {
       CHECK(((const int32_t *)data)[999] == 2997);
       devbuf_buffer_end_access(buffer, data);
     }
+    devbuf_buffer_release(buffer);
+  }
+}
+
+// DLPack exports say which CUDA memory they carry: kDLCUDA for device memory, kDLCUDAHost
+// for pinned host memory and kDLCUDAManaged for managed memory, at the address devbuf
+// hands out, which the CPU reads for the last two. Imported back, pinned memory is the
+// CPU's and managed memory cuda:0's, over the same bytes.
+static void test_dlpack_device_types(void) {
+  static const struct {
+    devbuf_memory_kind kind;
+    int32_t type;
+    const char *import_spec;
+  } cases[3] = {{DEVBUF_MEMORY_DEVICE, DEVBUF_DL_CUDA, "cuda:0"},
+                {DEVBUF_MEMORY_HOST_VISIBLE, DEVBUF_DL_CUDA_HOST, "cpu"},
+                {DEVBUF_MEMORY_MANAGED, DEVBUF_DL_CUDA_MANAGED, "cuda:0"}};
+  for (int k = 0; k < 3; k++) {
+    size_t size = 1000;
+    devbuf_buffer_t *buffer = NULL, *imported = NULL;
+    CHECK_OK(devbuf_buffer_allocate(devbuf_device_allocator_for(device, cases[k].kind),
+                                    DEVBUF_INT32, &size, 1, 0, &buffer));
+    if (!buffer) continue;
+    int32_t values[1000], back[1000];
+    for (int i = 0; i < 1000; i++) values[i] = i * 7 + k;
+    CHECK_OK(devbuf_buffer_copyin(buffer, values, sizeof values));
+    DLManagedTensorVersioned *tensor = NULL;
+    CHECK_OK(devbuf_buffer_to_dlpack_versioned(buffer, 0, &tensor));
+    if (!tensor) {
+      devbuf_buffer_release(buffer);
+      continue;
+    }
+    const DLTensor *t = &tensor->dl_tensor;
+    CHECK_EQ_U(t->device.device_type, cases[k].type);
+    CHECK_EQ_U(t->device.device_id, 0);
+    uint64_t address = 0;
+    CHECK_OK(devbuf_buffer_device_ptr(buffer, &address));
+    const int32_t *data = (const int32_t *)((const char *)t->data + t->byte_offset);
+    CHECK((uintptr_t)data == address);
+    if (cases[k].type != DEVBUF_DL_CUDA) // memory the CPU addresses: the consumer reads it
+      CHECK(memcmp(data, values, sizeof values) == 0);
+    CHECK_OK(devbuf_buffer_from_dlpack_versioned(tensor, &imported));
+    if (imported) {
+      CHECK(strcmp(devbuf_device_spec(devbuf_buffer_device(imported)), cases[k].import_spec) == 0);
+      CHECK_OK(devbuf_buffer_copyout(imported, back, sizeof back));
+      CHECK(memcmp(back, values, sizeof back) == 0);
+      devbuf_buffer_release(imported); // the export's deleter: its access ends
+    }
+    CHECK_EQ_U(devbuf_buffer_open_accesses(buffer), 0);
     devbuf_buffer_release(buffer);
   }
 }
@@ -620,6 +670,81 @@ static void test_kernel_from_ptx(void) {
 #endif
 }
 
+// Blocks the driver would refuse at enqueue (failing the whole queue) are refused at
+// submission, naming the block, its threads in all and the limit it passes: more than 1024
+// threads, more than 64 along z, more than the kernel's own limit (add_one_bounded's
+// __launch_bounds__(128)). 2-D and 3-D blocks within the limits run; where the local sizes
+// are 0 a kernel of 128 threads gets blocks of 128, not 256.
+static void test_launch_limits(void) {
+#ifndef DEVBUF_TEST_FATBIN
+  printf("     (launch limits skipped: this build had no nvcc)\n");
+#else
+  devbuf_program_t *program = NULL;
+  CHECK_OK(devbuf_program_build(device, (const char *)devbuf_test_fatbin, NULL, &program));
+  if (!program) return;
+  enum { N = 3000 };
+  size_t shape = N;
+  devbuf_allocator_t *allocator = devbuf_device_allocator(device);
+  devbuf_buffer_t *in = NULL, *out = NULL, *data = NULL;
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &shape, 1, 0, &in));
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_FLOAT32, &shape, 1, 0, &out));
+  CHECK_OK(devbuf_buffer_allocate(allocator, DEVBUF_INT32, &shape, 1, DEVBUF_BUFFER_ZERO, &data));
+  static float values[N], back[N];
+  for (int i = 0; i < N; i++) values[i] = (float)i;
+  CHECK_OK(devbuf_buffer_copyin(in, values, sizeof values));
+  devbuf_queue_t *queue;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  float factor = 3.0f;
+  unsigned long long n = N;
+  devbuf_use_t uses[2] = {{out, DEVBUF_ACCESS_WRITE}, {in, DEVBUF_ACCESS_READ}};
+  devbuf_arg_t args[2] = {{&factor, sizeof factor}, {&n, sizeof n}};
+  // Within the limits: 2-D blocks of 8 x 4 x 1 and 3-D blocks of 8 x 2 x 64 (1024 in all).
+  // scale indexes along x only, so the threads along y and z write the same values again.
+  devbuf_launch_t flat = {2, {N, 4, 1}, {8, 4, 0}}, deep = {3, {N, 2, 64}, {8, 2, 64}};
+  CHECK_OK(devbuf_queue_launch(queue, program, "scale", &flat, uses, 2, args, 2));
+  CHECK_OK(devbuf_queue_launch(queue, program, "scale", &deep, uses, 2, args, 2));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_OK(devbuf_buffer_copyout(out, back, sizeof back));
+  size_t wrong = 0;
+  for (int i = 0; i < N; i++) wrong += back[i] != 3.0f * (float)i;
+  CHECK_EQ_U(wrong, 0);
+  // More than 1024 threads in a block, each dimension within its own limit.
+  devbuf_launch_t wide = {2, {1024, 32, 1}, {64, 32, 0}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &wide, uses, 2, args, 2),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("kernel 'scale': a block of 64 x 32 x 1 threads (2048 in all), more than CUDA "
+                "launches in a block: 1024");
+  // More than 64 threads along z, 128 in all.
+  devbuf_launch_t tall = {3, {N, 1, 128}, {1, 1, 128}};
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "scale", &tall, uses, 2, args, 2),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("a block of 1 x 1 x 128 threads (128 in all), more than CUDA launches along z: 64");
+  // Blocks of 256 threads: add_one runs them, add_one_bounded takes at most 128.
+  devbuf_use_t use = {data, DEVBUF_ACCESS_READ_WRITE};
+  devbuf_arg_t count = {&n, sizeof n};
+  devbuf_launch_t of_256 = {1, {2560, 1, 1}, {256, 0, 0}};
+  CHECK_OK(devbuf_queue_launch(queue, program, "add_one", &of_256, &use, 1, &count, 1));
+  CHECK_STATUS(devbuf_queue_launch(queue, program, "add_one_bounded", &of_256, &use, 1, &count, 1),
+               DEVBUF_INVALID_ARGUMENT);
+  CHECK_MESSAGE("kernel 'add_one_bounded': a block of 256 x 1 x 1 threads (256 in all), more "
+                "than the kernel's limit (its registers or __launch_bounds__): 128");
+  // Local sizes of 0: blocks of the kernel's 128 threads, 24 of them cover 3000 items.
+  devbuf_launch_t chosen = {1, {N, 1, 1}, {0, 0, 0}};
+  CHECK_OK(devbuf_queue_launch(queue, program, "add_one_bounded", &chosen, &use, 1, &count, 1));
+  CHECK_OK(devbuf_queue_finish(queue)); // none of the refusals failed the queue
+  static int32_t counts[N];
+  CHECK_OK(devbuf_buffer_copyout(data, counts, sizeof counts));
+  wrong = 0;
+  for (int i = 0; i < N; i++) wrong += counts[i] != (i < 2560 ? 2 : 1);
+  CHECK_EQ_U(wrong, 0);
+  devbuf_queue_release(queue);
+  devbuf_buffer_release(data);
+  devbuf_buffer_release(in);
+  devbuf_buffer_release(out);
+  devbuf_program_release(program);
+#endif
+}
+
 // PTX the compiler refuses: the error names the line, from the compiler's own log.
 static void test_ptx_error_log(void) {
   static const char broken[] = ".version 7.0\n"
@@ -878,9 +1003,11 @@ int main(int argc, char **argv) {
   } else {
     RUN(test_device_facts);
     RUN(test_memory_kinds);
+    RUN(test_dlpack_device_types);
     RUN(test_granularity);
     RUN(test_kernels);
     RUN(test_kernel_from_ptx);
+    RUN(test_launch_limits);
     RUN(test_ptx_error_log);
     RUN(test_fill_patterns);
     RUN(test_staged_copies);

@@ -208,6 +208,9 @@ static void test_import_refusals(void) {
   REFUSED(p.versioned.dl_tensor.byte_offset = UINT64_MAX - 8, DEVBUF_OVERFLOW, "overflows");
   REFUSED((p.shape[0] = INT64_MAX, p.shape[1] = 4), DEVBUF_OVERFLOW, "");
   REFUSED(p.versioned.dl_tensor.device.device_type = DEVBUF_DL_CUDA, DEVBUF_UNAVAILABLE, "cuda");
+  // Managed memory is a CUDA device's: opening cuda:0 is what fails here.
+  REFUSED(p.versioned.dl_tensor.device.device_type = DEVBUF_DL_CUDA_MANAGED, DEVBUF_UNAVAILABLE,
+          "cuda");
   // uint32 elements at an address off their alignment: as_array would give a misaligned pointer.
   REFUSED(p.versioned.dl_tensor.byte_offset = 65, DEVBUF_INVALID_ARGUMENT,
           "+ byte_offset 65 is not aligned to the 4 bytes of a uint32 element");

@@ -34,6 +34,22 @@ static void delete_legacy(DLManagedTensor *tensor) {
   if (tensor) export_finish(tensor->manager_ctx);
 }
 
+// DLPack's device type of the storage's memory: the device's, except that CUDA memory the
+// CPU addresses has types of its own, pinned host memory kDLCUDAHost and managed memory
+// kDLCUDAManaged; as kDLCUDA, consumers would take pinned memory for device memory.
+static int32_t export_device_type(const devbuf__storage *storage) {
+  int32_t type = devbuf_device_dlpack_type(storage->device);
+  if (type != DEVBUF_DL_CUDA || !storage->allocator) return type; // imports: device memory
+  switch (storage->allocator->memory_kind) {
+  case DEVBUF_MEMORY_HOST_VISIBLE:
+    return DEVBUF_DL_CUDA_HOST;
+  case DEVBUF_MEMORY_MANAGED:
+    return DEVBUF_DL_CUDA_MANAGED;
+  default:
+    return type;
+  }
+}
+
 // Fills the DLTensor of `record` for `buffer`, opening the host access it holds.
 static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export_record *record,
                                  DLTensor *out, bool *out_read_only) {
@@ -71,7 +87,7 @@ static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export
       // can also address: that is what consumers of the device type expect.
       .data = storage->device->host_accessible ? storage->memory.host
                                                : (void *)(uintptr_t)storage->memory.device,
-      .device = {devbuf_device_dlpack_type(storage->device), storage->device->index},
+      .device = {export_device_type(storage), storage->device->index},
       .ndim = (int32_t)buffer->ndim,
       .dtype = {code, bits, 1},
       .shape = record->shape,
@@ -187,7 +203,9 @@ static devbuf_status import_dtype(DLDataType type, devbuf_dtype *out) {
 static devbuf_status import_device(DLDevice where, devbuf_device_t **out) {
   // Pinned host memory (of any GPU): the CPU reads it directly.
   if (where.device_type == DEVBUF_DL_CUDA_HOST) where = (DLDevice){DEVBUF_DL_CPU, 0};
-  int32_t type = where.device_type;
+  // Managed memory: the device addresses it as its own; devbuf takes it for device memory,
+  // reached from the host by copies, as it cannot tell where the driver has migrated it.
+  int32_t type = where.device_type == DEVBUF_DL_CUDA_MANAGED ? DEVBUF_DL_CUDA : where.device_type;
   const devbuf__backend_entry *entry = devbuf__backend_of_dlpack_type(type);
   if (!entry)
     return devbuf__error(DEVBUF_UNSUPPORTED,

@@ -82,6 +82,10 @@ enum {
   CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 103,
 };
 
+enum {
+  CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0, // CUfunction_attribute
+};
+
 // X(return, field, symbol, parameters)
 #define DEVBUF_CUDA_FUNCTIONS(X)                                                                   \
   X(CUresult, cuInit, "cuInit", (unsigned))                                                        \
@@ -125,6 +129,7 @@ enum {
     (CUmodule *, const void *, unsigned, int *, void **))                                          \
   X(CUresult, cuModuleUnload, "cuModuleUnload", (CUmodule))                                        \
   X(CUresult, cuModuleGetFunction, "cuModuleGetFunction", (CUfunction *, CUmodule, const char *))  \
+  X(CUresult, cuFuncGetAttribute, "cuFuncGetAttribute", (int *, int, CUfunction))                  \
   X(CUresult, cuLaunchKernel, "cuLaunchKernel",                                                    \
     (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,   \
      void **, void **))                                                                            \

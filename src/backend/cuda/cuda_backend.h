@@ -66,7 +66,8 @@ devbuf_status devbuf__cuda_enter(devbuf_device_t *device);
 // allocation failures, DEVICE_FAILURE otherwise.
 devbuf_status devbuf__cuda_error(const devbuf__cuda_api *cu, CUresult code, const char *format, ...)
     __attribute__((format(printf, 3, 4)));
-// Waits for everything enqueued on `stream` so far through a host function enqueued behind it.
+// Waits for everything enqueued on `stream` so far through an event recorded behind it: a
+// host function enqueued there never runs once a kernel faults, so its waiter would hang.
 devbuf_status devbuf__cuda_wait(devbuf_device_t *device, CUstream stream, const char *what);
 
 // devbuf's kernels (cuda_builtins.cu), loaded on first use; NULL when this build has none

@@ -103,13 +103,31 @@ void devbuf__cuda_program_release(devbuf_device_t *device, void *program) {
   if (devbuf__cuda_enter(device) == DEVBUF_OK) devbuf__cuda_of(device)->cu->cuModuleUnload(program);
 }
 
-// The blocks and threads of a launch: threads per block are the local sizes (or 256 along x
-// and 1 elsewhere), blocks enough to cover the global sizes, within what CUDA launches.
+// The most threads a block of `function` may have (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK):
+// below the device's 1024 for a kernel whose registers or __launch_bounds__ allow fewer,
+// and the driver refuses a larger block only when the launch is enqueued, failing the queue.
+static devbuf_status kernel_block_limit(devbuf_device_t *device, CUfunction function,
+                                        const char *name, unsigned *out_limit) {
+  const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
+  int limit = 0;
+  CUresult code = cu->cuFuncGetAttribute(&limit, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function);
+  if (code != CUDA_SUCCESS)
+    return devbuf__cuda_error(cu, code, "%s: kernel '%.100s': its threads per block", device->spec,
+                              name);
+  *out_limit = limit > 0 && limit < 1024 ? (unsigned)limit : 1024;
+  return DEVBUF_OK;
+}
+
+// The blocks and threads of a launch: threads per block are the local sizes (or, where they
+// are 0, 256 along x, fewer if the kernel takes fewer, and 1 elsewhere), blocks enough to
+// cover the global sizes, within what CUDA launches: blocks of at most 1024 threads along x
+// and y and 64 along z, 1024 in all, and no more than the kernel's `limit`.
 static devbuf_status grid_of(devbuf_device_t *device, const char *name,
-                             const devbuf_launch_t *launch, unsigned block[3], unsigned grid[3]) {
+                             const devbuf_launch_t *launch, unsigned limit, unsigned block[3],
+                             unsigned grid[3]) {
   for (unsigned d = 0; d < 3; d++) block[d] = grid[d] = 1;
   for (unsigned d = 0; d < launch->dims; d++) {
-    size_t threads = launch->local[0] ? launch->local[d] : d == 0 ? 256 : 1;
+    size_t threads = launch->local[0] ? launch->local[d] : d == 0 ? (limit < 256 ? limit : 256) : 1;
     size_t blocks = launch->global[d] / threads + (launch->global[d] % threads != 0);
     if (threads > 1024 || blocks > (d == 0 ? 0x7fffffffu : 65535u))
       return devbuf__error(DEVBUF_INVALID_ARGUMENT,
@@ -119,6 +137,19 @@ static devbuf_status grid_of(devbuf_device_t *device, const char *name,
     block[d] = (unsigned)threads;
     grid[d] = (unsigned)blocks;
   }
+  size_t threads = (size_t)block[0] * block[1] * block[2]; // each at most 1024: no overflow
+  bool deep = block[2] > 64, wide = threads > 1024;
+  if (deep || wide || threads > limit)
+    return devbuf__error(DEVBUF_INVALID_ARGUMENT,
+                         "%s: kernel '%.100s': a block of %u x %u x %u threads (%zu in all), "
+                         "more than %s: %u",
+                         device->spec, name, block[0], block[1], block[2], threads,
+                         deep   ? "CUDA launches along z"
+                         : wide ? "CUDA launches in a block"
+                                : "the kernel's limit (its registers or __launch_bounds__)",
+                         deep   ? 64u
+                         : wide ? 1024u
+                                : limit);
   return DEVBUF_OK;
 }
 
@@ -136,8 +167,10 @@ devbuf_status devbuf__cuda_program_check_launch(devbuf_device_t *device, void *p
   if (code != CUDA_SUCCESS)
     return devbuf__error(DEVBUF_NOT_FOUND, "%s: the program has no kernel '%.100s' (%d)",
                          device->spec, name, code);
-  unsigned block[3], grid[3];
-  return grid_of(device, name, launch, block, grid);
+  unsigned limit = 1024, block[3], grid[3];
+  status = kernel_block_limit(device, function, name, &limit);
+  if (status != DEVBUF_OK) return status;
+  return grid_of(device, name, launch, limit, block, grid);
 }
 
 // ---- operations ------------------------------------------------------------------------------
@@ -228,7 +261,8 @@ static devbuf_status enqueue_copy(devbuf_device_t *device, cuda_queue *q, const 
 }
 
 // A kernel: each operand's address, then the scalars. The grid is whole blocks (256
-// threads unless given), so kernels check their index against the size they are passed.
+// threads, or the kernel's limit below that, unless given), so kernels check their index
+// against the size they are passed.
 static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, const devbuf__op *op) {
   const devbuf__cuda_api *cu = devbuf__cuda_of(device)->cu;
   CUfunction function;
@@ -263,8 +297,10 @@ static devbuf_status enqueue_launch(devbuf_device_t *device, cuda_queue *q, cons
                            device->spec, op->kernel_name, declared, op->operand_count,
                            op->arg_count);
   }
-  unsigned block[3], grid[3];
-  devbuf_status grid_status = grid_of(device, op->kernel_name, op->launch, block, grid);
+  unsigned limit = 1024, block[3], grid[3];
+  devbuf_status grid_status = kernel_block_limit(device, function, op->kernel_name, &limit);
+  if (grid_status == DEVBUF_OK)
+    grid_status = grid_of(device, op->kernel_name, op->launch, limit, block, grid);
   if (grid_status != DEVBUF_OK) return grid_status;
   void **params = devbuf__malloc((count ? count : 1) * sizeof *params);
   CUdeviceptr *addresses =
