@@ -104,12 +104,8 @@ enum {
   X(CUresult, cuMemFree, "cuMemFree_v2", (CUdeviceptr))                                            \
   X(CUresult, cuMemAllocHost, "cuMemAllocHost_v2", (void **, size_t))                              \
   X(CUresult, cuMemFreeHost, "cuMemFreeHost", (void *))                                            \
-  X(CUresult, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2",                           \
-    (CUdeviceptr *, void *, unsigned))                                                             \
   X(CUresult, cuMemAllocManaged, "cuMemAllocManaged", (CUdeviceptr *, size_t, unsigned))           \
-  X(CUresult, cuMemcpy, "cuMemcpy", (CUdeviceptr, CUdeviceptr, size_t))                            \
   X(CUresult, cuMemcpyAsync, "cuMemcpyAsync", (CUdeviceptr, CUdeviceptr, size_t, CUstream))        \
-  X(CUresult, cuMemsetD8, "cuMemsetD8_v2", (CUdeviceptr, unsigned char, size_t))                   \
   X(CUresult, cuMemsetD8Async, "cuMemsetD8Async", (CUdeviceptr, unsigned char, size_t, CUstream))  \
   X(CUresult, cuMemsetD16Async, "cuMemsetD16Async",                                                \
     (CUdeviceptr, unsigned short, size_t, CUstream))                                               \
@@ -118,11 +114,9 @@ enum {
   X(CUresult, cuStreamDestroy, "cuStreamDestroy_v2", (CUstream))                                   \
   X(CUresult, cuStreamSynchronize, "cuStreamSynchronize", (CUstream))                              \
   X(CUresult, cuStreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned))               \
-  X(CUresult, cuLaunchHostFunc, "cuLaunchHostFunc", (CUstream, void (*)(void *), void *))          \
   X(CUresult, cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                               \
   X(CUresult, cuEventRecord, "cuEventRecord", (CUevent, CUstream))                                 \
   X(CUresult, cuEventSynchronize, "cuEventSynchronize", (CUevent))                                 \
-  X(CUresult, cuEventQuery, "cuEventQuery", (CUevent))                                             \
   X(CUresult, cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                      \
   X(CUresult, cuModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                    \
   X(CUresult, cuModuleLoadDataEx, "cuModuleLoadDataEx",                                            \
@@ -133,11 +127,6 @@ enum {
   X(CUresult, cuLaunchKernel, "cuLaunchKernel",                                                    \
     (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,   \
      void **, void **))                                                                            \
-  X(CUresult, cuMemAllocAsync, "cuMemAllocAsync", (CUdeviceptr *, size_t, CUstream))               \
-  X(CUresult, cuMemFreeAsync, "cuMemFreeAsync", (CUdeviceptr, CUstream))                           \
-  X(CUresult, cuMemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                               \
-  X(CUresult, cuMemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))               \
-  X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *))                                \
   X(CUresult, cuPointerGetAttribute, "cuPointerGetAttribute", (void *, int, CUdeviceptr))
 
 typedef struct devbuf__cuda_api {

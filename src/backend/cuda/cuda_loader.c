@@ -25,7 +25,7 @@ static void load(void) {
   api.field = (ret(*) params)dlsym(loaded, symbol);                                \
   if (!api.field) {                                                                \
     snprintf(load_failure, sizeof load_failure,                                    \
-             "%s lacks %s (a CUDA 11.2 or newer driver is needed)", path, symbol); \
+             "%s lacks %s (a CUDA 11.0 or newer driver is needed)", path, symbol); \
     dlclose(loaded);                                                               \
     return;                                                                        \
   }
