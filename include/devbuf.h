@@ -324,7 +324,8 @@ typedef struct devbuf_caching_options {
   // PyTorch's expandable segments, with a ceiling). UNSUPPORTED at creation when the
   // upstream cannot map memory into reserved addresses (the CPU's raw allocator can, and a
   // user's allocator with reserve/map/unmap/unreserve); INVALID_ARGUMENT for a page_size
-  // that is not a multiple of the device's own page (CUDA maps 2 MiB at a time).
+  // that is not a multiple of the page the device maps in, over its raw allocator (CUDA maps
+  // 2 MiB at a time).
   uint32_t growable; // nonzero: on
 } devbuf_caching_options_t;
 
@@ -1079,6 +1080,10 @@ enum {
   // Export for reading only: the tensor carries DLPack's read-only flag and holds a read
   // access instead of a write access (mapped files are always exported read-only).
   DEVBUF_DLPACK_READ_ONLY = 1u << 0,
+  // CUDA's pinned and managed memory exported as kDLCUDA, device memory at the same address
+  // (unified addressing), for consumers that take no other CUDA type: PyTorch's
+  // torch.from_dlpack refuses kDLCUDAHost and kDLCUDAManaged. No effect on other memory.
+  DEVBUF_DLPACK_AS_DEVICE = 1u << 1,
 };
 
 // Exports a buffer or view as a DLPack tensor (version 1.1) of its dtype and shape, with
@@ -1088,7 +1093,8 @@ enum {
 // memory is exported without a host access, with its device address. Buffers are allocated
 // first if needed. The tensor's device type is its device's (devbuf_device_dlpack_type),
 // except on CUDA for pinned host memory (DEVBUF_MEMORY_HOST_VISIBLE: kDLCUDAHost, 3) and
-// managed memory (kDLCUDAManaged, 13).
+// managed memory (kDLCUDAManaged, 13), which numpy reads as the CPU's memory and PyTorch
+// refuses (DEVBUF_DLPACK_AS_DEVICE exports them as kDLCUDA).
 // DLPack's device type (DLDeviceType) of the device's own memory: kDLCPU (1), kDLCUDA (2),
 // kDLOpenCL (4); 0 for NULL. Its device id is the index of the device's spec.
 DEVBUF_API int32_t devbuf_device_dlpack_type(const devbuf_device_t *device);

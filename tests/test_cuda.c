@@ -105,6 +105,14 @@ static void test_dlpack_device_types(void) {
       devbuf_buffer_release(imported); // the export's deleter: its access ends
     }
     CHECK_EQ_U(devbuf_buffer_open_accesses(buffer), 0);
+    // For consumers that take kDLCUDA alone (PyTorch): the same address as device memory.
+    CHECK_OK(devbuf_buffer_to_dlpack_versioned(buffer, DEVBUF_DLPACK_AS_DEVICE, &tensor));
+    if (tensor) {
+      CHECK_EQ_U(tensor->dl_tensor.device.device_type, DEVBUF_DL_CUDA);
+      CHECK((uintptr_t)tensor->dl_tensor.data + tensor->dl_tensor.byte_offset == address);
+      tensor->deleter(tensor);
+    }
+    CHECK_EQ_U(devbuf_buffer_open_accesses(buffer), 0);
     devbuf_buffer_release(buffer);
   }
 }

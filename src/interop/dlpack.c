@@ -37,9 +37,10 @@ static void delete_legacy(DLManagedTensor *tensor) {
 // DLPack's device type of the storage's memory: the device's, except that CUDA memory the
 // CPU addresses has types of its own, pinned host memory kDLCUDAHost and managed memory
 // kDLCUDAManaged; as kDLCUDA, consumers would take pinned memory for device memory.
-static int32_t export_device_type(const devbuf__storage *storage) {
+static int32_t export_device_type(const devbuf__storage *storage, uint32_t flags) {
   int32_t type = devbuf_device_dlpack_type(storage->device);
-  if (type != DEVBUF_DL_CUDA || !storage->allocator) return type; // imports: device memory
+  if (type != DEVBUF_DL_CUDA || !storage->allocator || (flags & DEVBUF_DLPACK_AS_DEVICE))
+    return type; // imports: device memory; AS_DEVICE: the consumer takes kDLCUDA alone
   switch (storage->allocator->memory_kind) {
   case DEVBUF_MEMORY_HOST_VISIBLE:
     return DEVBUF_DL_CUDA_HOST;
@@ -54,9 +55,10 @@ static int32_t export_device_type(const devbuf__storage *storage) {
 static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export_record *record,
                                  DLTensor *out, bool *out_read_only) {
   if (!buffer) return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: buffer is NULL");
-  if (flags & ~(uint32_t)DEVBUF_DLPACK_READ_ONLY)
+  uint32_t known = DEVBUF_DLPACK_READ_ONLY | DEVBUF_DLPACK_AS_DEVICE;
+  if (flags & ~known)
     return devbuf__error(DEVBUF_INVALID_ARGUMENT, "dlpack export: unknown flags 0x%x",
-                         flags & ~(unsigned)DEVBUF_DLPACK_READ_ONLY);
+                         flags & ~known);
   devbuf_status status = devbuf_buffer_ensure_allocated(buffer);
   if (status != DEVBUF_OK) return status;
   devbuf__storage *storage = buffer->storage;
@@ -87,7 +89,7 @@ static devbuf_status export_fill(devbuf_buffer_t *buffer, uint32_t flags, export
       // can also address: that is what consumers of the device type expect.
       .data = storage->device->host_accessible ? storage->memory.host
                                                : (void *)(uintptr_t)storage->memory.device,
-      .device = {export_device_type(storage), storage->device->index},
+      .device = {export_device_type(storage, flags), storage->device->index},
       .ndim = (int32_t)buffer->ndim,
       .dtype = {code, bits, 1},
       .shape = record->shape,

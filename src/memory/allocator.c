@@ -297,6 +297,11 @@ static const devbuf__allocator_ops raw_mappable_ops = {
     .unreserve = raw_unreserve,
 };
 
+size_t devbuf__allocator_map_page(const devbuf_allocator_t *allocator) {
+  while (allocator->ops->passes_memory) allocator = ((const devbuf__adaptor *)allocator)->upstream;
+  return allocator->ops == &raw_mappable_ops ? allocator->device->page_size : 0;
+}
+
 devbuf_status devbuf__raw_allocator_create(devbuf_device_t *device, devbuf_memory_kind kind,
                                            bool borrow_device, devbuf_allocator_t **out) {
   devbuf_allocator_t *allocator = devbuf__malloc(sizeof *allocator);

@@ -116,6 +116,10 @@ void devbuf__allocator_fence_done(devbuf_allocator_t *allocator, devbuf__in_flig
 devbuf_status devbuf__allocator_alloc_ordered(devbuf_allocator_t *allocator, size_t size,
                                               devbuf__in_flight_visit visit, void *context,
                                               devbuf_memory_t *out);
+// The page the backend maps growable segments in, where `allocator`'s maps reach it (a
+// device's raw allocator, through adaptors that pass memory as it is); 0 where a user's
+// allocator maps them, in pages of its own.
+size_t devbuf__allocator_map_page(const devbuf_allocator_t *allocator);
 // The common part of every adaptor (allocator_adaptors.c, allocator_trace.c): an allocator
 // over an upstream it holds a reference to, with its kind's operations as devbuf__adaptor_ops
 // made them.

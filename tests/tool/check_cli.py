@@ -333,6 +333,13 @@ expect(result.returncode == 2 and "--traces is for the traces section" in result
 fake_cuda = os.path.join(build_dir, "tests", "libfake_cuda.so")
 devices = [d["spec"] for d in info_devices if d["available"] and d["spec"] == "opencl:0"]
 cuda_env = dict(env, DEVBUF_CUDA_LIBRARY=fake_cuda)
+# A replay with another device's policy maps growable segments through its counting
+# upstream, in the page asked for: a CUDA device's own 2 MiB maps do not bind it.
+if os.path.exists(fake_cuda):
+    result = subprocess.run([tool, "trace", "replay", sized, "--device", "cuda:0", "--page", "4KiB",
+                             "--growable"], capture_output=True, text=True, env=cuda_env, timeout=60)
+    expect(result.returncode == 0 and "4 KiB page, growable segments" in result.stdout,
+           f"trace replay --device cuda:0 --page 4KiB --growable: {result.returncode} {result.stderr}")
 for spec, device_env, wrong, right in (("opencl:0", env, ["threads", "traces", "share", "load"], "queue"),
                                        ("cuda:0", cuda_env, ["threads", "traces", "queue"], "alloc")):
     if (spec == "opencl:0" and not devices) or (spec == "cuda:0" and not os.path.exists(fake_cuda)):

@@ -701,10 +701,11 @@ static devbuf_status growable_refused(const devbuf_allocator_t *upstream) {
                        upstream->ops->kind, upstream->device->spec);
 }
 
-// Growable segments map and unmap whole pages of the allocator's size, which the device
-// can do only in multiples of its own (CUDA: 2 MiB); a smaller page would fail every map.
+// Growable segments map and unmap whole pages of the allocator's size, which a device can
+// do only in multiples of its own (CUDA: 2 MiB); a smaller page would fail every map. A
+// user's allocator that maps (the trace tool's counter, say) keeps to pages of its own.
 static devbuf_status growable_page_refused(const devbuf_allocator_t *upstream, uint64_t page) {
-  size_t device_page = upstream->device->page_size;
+  size_t device_page = devbuf__allocator_map_page(upstream);
   if (!page || !device_page || page % device_page == 0) return DEVBUF_OK;
   return devbuf__error(DEVBUF_INVALID_ARGUMENT,
                        "growable segments map whole %llu-byte pages, and %s maps memory in "
