@@ -464,6 +464,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t size) {
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr address) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   drain_every_stream();
   return free_block((void *)(uintptr_t)address);
 }
@@ -474,6 +475,7 @@ EXPORT CUresult cuMemAllocHost_v2(void **out, size_t size) {
 }
 
 EXPORT CUresult cuMemFreeHost(void *address) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   drain_every_stream();
   return free_block(address);
 }
@@ -622,6 +624,7 @@ EXPORT CUresult cuMemImportFromShareableHandle(unsigned long long *out, void *os
 }
 
 EXPORT CUresult cuMemRelease(unsigned long long handle) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   physical *p = (physical *)(uintptr_t)handle;
   pthread_mutex_lock(&lock);
   physical **link = &physicals;
@@ -641,6 +644,7 @@ EXPORT CUresult cuMemRelease(unsigned long long handle) {
 
 EXPORT CUresult cuMemMap(CUdeviceptr at, size_t size, size_t offset, unsigned long long handle,
                          unsigned long long flags) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   (void)flags;
   physical *p = (physical *)(uintptr_t)handle;
   if (!p || p->mapped_at || offset || size != p->size || at % GRANULARITY) return INVALID_VALUE;
@@ -665,6 +669,7 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr at, size_t size, const void *desc, si
 
 // Unmaps whole mappings only (what devbuf does; the driver allows more).
 EXPORT CUresult cuMemUnmap(CUdeviceptr at, size_t size) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   drain_every_stream();
   size_t unmapped = 0;
   bool files = false;
@@ -753,9 +758,11 @@ EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t cou
   return set(dst, value, 1, count, s);
 }
 EXPORT CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short value, size_t count, void *s) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   return set(dst, value, 2, count, s);
 }
 EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count, void *s) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   return set(dst, value, 4, count, s);
 }
 
@@ -779,6 +786,7 @@ EXPORT CUresult cuStreamCreate(stream **out, unsigned flags) {
 }
 
 EXPORT CUresult cuStreamDestroy_v2(stream *s) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   if (!s) return INVALID_VALUE;
   pthread_mutex_lock(&streams_lock);
   for (stream **at = &streams; *at; at = &(*at)->next_stream)
@@ -886,6 +894,7 @@ EXPORT CUresult cuModuleLoadData(void **out, const void *image) {
 // size: 6).
 EXPORT CUresult cuModuleLoadDataEx(void **out, const void *image, unsigned count, int *options,
                                    void **values) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   if (!image) return INVALID_VALUE;
   const char *text = image, *bogus = NULL;
   if (strncmp(text, "//", 2) == 0 || strncmp(text, ".version", 8) == 0)
@@ -912,6 +921,7 @@ EXPORT CUresult cuModuleUnload(void *module) {
 }
 
 EXPORT CUresult cuModuleGetFunction(const function **out, void *module, const char *name) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   if (module != &module_token) return INVALID_VALUE;
   for (size_t i = 0; i < sizeof functions / sizeof functions[0]; i++)
     if (strcmp(functions[i].name, name) == 0) {
@@ -922,6 +932,7 @@ EXPORT CUresult cuModuleGetFunction(const function **out, void *module, const ch
 }
 
 EXPORT CUresult cuFuncGetParamInfo(const function *f, size_t index, size_t *offset, size_t *size) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   if (index >= f->param_count) return INVALID_VALUE;
   *offset = f->offsets[index];
   *size = f->sizes[index];
@@ -931,6 +942,7 @@ EXPORT CUresult cuFuncGetParamInfo(const function *f, size_t index, size_t *offs
 static int threads_per_block(const function *f) { return f->max_threads ? f->max_threads : 1024; }
 
 EXPORT CUresult cuFuncGetAttribute(int *out, int attribute, const function *f) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   if (!out || !f || attribute != 0) return INVALID_VALUE; // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
   *out = threads_per_block(f);
   return OK;
@@ -942,6 +954,7 @@ EXPORT CUresult cuFuncGetAttribute(int *out, int attribute, const function *f) {
 EXPORT CUresult cuLaunchKernel(const function *f, unsigned gx, unsigned gy, unsigned gz,
                                unsigned bx, unsigned by, unsigned bz, unsigned shared, stream *s,
                                void **params, void **extra) {
+  if (!in_device_context()) return INVALID_CONTEXT;
   (void)shared;
   (void)extra;
   if (failed()) return failed();

@@ -238,18 +238,25 @@ static void test_fill_patterns(void) {
 // ways, and a fill of 3 MiB with a 96-byte pattern (longer than devbuf's kernel takes).
 static _Atomic size_t largest_host_allocation;
 
-static void *counting_malloc(void *ctx, size_t size) {
-  (void)ctx;
+static void note_size(size_t size) {
   size_t seen = largest_host_allocation;
   while (size > seen && !atomic_compare_exchange_weak(&largest_host_allocation, &seen, size)) {
   }
+}
+static void *counting_malloc(void *ctx, size_t size) {
+  (void)ctx;
+  note_size(size);
   return malloc(size);
 }
 static void *counting_calloc(void *ctx, size_t count, size_t size) {
-  return counting_malloc(ctx, 0), calloc(count, size);
+  (void)ctx;
+  note_size(count * size);
+  return calloc(count, size);
 }
 static void *counting_realloc(void *ctx, void *pointer, size_t size) {
-  return counting_malloc(ctx, size), realloc(pointer, size);
+  (void)ctx;
+  note_size(size);
+  return realloc(pointer, size);
 }
 static void plain_free(void *ctx, void *pointer) { (void)ctx, free(pointer); }
 
@@ -284,14 +291,19 @@ static void test_staged_pieces(void) {
   size_t count = (3u << 20) / sizeof pattern * sizeof pattern;
   devbuf_buffer_t *view = NULL;
   CHECK_OK(devbuf_buffer_view(buffer, 7, count, &view));
+  // Counted from before the queue's worker starts until after it has gone.
+  largest_host_allocation = 0;
+  CHECK_OK(devbuf_set_host_memory_hooks(&counting));
   devbuf_queue_t *queue = NULL;
   CHECK_OK(devbuf_queue_create(device, &queue));
   CHECK_OK(devbuf_queue_fill(queue, view, pattern, sizeof pattern));
   CHECK_OK(devbuf_queue_finish(queue));
+  devbuf_queue_release(queue);
+  CHECK_OK(devbuf_set_host_memory_hooks(NULL));
+  CHECK(largest_host_allocation <= (64u << 10)); // a stretch, not the 3 MiB filled
   for (size_t i = 0; i < count; i++) expect[7 + i] = pattern[i % sizeof pattern];
   CHECK_OK(devbuf_buffer_copyout(buffer, back, size));
   CHECK(memcmp(back, expect, size) == 0);
-  devbuf_queue_release(queue);
   devbuf_buffer_release(view);
   devbuf_buffer_release(buffer);
   free(back);
@@ -893,9 +905,11 @@ static void test_growable_without_vmm(void) {
     printf("     (skipped: needs the stand-in driver to take the support away)\n");
     return;
   }
-  setenv("FAKE_CUDA_NO_VMM", "1", 1);
+  setenv("FAKE_CUDA_NO_VMM", "1", 1); // read when the device opens: no one else holds it
+  devbuf_device_t *without = NULL;
+  CHECK_OK(devbuf_device_open("cuda:0", &without));
   devbuf_allocator_t *raw = NULL, *growable = NULL;
-  CHECK_OK(devbuf_device_raw_allocator(device, &raw));
+  CHECK_OK(devbuf_device_raw_allocator(without, &raw));
   devbuf_caching_options_t options = {.growable = 1};
   CHECK_OK(devbuf_caching_allocator_create(raw, &options, &growable));
   devbuf_allocator_release(raw);
@@ -907,6 +921,7 @@ static void test_growable_without_vmm(void) {
   CHECK_EQ_U(s.system_allocs, 1);
   devbuf_buffer_release(a);
   devbuf_allocator_release(growable);
+  devbuf_device_release(without);
   unsetenv("FAKE_CUDA_NO_VMM");
   dlclose(driver);
 }
@@ -1025,7 +1040,6 @@ int main(int argc, char **argv) {
     RUN(test_memory_limit);
     RUN(test_growable_segments);
     RUN(test_growable_partial_unmap);
-    RUN(test_growable_without_vmm);
     RUN(test_stream_aware_reuse);
     RUN(test_cross_stream_wait);
     RUN(test_host_access_under_work);
@@ -1033,6 +1047,9 @@ int main(int argc, char **argv) {
     RUN(test_native_handles);
   }
   devbuf_device_release(device);
-  if (!fault) RUN(test_caller_context_kept); // last: its thread opens and closes the device
+  if (!fault) { // last: each opens and closes the device itself
+    RUN(test_growable_without_vmm);
+    RUN(test_caller_context_kept);
+  }
   return CHECK_EXIT();
 }

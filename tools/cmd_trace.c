@@ -136,7 +136,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
       least_limit = 1;
     } else if ((strcmp(argv[i], "--growable") == 0 || strcmp(argv[i], "--no-growable") == 0) &&
                subcommand[0] == 'r') {
-      growable = argv[i][2] == 'g';
+      growable = strcmp(argv[i], "--growable") == 0;
     } else if (strcmp(argv[i], "--cuda-device") == 0) {
       long number;
       int misuse = devbuf_tool_count_option("trace", "--cuda-device",

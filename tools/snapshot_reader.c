@@ -472,14 +472,19 @@ static int select_device(converter *c, const devbuf_pickle_value *root, int devi
 }
 
 // Expandable segments, as the snapshot's allocator_settings (PyTorch 2.1 and later) or its
-// segments' is_expandable say; absent from both, the default: off.
+// segments' is_expandable say; absent from both, the default: off. PyTorch writes booleans:
+// anything else (a string "False" is true to Python) counts as not said.
+static bool says_on(const devbuf_pickle_value *value) {
+  return value && (value->kind == DEVBUF_PICKLE_BOOL || value->kind == DEVBUF_PICKLE_INT) &&
+         value->as.integer != 0;
+}
+
 static void read_settings(converter *c, const devbuf_pickle_value *root) {
-  const devbuf_pickle_value *settings = get(c, root, "allocator_settings"), *on = NULL;
-  if (settings && settings->kind == DEVBUF_PICKLE_DICT)
-    on = get(c, settings, "expandable_segments");
-  bool expandable = on && truthy(on);
+  const devbuf_pickle_value *settings = get(c, root, "allocator_settings");
+  bool expandable = settings && settings->kind == DEVBUF_PICKLE_DICT &&
+                    says_on(get(c, settings, "expandable_segments"));
   for (size_t i = 0; !expandable && i < c->segment_count; i++)
-    expandable = (on = get(c, c->segments[i], "is_expandable")) && truthy(on);
+    expandable = says_on(get(c, c->segments[i], "is_expandable"));
   c->figures->expandable_segments = expandable;
 }
 

@@ -214,7 +214,8 @@ def holes_snapshot(name, settings, marked):
 
 for name, settings, marked, expandable in (("set.pickle", True, None, True), ("marked.pickle", False, True, True),
                                             ("plain.pickle", False, False, False),
-                                            ("older.pickle", None, None, False)):
+                                            ("older.pickle", None, None, False),
+                                            ("string.pickle", "False", None, False)):  # not a bool: not said
     holes = holes_snapshot(name, settings, marked)
     limit = ["--memory-limit", str(48 * mib)]
     result = run(tool, "trace", "replay", holes, *limit)

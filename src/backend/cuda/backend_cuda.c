@@ -176,8 +176,12 @@ static devbuf_status cuda_open(devbuf_device_t *device, int index) {
   device->managed_memory = attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) != 0;
   device->page_size = CUDA_PAGE;
   device->host_accessible = false;
+  // A driver with the entry points may still drive a GPU without them (some virtual GPUs).
+  state->maps_memory =
+      cu->cuMemAddressReserve &&
+      attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED);
   device->shares_memory =
-      cu->cuMemAddressReserve && cu->cuMemExportToShareableHandle &&
+      state->maps_memory && cu->cuMemExportToShareableHandle &&
       cu->cuMemImportFromShareableHandle &&
       attribute(cu, state->id, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED);
   if (cu->cuDeviceGetUuid) cu->cuDeviceGetUuid(device->uuid, state->id);

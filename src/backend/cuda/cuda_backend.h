@@ -14,8 +14,9 @@ void *devbuf__cuda_symbol(const char *name);
 typedef struct devbuf__cuda_device {
   const devbuf__cuda_api *cu;
   CUdevice id;
-  CUcontext context;             // the device's primary context
-  CUstream transfers;            // copies outside queues
+  CUcontext context;  // the device's primary context
+  CUstream transfers; // copies outside queues
+  bool maps_memory;   // the driver's virtual memory management works on this GPU (read at open)
   pthread_mutex_t builtins_lock; // loading devbuf's kernels, on first need
   int builtins_state;            // 0 not tried, 1 loaded, -1 unavailable (under the lock)
   char builtins_failure[160];    // why they are unavailable (fills then go through the host)

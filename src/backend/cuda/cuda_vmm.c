@@ -76,18 +76,14 @@ devbuf_status devbuf__cuda_reserve(devbuf_device_t *device, size_t size, devbuf_
     return devbuf__error(DEVBUF_UNSUPPORTED,
                          "%s: the driver has no virtual memory management (cuMemAddressReserve)",
                          device->spec);
+  // Refused here, plain segments serve: cuMemCreate would fail every map.
+  if (!state->maps_memory)
+    return devbuf__error(DEVBUF_UNSUPPORTED,
+                         "%s: the GPU has no virtual memory management "
+                         "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is not 1)",
+                         device->spec);
   devbuf_status status = devbuf__cuda_enter(device);
   if (status != DEVBUF_OK) return status;
-  // A driver with the entry points may still drive a GPU without them (some virtual GPUs):
-  // there cuMemCreate would fail every map, where refusing here lets plain segments serve.
-  int supported = 0;
-  if (cu->cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                               state->id) != CUDA_SUCCESS ||
-      !supported)
-    return devbuf__error(DEVBUF_UNSUPPORTED,
-                         "%s: the device has no virtual memory management "
-                         "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)",
-                         device->spec);
   CUmemAllocationProp prop = device_memory(state);
   size_t granularity = 0;
   CUresult code =

@@ -27,7 +27,9 @@ bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool) {
   if (made) return true;
   devbuf_memory_t reservation;
   devbuf_status reserved = DEVBUF_OUT_OF_MEMORY;
-  for (size_t size = RESERVATION_MOST; reserved != DEVBUF_OK && size >= RESERVATION_LEAST;
+  // Smaller where addresses are short; no retry where the device cannot map at all.
+  for (size_t size = RESERVATION_MOST;
+       reserved != DEVBUF_OK && reserved != DEVBUF_UNSUPPORTED && size >= RESERVATION_LEAST;
        size /= 4)
     reserved = self->upstream->ops->reserve(self->upstream, size, &reservation);
   if (reserved != DEVBUF_OK) return false; // the pool takes plain segments instead
