@@ -889,9 +889,14 @@ static void test_native_handles(void) {
 }
 
 // The stand-in driver's handle when the tests run on it (NULL on a real driver).
-static void *fake_driver(void) {
+// The driver library devbuf loaded (a handle the caller closes), as its loader names it.
+static void *loaded_driver(void) {
   const char *path = getenv("DEVBUF_CUDA_LIBRARY");
-  void *driver = path && *path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  return dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+}
+
+static void *fake_driver(void) {
+  void *driver = loaded_driver();
   if (driver && !dlsym(driver, "fake_cuda_foreign_context")) dlclose(driver), driver = NULL;
   return driver;
 }
@@ -989,8 +994,7 @@ static void *with_context(void *context) {
 // The CUDA runtime reads the thread's current context as its current device: devbuf puts
 // back whatever was current (none, or a context of the program's own), on each thread.
 static void test_caller_context_kept(void) {
-  const char *path = getenv("DEVBUF_CUDA_LIBRARY");
-  void *driver = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void *driver = loaded_driver();
   CHECK(driver != NULL);
   if (!driver) return;
   context_get = (context_get_fn)(uintptr_t)dlsym(driver, "cuCtxGetCurrent");
