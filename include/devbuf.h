@@ -270,6 +270,8 @@ typedef struct devbuf_memory {
 // of several adjacent ones: an implementation that keeps a handle per map call maps page
 // by page, as devbuf's CUDA backend does), and unreserve once nothing is mapped. map and
 // unmap run while the caching allocator above holds its lock: they must not call into it.
+// clear_cache (optional, appended last: a table that leaves it out gets NULL) gives back
+// what the allocator keeps cached: devbuf_allocator_clear_cache calls it.
 typedef struct devbuf_allocator_vtable {
   devbuf_status (*alloc)(void *ctx, size_t size, devbuf_memory_t *out_memory);
   void (*free)(void *ctx, const devbuf_memory_t *memory);
@@ -278,6 +280,7 @@ typedef struct devbuf_allocator_vtable {
   devbuf_status (*map)(void *ctx, const devbuf_memory_t *reservation, size_t offset, size_t size);
   void (*unmap)(void *ctx, const devbuf_memory_t *reservation, size_t offset, size_t size);
   void (*unreserve)(void *ctx, const devbuf_memory_t *reservation);
+  void (*clear_cache)(void *ctx);
 } devbuf_allocator_vtable_t;
 
 // Statistics. Byte figures count the sizes the allocator reserved (after rounding).
@@ -383,8 +386,9 @@ DEVBUF_API devbuf_status devbuf_allocator_stats(devbuf_allocator_t *allocator,
                                                 devbuf_allocator_stats_t *out_stats);
 // Sets peak to the current active figure.
 DEVBUF_API void devbuf_allocator_reset_peak(devbuf_allocator_t *allocator);
-// Gives every cached block back to the upstream allocator (caching allocators only; a
-// no-op elsewhere).
+// Gives every cached block back to the upstream allocator: a caching allocator's, a user
+// allocator's through its vtable's clear_cache; an adaptor passes the call to its upstream
+// (the trace adaptor records it, "# E"); a no-op elsewhere.
 DEVBUF_API void devbuf_allocator_clear_cache(devbuf_allocator_t *allocator);
 
 // A caching allocator's memory picture: every segment it holds and every block of it.
@@ -432,7 +436,8 @@ DEVBUF_API void devbuf_allocator_snapshot_free(devbuf_allocator_snapshot_t *snap
 DEVBUF_API devbuf_status devbuf_stats_adaptor_create(devbuf_allocator_t *upstream,
                                                      devbuf_allocator_t **out_allocator);
 // Appends one line per alloc and free to the file at `path` (created or truncated):
-// "a <id> <size>" and "f <id>", where <id> numbers the allocations from 1. The file is a
+// "a <id> <size>" and "f <id>", where <id> numbers the allocations from 1, and "# E" for each
+// devbuf_allocator_clear_cache through it (which it passes to the upstream). The file is a
 // complete record once the adaptor is released; devbuf_trace_replay plays it back. A free
 // of memory the adaptor does not hold now (freed already) is refused with a message and
 // reaches neither the file nor the upstream. At most 2^26 allocations live at once (beyond,
@@ -464,9 +469,14 @@ typedef struct devbuf_trace_summary {
   uint64_t failed_allocs;   // allocations the target allocator refused
   uint64_t peak_live_bytes; // most bytes requested and not yet freed at once
   uint64_t leaked;          // allocations the trace never freed (freed by the replay)
+  uint64_t cache_clears;    // "# E" lines: the allocator's cache given back there
 } devbuf_trace_summary_t;
 
-// Replays a trace file against `allocator`, freeing anything still live at the end.
+// Replays a trace file against `allocator`, freeing anything still live at the end. A
+// "# E" line (the trace adaptor's record of a clear_cache; in a trace of a PyTorch run, its
+// allocator giving its cached segments back: torch.cuda.empty_cache(), or a retry after the
+// GPU ran out of memory) calls devbuf_allocator_clear_cache(allocator) there; other lines
+// that start with '#' are comments.
 // Allocation ids must come as 1, 2, 3, ... (as the trace adaptor writes them); the replay's
 // memory grows with the allocations live at once, at most 2^26 (UNSUPPORTED past that).
 // FORMAT_ERROR names the line of a malformed or inconsistent record; IO_ERROR for a path

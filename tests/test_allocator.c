@@ -581,7 +581,7 @@ static void test_zero_and_huge_requests(void) {
 // ---- user allocators and adaptors -------------------------------------------------------
 
 typedef struct counting_ctx {
-  int allocs, frees, destroyed;
+  int allocs, frees, destroyed, clears;
   char arena[8][256] __attribute__((aligned(64)));
   int used[8];
 } counting_ctx;
@@ -611,8 +611,12 @@ static void counting_free(void *ctx, const devbuf_memory_t *memory) {
 
 static void counting_destroy(void *ctx) { ((counting_ctx *)ctx)->destroyed++; }
 
-static const devbuf_allocator_vtable_t counting_vtable = {
-    .alloc = counting_alloc, .free = counting_free, .destroy = counting_destroy};
+static void counting_clear_cache(void *ctx) { ((counting_ctx *)ctx)->clears++; }
+
+static const devbuf_allocator_vtable_t counting_vtable = {.alloc = counting_alloc,
+                                                          .free = counting_free,
+                                                          .destroy = counting_destroy,
+                                                          .clear_cache = counting_clear_cache};
 
 static void test_user_allocator(void) {
   devbuf_device_t *device;
@@ -636,6 +640,13 @@ static void test_user_allocator(void) {
   devbuf_allocator_stats_t s = stats_of(user);
   CHECK_EQ_U(s.active, 256);
   CHECK_EQ_U(s.failed_allocs, 1);
+  // clear_cache reaches the user's own, through an adaptor too.
+  devbuf_allocator_t *counted = NULL;
+  CHECK_OK(devbuf_stats_adaptor_create(user, &counted));
+  devbuf_allocator_clear_cache(user);
+  devbuf_allocator_clear_cache(counted);
+  CHECK_EQ_U(ctx.clears, 2);
+  devbuf_allocator_release(counted);
   devbuf_allocator_release(user); // the buffer still holds it
   CHECK_EQ_U(ctx.destroyed, 0);
   devbuf_buffer_release(buffer);
@@ -872,6 +883,49 @@ static void test_trace_and_replay(void) {
   test_allocators_close(&t);
 }
 
+// A clear_cache made through a trace adaptor reaches its cache and is recorded ("# E"); the
+// replay makes it there too, as it does a "# E" of a PyTorch run, where its allocator gave its
+// cached segments back (empty_cache(), or a retry after the GPU ran out of memory).
+static void test_cache_clears_recorded_and_replayed(void) {
+  char path[] = "/tmp/devbuf-trace-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  test_allocators t = test_allocators_open(NULL);
+  devbuf_allocator_t *trace = NULL;
+  CHECK_OK(devbuf_trace_adaptor_create(t.caching, path, &trace));
+  devbuf_buffer_release(bytes_buffer(trace, 65536));
+  CHECK(stats_of(t.caching).cached > 0);
+  devbuf_allocator_clear_cache(trace);
+  CHECK_EQ_U(stats_of(t.caching).cached, 0);
+  devbuf_buffer_release(bytes_buffer(trace, 65536));
+  devbuf_allocator_release(trace);
+  char text[256] = "";
+  FILE *file = fopen(path, "r");
+  CHECK(file != NULL);
+  if (file) {
+    text[fread(text, 1, sizeof text - 1, file)] = '\0';
+    fclose(file);
+  }
+  CHECK(strcmp(text, "# devbuf trace 1\na 1 65536\nf 1\n# E\na 2 65536\nf 2\n") == 0);
+  // Replayed: the segment goes back at "# E" and the second allocation takes a new one.
+  test_allocators target = test_allocators_open(NULL);
+  devbuf_trace_summary_t summary;
+  CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));
+  CHECK_EQ_U(summary.cache_clears, 1);
+  devbuf_allocator_stats_t s = stats_of(target.caching);
+  CHECK_EQ_U(s.system_allocs, 2);
+  CHECK_EQ_U(s.system_frees, 1);
+  // Only the exact line clears; "# Ex" or "#E" are comments, as before.
+  write_file(path, "# devbuf trace 1\na 1 65536\nf 1\n# Ex\n#E\n# E \na 2 65536\nf 2\n");
+  CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));
+  CHECK_EQ_U(summary.cache_clears, 0);
+  CHECK_EQ_U(stats_of(target.caching).system_allocs, 2); // both from the cache
+  unlink(path);
+  test_allocators_close(&target);
+  test_allocators_close(&t);
+}
+
 int main(void) {
   page = (size_t)sysconf(_SC_PAGESIZE);
   RUN(test_steady_state);
@@ -891,5 +945,6 @@ int main(void) {
   RUN(test_odd_user_allocator);
   RUN(test_fault_adaptor);
   RUN(test_trace_and_replay);
+  RUN(test_cache_clears_recorded_and_replayed);
   return CHECK_EXIT();
 }

@@ -255,8 +255,13 @@ static void model_destroy(void *context) {
   free(m);
 }
 
-static const devbuf_allocator_vtable_t model_vtable = {
-    .alloc = model_alloc, .free = model_free, .destroy = model_destroy};
+// torch.cuda.empty_cache(), and the retry after a failed cudaMalloc: a trace's "# E".
+static void model_clear_cache(void *context) { release_free_segments(context); }
+
+static const devbuf_allocator_vtable_t model_vtable = {.alloc = model_alloc,
+                                                       .free = model_free,
+                                                       .destroy = model_destroy,
+                                                       .clear_cache = model_clear_cache};
 
 devbuf_status devbuf_tool_cca_model_create(devbuf_allocator_t *upstream, uint64_t memory_limit,
                                            devbuf_allocator_t **out_allocator) {

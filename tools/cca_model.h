@@ -10,7 +10,8 @@
 // least 512 bytes (small pool) or over 1 MiB (large pool); a freed block merges with free
 // neighbours of its segment. Segments go back only when a new one would pass the memory
 // limit: then every wholly free segment goes back and the request tries once more, as CCA
-// does on a failed cudaMalloc.
+// does on a failed cudaMalloc; and at devbuf_allocator_clear_cache (a trace's "# E"), as
+// at torch.cuda.empty_cache().
 #ifndef DEVBUF_TOOL_CCA_MODEL_H
 #define DEVBUF_TOOL_CCA_MODEL_H
 

@@ -63,6 +63,10 @@ static void print_text(const char *path, const char *spec, devbuf_tool_policy po
          devbuf_tool_grouped(summary->frees, b, sizeof b),
          devbuf_tool_grouped(summary->failed_allocs, c, sizeof c),
          devbuf_tool_grouped(summary->leaked, d, sizeof d));
+  if (summary->cache_clears)
+    printf("  %s cache clears replayed (\"# E\" lines: the traced allocator gave its cache "
+           "back there)\n",
+           devbuf_tool_grouped(summary->cache_clears, a, sizeof a));
   printf("  peak requested  %s\n",
          size_text(summary->peak_live_bytes, requested, sizeof requested));
   printf("  peak reserved   %s\n", size_text(counts->peak_held, reserved, sizeof reserved));
@@ -91,12 +95,14 @@ static void print_json(const char *path, const char *spec, devbuf_tool_policy po
   printf(", \"allocs\": %llu, \"frees\": %llu, \"refused\": %llu, \"never_freed\": %llu, "
          "\"peak_requested_bytes\": %llu, \"peak_reserved_bytes\": %llu, \"allocator_peak_bytes\": "
          "%llu, "
-         "\"system_allocs\": %llu, \"system_frees\": %llu, \"cache_hits\": %llu, \"passes\": [",
+         "\"system_allocs\": %llu, \"system_frees\": %llu, \"cache_hits\": %llu, "
+         "\"cache_clears\": %llu, \"passes\": [",
          (unsigned long long)summary->allocs, (unsigned long long)summary->frees,
          (unsigned long long)summary->failed_allocs, (unsigned long long)summary->leaked,
          (unsigned long long)summary->peak_live_bytes, (unsigned long long)counts->peak_held,
          (unsigned long long)stats->peak, (unsigned long long)stats->system_allocs,
-         (unsigned long long)stats->system_frees, (unsigned long long)stats->cache_hits);
+         (unsigned long long)stats->system_frees, (unsigned long long)stats->cache_hits,
+         (unsigned long long)summary->cache_clears);
   for (int i = 0; i < pass_count; i++)
     printf("%s{\"system_allocs\": %llu, \"refused\": %llu}", i ? ", " : "",
            (unsigned long long)passes[i].system_allocs, (unsigned long long)passes[i].refused);
@@ -261,6 +267,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
       all.frees += summary.frees;
       all.failed_allocs += summary.failed_allocs;
       all.leaked += summary.leaked;
+      all.cache_clears += summary.cache_clears;
       if (summary.peak_live_bytes > all.peak_live_bytes)
         all.peak_live_bytes = summary.peak_live_bytes;
     }

@@ -165,6 +165,11 @@ static devbuf_status snapshot_upstream(devbuf_allocator_t *self,
   return upstream->ops->snapshot(upstream, out);
 }
 
+// An adaptor holds nothing of its own to give back: the cache is its upstream's.
+static void clear_cache_upstream(devbuf_allocator_t *self) {
+  devbuf_allocator_clear_cache(((devbuf__adaptor *)self)->upstream);
+}
+
 // An adaptor's range in flight is its upstream's: the end of its work goes straight there.
 static void fence_done_upstream(devbuf_allocator_t *self, devbuf__in_flight *range) {
   devbuf__allocator_fence_done(((devbuf__adaptor *)self)->upstream, range);
@@ -184,6 +189,7 @@ void devbuf__adaptor_ops(const devbuf__allocator_ops *kind, const devbuf_allocat
   out->fence_done = in_flight ? fence_done_upstream : NULL;
   out->alloc_ordered = in_flight ? kind->alloc_ordered : NULL;
   out->snapshot = upstream->ops->snapshot ? snapshot_upstream : NULL;
+  if (!kind->clear_cache) out->clear_cache = clear_cache_upstream;
 }
 
 devbuf_status devbuf__allocator_free_in_flight(devbuf_allocator_t *allocator,
@@ -391,6 +397,11 @@ static void custom_destroy(devbuf_allocator_t *self) {
   devbuf__free(custom);
 }
 
+static void custom_clear_cache(devbuf_allocator_t *self) {
+  custom_allocator *custom = (custom_allocator *)self;
+  if (custom->vtable->clear_cache) custom->vtable->clear_cache(custom->ctx);
+}
+
 static devbuf_status custom_reserve(devbuf_allocator_t *self, size_t size, devbuf_memory_t *out) {
   custom_allocator *custom = (custom_allocator *)self;
   devbuf_memory_t reservation = {0};
@@ -425,6 +436,7 @@ static const devbuf__allocator_ops custom_ops = {
     .alloc = custom_alloc,
     .free = custom_free,
     .destroy = custom_destroy,
+    .clear_cache = custom_clear_cache,
 };
 
 static const devbuf__allocator_ops custom_mappable_ops = {
@@ -432,6 +444,7 @@ static const devbuf__allocator_ops custom_mappable_ops = {
     .alloc = custom_alloc,
     .free = custom_free,
     .destroy = custom_destroy,
+    .clear_cache = custom_clear_cache,
     .reserve = custom_reserve,
     .map = custom_map,
     .unmap = custom_unmap,

@@ -2,6 +2,7 @@
 //   # devbuf trace 1          header
 //   a <id> <size>             allocation number <id> (from 1) of <size> bytes
 //   f <id>                    that allocation was freed
+//   # E                       the allocator's cache was given back (clear_cache)
 // Replaying it against another allocator reproduces the workload's allocation pattern.
 #include "trace_table.h"
 
@@ -12,9 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TRACE_HEADER    "# devbuf trace 1"
-#define TRACE_LINE_MOST 255                 // characters of a line, its end aside
-#define TRACE_LARGEST   ((uint64_t)1 << 47) // bytes of one allocation: the x86-64 user space
+#define TRACE_HEADER      "# devbuf trace 1"
+#define TRACE_CACHE_CLEAR "# E"
+#define TRACE_LINE_MOST   255                 // characters of a line, its end aside
+#define TRACE_LARGEST     ((uint64_t)1 << 47) // bytes of one allocation: the x86-64 user space
 
 typedef struct trace_adaptor {
   devbuf__adaptor adaptor;
@@ -128,6 +130,16 @@ static devbuf_status trace_free_in_flight(devbuf_allocator_t *base, const devbuf
   return status;
 }
 
+// The line goes first, as a free's does: blocks the upstream gives back are the trace's
+// record of the call, and a later allocation's line must follow it.
+static void trace_clear_cache(devbuf_allocator_t *base) {
+  trace_adaptor *self = (trace_adaptor *)base;
+  pthread_mutex_lock(&self->lock);
+  fprintf(self->file, "%s\n", TRACE_CACHE_CLEAR);
+  pthread_mutex_unlock(&self->lock);
+  devbuf_allocator_clear_cache(self->adaptor.upstream);
+}
+
 static void trace_destroy(devbuf_allocator_t *base) {
   trace_adaptor *self = (trace_adaptor *)base;
   fclose(self->file);
@@ -142,6 +154,7 @@ static const devbuf__allocator_ops trace_ops = {
     .alloc = trace_alloc,
     .free = trace_free,
     .destroy = trace_destroy,
+    .clear_cache = trace_clear_cache,
     .free_in_flight = trace_free_in_flight,
     .alloc_ordered = trace_alloc_ordered,
 };
@@ -274,6 +287,11 @@ static line_read read_line(FILE *file, char *text, size_t capacity) {
 static devbuf_status replay_line(const char *text, unsigned long line, replay_table *table,
                                  devbuf_allocator_t *allocator, devbuf_trace_summary_t *summary) {
   uint64_t id, size;
+  if (strcmp(text, TRACE_CACHE_CLEAR) == 0) {
+    devbuf_allocator_clear_cache(allocator);
+    summary->cache_clears++;
+    return DEVBUF_OK;
+  }
   if (text[0] == '#' || text[0] == '\0') return DEVBUF_OK; // read_line took the '\n' off
   const char *at = text + 1;
   bool blank = text[1] == ' ' || text[1] == '\t';

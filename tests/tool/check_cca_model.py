@@ -83,6 +83,15 @@ with tempfile.TemporaryDirectory() as scratch:
                f"{count} refused at the limit: {result.returncode} {result.stderr.strip()} {got}")
     except subprocess.TimeoutExpired:
         expect(False, f"{count} requests refused at the limit did not end in 600 s")
+# "# E": PyTorch's allocator gave back every segment that is one free block (empty_cache(),
+# or its retry after a failed cudaMalloc); the model does so there, and keeps the others.
+with tempfile.TemporaryDirectory() as scratch:
+    cleared = os.path.join(scratch, "cleared.trace")
+    with open(cleared, "w") as f:
+        f.write("# devbuf trace 1\na 1 12582912\na 2 12582912\nf 1\n# E\na 3 12582912\nf 2\nf 3\n")
+    got = replay(cleared)
+    expect((got.get("cache_clears"), got.get("system_allocs"), got.get("system_frees")) == (1, 3, 1),
+           f"a segment free at '# E' goes back, the one in use stays: {got}")
 bad = subprocess.run([tool, "trace", "replay", path, "--policy", "cca", "--growable"], capture_output=True,
                      text=True)
 expect(bad.returncode == 2 and "--policy cca" in bad.stderr, f"--growable with cca: {bad.returncode} {bad.stderr}")

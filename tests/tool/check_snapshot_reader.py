@@ -232,6 +232,30 @@ for name, settings, marked, expandable in (("set.pickle", True, None, True), ("m
     expect(b", 1 refused" in plain.stdout and b"growable" not in plain.stdout.split(b"\n")[0] and
            b", 0 refused" in grown.stdout and b"as PyTorch's expandable" not in grown.stdout,
            f"{name}: --no-growable and --growable decide: {plain.stdout} {grown.stdout}")
+# A run whose allocator gave its cache back (a 12 MiB segment, idle, freed before a 30 MiB
+# one was made: empty_cache(), or the retry after the GPU ran out): the replay gives devbuf's
+# cache back at the same point ("# E"), so that it holds no more than PyTorch's did, 30 MiB,
+# where keeping the idle 12 MiB held 42.
+low, high = base, base + 64 * mib
+cleared_events = [{"action": "segment_alloc", "addr": low, "size": 12 * mib, "stream": 0},
+                  {"action": "alloc", "addr": low, "size": 12 * mib, "stream": 0},
+                  {"action": "free_completed", "addr": low, "size": 12 * mib, "stream": 0},
+                  {"action": "segment_free", "addr": low, "size": 12 * mib, "stream": 0},
+                  {"action": "segment_alloc", "addr": high, "size": 30 * mib, "stream": 0},
+                  {"action": "alloc", "addr": high, "size": 30 * mib, "stream": 0}]
+cleared = os.path.join(scratch, "cleared.pickle")
+with open(cleared, "wb") as f:
+    pickle.dump({"segments": [{"device": 0, "address": high, "total_size": 30 * mib, "segment_type": "large",
+                               "blocks": [{"address": high, "size": 30 * mib, "requested_size": 30 * mib,
+                                           "state": "active_allocated"}]}],
+                 "device_traces": [cleared_events]}, f, protocol=4)
+for policy in ("devbuf", "cca"):
+    result = run(tool, "trace", "replay", cleared, "--policy", policy)
+    document = json.loads(run(tool, "trace", "replay", cleared, "--policy", policy, "--json").stdout or b"{}")
+    expect(b"1 cache clears replayed" in result.stdout and document.get("cache_clears") == 1 and
+           document.get("peak_reserved_bytes") == 30 * mib == document.get("snapshot", {}).get(
+               "cca_peak_reserved_bytes"),
+           f"{policy}: the cache given back where the run's was: {result.stdout} {document}")
 refused = run(tool, "trace", "replay", holes, "--policy", "cca", "--no-growable")
 expect(refused.returncode == 2 and b"takes none of --growable, --no-growable, --page" in refused.stderr,
        f"--policy cca --no-growable: {refused.stderr}")
