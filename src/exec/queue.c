@@ -521,13 +521,19 @@ static bool claim_runner(devbuf_queue_t *queue) {
 
 // How long a dozing worker sleeps at a time, unless DEVBUF_QUEUE_DOZE_US says otherwise:
 // the longest a submission waits for it when no finish comes for the work (twice this at
-// worst) and nobody blocks on it, and, while the queue is used, how often it wakes.
+// worst) and nobody blocks on it, and, while the queue is used, how often it wakes. Each
+// doze in a row that saw no submission lasts twice the one before (1, 2, 4, 8, 16 ms).
 #define DOZE_NS         1000000
 // Finishes in a row that came soon for work submitted to a worker without work
 // (note_finish) before the worker dozes.
 #define FINISHER_STREAK 2
-// Dozes in a row that saw no submission before the worker sleeps until woken.
-#define EMPTY_DOZES     4
+// Dozes in a row that saw no submission before the worker sleeps until woken. A submission
+// that wakes the worker from that sleep cost a loop of collectives that came just after
+// the row ended 3 to 9% of their time (bench/mpi, 16 MiB, where four dozes of 1 ms ended
+// the row): a doze's timer costs nothing there, that wake does. Doubling dozes make the row
+// 31 ms (so 31 times the doze) for five timer wakes, and work no finish comes for waits 16
+// ms at most for the longest doze to end.
+#define EMPTY_DOZES     5
 
 static void set_dozing(devbuf_queue_t *queue, bool dozing) {
   if (atomic_load_explicit(&queue->dozing, memory_order_relaxed) == dozing) return;
@@ -554,9 +560,9 @@ static bool finishers_run_the_work(const devbuf_queue_t *queue) {
 // worker dozes instead: it sleeps on a timer, and submissions do not wake it. It takes the
 // work when a thread blocks on it (devbuf__wait_begins), when the queue is released, and
 // when a doze ends with work that waited all through it (no finish came: the queue then
-// goes back to waking its worker). EMPTY_DOZES in a row that saw no submission end in an
-// ordinary sleep, which a submission wakes; the worker so woken dozes before it takes the
-// work, giving the finishing thread its turn.
+// goes back to waking its worker). EMPTY_DOZES in a row that saw no submission, each twice
+// as long as the one before, end in an ordinary sleep, which a submission wakes; the worker
+// so woken dozes before it takes the work, giving the finishing thread its turn.
 static bool wait_for_work(devbuf_queue_t *queue) {
   pthread_mutex_lock(&queue->lock);
   atomic_store(&queue->worker_idle, true);
@@ -587,7 +593,9 @@ static bool wait_for_work(devbuf_queue_t *queue) {
       empty_dozes = 0;
       continue;
     }
-    struct timespec until = devbuf__deadline_after(queue->doze_ns);
+    // A doze that finds work waiting is the finishing thread's turn: the first length.
+    uint64_t length = waiting ? queue->doze_ns : queue->doze_ns << empty_dozes;
+    struct timespec until = devbuf__deadline_after(length);
     bool ended = pthread_cond_timedwait(&queue->work_available, &queue->lock, &until) == ETIMEDOUT;
     overslept = ended && waiting && has_incoming(queue);
     if (ended && !has_incoming(queue)) { // doze on while finishers ran submissions
