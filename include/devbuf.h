@@ -270,8 +270,9 @@ typedef struct devbuf_memory {
 // of several adjacent ones: an implementation that keeps a handle per map call maps page
 // by page, as devbuf's CUDA backend does), and unreserve once nothing is mapped. map and
 // unmap run while the caching allocator above holds its lock: they must not call into it.
-// clear_cache (optional, appended last: a table that leaves it out gets NULL) gives back
-// what the allocator keeps cached: devbuf_allocator_clear_cache calls it.
+// clear_cache (optional; new in the table's last place: a program built against an older
+// devbuf.h is built again) gives back what the allocator keeps cached, when
+// devbuf_allocator_clear_cache is called on it.
 typedef struct devbuf_allocator_vtable {
   devbuf_status (*alloc)(void *ctx, size_t size, devbuf_memory_t *out_memory);
   void (*free)(void *ctx, const devbuf_memory_t *memory);

@@ -479,6 +479,12 @@ static void test_double_free_after_the_record_went(void) {
   test_allocators_close(&t);
 }
 
+// Creates the file `path` names (a mkstemp template), empty, for a trace to go to.
+static void make_temp_file(char *path) {
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+}
 // A block freed twice, and a record never handed out, are left alone with an error: the bins
 // stay sound (a second free once put a binned block on its own bin, and every later request
 // got that one block).
@@ -518,9 +524,7 @@ static void test_double_free_is_refused(void) {
   // Through a trace adaptor over memory that keeps no record of its own (the raw allocator):
   // the adaptor's record of the first free was gone when the second read it.
   char path[] = "/tmp/devbuf-trace-XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  close(fd);
+  make_temp_file(path);
   devbuf_allocator_t *traced = NULL;
   CHECK_OK(devbuf_trace_adaptor_create(t.raw, path, &traced));
   uint64_t frees_before = stats_of(t.raw).system_frees;
@@ -775,9 +779,7 @@ static void observe(void *context, uint64_t id, uint64_t size, int refused) {
 
 static void test_trace_and_replay(void) {
   char path[] = "/tmp/devbuf-trace-XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  close(fd);
+  make_temp_file(path);
   test_allocators t = test_allocators_open(NULL);
   devbuf_allocator_t *trace = NULL;
   CHECK_OK(devbuf_trace_adaptor_create(t.caching, path, &trace));
@@ -888,9 +890,7 @@ static void test_trace_and_replay(void) {
 // cached segments back (empty_cache(), or a retry after the GPU ran out of memory).
 static void test_cache_clears_recorded_and_replayed(void) {
   char path[] = "/tmp/devbuf-trace-XXXXXX";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0);
-  close(fd);
+  make_temp_file(path);
   test_allocators t = test_allocators_open(NULL);
   devbuf_allocator_t *trace = NULL;
   CHECK_OK(devbuf_trace_adaptor_create(t.caching, path, &trace));

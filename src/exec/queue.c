@@ -530,9 +530,9 @@ static bool claim_runner(devbuf_queue_t *queue) {
 // Dozes in a row that saw no submission before the worker sleeps until woken. A submission
 // that wakes the worker from that sleep cost a loop of collectives that came just after
 // the row ended 3 to 9% of their time (bench/mpi, 16 MiB, where four dozes of 1 ms ended
-// the row): a doze's timer costs nothing there, that wake does. Doubling dozes make the row
-// 31 ms (so 31 times the doze) for five timer wakes, and work no finish comes for waits 16
-// ms at most for the longest doze to end.
+// the row): a doze's timer costs nothing there, that wake does. Dozes that double make the
+// row 31 times the first (31 ms) for five timer wakes; work that no finish comes for waits
+// for the rest of the doze it came in and one more of the first length, 17 ms at most.
 #define EMPTY_DOZES     5
 
 static void set_dozing(devbuf_queue_t *queue, bool dozing) {

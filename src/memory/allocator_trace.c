@@ -130,8 +130,8 @@ static devbuf_status trace_free_in_flight(devbuf_allocator_t *base, const devbuf
   return status;
 }
 
-// The line goes first, as a free's does: blocks the upstream gives back are the trace's
-// record of the call, and a later allocation's line must follow it.
+// The line goes first, as a free's does: an allocation that another thread makes once the
+// cache is given back comes after it in the file, as it came after it in time.
 static void trace_clear_cache(devbuf_allocator_t *base) {
   trace_adaptor *self = (trace_adaptor *)base;
   pthread_mutex_lock(&self->lock);
