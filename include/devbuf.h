@@ -272,7 +272,9 @@ typedef struct devbuf_memory {
 // unmap run while the caching allocator above holds its lock: they must not call into it.
 // clear_cache (optional; new in the table's last place: a program built against an older
 // devbuf.h is built again) gives back what the allocator keeps cached, when
-// devbuf_allocator_clear_cache is called on it.
+// devbuf_allocator_clear_cache reaches it (directly, through adaptors, or from a replay's
+// "# E"): from any thread, while alloc and free run on others; it must not clear the cache
+// of an allocator over it, which would call it again.
 typedef struct devbuf_allocator_vtable {
   devbuf_status (*alloc)(void *ctx, size_t size, devbuf_memory_t *out_memory);
   void (*free)(void *ctx, const devbuf_memory_t *memory);
@@ -463,7 +465,8 @@ DEVBUF_API devbuf_status devbuf_fault_adaptor_arm(devbuf_allocator_t *fault_adap
 // Number of faults a fault adaptor has injected so far.
 DEVBUF_API uint64_t devbuf_fault_adaptor_fired(const devbuf_allocator_t *fault_adaptor);
 
-// Result of replaying a trace.
+// Result of replaying a trace (cache_clears is new: a program built against an older devbuf.h
+// is built again).
 typedef struct devbuf_trace_summary {
   uint64_t allocs;          // "a" lines replayed
   uint64_t frees;           // "f" lines replayed

@@ -251,7 +251,7 @@ int devbuf_cmd_trace(int argc, char **argv) {
     pass_figures passes[100];
     devbuf_allocator_stats_t stats = {0};
     // Later passes replay into what the earlier ones left cached: a workload that fits
-    // makes no system allocation after its first pass.
+    // makes no system allocation after its first pass, unless its trace clears the cache.
     for (int pass = 0; pass < pass_count && status == DEVBUF_OK; pass++) {
       uint64_t allocs_before = stats.system_allocs;
       status = devbuf_trace_replay(trace, caching, &summary);

@@ -147,7 +147,13 @@ static void noting_free(void *context, const devbuf_memory_t *memory) {
   devbuf_allocator_free(v->current->allocator, memory);
 }
 
-static const devbuf_allocator_vtable_t noting_vtable = {.alloc = noting_alloc, .free = noting_free};
+// A trace's "# E": the policy behind gives its cache back, as replay's does.
+static void noting_clear_cache(void *context) {
+  devbuf_allocator_clear_cache(((view *)context)->current->allocator);
+}
+
+static const devbuf_allocator_vtable_t noting_vtable = {
+    .alloc = noting_alloc, .free = noting_free, .clear_cache = noting_clear_cache};
 
 static devbuf_status replay(view *v, run *r, devbuf_device_t *device,
                             const devbuf_caching_options_t *options, const char *path) {

@@ -236,8 +236,15 @@ class Device(Owned):
         check(lib.devbuf_caching_allocator_configure(self._caching, ctypes.byref(options)))
 
     def clear_cache(self) -> None:
-        """Gives every cached block back to the system."""
-        lib.devbuf_allocator_clear_cache(self._caching)
+        """Gives every cached block back to the system. A trace open on this device records
+        it ("# E"), and its replay gives the cache back there too."""
+        with _tracing_lock:  # retained: a trace may end meanwhile
+            tracers = [lib.devbuf_allocator_retain(tracer) for tracer in _tracing.get(self.spec, ())]
+        for tracer in tracers:  # each passes the call on to the device's allocator
+            lib.devbuf_allocator_clear_cache(tracer)
+            lib.devbuf_allocator_release(tracer)
+        if not tracers:
+            lib.devbuf_allocator_clear_cache(self._caching)
 
     @contextlib.contextmanager
     def trace(self, path: str) -> Iterator[str]:

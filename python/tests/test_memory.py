@@ -75,17 +75,19 @@ def test_trace_writes_what_replay_reads(cpu, tmp_path):
         a.to_bytes(), b.to_bytes()
         del a
         gc.collect()
+        cpu.clear_cache()  # recorded: "# E"
     outside = cpu.zeros((5,), "uint8")  # not traced
     outside.to_bytes()
     del b
     gc.collect()
-    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
-    assert lines == ["a 1 4000", "a 2 80", "f 1", "f 2"]
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#") or line == "# E"]
+    assert lines == ["a 1 4000", "a 2 80", "f 1", "# E", "f 2"]
     tool = os.environ.get("DEVBUF_TOOL")
     if tool:
         replay = subprocess.run([tool, "trace", "replay", str(path), "--json"], capture_output=True, text=True)
         assert replay.returncode == 0, replay.stderr
         assert '"allocs": 2' in replay.stdout.replace("  ", " ")
+        assert '"cache_clears": 1' in replay.stdout
 
 
 def test_growable_segments_before_the_first_allocation(cpu):

@@ -519,10 +519,10 @@ static bool claim_runner(devbuf_queue_t *queue) {
   return atomic_compare_exchange_strong(&queue->runner, &free, true);
 }
 
-// How long a dozing worker sleeps at a time, unless DEVBUF_QUEUE_DOZE_US says otherwise:
-// the longest a submission waits for it when no finish comes for the work (twice this at
-// worst) and nobody blocks on it, and, while the queue is used, how often it wakes. Each
-// doze in a row that saw no submission lasts twice the one before (1, 2, 4, 8, 16 ms).
+// How long a dozing worker's first doze lasts, unless DEVBUF_QUEUE_DOZE_US says otherwise:
+// while the queue is used, how often it wakes. Each doze in a row that saw no submission
+// lasts twice the one before (1, 2, 4, 8, 16 ms), so work that no finish and no blocked
+// thread comes for waits 17 times this at most (EMPTY_DOZES below).
 #define DOZE_NS         1000000
 // Finishes in a row that came soon for work submitted to a worker without work
 // (note_finish) before the worker dozes.
@@ -585,6 +585,8 @@ static bool wait_for_work(devbuf_queue_t *queue) {
     if (!doze) {
       if (waiting) { // the finishing thread's turn (or it runs the queue): doze meanwhile
         doze = true;
+        submitted_before = atomic_load(&queue->submitted);
+        empty_dozes = 0; // a new row: its dozes start at the first length
         continue;
       }
       pthread_cond_wait(&queue->work_available, &queue->lock);

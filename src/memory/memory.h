@@ -131,7 +131,8 @@ typedef struct devbuf__adaptor {
 
 // An adaptor's operations over `upstream`: its kind's, less each optional group the upstream
 // lacks (an adaptor forwards what it can, and only that), and with the upstream's snapshot
-// and end of in-flight ranges (a kind sets free_in_flight and alloc_ordered, not fence_done).
+// and end of in-flight ranges (a kind sets free_in_flight and alloc_ordered, not fence_done),
+// and clear_cache passed to the upstream unless the kind has its own.
 void devbuf__adaptor_ops(const devbuf__allocator_ops *kind, const devbuf_allocator_t *upstream,
                          devbuf__allocator_ops *out);
 // The upstream allocation (segment) that holds memory from a caching allocator, and the

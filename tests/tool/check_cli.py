@@ -57,6 +57,15 @@ if os.path.exists("/dev/full"):
 result = run("trace", "view", trace, "-o", trace)
 expect(result.returncode == 1 and "would overwrite its input" in result.stderr and
        open(trace).read().startswith("# devbuf trace 1"), f"trace view -o its input: {result.stderr.strip()!r}")
+# The view gives the cache back at "# E" as replay does, for both policies: 30 MiB at the
+# peak, where keeping the idle 12 MiB segment would show 42.
+cleared = os.path.join(scratch, "cleared.trace")
+with open(cleared, "w") as f:
+    f.write("# devbuf trace 1\na 1 12582912\nf 1\n# E\na 2 31457280\nf 2\n")
+result = run("trace", "view", cleared, "-o", os.path.join(scratch, "cleared.html"))
+expect(result.returncode == 0 and
+       "peak reserved 31457280 bytes (PyTorch's CCA, modelled: 31457280)" in result.stdout,
+       f"trace view of a trace that clears its cache: {result.stdout.strip()!r} {result.stderr.strip()!r}")
 # The sample model is never renamed over a FIFO (or a device node, as root).
 fifo = os.path.join(scratch, "a-fifo")
 os.mkfifo(fifo)
