@@ -126,6 +126,7 @@ static int by_index_descending(const void *a, const void *b) {
 // to the last segment), so that the upstream (and a view's observer) sees the same frees in
 // the same order, and `segments` keeps the layout, as with that scan.
 static void release_free_segments(model *m) {
+  if (!m->whole_free_count) return; // a model that never made a segment has no array to sort
   qsort(m->whole_free, m->whole_free_count, sizeof *m->whole_free, by_index_descending);
   for (size_t i = 0; i < m->whole_free_count; i++) {
     segment *s = m->whole_free[i];

@@ -92,6 +92,10 @@ with tempfile.TemporaryDirectory() as scratch:
     got = replay(cleared)
     expect((got.get("cache_clears"), got.get("system_allocs"), got.get("system_frees")) == (1, 3, 1),
            f"a segment free at '# E' goes back, the one in use stays: {got}")
+    with open(cleared, "w") as f:  # before any segment: nothing to give back (UBSan caught a sort of none)
+        f.write("# devbuf trace 1\n# E\na 1 100\nf 1\n")
+    got = replay(cleared)
+    expect((got.get("cache_clears"), got.get("system_allocs")) == (1, 1), f"a clear before any segment: {got}")
 bad = subprocess.run([tool, "trace", "replay", path, "--policy", "cca", "--growable"], capture_output=True,
                      text=True)
 expect(bad.returncode == 2 and "--policy cca" in bad.stderr, f"--growable with cca: {bad.returncode} {bad.stderr}")
