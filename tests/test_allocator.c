@@ -921,6 +921,20 @@ static void test_cache_clears_recorded_and_replayed(void) {
   CHECK_OK(devbuf_trace_replay(path, target.caching, &summary));
   CHECK_EQ_U(summary.cache_clears, 0);
   CHECK_EQ_U(stats_of(target.caching).system_allocs, 2); // both from the cache
+  // A "# E" right after another finds nothing to give back: the allocator is not called
+  // again (a run of them walked a growable segment's blocks each), yet each counts.
+  devbuf_device_t *device = NULL;
+  CHECK_OK(devbuf_device_open("cpu", &device));
+  counting_ctx counted = {0};
+  devbuf_allocator_t *user = NULL;
+  CHECK_OK(devbuf_allocator_create(device, &counting_vtable, &counted, &user));
+  write_file(path,
+             "# devbuf trace 1\n# E\n# E\na 1 100\nf 1\n# E\n# t 5\n# E\na 2 100\n# E\nf 2\n");
+  CHECK_OK(devbuf_trace_replay(path, user, &summary));
+  CHECK_EQ_U(summary.cache_clears, 5);
+  CHECK_EQ_U(counted.clears, 3);
+  devbuf_allocator_release(user);
+  devbuf_device_release(device);
   unlink(path);
   test_allocators_close(&target);
   test_allocators_close(&t);

@@ -194,6 +194,9 @@ typedef struct replay_table {
   devbuf__trace_table live;
   uint64_t next_id; // ids come as 1, 2, 3, ...: the id the next "a" line must have
   uint64_t live_bytes;
+  // No record since the last "# E": another finds nothing to give back, and a run of them
+  // costs a walk of the allocator's blocks each (growable segments) for nothing.
+  bool cleared;
   devbuf_trace_observer_fn observer; // told of every record once it is played (may be NULL)
   void *observer_context;
 } replay_table;
@@ -288,11 +291,13 @@ static devbuf_status replay_line(const char *text, unsigned long line, replay_ta
                                  devbuf_allocator_t *allocator, devbuf_trace_summary_t *summary) {
   uint64_t id, size;
   if (strcmp(text, TRACE_CACHE_CLEAR) == 0) {
-    devbuf_allocator_clear_cache(allocator);
+    if (!table->cleared) devbuf_allocator_clear_cache(allocator);
+    table->cleared = true;
     summary->cache_clears++;
     return DEVBUF_OK;
   }
   if (text[0] == '#' || text[0] == '\0') return DEVBUF_OK; // read_line took the '\n' off
+  table->cleared = false;                                  // a record, or a line refused below
   const char *at = text + 1;
   bool blank = text[1] == ' ' || text[1] == '\t';
   if (text[0] == 'a' && blank && read_number(&at, &id) && read_number(&at, &size) &&
