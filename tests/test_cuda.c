@@ -888,13 +888,13 @@ static void test_native_handles(void) {
   devbuf_queue_release(queue);
 }
 
-// The stand-in driver's handle when the tests run on it (NULL on a real driver).
 // The driver library devbuf loaded (a handle the caller closes), as its loader names it.
 static void *loaded_driver(void) {
   const char *path = getenv("DEVBUF_CUDA_LIBRARY");
   return dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 }
 
+// The stand-in driver's handle when the tests run on it (NULL on a real driver).
 static void *fake_driver(void) {
   void *driver = loaded_driver();
   if (driver && !dlsym(driver, "fake_cuda_foreign_context")) dlclose(driver), driver = NULL;
