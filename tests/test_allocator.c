@@ -922,7 +922,7 @@ static void test_cache_clears_recorded_and_replayed(void) {
   CHECK_EQ_U(summary.cache_clears, 0);
   CHECK_EQ_U(stats_of(target.caching).system_allocs, 2); // both from the cache
   // A "# E" right after another finds nothing to give back: the allocator is not called
-  // again (a run of them walked a growable segment's blocks each), yet each counts.
+  // again (a user allocator's clear may cost it a walk of its blocks), yet each counts.
   devbuf_device_t *device = NULL;
   CHECK_OK(devbuf_device_open("cpu", &device));
   counting_ctx counted = {0};
@@ -938,6 +938,60 @@ static void test_cache_clears_recorded_and_replayed(void) {
   unlink(path);
   test_allocators_close(&target);
   test_allocators_close(&t);
+}
+
+// Growable segments: a clear unmaps every whole free page, however the pages came to be
+// mapped and whatever was unmapped before. A clear looks only at the free blocks that may
+// still hold pages (it must not walk the blocks in use); these check that a free block comes
+// back on that list when a step maps into it again, and stays on it while work in flight
+// keeps its pages.
+static void test_growable_clears_reach_every_free_page(void) {
+  growable_allocators g = growable_open();
+  devbuf_memory_t big[8], first, freed, last;
+  for (int i = 0; i < 8; i++) CHECK_OK(devbuf_allocator_alloc(g.caching, 1 << 20, &big[i]));
+  // Past 8 MiB mapped, a block maps a step of 256 KiB beyond itself, into the free tail.
+  CHECK_OK(devbuf_allocator_alloc(g.caching, 4096, &first));
+  uint64_t with_step = stats_of(g.caching).reserved;
+  devbuf_allocator_clear_cache(g.caching);
+  uint64_t without = stats_of(g.caching).reserved;
+  CHECK(with_step - without >= (128 << 10)); // the step went back
+  // 100 KiB (no thread bin's size) freed: its pages and its step are the free tail's. 300 KiB
+  // then takes its place, and mapping the rest would pass the most ever used by over 1/50:
+  // the tail's pages go back first (its record leaves the list), then a step maps into the
+  // tail again.
+  CHECK_OK(devbuf_allocator_alloc(g.caching, 100 << 10, &freed));
+  devbuf_allocator_free(g.caching, &freed);
+  CHECK_OK(devbuf_allocator_alloc(g.caching, 300 << 10, &last));
+  CHECK(stats_of(g.caching).reserved - without >= (300 << 10) + (128 << 10));
+  devbuf_allocator_clear_cache(g.caching);
+  CHECK_EQ_U(stats_of(g.caching).reserved - without, 300 << 10);
+  // A block released while work may still use it keeps its pages through a clear, and gives
+  // them back at the first clear after the work is done.
+  devbuf_queue_t *queue = NULL;
+  devbuf_event_t *gate = NULL;
+  CHECK_OK(devbuf_queue_create(g.device, &queue));
+  CHECK_OK(devbuf_event_create(0, &gate));
+  CHECK_OK(devbuf_queue_wait(queue, gate, 1));
+  devbuf_buffer_t *held = bytes_buffer(g.caching, 256 << 10);
+  devbuf_use_t use = {held, DEVBUF_ACCESS_WRITE};
+  CHECK_OK(devbuf_queue_submit(queue, nothing, &use, 1, NULL, 0));
+  devbuf_buffer_release(held);
+  devbuf_allocator_clear_cache(g.caching);
+  CHECK_EQ_U(stats_of(g.caching).released_in_flight, 256 << 10);
+  CHECK(stats_of(g.caching).reserved - without >= (300 << 10) + (256 << 10)); // its pages stay
+  CHECK_OK(devbuf_event_signal(gate, 1));
+  CHECK_OK(devbuf_queue_finish(queue));
+  CHECK_EQ_U(stats_of(g.caching).released_in_flight, 0);
+  devbuf_allocator_clear_cache(g.caching);
+  CHECK_EQ_U(stats_of(g.caching).reserved - without, 300 << 10);
+  devbuf_queue_release(queue);
+  devbuf_event_release(gate);
+  devbuf_allocator_free(g.caching, &first);
+  devbuf_allocator_free(g.caching, &last);
+  for (int i = 0; i < 8; i++) devbuf_allocator_free(g.caching, &big[i]);
+  devbuf_allocator_clear_cache(g.caching);
+  CHECK_EQ_U(stats_of(g.caching).reserved, 0);
+  growable_close(&g);
 }
 
 int main(void) {
@@ -960,5 +1014,6 @@ int main(void) {
   RUN(test_fault_adaptor);
   RUN(test_trace_and_replay);
   RUN(test_cache_clears_recorded_and_replayed);
+  RUN(test_growable_clears_reach_every_free_page);
   return CHECK_EXIT();
 }

@@ -195,7 +195,7 @@ typedef struct replay_table {
   uint64_t next_id; // ids come as 1, 2, 3, ...: the id the next "a" line must have
   uint64_t live_bytes;
   // No record since the last "# E": another finds nothing to give back, and a run of them
-  // costs a walk of the allocator's blocks each (growable segments) for nothing.
+  // would cost a call each (a user allocator's clear may cost it much more) for nothing.
   bool cleared;
   devbuf_trace_observer_fn observer; // told of every record once it is played (may be NULL)
   void *observer_context;

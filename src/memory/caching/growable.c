@@ -125,6 +125,18 @@ static bool first_gap(const csegment *segment, size_t from, size_t to, size_t *g
   return true;
 }
 
+static bool is_free(const cblock *block) {
+  return atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_FREE;
+}
+
+// Free blocks that [from, to), just mapped for `block`, reaches into: pages to unmap again.
+static void mark_newly_mapped(csegment *segment, cblock *block, size_t from, size_t to) {
+  for (cblock *b = block->before; b && b->offset + b->size > from; b = b->before)
+    if (is_free(b)) devbuf__growable_mark_unmappable(segment, b);
+  for (cblock *b = block->after; b && b->offset < to; b = b->after)
+    if (is_free(b)) devbuf__growable_mark_unmappable(segment, b);
+}
+
 devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, bool *out_grew) {
   *out_grew = false;
   csegment *segment = block->segment;
@@ -203,6 +215,7 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
     caching_held_add(self, need);
     *out_grew = true;
     merge_around(segment, index);
+    mark_newly_mapped(segment, block, start, start + need);
     segment->mapped += need;
     if (start + need > segment->frontier) segment->frontier = start + need;
     atomic_fetch_add(&self->pool_reserved[segment->pool], need);
@@ -212,7 +225,9 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
 }
 
 // Unmaps what is mapped of [from, to) (whole pages, no block uses them); the bytes.
-static size_t unmap_stretch(caching_allocator *self, csegment *segment, size_t from, size_t to) {
+// *kept: set when a stretch stayed mapped for want of host memory to record the rest.
+static size_t unmap_stretch(caching_allocator *self, csegment *segment, size_t from, size_t to,
+                            bool *kept) {
   size_t freed = 0;
   for (size_t i = first_ending_after(segment, from);
        i < segment->map_count && segment->maps[i].offset < to;) {
@@ -222,7 +237,10 @@ static size_t unmap_stretch(caching_allocator *self, csegment *segment, size_t f
     size_t end = r->offset + r->size;
     // What stays of the stretch: the part before `low`, and the part after `high`.
     if (low > r->offset && high < end) {
-      if (!insert_range(segment, i + 1, high, end - high)) break; // no host memory: keep it
+      if (!insert_range(segment, i + 1, high, end - high)) { // no host memory: keep it
+        *kept = true;
+        break;
+      }
       r = &segment->maps[i];
       r->size = low - r->offset;
       i++;
@@ -244,38 +262,118 @@ static size_t unmap_stretch(caching_allocator *self, csegment *segment, size_t f
   return freed;
 }
 
-// Unmaps the whole pages of [from, to) that no work in flight may still use.
-static size_t unmap_free(caching_allocator *self, csegment *segment, size_t from, size_t to) {
+// Unmaps the whole pages of [from, to) that no work in flight may still use; *kept: set
+// where some stayed mapped (work in flight, or no host memory).
+static size_t unmap_free(caching_allocator *self, csegment *segment, size_t from, size_t to,
+                         bool *kept) {
   size_t page = self->policy.page;
   from = caching_round_up(from, page);
   to &= ~(page - 1);
   if (from >= to) return 0;
   for (const devbuf__in_flight *r = segment->in_flight; r; r = r->next)
-    if (r->offset < to && from < r->offset + r->size)
-      return unmap_free(self, segment, from, r->offset) +
-             unmap_free(self, segment, r->offset + r->size, to);
-  return unmap_stretch(self, segment, from, to);
+    if (r->offset < to && from < r->offset + r->size) {
+      *kept = true;
+      return unmap_free(self, segment, from, r->offset, kept) +
+             unmap_free(self, segment, r->offset + r->size, to, kept);
+    }
+  return unmap_stretch(self, segment, from, to, kept);
 }
 
-static bool is_free(const cblock *block) {
-  return atomic_load_explicit(&block->state, memory_order_relaxed) == BLOCK_FREE;
+// ---- the free blocks to unmap: a treap by offset (the priorities of the free tree's)
+
+// Splits `tree` into the blocks below `offset` and the others.
+static void listed_split(cblock *tree, size_t offset, cblock **below, cblock **rest) {
+  if (!tree) {
+    *below = *rest = NULL;
+  } else if (tree->offset < offset) {
+    listed_split(tree->unmappable_right, offset, &tree->unmappable_right, rest);
+    *below = tree;
+  } else {
+    listed_split(tree->unmappable_left, offset, below, &tree->unmappable_left);
+    *rest = tree;
+  }
+}
+
+static cblock *listed_merge(cblock *below, cblock *above) {
+  if (!below) return above;
+  if (!above) return below;
+  if (below->priority > above->priority) {
+    below->unmappable_right = listed_merge(below->unmappable_right, above);
+    return below;
+  }
+  above->unmappable_left = listed_merge(below, above->unmappable_left);
+  return above;
+}
+
+static cblock *listed_insert(cblock *tree, cblock *node) {
+  if (!tree) return node;
+  if (node->priority > tree->priority) {
+    listed_split(tree, node->offset, &node->unmappable_left, &node->unmappable_right);
+    return node;
+  }
+  if (node->offset < tree->offset)
+    tree->unmappable_left = listed_insert(tree->unmappable_left, node);
+  else
+    tree->unmappable_right = listed_insert(tree->unmappable_right, node);
+  return tree;
+}
+
+static cblock *listed_erase(cblock *tree, const cblock *node) {
+  if (tree == node) return listed_merge(node->unmappable_left, node->unmappable_right);
+  if (node->offset < tree->offset)
+    tree->unmappable_left = listed_erase(tree->unmappable_left, node);
+  else
+    tree->unmappable_right = listed_erase(tree->unmappable_right, node);
+  return tree;
+}
+
+// The listed block of the highest offset below `offset`, or NULL.
+static cblock *listed_below(cblock *tree, size_t offset) {
+  cblock *found = NULL;
+  while (tree)
+    if (tree->offset < offset) {
+      found = tree;
+      tree = tree->unmappable_right;
+    } else {
+      tree = tree->unmappable_left;
+    }
+  return found;
+}
+
+void devbuf__growable_mark_unmappable(csegment *segment, cblock *block) {
+  if (block->unmappable) return;
+  block->unmappable = true;
+  block->unmappable_left = block->unmappable_right = NULL;
+  segment->unmappable = listed_insert(segment->unmappable, block);
+  segment->unmappable_count++;
+}
+
+void devbuf__growable_unmark(csegment *segment, cblock *block) {
+  if (!block->unmappable) return;
+  block->unmappable = false;
+  segment->unmappable = listed_erase(segment->unmappable, block);
+  segment->unmappable_count--;
+}
+
+// Unmaps the whole pages of a listed free block; off the list once none is left to unmap.
+static size_t unmap_block(caching_allocator *self, csegment *segment, cblock *block) {
+  bool kept = false;
+  size_t freed = unmap_free(self, segment, block->offset, block->offset + block->size, &kept);
+  if (!kept) devbuf__growable_unmark(segment, block);
+  return freed;
 }
 
 // Unmaps the whole pages of free blocks, the highest first, until `wanted` bytes went back
-// (SIZE_MAX: all of them); the bytes given back. Caller holds the shard's lock. From the top
-// down, and only until every free block was seen: a limit calls this for request after
-// request, and a walk over every block each time made a replay of n allocations take n^2.
+// (SIZE_MAX: all of them); the bytes given back. Caller holds the shard's lock. Only the
+// listed blocks are looked at: a limit calls this for request after request, and a clear
+// for every `# E` of a trace, so it must not cost the blocks in use.
 static size_t shrink_segment(caching_allocator *self, csegment *segment, size_t wanted) {
-  const cblock *block = segment->last;
-  size_t free_seen = 0;
-  for (; block && block->before && block->offset >= segment->frontier; block = block->before)
-    free_seen += is_free(block); // nothing mapped there
   size_t freed = 0;
-  for (; block && freed < wanted && free_seen < segment->free_count; block = block->before)
-    if (is_free(block)) {
-      free_seen++;
-      freed += unmap_free(self, segment, block->offset, block->offset + block->size);
-    }
+  for (cblock *block = listed_below(segment->unmappable, SIZE_MAX); block && freed < wanted;) {
+    size_t offset = block->offset;
+    freed += unmap_block(self, segment, block);
+    block = listed_below(segment->unmappable, offset);
+  }
   size_t kept = segment->map_count;
   segment->frontier = kept ? segment->maps[kept - 1].offset + segment->maps[kept - 1].size : 0;
   atomic_fetch_sub(&self->reserved, freed);
@@ -309,6 +407,11 @@ size_t devbuf__growable_mapped_from(const csegment *segment, size_t at, size_t t
   if (i == segment->map_count || segment->maps[i].offset > at) return 0;
   size_t end = segment->maps[i].offset + segment->maps[i].size;
   return (end < to ? end : to) - at;
+}
+
+bool devbuf__growable_maps_any(const csegment *segment, size_t from, size_t to) {
+  size_t i = first_ending_after(segment, from);
+  return i < segment->map_count && segment->maps[i].offset < to;
 }
 
 void devbuf__growable_release(caching_allocator *self, csegment *segment) {

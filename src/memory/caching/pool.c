@@ -193,7 +193,10 @@ static void free_insert(caching_allocator *self, shard *s, cblock *block) {
   pool->free_root = tree_insert(pool->free_root, block);
   block->segment->free_count++;
   owner_add(&s->free_blocks, 1);
-  if (!block->segment->growable) owner_add(&s->free_bytes, block->size);
+  if (block->segment->growable)
+    devbuf__growable_mark_unmappable(block->segment, block); // freed or merged: pages mapped
+  else
+    owner_add(&s->free_bytes, block->size);
 }
 
 static void free_remove(caching_allocator *self, shard *s, cblock *block) {
@@ -201,7 +204,10 @@ static void free_remove(caching_allocator *self, shard *s, cblock *block) {
   pool->free_root = tree_erase(pool->free_root, block);
   block->segment->free_count--;
   owner_add(&s->free_blocks, (uint64_t)-1);
-  if (!block->segment->growable) owner_add(&s->free_bytes, (uint64_t)0 - block->size);
+  if (block->segment->growable)
+    devbuf__growable_unmark(block->segment, block);
+  else
+    owner_add(&s->free_bytes, (uint64_t)0 - block->size);
 }
 
 // ---- block records --------------------------------------------------------------------------

@@ -51,8 +51,51 @@ static void walk(tree_walk *w, const cblock *node, uint32_t parent_priority, int
   walk(w, node->right, node->priority, depth + 1);
 }
 
+typedef struct listed_walk {
+  const csegment *segment;
+  const cblock *previous; // in offset order
+  size_t count;
+} listed_walk;
+
+static void walk_listed(listed_walk *w, const cblock *node, uint32_t parent_priority, int depth) {
+  if (!node) return;
+  if (depth > 4096) broken("the blocks to unmap: a tree deeper than 4096, a cycle?");
+  if (node->priority > parent_priority)
+    broken("the blocks to unmap: heap order broken at offset %zu", node->offset);
+  walk_listed(w, node->unmappable_left, node->priority, depth + 1);
+  if (node->segment != w->segment || !node->unmappable ||
+      atomic_load_explicit(&node->state, memory_order_relaxed) != BLOCK_FREE)
+    broken("segment %llu lists a block to unmap that is not one of its free ones (offset %zu)",
+           (unsigned long long)w->segment->serial, node->offset);
+  if (w->previous && w->previous->offset >= node->offset)
+    broken("segment %llu: the blocks to unmap are out of offset order at %zu",
+           (unsigned long long)w->segment->serial, node->offset);
+  w->previous = node;
+  w->count++;
+  walk_listed(w, node->unmappable_right, node->priority, depth + 1);
+}
+
+// A growable segment's blocks to unmap are free blocks of its own, counted right, and a free
+// block off that list has no whole page mapped: a clear gives back all there is.
+static void validate_unmappable(const caching_allocator *self, const csegment *segment) {
+  listed_walk w = {.segment = segment};
+  walk_listed(&w, segment->unmappable, UINT32_MAX, 0);
+  if (w.count != segment->unmappable_count)
+    broken("segment %llu counts %zu blocks to unmap, lists %zu",
+           (unsigned long long)segment->serial, segment->unmappable_count, w.count);
+  size_t page = self->policy.page;
+  for (const cblock *b = segment->first; b; b = b->after) {
+    if (b->unmappable || atomic_load_explicit(&b->state, memory_order_relaxed) != BLOCK_FREE)
+      continue;
+    size_t from = caching_round_up(b->offset, page), to = (b->offset + b->size) & ~(page - 1);
+    if (from < to && devbuf__growable_maps_any(segment, from, to))
+      broken("segment %llu: the free block at offset %zu has pages mapped and is not listed to "
+             "unmap",
+             (unsigned long long)segment->serial, b->offset);
+  }
+}
+
 void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
-  (void)self;
   size_t tree_blocks = 0, listed_free = 0;
   for (int p = 0; p < POOL_COUNT; p++) {
     tree_walk w = {.shard = s, .pool = p};
@@ -96,6 +139,7 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
     if (used != segment->used_blocks)
       broken("segment %llu counts %zu used blocks, holds %zu", (unsigned long long)segment->serial,
              segment->used_blocks, used);
+    if (segment->growable) validate_unmappable(self, segment);
     if (segment->idle && (used || segment->in_flight))
       broken("segment %llu is idle with blocks in use or in flight",
              (unsigned long long)segment->serial);

@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Writes a devbuf trace that frees blocks deep beneath many live ones, for the cost of
+clears and limits in growable segments (docs/allocator.md, "Growable segments").
+
+usage: python3 bench/traces/deep_frees.py FILE [--live N] [--rounds M] [--clears]
+
+The trace allocates N blocks of 4 KiB (default 100,000), then M times (default 20,000)
+frees the lowest block still live and asks for 1 GiB, which a memory limit under 1 GiB
+refuses (with --clears, a `# E` line instead of the request). Replay it with
+`devbuf trace replay FILE --growable --memory-limit 600MiB`: every refusal and every clear
+gives back the pages of the block just freed, and nothing needs to walk the live ones.
+"""
+import argparse
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("file")
+    parser.add_argument("--live", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=20_000)
+    parser.add_argument("--clears", action="store_true")
+    args = parser.parse_args()
+    if not 0 <= args.rounds <= args.live:
+        parser.error(f"--rounds {args.rounds} must be between 0 and --live {args.live}")
+    lines = ["# devbuf trace 1"]
+    lines += [f"a {i} 4096" for i in range(1, args.live + 1)]
+    next_id = args.live + 1
+    for freed in range(1, args.rounds + 1):
+        lines.append(f"f {freed}")
+        if args.clears:
+            lines.append("# E")
+        else:
+            lines.append(f"a {next_id} {1 << 30}")
+            next_id += 1
+    with open(args.file, "w") as out:
+        out.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
