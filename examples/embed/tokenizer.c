@@ -613,7 +613,7 @@ static const char *json_value(void *context, const json_item *item) {
       if (at == sizeof j->special / sizeof j->special[0] ||
           strlen(name) >= sizeof j->special[0].name)
         return "post_processor.special_tokens: more than 4, or a name over 63 bytes";
-      snprintf(j->special[at].name, sizeof j->special[at].name, "%s", name);
+      memcpy(j->special[at].name, name, strlen(name) + 1); // fits: measured above
       j->special_count++;
     }
     j->special[at].id = type == JSON_NUMBER ? num : -1;
