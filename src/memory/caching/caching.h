@@ -72,6 +72,8 @@ typedef struct devbuf__in_flight {
 
 typedef struct devbuf__map_range {
   size_t offset, size;
+  struct devbuf__map_range *left, *right; // the segment's treap by offset (map_ranges.c)
+  uint32_t priority;
 } devbuf__map_range;
 
 typedef struct csegment {
@@ -92,10 +94,10 @@ typedef struct csegment {
   // `maps` lists (in address order, disjoint, merged where they touch; any whole pages of
   // them may go back).
   bool growable;
-  size_t mapped;   // bytes mapped in all
-  size_t frontier; // the end of the highest mapped range; 0 while none
-  devbuf__map_range *maps;
-  size_t map_count, map_capacity;
+  size_t mapped;           // bytes mapped in all
+  size_t frontier;         // the end of the highest mapped range; 0 while none
+  devbuf__map_range *maps; // the treap's root
+  size_t map_count;
   // Its free blocks that may have whole pages mapped (those not listed have none), in a
   // treap by offset: a clear or a limit unmaps these, the highest first, never walking the
   // blocks in use. A walk over every block made each clear or refused request cost the live
@@ -258,6 +260,18 @@ size_t devbuf__pool_largest_served(const cpool *pool, size_t floor, size_t cap);
 // The shard's cached bytes (free, or in a thread's bin) that in-flight ranges hold: each
 // byte once, however many releases in flight overlap on it.
 uint64_t devbuf__shard_in_flight_cached(const shard *s);
+
+// ---- map_ranges.c: a growable segment's mapped stretches. Caller holds the shard's lock.
+// A new stretch (it may touch others, never overlap them), or NULL without host memory.
+devbuf__map_range *devbuf__ranges_add(csegment *segment, size_t offset, size_t size);
+// Takes `range` out and frees it.
+void devbuf__ranges_remove(csegment *segment, devbuf__map_range *range);
+// The first stretch that ends after `offset` (it may start after it too), or NULL.
+devbuf__map_range *devbuf__ranges_ending_after(const csegment *segment, size_t offset);
+// The stretch after `range`, the one before it, and the last one; NULL where none is.
+devbuf__map_range *devbuf__ranges_next(const csegment *segment, const devbuf__map_range *range);
+devbuf__map_range *devbuf__ranges_before(const csegment *segment, const devbuf__map_range *range);
+devbuf__map_range *devbuf__ranges_last(const csegment *segment);
 
 // ---- growable.c
 // Lists a free block of a growable segment as one whose pages a clear or a limit must look

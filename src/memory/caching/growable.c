@@ -11,8 +11,6 @@
 // makes no system call after its first pass.
 #include "caching.h"
 
-#include <string.h>
-
 // Addresses per growable segment: 1 TiB, or a quarter as much again and again where the
 // address space is short (a sanitizer's layout, an address-space limit), down to 4 GiB.
 #define RESERVATION_MOST  ((size_t)1 << 40)
@@ -48,55 +46,18 @@ bool devbuf__growable_ensure(caching_allocator *self, shard *s, int pool) {
   return ok;
 }
 
-// The index of the first range that ends after `offset`.
-static size_t first_ending_after(const csegment *segment, size_t offset) {
-  size_t low = 0, high = segment->map_count;
-  while (low < high) {
-    size_t middle = low + (high - low) / 2;
-    const devbuf__map_range *r = &segment->maps[middle];
-    if (r->offset + r->size <= offset)
-      low = middle + 1;
-    else
-      high = middle;
+// Joins `range` with the stretches it touches.
+static void merge_around(csegment *segment, devbuf__map_range *range) {
+  devbuf__map_range *next = devbuf__ranges_next(segment, range);
+  if (next && range->offset + range->size == next->offset) {
+    range->size += next->size;
+    devbuf__ranges_remove(segment, next);
   }
-  return low;
-}
-
-static bool insert_range(csegment *segment, size_t index, size_t offset, size_t size) {
-  if (segment->map_count == segment->map_capacity) {
-    size_t capacity = segment->map_capacity ? 2 * segment->map_capacity : 16;
-    devbuf__map_range *grown = devbuf__realloc(segment->maps, capacity * sizeof *grown);
-    if (!grown) return false;
-    segment->maps = grown;
-    segment->map_capacity = capacity;
+  devbuf__map_range *before = devbuf__ranges_before(segment, range);
+  if (before && before->offset + before->size == range->offset) {
+    before->size += range->size;
+    devbuf__ranges_remove(segment, range);
   }
-  memmove(&segment->maps[index + 1], &segment->maps[index],
-          (segment->map_count - index) * sizeof *segment->maps);
-  segment->maps[index] = (devbuf__map_range){offset, size};
-  segment->map_count++;
-  return true;
-}
-
-// Joins the stretch at `index` with the neighbours it touches.
-static void merge_around(csegment *segment, size_t index) {
-  devbuf__map_range *maps = segment->maps;
-  if (index + 1 < segment->map_count &&
-      maps[index].offset + maps[index].size == maps[index + 1].offset) {
-    maps[index].size += maps[index + 1].size;
-    memmove(&maps[index + 1], &maps[index + 2], (segment->map_count - index - 2) * sizeof *maps);
-    segment->map_count--;
-  }
-  if (index > 0 && maps[index - 1].offset + maps[index - 1].size == maps[index].offset) {
-    maps[index - 1].size += maps[index].size;
-    memmove(&maps[index], &maps[index + 1], (segment->map_count - index - 1) * sizeof *maps);
-    segment->map_count--;
-  }
-}
-
-static void remove_range(csegment *segment, size_t index) {
-  memmove(&segment->maps[index], &segment->maps[index + 1],
-          (segment->map_count - index - 1) * sizeof *segment->maps);
-  segment->map_count--;
 }
 
 // Reserves `bytes` against the memory limit; false if they do not fit.
@@ -109,19 +70,20 @@ static bool reserve_bytes(caching_allocator *self, size_t bytes) {
   }
 }
 
-// The first stretch of [from, to) that no range covers, as *gap_start, *gap_end and the
-// index a range for it takes; false when all of it is mapped.
+// The first stretch of [from, to) that no range covers, as *gap_start and *gap_end, and
+// whether no range lies past it; false when all of it is mapped.
 static bool first_gap(const csegment *segment, size_t from, size_t to, size_t *gap_start,
-                      size_t *gap_end, size_t *index) {
-  size_t i = first_ending_after(segment, from), at = from;
-  while (i < segment->map_count && segment->maps[i].offset <= at && at < to) {
-    at = segment->maps[i].offset + segment->maps[i].size;
-    i++;
+                      size_t *gap_end, bool *past_every_range) {
+  const devbuf__map_range *r = devbuf__ranges_ending_after(segment, from);
+  size_t at = from;
+  while (r && r->offset <= at && at < to) {
+    at = r->offset + r->size;
+    r = devbuf__ranges_next(segment, r);
   }
   if (at >= to) return false;
   *gap_start = at;
-  *gap_end = i < segment->map_count && segment->maps[i].offset < to ? segment->maps[i].offset : to;
-  *index = i;
+  *gap_end = r && r->offset < to ? r->offset : to;
+  *past_every_range = r == NULL;
   return true;
 }
 
@@ -148,8 +110,9 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
     pthread_mutex_lock(&s->lock);
     size_t to = caching_round_up(block->offset + block->size, page);
     if (to > segment->size) to = segment->size;
-    size_t start, end, index;
-    if (!first_gap(segment, from, to, &start, &end, &index)) {
+    size_t start, end;
+    bool past_every_range;
+    if (!first_gap(segment, from, to, &start, &end, &past_every_range)) {
       pthread_mutex_unlock(&s->lock);
       return DEVBUF_OK;
     }
@@ -171,7 +134,7 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
       }
     }
     size_t need = end - start;
-    if (index == segment->map_count) {
+    if (past_every_range) {
       // Past every range: at least a 32nd of what is mapped, up to a small segment's worth
       // (2 MiB). On a 4 KiB page one call per small step would be thousands of calls for
       // what 2 MiB steps do in hundreds, while a whole 2 MiB over a working set of a few
@@ -199,12 +162,13 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
                            "mapping %zu more bytes for a block of %zu is over the memory limit",
                            need, block->size);
     }
-    bool recorded = insert_range(segment, index, start, need);
+    devbuf__map_range *range = devbuf__ranges_add(segment, start, need);
+    bool recorded = range != NULL;
     devbuf_status status =
         recorded ? self->upstream->ops->map(self->upstream, &segment->upstream, start, need)
                  : devbuf__error(DEVBUF_OUT_OF_MEMORY, "no host memory to record a mapping");
     if (status != DEVBUF_OK) {
-      if (recorded) remove_range(segment, index);
+      if (recorded) devbuf__ranges_remove(segment, range);
       atomic_fetch_sub(&self->reserved, need);
       pthread_mutex_unlock(&s->lock);
       // The system may refuse while growable segments hold free ranges: those first.
@@ -214,7 +178,7 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
     }
     caching_held_add(self, need);
     *out_grew = true;
-    merge_around(segment, index);
+    merge_around(segment, range);
     mark_newly_mapped(segment, block, start, start + need);
     segment->mapped += need;
     if (start + need > segment->frontier) segment->frontier = start + need;
@@ -229,30 +193,28 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
 static size_t unmap_stretch(caching_allocator *self, csegment *segment, size_t from, size_t to,
                             bool *kept) {
   size_t freed = 0;
-  for (size_t i = first_ending_after(segment, from);
-       i < segment->map_count && segment->maps[i].offset < to;) {
-    devbuf__map_range *r = &segment->maps[i];
+  for (devbuf__map_range *r = devbuf__ranges_ending_after(segment, from), *next;
+       r && r->offset < to; r = next) {
     size_t low = r->offset > from ? r->offset : from;
     size_t high = r->offset + r->size < to ? r->offset + r->size : to;
     size_t end = r->offset + r->size;
+    next = NULL; // where the stretch goes on past `to`, the loop ends with it
     // What stays of the stretch: the part before `low`, and the part after `high`.
     if (low > r->offset && high < end) {
-      if (!insert_range(segment, i + 1, high, end - high)) { // no host memory: keep it
+      if (!devbuf__ranges_add(segment, high, end - high)) { // no host memory: keep it
         *kept = true;
         break;
       }
-      r = &segment->maps[i];
       r->size = low - r->offset;
-      i++;
     } else if (low > r->offset) {
       r->size = low - r->offset;
-      i++;
+      next = devbuf__ranges_next(segment, r);
     } else if (high < end) {
-      r->offset = high;
+      r->offset = high; // still between its neighbours: the tree's order holds
       r->size = end - high;
     } else {
-      memmove(r, r + 1, (segment->map_count - i - 1) * sizeof *r);
-      segment->map_count--;
+      next = devbuf__ranges_next(segment, r);
+      devbuf__ranges_remove(segment, r);
     }
     self->upstream->ops->unmap(self->upstream, &segment->upstream, low, high - low);
     segment->mapped -= high - low;
@@ -374,8 +336,8 @@ static size_t shrink_segment(caching_allocator *self, csegment *segment, size_t 
     freed += unmap_block(self, segment, block);
     block = listed_below(segment->unmappable, offset);
   }
-  size_t kept = segment->map_count;
-  segment->frontier = kept ? segment->maps[kept - 1].offset + segment->maps[kept - 1].size : 0;
+  const devbuf__map_range *last = devbuf__ranges_last(segment);
+  segment->frontier = last ? last->offset + last->size : 0;
   atomic_fetch_sub(&self->reserved, freed);
   caching_held_sub(self, freed);
   atomic_fetch_sub(&self->pool_reserved[segment->pool], freed);
@@ -403,28 +365,27 @@ bool devbuf__growable_shrink_by(caching_allocator *self, size_t wanted, bool eve
 }
 
 size_t devbuf__growable_mapped_from(const csegment *segment, size_t at, size_t to) {
-  size_t i = first_ending_after(segment, at);
-  if (i == segment->map_count || segment->maps[i].offset > at) return 0;
-  size_t end = segment->maps[i].offset + segment->maps[i].size;
+  const devbuf__map_range *r = devbuf__ranges_ending_after(segment, at);
+  if (!r || r->offset > at) return 0;
+  size_t end = r->offset + r->size;
   return (end < to ? end : to) - at;
 }
 
 bool devbuf__growable_maps_any(const csegment *segment, size_t from, size_t to) {
-  size_t i = first_ending_after(segment, from);
-  return i < segment->map_count && segment->maps[i].offset < to;
+  const devbuf__map_range *r = devbuf__ranges_ending_after(segment, from);
+  return r && r->offset < to;
 }
 
 void devbuf__growable_release(caching_allocator *self, csegment *segment) {
-  while (segment->map_count) {
-    devbuf__map_range range = segment->maps[--segment->map_count];
-    self->upstream->ops->unmap(self->upstream, &segment->upstream, range.offset, range.size);
-    segment->mapped -= range.size;
-    atomic_fetch_sub(&self->reserved, range.size);
-    caching_held_sub(self, range.size);
+  for (devbuf__map_range *r; (r = devbuf__ranges_last(segment));) { // the highest first
+    self->upstream->ops->unmap(self->upstream, &segment->upstream, r->offset, r->size);
+    segment->mapped -= r->size;
+    atomic_fetch_sub(&self->reserved, r->size);
+    caching_held_sub(self, r->size);
     atomic_fetch_add(&self->system_frees, 1);
+    devbuf__ranges_remove(segment, r);
   }
   atomic_fetch_sub(&self->segments, 1);
   self->upstream->ops->unreserve(self->upstream, &segment->upstream);
-  devbuf__free(segment->maps);
   devbuf__free(segment);
 }

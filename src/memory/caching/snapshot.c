@@ -70,9 +70,9 @@ static bool add_free(picture *p, const csegment *segment, const cblock *block) {
 static bool add_free_mapped(picture *p, const csegment *segment, const cblock *block) {
   if (!segment->growable) return add_free(p, segment, block);
   size_t at = block->offset, end = block->offset + block->size;
-  for (size_t i = 0; i < segment->map_count && at < end; i++) {
-    size_t low = segment->maps[i].offset, high = low + segment->maps[i].size;
-    if (high <= at) continue;
+  for (const devbuf__map_range *r = devbuf__ranges_ending_after(segment, at); r && at < end;
+       r = devbuf__ranges_next(segment, r)) {
+    size_t low = r->offset, high = low + r->size;
     if (low >= end) break;
     if (low > at && !add_block(p, at, low - at, DEVBUF_BLOCK_UNMAPPED)) return false;
     cblock mapped = *block;

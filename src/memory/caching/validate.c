@@ -75,9 +75,39 @@ static void walk_listed(listed_walk *w, const cblock *node, uint32_t parent_prio
   walk_listed(w, node->unmappable_right, node->priority, depth + 1);
 }
 
-// A growable segment's blocks to unmap are free blocks of its own, counted right, and a free
-// block off that list has no whole page mapped: a clear gives back all there is.
-static void validate_unmappable(const caching_allocator *self, const csegment *segment) {
+typedef struct range_walk {
+  const csegment *segment;
+  size_t end, count, bytes; // of the ranges walked so far, in offset order
+} range_walk;
+
+static void walk_ranges(range_walk *w, const devbuf__map_range *node, uint32_t parent_priority,
+                        int depth) {
+  if (!node) return;
+  if (depth > 4096) broken("mapped ranges: a tree deeper than 4096, a cycle?");
+  if (node->priority > parent_priority)
+    broken("mapped ranges: heap order broken at offset %zu", node->offset);
+  walk_ranges(w, node->left, node->priority, depth + 1);
+  if ((w->count && node->offset < w->end) || !node->size ||
+      node->size > w->segment->size - node->offset)
+    broken("segment %llu: the mapped range at %zu (%zu bytes) overlaps another, is empty or "
+           "lies outside it",
+           (unsigned long long)w->segment->serial, node->offset, node->size);
+  w->end = node->offset + node->size;
+  w->count++;
+  w->bytes += node->size;
+  walk_ranges(w, node->right, node->priority, depth + 1);
+}
+
+// A growable segment's mapped ranges are disjoint and add up to what it counts mapped; its
+// blocks to unmap are free blocks of its own, counted right, and a free block off that list
+// has no whole page mapped: a clear gives back all there is.
+static void validate_growable(const caching_allocator *self, const csegment *segment) {
+  range_walk ranges = {.segment = segment};
+  walk_ranges(&ranges, segment->maps, UINT32_MAX, 0);
+  if (ranges.count != segment->map_count || ranges.bytes != segment->mapped)
+    broken("segment %llu counts %zu mapped ranges of %zu bytes, holds %zu of %zu",
+           (unsigned long long)segment->serial, segment->map_count, segment->mapped, ranges.count,
+           ranges.bytes);
   listed_walk w = {.segment = segment};
   walk_listed(&w, segment->unmappable, UINT32_MAX, 0);
   if (w.count != segment->unmappable_count)
@@ -139,7 +169,7 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
     if (used != segment->used_blocks)
       broken("segment %llu counts %zu used blocks, holds %zu", (unsigned long long)segment->serial,
              segment->used_blocks, used);
-    if (segment->growable) validate_unmappable(self, segment);
+    if (segment->growable) validate_growable(self, segment);
     if (segment->idle && (used || segment->in_flight))
       broken("segment %llu is idle with blocks in use or in flight",
              (unsigned long long)segment->serial);
