@@ -10,6 +10,7 @@
 // pages as keep it under that. A loop that fits stays under its own first peak, so it
 // makes no system call after its first pass.
 #include "caching.h"
+#include "treap.h"
 
 // Addresses per growable segment: 1 TiB, or a quarter as much again and again where the
 // address space is short (a sanitizer's layout, an address-space limit), down to 4 GiB.
@@ -243,51 +244,9 @@ static size_t unmap_free(caching_allocator *self, csegment *segment, size_t from
 
 // ---- the free blocks to unmap: a treap by offset (the priorities of the free tree's)
 
-// Splits `tree` into the blocks below `offset` and the others.
-static void listed_split(cblock *tree, size_t offset, cblock **below, cblock **rest) {
-  if (!tree) {
-    *below = *rest = NULL;
-  } else if (tree->offset < offset) {
-    listed_split(tree->unmappable_right, offset, &tree->unmappable_right, rest);
-    *below = tree;
-  } else {
-    listed_split(tree->unmappable_left, offset, below, &tree->unmappable_left);
-    *rest = tree;
-  }
-}
+static bool offset_less(const cblock *a, const cblock *b) { return a->offset < b->offset; }
 
-static cblock *listed_merge(cblock *below, cblock *above) {
-  if (!below) return above;
-  if (!above) return below;
-  if (below->priority > above->priority) {
-    below->unmappable_right = listed_merge(below->unmappable_right, above);
-    return below;
-  }
-  above->unmappable_left = listed_merge(below, above->unmappable_left);
-  return above;
-}
-
-static cblock *listed_insert(cblock *tree, cblock *node) {
-  if (!tree) return node;
-  if (node->priority > tree->priority) {
-    listed_split(tree, node->offset, &node->unmappable_left, &node->unmappable_right);
-    return node;
-  }
-  if (node->offset < tree->offset)
-    tree->unmappable_left = listed_insert(tree->unmappable_left, node);
-  else
-    tree->unmappable_right = listed_insert(tree->unmappable_right, node);
-  return tree;
-}
-
-static cblock *listed_erase(cblock *tree, const cblock *node) {
-  if (tree == node) return listed_merge(node->unmappable_left, node->unmappable_right);
-  if (node->offset < tree->offset)
-    tree->unmappable_left = listed_erase(tree->unmappable_left, node);
-  else
-    tree->unmappable_right = listed_erase(tree->unmappable_right, node);
-  return tree;
-}
+DEVBUF__TREAP(listed, cblock, unmappable_left, unmappable_right, offset_less)
 
 // The listed block of the highest offset below `offset`, or NULL.
 static cblock *listed_below(cblock *tree, size_t offset) {

@@ -5,6 +5,7 @@
 // Bytes released while work may still use them are free blocks too, overlaid by in-flight
 // ranges of their segment: ordered (work) allocations may take them, others step around.
 #include "caching.h"
+#include "treap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,51 +29,7 @@ static bool block_before_key(const cblock *b, size_t size, uint64_t serial, size
   return b->offset < offset;
 }
 
-// Splits `tree` into the blocks ordered before `key` and the others.
-static void tree_split(cblock *tree, const cblock *key, cblock **before, cblock **after) {
-  if (!tree) {
-    *before = *after = NULL;
-  } else if (block_less(tree, key)) {
-    tree_split(tree->right, key, &tree->right, after);
-    *before = tree;
-  } else {
-    tree_split(tree->left, key, before, &tree->left);
-    *after = tree;
-  }
-}
-
-static cblock *tree_merge(cblock *before, cblock *after) {
-  if (!before) return after;
-  if (!after) return before;
-  if (before->priority > after->priority) {
-    before->right = tree_merge(before->right, after);
-    return before;
-  }
-  after->left = tree_merge(before, after->left);
-  return after;
-}
-
-static cblock *tree_insert(cblock *tree, cblock *node) {
-  if (!tree) return node;
-  if (node->priority > tree->priority) {
-    tree_split(tree, node, &node->left, &node->right);
-    return node;
-  }
-  if (block_less(node, tree))
-    tree->left = tree_insert(tree->left, node);
-  else
-    tree->right = tree_insert(tree->right, node);
-  return tree;
-}
-
-static cblock *tree_erase(cblock *tree, const cblock *node) {
-  if (tree == node) return tree_merge(node->left, node->right);
-  if (block_less(node, tree))
-    tree->left = tree_erase(tree->left, node);
-  else
-    tree->right = tree_erase(tree->right, node);
-  return tree;
-}
+DEVBUF__TREAP(tree, cblock, left, right, block_less)
 
 // The first block whose key is not below (size, serial, offset).
 static cblock *tree_lower_bound(cblock *tree, size_t size, uint64_t serial, size_t offset) {
@@ -178,14 +135,6 @@ size_t devbuf__pool_largest_served(const cpool *pool, size_t floor, size_t cap) 
   return walk.best;
 }
 
-static uint32_t priority_of(const void *pointer) {
-  uint64_t x = (uint64_t)(uintptr_t)pointer;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return (uint32_t)x;
-}
-
 static void free_insert(caching_allocator *self, shard *s, cblock *block) {
   cpool *pool = &s->pools[block->segment->pool];
   block->left = block->right = NULL;
@@ -220,7 +169,7 @@ static cblock *record_new(csegment *segment, size_t offset, size_t size) {
   else if (!(block = devbuf__malloc(sizeof *block)))
     return NULL;
   *block = (cblock){.segment = segment, .offset = offset, .size = size, .bin = UINT32_MAX};
-  block->priority = priority_of(block);
+  block->priority = devbuf__treap_priority(block);
   return block;
 }
 
