@@ -2,6 +2,7 @@
 // (size, address): a request's best fit, an insertion and a removal cost O(log n). They were
 // a sorted array, whose every insertion moved the blocks after it: a trace that left
 // 200,000 holes took 9 s a replay, and least-limit replays the model twenty times and more.
+// (The library's own treap template, src/memory/caching/treap.h, is internal to it.)
 // Segments that are one free block are kept in a set of their own, so that a request near
 // the limit does not look at every segment to find none.
 #include "cca_model.h"

@@ -91,8 +91,8 @@ typedef struct csegment {
   struct csegment *idle_newer, *idle_older; // the shard's idle segments
   bool idle;
   // Growable segments (growable.c): reserved addresses with memory behind the stretches
-  // `maps` lists (in address order, disjoint, merged where they touch; any whole pages of
-  // them may go back).
+  // `maps` holds (map_ranges.c: by address, disjoint, merged where they touch; any whole
+  // pages of them may go back).
   bool growable;
   size_t mapped;           // bytes mapped in all
   size_t frontier;         // the end of the highest mapped range; 0 while none
