@@ -84,7 +84,6 @@ typedef struct csegment {
   uint64_t serial;              // creation order: the address order of the free tree
   cblock *first, *last;         // blocks in address order: the lowest, the highest
   size_t used_blocks;           // active or binned
-  size_t free_count;            // blocks in the free tree
   devbuf__in_flight *in_flight; // released ranges whose work may still run
   uint64_t idle_since;          // tick when it last became idle (no blocks used, none in flight)
   struct csegment *next, *prev; // the shard's segments, newest first
@@ -95,15 +94,12 @@ typedef struct csegment {
   // pages of them may go back).
   bool growable;
   size_t mapped;           // bytes mapped in all
-  size_t frontier;         // the end of the highest mapped range; 0 while none
   devbuf__map_range *maps; // the treap's root
-  size_t map_count;
   // Its free blocks that may have whole pages mapped (those not listed have none), in a
   // treap by offset: a clear or a limit unmaps these, the highest first, never walking the
   // blocks in use. A walk over every block made each clear or refused request cost the live
   // blocks: a trace freeing beneath 100,000 of them before 20,000 refusals took 35 s.
   cblock *unmappable;
-  size_t unmappable_count;
 } csegment;
 
 typedef struct cpool {

@@ -182,7 +182,6 @@ devbuf_status devbuf__growable_map_for(caching_allocator *self, cblock *block, b
     merge_around(segment, range);
     mark_newly_mapped(segment, block, start, start + need);
     segment->mapped += need;
-    if (start + need > segment->frontier) segment->frontier = start + need;
     atomic_fetch_add(&self->pool_reserved[segment->pool], need);
     atomic_fetch_add(&self->system_allocs, 1);
     pthread_mutex_unlock(&s->lock); // and on to the block's next gap, if any
@@ -266,14 +265,12 @@ void devbuf__growable_mark_unmappable(csegment *segment, cblock *block) {
   block->unmappable = true;
   block->unmappable_left = block->unmappable_right = NULL;
   segment->unmappable = listed_insert(segment->unmappable, block);
-  segment->unmappable_count++;
 }
 
 void devbuf__growable_unmark(csegment *segment, cblock *block) {
   if (!block->unmappable) return;
   block->unmappable = false;
   segment->unmappable = listed_erase(segment->unmappable, block);
-  segment->unmappable_count--;
 }
 
 // Unmaps the whole pages of a listed free block; off the list once none is left to unmap.
@@ -295,8 +292,6 @@ static size_t shrink_segment(caching_allocator *self, csegment *segment, size_t 
     freed += unmap_block(self, segment, block);
     block = listed_below(segment->unmappable, offset);
   }
-  const devbuf__map_range *last = devbuf__ranges_last(segment);
-  segment->frontier = last ? last->offset + last->size : 0;
   atomic_fetch_sub(&self->reserved, freed);
   caching_held_sub(self, freed);
   atomic_fetch_sub(&self->pool_reserved[segment->pool], freed);

@@ -17,13 +17,11 @@ devbuf__map_range *devbuf__ranges_add(csegment *segment, size_t offset, size_t s
   *range = (devbuf__map_range){
       .offset = offset, .size = size, .priority = devbuf__treap_priority(range)};
   segment->maps = tree_insert(segment->maps, range);
-  segment->map_count++;
   return range;
 }
 
 void devbuf__ranges_remove(csegment *segment, devbuf__map_range *range) {
   segment->maps = tree_erase(segment->maps, range);
-  segment->map_count--;
   devbuf__free(range);
 }
 

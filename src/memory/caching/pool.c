@@ -140,7 +140,6 @@ static void free_insert(caching_allocator *self, shard *s, cblock *block) {
   block->left = block->right = NULL;
   atomic_store_explicit(&block->state, BLOCK_FREE, memory_order_relaxed);
   pool->free_root = tree_insert(pool->free_root, block);
-  block->segment->free_count++;
   owner_add(&s->free_blocks, 1);
   if (block->segment->growable)
     devbuf__growable_mark_unmappable(block->segment, block); // freed or merged: pages mapped
@@ -151,7 +150,6 @@ static void free_insert(caching_allocator *self, shard *s, cblock *block) {
 static void free_remove(caching_allocator *self, shard *s, cblock *block) {
   cpool *pool = &s->pools[block->segment->pool];
   pool->free_root = tree_erase(pool->free_root, block);
-  block->segment->free_count--;
   owner_add(&s->free_blocks, (uint64_t)-1);
   if (block->segment->growable)
     devbuf__growable_unmark(block->segment, block);

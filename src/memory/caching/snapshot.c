@@ -95,7 +95,8 @@ static bool add_segment(picture *p, const csegment *segment) {
   size_t first = p->block_count;
   // A growable segment shows its addresses up to its highest mapped byte, and its free
   // bytes that have no memory behind them as unmapped.
-  size_t size = segment->growable ? segment->frontier : segment->size;
+  const devbuf__map_range *last = segment->growable ? devbuf__ranges_last(segment) : NULL;
+  size_t size = !segment->growable ? segment->size : last ? last->offset + last->size : 0;
   for (const cblock *block = segment->first; block && block->offset < size; block = block->after) {
     block_state state = atomic_load_explicit(&block->state, memory_order_relaxed);
     cblock part = *block;

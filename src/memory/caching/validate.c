@@ -99,22 +99,19 @@ static void walk_ranges(range_walk *w, const devbuf__map_range *node, uint32_t p
 }
 
 // A growable segment's mapped ranges are disjoint and add up to what it counts mapped; its
-// blocks to unmap are free blocks of its own, counted right, and a free block off that list
-// has no whole page mapped: a clear gives back all there is.
+// blocks to unmap are the free blocks marked so, and a free block off that list has no whole
+// page mapped: a clear gives back all there is.
 static void validate_growable(const caching_allocator *self, const csegment *segment) {
   range_walk ranges = {.segment = segment};
   walk_ranges(&ranges, segment->maps, UINT32_MAX, 0);
-  if (ranges.count != segment->map_count || ranges.bytes != segment->mapped)
-    broken("segment %llu counts %zu mapped ranges of %zu bytes, holds %zu of %zu",
-           (unsigned long long)segment->serial, segment->map_count, segment->mapped, ranges.count,
-           ranges.bytes);
+  if (ranges.bytes != segment->mapped)
+    broken("segment %llu counts %zu bytes mapped, its ranges hold %zu",
+           (unsigned long long)segment->serial, segment->mapped, ranges.bytes);
   listed_walk w = {.segment = segment};
   walk_listed(&w, segment->unmappable, UINT32_MAX, 0);
-  if (w.count != segment->unmappable_count)
-    broken("segment %llu counts %zu blocks to unmap, lists %zu",
-           (unsigned long long)segment->serial, segment->unmappable_count, w.count);
-  size_t page = self->policy.page;
+  size_t page = self->policy.page, flagged = 0;
   for (const cblock *b = segment->first; b; b = b->after) {
+    flagged += b->unmappable;
     if (b->unmappable || atomic_load_explicit(&b->state, memory_order_relaxed) != BLOCK_FREE)
       continue;
     size_t from = caching_round_up(b->offset, page), to = (b->offset + b->size) & ~(page - 1);
@@ -123,6 +120,9 @@ static void validate_growable(const caching_allocator *self, const csegment *seg
              "unmap",
              (unsigned long long)segment->serial, b->offset);
   }
+  if (w.count != flagged)
+    broken("segment %llu marks %zu blocks to unmap, lists %zu", (unsigned long long)segment->serial,
+           flagged, w.count);
 }
 
 void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
@@ -140,7 +140,7 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
     if (segment->shard != s)
       broken("segment %llu listed in another shard", (unsigned long long)segment->serial);
     if (segment->idle) idle_bytes += segment->size;
-    size_t offset = 0, used = 0, free_count = 0;
+    size_t offset = 0, used = 0;
     const cblock *before = NULL;
     for (const cblock *block = segment->first; block; before = block, block = block->after) {
       if (block->segment != segment || block->before != before || block->offset != offset ||
@@ -150,7 +150,6 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
       uint8_t state = atomic_load_explicit(&block->state, memory_order_relaxed);
       if (state == BLOCK_FREE) {
         listed_free++;
-        free_count++;
         if (!segment->growable) free_bytes += block->size;
         if (before && atomic_load_explicit(&before->state, memory_order_relaxed) == BLOCK_FREE)
           broken("segment %llu: free neighbours at offset %zu were not merged",
@@ -163,9 +162,8 @@ void devbuf__caching_validate_shard(caching_allocator *self, shard *s) {
     if (segment->first && offset != segment->size)
       broken("segment %llu: blocks cover %zu of its %zu bytes", (unsigned long long)segment->serial,
              offset, segment->size);
-    if (segment->last != before || free_count != segment->free_count)
-      broken("segment %llu: its last block or its count of free ones (%zu, holds %zu) is wrong",
-             (unsigned long long)segment->serial, segment->free_count, free_count);
+    if (segment->last != before)
+      broken("segment %llu: its last block is wrong", (unsigned long long)segment->serial);
     if (used != segment->used_blocks)
       broken("segment %llu counts %zu used blocks, holds %zu", (unsigned long long)segment->serial,
              segment->used_blocks, used);
