@@ -105,14 +105,14 @@ class Queue(Owned):
     writes; work on other queues touching the same bytes is ordered after it, and host
     access that would race with it is refused or waits."""
 
-    __slots__ = ("_handle", "device", "_tasks", "_task_serial", "_tasks_lock", "__weakref__")
+    __slots__ = ("_handle", "device", "_tasks", "_tasks_lock", "__weakref__")
 
     def __init__(self, device: Device):
         self._handle = None
-        # Work that holds Python objects (host tasks, ctypes kernels), by serial, oldest
-        # first: each is kept until it has run, or until finish or cancel has retired it.
-        self._tasks: collections.deque[tuple[int, Any]] = collections.deque()
-        self._task_serial = 0
+        # Work that holds Python objects (host tasks, ctypes kernels), oldest first, each as
+        # [Task, whether its submission has returned]: kept until it has run, or until a
+        # finish or cancel that began after its submission returned has retired it.
+        self._tasks: collections.deque[list[Any]] = collections.deque()
         # Submissions and finishes from several threads: a check-then-pop on the deque could
         # let go of a Task that has not run (it was freed under the worker).
         self._tasks_lock = threading.Lock()
@@ -128,7 +128,7 @@ class Queue(Owned):
         handle = getattr(self, "_handle", None)
         tasks = getattr(self, "_tasks", None)
         if handle and tasks:
-            _orphan(handle, [task for _, task in tasks])
+            _orphan(handle, [task for task, _ in tasks])
             tasks.clear()
         super().close()
 
@@ -188,16 +188,16 @@ class Queue(Owned):
     def finish(self) -> None:
         """Waits until all submitted work has completed; raises the queue's failure (with
         the exception of the host task that failed it as its cause)."""
-        mark = self._task_serial
+        retiring = self._submitted()
         status = lib.devbuf_queue_finish(self._handle)
-        _check_with_cause(status, None if self._refused(status) else self._let_go(mark))
+        _check_with_cause(status, None if self._refused(status) else self._let_go(retiring))
 
     def cancel(self) -> None:
         """Drops the work not started yet (its events fail with CANCELLED)."""
-        mark = self._task_serial
+        retiring = self._submitted()
         status = lib.devbuf_queue_cancel(self._handle)
         if not self._refused(status):
-            self._let_go(mark)
+            self._let_go(retiring)
         check(status)
 
     def _refused(self, status: int) -> bool:
@@ -273,29 +273,38 @@ class Queue(Owned):
         # between the submission and keeping it freed a Task the queue was still to run.
         with self._tasks_lock:
             tasks = self._tasks
-            while tasks and tasks[0][1].done:
+            while tasks and tasks[0][0].done:
                 tasks.popleft()
-            self._task_serial += 1
-            kept = (self._task_serial, task)
+            kept = [task, False]
             tasks.append(kept)
         status = submit(self._handle, _ext.TRAMPOLINE, use_array, use_count, data, len(data))
-        if status != 0:  # refused: nothing will run it
-            with self._tasks_lock:
-                if kept in self._tasks:
-                    self._tasks.remove(kept)
-            check(status)
+        with self._tasks_lock:
+            if status == 0:
+                # Only from here may a finish or cancel let it go: one that began before
+                # the submission returned need not have waited for it.
+                kept[1] = True
+            else:  # refused: nothing will run it
+                self._tasks = collections.deque(entry for entry in self._tasks if entry is not kept)
+        check(status)
         _let_orphans_go()
 
-    def _let_go(self, mark: int) -> BaseException | None:
-        """Lets go of the tasks submitted up to serial `mark` (finish or cancel has retired
-        them all); the first exception one of them raised."""
-        cause = None
+    def _submitted(self) -> list[list[Any]]:
+        """The kept tasks whose submissions have returned: a finish or cancel that begins
+        now retires their work."""
         with self._tasks_lock:
-            tasks = self._tasks
-            while tasks and tasks[0][0] <= mark:
-                task = tasks.popleft()[1]
-                if cause is None and task.exception is not None:
-                    cause = task.exception
+            return [entry for entry in self._tasks if entry[1]]
+
+    def _let_go(self, retiring: list[list[Any]]) -> BaseException | None:
+        """Lets go of `retiring` (a finish or cancel has retired their work, which ran or was
+        dropped); the first exception one of them raised. Tasks submitted meanwhile stay."""
+        cause = None
+        gone = {id(entry) for entry in retiring}
+        with self._tasks_lock:
+            self._tasks = collections.deque(entry for entry in self._tasks if id(entry) not in gone)
+        for task, _ in retiring:
+            if task.exception is not None:
+                cause = task.exception
+                break
         return cause
 
     def check(self) -> None:

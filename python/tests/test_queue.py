@@ -233,6 +233,32 @@ def test_host_tasks_from_several_threads(cpu):
         sys.setswitchinterval(interval)
     queue.finish()
     assert not errors and len(ran) == 900
+
+
+def test_a_finish_during_a_submission_keeps_its_task(cpu):
+    """A finish that begins while a host task is being submitted (from another thread) does
+    not wait for that task, so it must not let go of it either: the work would run a freed
+    Task (a crash, one run in fifteen of the test above)."""
+    import gc
+
+    from devbuf import _ext, _queue
+    queue, gate, ran = cpu.queue(), devbuf.Event(), []
+
+    def submit_after_a_finish(*args):
+        finisher = threading.Thread(target=queue.finish)  # what another thread does meanwhile
+        finisher.start()
+        finisher.join()
+        queue.wait(gate, 1)  # the task runs after the test has dropped its own references
+        return _queue.lib.devbuf_queue_host_task(*args)
+
+    task = _ext.Task(0, lambda: ran.append(1), ())
+    queue._submit_task(submit_after_a_finish, task, None, 0, b"")
+    assert any(task in entry for entry in queue._tasks), "the queue let go of a task yet to run"
+    del task
+    gc.collect()
+    gate.signal(1)
+    queue.finish()
+    assert ran == [1] and not queue._tasks
     queue.close()
 
 
