@@ -189,8 +189,49 @@ static void test_worker_outlives_idle_races(void) {
   devbuf_event_release(event);
 }
 
+// Pooled items each start on a cache line of their own and take whole lines, so that the
+// worker retiring one item never writes a line of the next one the submitter fills.
+static void test_pooled_items_own_their_lines(void) {
+  devbuf_queue_t *queue = NULL;
+  CHECK_OK(devbuf_queue_create(device, &queue));
+  const struct {
+    devbuf__work_kind kind;
+    size_t uses, scalars;
+  } shapes[] = {{DEVBUF__WORK_FILL, 1, 1},
+                {DEVBUF__WORK_KERNEL, 1, 16},
+                {DEVBUF__WORK_COPY, 2, 0},
+                {DEVBUF__WORK_KERNEL, 4, 64}};
+  enum { PER_SHAPE = 8 };
+  devbuf__work *items[4 * PER_SHAPE];
+  size_t made = 0;
+  for (size_t s = 0; s < 4; s++)
+    for (size_t i = 0; i < PER_SHAPE; i++) {
+      devbuf__work *work =
+          devbuf__work_new(queue, shapes[s].kind, shapes[s].uses, shapes[s].scalars);
+      CHECK(work != NULL);
+      if (!work) continue;
+      CHECK_EQ_U((uintptr_t)work % 64, 0);
+      items[made++] = work;
+    }
+  // No two items' lines meet: each one's bytes end before the next line another one starts on.
+  for (size_t a = 0; a < made; a++)
+    for (size_t b = 0; b < made; b++) {
+      uintptr_t start = (uintptr_t)items[a], other = (uintptr_t)items[b];
+      size_t bytes =
+          devbuf__work_bytes(items[a]->kind, items[a]->use_count, items[a]->scalars_size);
+      if (a != b && other >= start) CHECK(other >= ((start + bytes + 63) & ~(uintptr_t)63));
+    }
+  for (size_t i = 0; i < made; i++) { // never queued: abandoned as a refused submission is
+    atomic_store(&items[i]->fence.done, true);
+    devbuf__work_release(items[i]);
+  }
+  devbuf__work_pool_trim(); // the pooled items go back to the heap whole (ASan checks the frees)
+  devbuf_queue_release(queue);
+}
+
 int main(void) {
   CHECK_OK(devbuf_device_open("cpu", &device));
+  RUN(test_pooled_items_own_their_lines);
   RUN(test_held_items_run_in_order);
   RUN(test_streams_run_in_order);
   RUN(test_cancel_takes_what_is_queued);

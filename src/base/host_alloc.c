@@ -4,6 +4,7 @@
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 static devbuf_host_memory_hooks_t hooks;
 atomic_bool devbuf__host_hooks_set; // read on every call: libc's functions unless set
@@ -72,4 +73,25 @@ void devbuf__cond_init_monotonic(pthread_cond_t *cond) {
   pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
   pthread_cond_init(cond, &attributes);
   pthread_condattr_destroy(&attributes);
+}
+
+#define LINE 64
+
+// The allocation's own address sits just before the lines, for the free.
+void *devbuf__calloc_lines(size_t size) {
+  size_t whole_lines = (size + LINE - 1) & ~(size_t)(LINE - 1);
+  if (whole_lines < size || whole_lines > SIZE_MAX - LINE - sizeof(void *)) return NULL;
+  char *allocation = devbuf__calloc(1, whole_lines + LINE + sizeof allocation);
+  if (!allocation) return NULL;
+  uintptr_t first = ((uintptr_t)allocation + sizeof allocation + LINE - 1) & ~(uintptr_t)(LINE - 1);
+  char *lines = allocation + (first - (uintptr_t)allocation);
+  memcpy(lines - sizeof allocation, &allocation, sizeof allocation);
+  return lines;
+}
+
+void devbuf__free_lines(void *pointer) {
+  if (!pointer) return;
+  char *allocation;
+  memcpy(&allocation, (char *)pointer - sizeof allocation, sizeof allocation);
+  devbuf__free(allocation);
 }

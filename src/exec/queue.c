@@ -684,14 +684,17 @@ static bool spin_next_time(uint64_t dry_at, bool found_spinning) {
 // GATHER_ITEMS that ran in less than the gather time while more was submitted, the worker
 // lets the submitter get ahead until the gather time after the batch began, touching none
 // of those lines, and then takes what came in one batch. The gather time follows the
-// submitter's pace, so that a gather brings about GATHER_ITEMS: from GATHER_MIN_NS (some
-// ten submissions of 100 ns) to GATHER_MAX_NS, for submissions over several tracked buffers,
-// whose lines all move between the cores, which come several times slower (docs/hazards.md). An
-// item waits at most GATHER_MAX_NS longer, and only while its submitter keeps ahead and
-// nobody waits for the queue: a finish, a cancel or a submitter waiting for room ends the
-// wait at once, work that takes the gather time or more is never held, and a worker that
-// ran dry takes what comes at once. `devbuf bench --only queue` prices it (docs/hazards.md).
-#define GATHER_ITEMS  16
+// submitter's pace, so that a gather brings about GATHER_ITEMS, a whole batch (what moves
+// between the cores costs per batch: with 16, a 256-byte fill took about 1.25 times a
+// ring's time where the cores are far apart, with 64 about 1.05; docs/hazards.md): from
+// GATHER_MIN_NS (some ten submissions of 100 ns) to GATHER_MAX_NS, for submissions over
+// several tracked buffers, whose lines all move between the cores, which come several times
+// slower (docs/hazards.md). An item waits at most GATHER_MAX_NS longer, and only while its
+// submitter keeps ahead and nobody waits for the queue: a finish, a cancel or a submitter
+// waiting for room ends the wait at once, work that takes the gather time or more is never
+// held, and a worker that ran dry takes what comes at once. `devbuf bench --only queue`
+// prices it (docs/hazards.md).
+#define GATHER_ITEMS  BATCH
 #define GATHER_MIN_NS 1000
 #define GATHER_MAX_NS 8000
 

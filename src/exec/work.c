@@ -39,13 +39,15 @@ devbuf__work *devbuf__work_retain(devbuf__work *work) {
 }
 
 static void work_destroy(devbuf__work *work) {
-  if (work->pool != NOT_POOLED) {
-    devbuf__spin_lock(&pool_lock);
-    pool_made[work->pool]--;
-    devbuf__spin_unlock(&pool_lock);
-  }
   devbuf__free(work->deps);
-  devbuf__free(work);
+  if (work->pool == NOT_POOLED) {
+    devbuf__free(work);
+    return;
+  }
+  devbuf__spin_lock(&pool_lock);
+  pool_made[work->pool]--;
+  devbuf__spin_unlock(&pool_lock);
+  devbuf__free_lines(work);
 }
 
 #define PARKING_PLACES 64
@@ -216,7 +218,10 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
     devbuf__spin_unlock(&pool_lock);
   }
   if (!work) { // every field is set below or before use: no need to clear the whole item
-    work = devbuf__malloc(bytes);
+    // Pooled items on lines of their own: packed as malloc packs them, the worker retiring
+    // one item and the submitter writing its neighbour moved their shared line between the
+    // cores, and a queued 256-byte fill took 10 to 15% longer (docs/hazards.md).
+    work = p != NOT_POOLED ? devbuf__calloc_lines(bytes) : devbuf__malloc(bytes);
     if (!work) {
       if (p != NOT_POOLED) {
         devbuf__spin_lock(&pool_lock);
