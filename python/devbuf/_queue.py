@@ -297,15 +297,10 @@ class Queue(Owned):
     def _let_go(self, retiring: list[list[Any]]) -> BaseException | None:
         """Lets go of `retiring` (a finish or cancel has retired their work, which ran or was
         dropped); the first exception one of them raised. Tasks submitted meanwhile stay."""
-        cause = None
         gone = {id(entry) for entry in retiring}
         with self._tasks_lock:
             self._tasks = collections.deque(entry for entry in self._tasks if id(entry) not in gone)
-        for task, _ in retiring:
-            if task.exception is not None:
-                cause = task.exception
-                break
-        return cause
+        return next((task.exception for task, _ in retiring if task.exception is not None), None)
 
     def check(self) -> None:
         """Raises the failure that stopped the queue, if any."""

@@ -233,6 +233,7 @@ def test_host_tasks_from_several_threads(cpu):
         sys.setswitchinterval(interval)
     queue.finish()
     assert not errors and len(ran) == 900
+    queue.close()
 
 
 def test_a_finish_during_a_submission_keeps_its_task(cpu):
@@ -259,7 +260,6 @@ def test_a_finish_during_a_submission_keeps_its_task(cpu):
     gate.signal(1)
     queue.finish()
     assert ran == [1] and not queue._tasks
-    queue.close()
 
 
 def test_finish_tells_the_cause_of_a_task_that_raised_a_devbuf_error(cpu):

@@ -51,6 +51,7 @@ void *devbuf__malloc(size_t size);
 void *devbuf__calloc(size_t count, size_t size);
 void *devbuf__realloc(void *pointer, size_t size);
 void devbuf__free(void *pointer);
+#define DEVBUF__CACHE_LINE 64
 // `size` bytes, zeroed, that start on a cache line and end on one, for records that two threads
 // write: malloc packs records 16 bytes apart, and one thread's writes to a record then take the
 // line of its neighbour's from the other thread's core. Freed with devbuf__free_lines.

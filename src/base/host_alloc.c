@@ -75,15 +75,15 @@ void devbuf__cond_init_monotonic(pthread_cond_t *cond) {
   pthread_condattr_destroy(&attributes);
 }
 
-#define LINE 64
-
 // The allocation's own address sits just before the lines, for the free.
 void *devbuf__calloc_lines(size_t size) {
-  size_t whole_lines = (size + LINE - 1) & ~(size_t)(LINE - 1);
-  if (whole_lines < size || whole_lines > SIZE_MAX - LINE - sizeof(void *)) return NULL;
-  char *allocation = devbuf__calloc(1, whole_lines + LINE + sizeof allocation);
+  size_t whole_lines = (size + DEVBUF__CACHE_LINE - 1) & ~(size_t)(DEVBUF__CACHE_LINE - 1);
+  if (whole_lines < size || whole_lines > SIZE_MAX - DEVBUF__CACHE_LINE - sizeof(void *))
+    return NULL;
+  char *allocation = devbuf__calloc(1, whole_lines + DEVBUF__CACHE_LINE + sizeof allocation);
   if (!allocation) return NULL;
-  uintptr_t first = ((uintptr_t)allocation + sizeof allocation + LINE - 1) & ~(uintptr_t)(LINE - 1);
+  uintptr_t first = ((uintptr_t)allocation + sizeof allocation + DEVBUF__CACHE_LINE - 1) &
+                    ~(uintptr_t)(DEVBUF__CACHE_LINE - 1);
   char *lines = allocation + (first - (uintptr_t)allocation);
   memcpy(lines - sizeof allocation, &allocation, sizeof allocation);
   return lines;

@@ -146,7 +146,7 @@ static inline devbuf_launch_t *devbuf__work_launch(devbuf__work *work) {
 // submission (which writes the FIFO under the lock) and the worker (which reads the flags
 // for every item and bumps `completed` for every group it retires) do not take each
 // other's cache lines away on every item.
-#define CACHE_LINE 64
+#define CACHE_LINE DEVBUF__CACHE_LINE
 struct devbuf_queue {
   // Set at creation.
   devbuf_device_t *device; // retained

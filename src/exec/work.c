@@ -217,7 +217,7 @@ devbuf__work *devbuf__work_new(devbuf_queue_t *queue, devbuf__work_kind kind, si
     }
     devbuf__spin_unlock(&pool_lock);
   }
-  if (!work) { // every field is set below or before use: no need to clear the whole item
+  if (!work) { // every field is set below or before use (pooled ones come cleared anyway)
     // Pooled items on lines of their own: packed as malloc packs them, the worker retiring
     // one item and the submitter writing its neighbour moved their shared line between the
     // cores, and a queued 256-byte fill took 10 to 15% longer (docs/hazards.md).
