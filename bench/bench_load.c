@@ -4,9 +4,11 @@
 //                          into malloc'd memory, which copying readers must do first;
 //   checksum of every tensor on one thread (fresh mapping each run, page faults included)
 //                          vs the file's sequential read() bandwidth from the page cache;
+//   the checksum itself, each way the CPU runs it, on bytes in cache;
 //   end to end (load + checksum on every core, as `devbuf load --verify` does) vs Python
 //                          safetensors (safe_open, numpy, every tensor), when a Python with
 //                          safetensors and numpy is found.
+#include "../tools/checksum.h"
 #include "../tools/verify.h"
 #include "bench.h"
 
@@ -86,6 +88,30 @@ static double python_seconds(const char *python, const char *path) {
   return seconds;
 }
 
+// GB/s of each way of the checksum over bytes that stay in cache: what the sum costs
+// without the memory and the page faults of the load.
+static void checksum_in_cache(const bench_config *config, unsigned char *bytes, size_t size) {
+  enum { REPEATS = 256 };
+  int runs = config->runs > MAX_RUNS ? MAX_RUNS : config->runs;
+  memset(bytes, 0x5a, size);
+  printf("   checksum of %zu KiB in cache:", size >> 10);
+  for (unsigned way = 0; way < devbuf_tool_checksum_ways(); way++) {
+    double ns[MAX_RUNS];
+    uint64_t sink = 0;
+    for (int r = 0; r < runs; r++) {
+      uint64_t t0 = bench_now_ns();
+      for (int i = 0; i < REPEATS; i++) sink += devbuf_tool_checksum_by(way, bytes, size);
+      ns[r] = (double)(bench_now_ns() - t0 + (sink & 1)); // keeps the sums
+    }
+    double gbs = (double)size * REPEATS / bench_median(ns, runs);
+    printf("%s %s %.1f GB/s", way ? "," : "", devbuf_tool_checksum_way_name(way), gbs);
+    char name[64];
+    snprintf(name, sizeof name, "checksum in cache, %s", devbuf_tool_checksum_way_name(way));
+    bench_figure("load", name, gbs, "GB/s", -1);
+  }
+  printf(" (the last is the one used)\n");
+}
+
 void bench_load(const bench_config *config) {
   char path[512];
   struct stat info;
@@ -148,6 +174,7 @@ void bench_load(const bench_config *config) {
          "(target >= 0.9x)\n",
          gb / (check_ns * 1e-9), gb / (stream_ns * 1e-9), stream_ns / check_ns,
          stream_ns / check_ns >= 0.9 ? "met" : "MISSED");
+  checksum_in_cache(config, chunk, (size_t)256 << 10);
   bench_figure("load", "time to first tensor", first_ns * 1e-6, "ms", first_ns <= 1e6);
   bench_figure("load", "read() of the file into malloc", copy_ns * 1e-6, "ms", -1);
   bench_figure("load", "checksum, one thread", gb / (check_ns * 1e-9), "GB/s", -1);

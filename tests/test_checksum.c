@@ -1,12 +1,10 @@
-// The tool's checksum (`devbuf load --verify`): the SIMD path and the portable path agree on
-// every length and alignment, so sums compare across machines; every single-bit change and
-// every swap of blocks changes the sum.
+// The tool's checksum (`devbuf load --verify`): every SIMD way this CPU runs agrees with the
+// portable one on every length and alignment, so sums compare across machines; every
+// single-bit change and every swap of blocks changes the sum.
 #include "../tools/checksum.h"
 #include "check.h"
 
 #include <stdint.h>
-
-uint64_t checksum_portable(const void *data, size_t size); // tools/checksum.c built portable
 
 static void test_paths_agree(void) {
   enum { MAX = 20000 };
@@ -14,12 +12,24 @@ static void test_paths_agree(void) {
   uint32_t x = 12345;
   for (size_t i = 0; i < MAX + 64; i++)
     bytes[i] = (unsigned char)((x = x * 1103515245u + 12345u) >> 16);
-  size_t mismatches = 0;
-  for (size_t size = 0; size < MAX; size += size < 300 ? 1 : 997)
-    for (size_t offset = 0; offset < 8; offset += 3)
-      mismatches +=
-          devbuf_tool_checksum(bytes + offset, size) != checksum_portable(bytes + offset, size);
-  CHECK_EQ_U(mismatches, 0);
+  unsigned ways = devbuf_tool_checksum_ways();
+  CHECK(ways >= 1);
+  CHECK(strcmp(devbuf_tool_checksum_way_name(0), "portable") == 0);
+  CHECK(devbuf_tool_checksum_way_name(ways) == NULL);
+#if defined(__x86_64__)
+  CHECK(ways >= 2); // SSE2 is part of x86-64
+#endif
+  for (unsigned way = 1; way < ways; way++) {
+    size_t mismatches = 0;
+    for (size_t size = 0; size < MAX; size += size < 300 ? 1 : 997)
+      for (size_t offset = 0; offset < 8; offset += 3)
+        mismatches += devbuf_tool_checksum_by(way, bytes + offset, size) !=
+                      devbuf_tool_checksum_by(0, bytes + offset, size);
+    printf("  %s against portable: %zu mismatches\n", devbuf_tool_checksum_way_name(way),
+           mismatches);
+    CHECK_EQ_U(mismatches, 0);
+  }
+  CHECK(devbuf_tool_checksum(bytes, MAX) == devbuf_tool_checksum_by(ways - 1, bytes, MAX));
   free(bytes);
 }
 
