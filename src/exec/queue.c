@@ -1004,6 +1004,11 @@ devbuf_status devbuf_queue_finish(devbuf_queue_t *queue) {
     if (atomic_load(&queue->worker_idle) && has_incoming(queue) && claim_runner(queue))
       run_here(queue);
   }
+  // Drained and healthy (what a loop of collectives finds once it ran them here): no lock.
+  // `failed` is raised before a failing item retires, so it shows once `completed` does.
+  if (atomic_load(&queue->completed) == atomic_load(&queue->submitted) &&
+      !atomic_load(&queue->failed))
+    return DEVBUF_OK;
   pthread_mutex_lock(&queue->lock);
   wait_drained_locked(queue);
   devbuf_status status = queue->failure == DEVBUF_OK ? DEVBUF_OK : failure_locked(queue);

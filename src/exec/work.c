@@ -130,6 +130,16 @@ static inline void validate_pool_locked(void) {}
 // Gives a list of cleaned items to their pools, a group at a time; what does not fit is
 // freed.
 void devbuf__work_pool_return(devbuf__work *recycled) {
+  if (recycled && !recycled->next) { // one item (a task waited for alone): no grouping
+    int p = recycled->pool;
+    devbuf__spin_lock(&pool_lock);
+    bool kept = pool_count[p] < POOL_CAPACITY;
+    if (kept) pool[p][pool_count[p]++] = recycled;
+    validate_pool_locked();
+    devbuf__spin_unlock(&pool_lock);
+    if (!kept) work_destroy(recycled);
+    return;
+  }
   while (recycled) {
     devbuf__work *group[POOLS][RETURN_GROUP];
     size_t counts[POOLS] = {0};
