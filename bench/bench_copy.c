@@ -136,7 +136,8 @@ static void bench_copy_size(const bench_config *config, size_t size) {
       printf(" %s %.2f GiB/s;", kind_names[k], aligned_sum[k] / (OFFSETS * OFFSETS));
     printf("\n   worst pair:");
     for (int k = 0; k < KINDS; k++)
-      printf(" %s %.2fx %s;", kind_names[k], worst[k], worst[k] >= 0.95 ? "met" : "MISSED");
+      printf(" %s %.*fx %s;", kind_names[k], bench_decimals(worst[k], 0.95), worst[k],
+             worst[k] >= 0.95 ? "met" : "MISSED");
     printf("\n\n");
   }
   devbuf_buffer_release(setup.first);

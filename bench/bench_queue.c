@@ -215,10 +215,10 @@ void bench_queue(const bench_config *config) {
     bench_figure("queue", "devbuf, 1 queue, per item", o, "ns", o <= 1000);
     bench_figure("queue", "devbuf, 1 queue, against untracked", x, "x", x <= 1.5);
     bench_figure("queue", "devbuf, 2 queues waiting for each other, per item", t, "ns", -1);
-    printf("   devbuf, 1 queue           %8.1f  %5.2fx untracked (median of the runs' ratios)  %s "
+    printf("   devbuf, 1 queue           %8.1f  %5.*fx untracked (median of the runs' ratios)  %s "
            "(target <= 1000 ns "
            "and <= 1.5x)\n",
-           o, x, o <= 1000 && x <= 1.5 ? "met" : "MISSED");
+           o, bench_decimals(x, 1.5), x, o <= 1000 && x <= 1.5 ? "met" : "MISSED");
     printf("   devbuf, 2 queues          %8.1f  every item waits for the other queue: +%.1f ns per "
            "wait\n\n",
            t, t - o);

@@ -262,9 +262,9 @@ void bench_queue_ring(const bench_config *config) {
     printf("== %zu fills of %d bytes queued, then waited for: ns per item ==\n", items, FILL_BYTES);
     printf("   ring, signals every push  %8.1f\n", a);
     printf("   ring, signals a sleeper   %8.1f\n", s);
-    printf("   devbuf queue              %8.1f  %5.2fx the faster ring (median of the runs' "
+    printf("   devbuf queue              %8.1f  %5.*fx the faster ring (median of the runs' "
            "ratios)  %s (target <= 1.2x)\n\n",
-           o, x, x <= 1.2 ? "met" : "MISSED");
+           o, bench_decimals(x, 1.2), x, x <= 1.2 ? "met" : "MISSED");
     bench_figure("queue", "ring signalling every push, per fill", a, "ns", -1);
     bench_figure("queue", "ring signalling a sleeper, per fill", s, "ns", -1);
     bench_figure("queue", "devbuf queue, per fill", o, "ns", -1);

@@ -60,7 +60,8 @@ void bench_threads(const bench_config *config) {
   printf("   1 thread   %7.2f\n", single / 1e6);
   bench_figure("threads", "1 thread", single / 1e6, "M ops/s", -1);
   bench_figure("threads", "2 threads against 1", dual / single, "x", dual / single >= 1.5);
-  printf("   2 threads  %7.2f  %5.2fx  %s (target >= 1.5x)\n\n", dual / 1e6, dual / single,
+  printf("   2 threads  %7.2f  %5.*fx  %s (target >= 1.5x)\n\n", dual / 1e6,
+         bench_decimals(dual / single, 1.5), dual / single,
          dual / single >= 1.5 ? "met" : "MISSED");
   bench_pairs(config);
 }

@@ -864,7 +864,10 @@ DEVBUF_API devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue);
 // allocated now if lazy) with `scalars_size` bytes of scalars copied at once. Refused
 // (nothing is submitted) with HOST_ACCESS_OPEN when a host access races with a use, with
 // INVALID_ARGUMENT for bad uses, READ_ONLY for writes to mapped files, and with the
-// original failure once the queue has failed.
+// original failure once the queue has failed. The kernel is ordinary C in this process:
+// devbuf orders it by the byte ranges of its uses, but does not contain it. A kernel that
+// writes outside args->sizes[i] bytes of a use (or to a use it declared read-only) corrupts
+// whatever lies there, as any C code would, and no tracker knows of it.
 DEVBUF_API devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel,
                                              const devbuf_use_t *uses, size_t use_count,
                                              const void *scalars, size_t scalars_size);
