@@ -117,10 +117,6 @@ static int compare_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-int bench_decimals(double value, double target) {
-  return value != target && fabs(value - target) < 0.005 ? 3 : 2;
-}
-
 double bench_median(double *values, int count) {
   qsort(values, (size_t)count, sizeof *values, compare_double);
   return count % 2 ? values[count / 2] : (values[count / 2 - 1] + values[count / 2]) / 2;

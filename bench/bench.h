@@ -3,6 +3,7 @@
 #ifndef DEVBUF_BENCH_H
 #define DEVBUF_BENCH_H
 
+#include "decimals.h"
 #include "devbuf.h"
 
 #include <stdbool.h>
@@ -47,9 +48,6 @@ uint64_t bench_now_ns(void);
 // "256 B", "4 KiB", "64 MiB": a size as the tables print it.
 void bench_size_label(size_t size, char *out, size_t capacity);
 double bench_median(double *values, int count);
-// Decimals to print a ratio with beside its target: 2, or 3 where two would round it onto
-// the target it misses ("0.90x MISSED (target >= 0.9x)" reads as a mistake).
-int bench_decimals(double value, double target);
 
 // Writes one byte in every page of [p, p + size) and the last byte, so that every page is
 // really backed; volatile so the compiler cannot drop the writes.

@@ -865,9 +865,10 @@ DEVBUF_API devbuf_device_t *devbuf_queue_device(const devbuf_queue_t *queue);
 // (nothing is submitted) with HOST_ACCESS_OPEN when a host access races with a use, with
 // INVALID_ARGUMENT for bad uses, READ_ONLY for writes to mapped files, and with the
 // original failure once the queue has failed. The kernel is ordinary C in this process:
-// devbuf orders it by the byte ranges of its uses, but does not contain it. A kernel that
-// writes outside args->sizes[i] bytes of a use (or to a use it declared read-only) corrupts
-// whatever lies there, as any C code would, and no tracker knows of it.
+// devbuf orders it by the byte ranges of its uses, but does not contain it. Bytes it reads
+// or writes outside args->sizes[i] of a use (or writes to a use it declared read-only) are
+// not ordered against other work, and a write there corrupts whatever lies there, as any C
+// code's would.
 DEVBUF_API devbuf_status devbuf_queue_submit(devbuf_queue_t *queue, devbuf_cpu_kernel_fn kernel,
                                              const devbuf_use_t *uses, size_t use_count,
                                              const void *scalars, size_t scalars_size);

@@ -6,6 +6,7 @@
 // plain multiply-rotate rounds.
 #include "checksum.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -50,7 +51,8 @@ static void stripe_portable(uint64_t lanes[LANES], const unsigned char *p, size_
 // The SIMD stripes compute exactly what the portable one does. Every x86-64 CPU has SSE2;
 // AVX2 is asked of the CPU at run time, so one build runs everywhere and takes the wider
 // path where it can (figures in docs/testing.md, --only load).
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__) && \
+    (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define HAVE_X86_STRIPES 1
 
@@ -120,8 +122,14 @@ stripe_avx2(uint64_t lanes[LANES], const unsigned char *p, size_t blocks, uint64
 }
 
 static bool cpu_has_avx2(void) {
-  __builtin_cpu_init(); // idempotent; the sum may be asked for before constructors ran
-  return __builtin_cpu_supports("avx2");
+  static _Atomic int known; // 0: not asked yet; 1: no; 2: yes
+  int answer = atomic_load_explicit(&known, memory_order_relaxed);
+  if (!answer) {
+    __builtin_cpu_init(); // the sum may be asked for before constructors ran
+    answer = __builtin_cpu_supports("avx2") ? 2 : 1;
+    atomic_store_explicit(&known, answer, memory_order_relaxed);
+  }
+  return answer == 2;
 }
 #endif
 

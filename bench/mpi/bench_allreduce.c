@@ -9,7 +9,8 @@
 #include <devbuf.h>
 #include <mpi.h>
 
-#include <math.h>
+#include "../decimals.h"
+
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,9 +119,7 @@ int main(int argc, char **argv) {
     missed += ratio > most;
     if (rank == 0)
       printf("   %7zuKiB %12.3f %12.3f %7.*fx  %s (target <= %.2fx)\n", bytes >> 10,
-             (double)bytes / a * 1e-9, (double)bytes / b * 1e-9,
-             // three decimals where two would round a miss onto the target ("1.03x MISSED")
-             ratio != most && fabs(ratio - most) < 0.005 ? 3 : 2, ratio,
+             (double)bytes / a * 1e-9, (double)bytes / b * 1e-9, bench_decimals(ratio, most), ratio,
              ratio <= most ? "met" : "MISSED", most);
     devbuf_buffer_release(buffer);
   }
