@@ -581,7 +581,8 @@ static bool wait_for_work(devbuf_queue_t *queue) {
     bool waiting = has_incoming(queue);
     bool finishers_turn = waiting && finishers_run_the_work(queue) && !overslept &&
                           !atomic_load(&queue->run_now) && !atomic_load(&devbuf__blocked_waiters);
-    if ((queue->released || (waiting && !finishers_turn)) && claim_runner(queue)) break;
+    if ((atomic_load(&queue->released) || (waiting && !finishers_turn)) && claim_runner(queue))
+      break;
     if (!doze) {
       if (waiting) { // the finishing thread's turn (or it runs the queue): doze meanwhile
         doze = true;
@@ -614,7 +615,7 @@ static bool wait_for_work(devbuf_queue_t *queue) {
   atomic_store(&queue->worker_idle, false);
   // Only a released, drained queue ends its worker: whatever the FIFO's counts say meanwhile,
   // an unreleased queue's worker goes back to look.
-  bool more = !queue->released || has_incoming(queue);
+  bool more = !atomic_load(&queue->released) || has_incoming(queue);
   pthread_mutex_unlock(&queue->lock);
   return more;
 }
@@ -640,10 +641,14 @@ static void run_here(devbuf_queue_t *queue) {
   for (size_t count; (count = take_batch(queue, batch));) run_batch(queue, batch, count);
   devbuf__worker_queue = outer_queue;
   devbuf__worker_device = outer_device;
-  pthread_mutex_lock(&queue->lock);
+  // The lock only to signal: a worker that failed to claim the runner before this store
+  // holds the lock until it waits, so the signal reaches it; one that looks after it claims.
   atomic_store(&queue->runner, false);
-  if (has_incoming(queue) || queue->released) pthread_cond_signal(&queue->work_available);
-  pthread_mutex_unlock(&queue->lock);
+  if (has_incoming(queue) || atomic_load(&queue->released)) {
+    pthread_mutex_lock(&queue->lock);
+    pthread_cond_signal(&queue->work_available);
+    pthread_mutex_unlock(&queue->lock);
+  }
 }
 
 // How long a worker that ran dry looks for more before it sleeps: about what a sleep and a
@@ -842,7 +847,7 @@ void devbuf_queue_release(devbuf_queue_t *queue) {
   if (!queue || !devbuf__ref_drop(&queue->refs)) return;
   if (queue->epoch != devbuf__epoch()) return; // an ancestor's: no worker to stop or join here
   pthread_mutex_lock(&queue->lock);
-  queue->released = true;
+  atomic_store(&queue->released, true);
   bool drained = atomic_load(&queue->completed) == atomic_load(&queue->submitted);
   queue->worker_frees = !drained; // pending work: let it finish without blocking the caller
   pthread_t worker = queue->worker;

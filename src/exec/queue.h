@@ -195,7 +195,7 @@ struct devbuf_queue {
   uint64_t doze_ns;              // how long the worker dozes at a time (DEVBUF_QUEUE_DOZE_US)
   devbuf__dozer dozer;           // in base's list while the queue lives (CPU queues)
   pthread_mutex_t lock;          // the fields below, unless marked atomic
-  bool released;                 // no references left: the worker exits once drained
+  atomic_bool released;          // no references left: the worker exits once drained
   bool worker_frees;             // ... and frees the queue itself (release did not join)
   pthread_cond_t work_available; // the worker waits here
   pthread_cond_t drained;        // finish and cancel wait here
