@@ -130,9 +130,8 @@ void bench_touch(volatile unsigned char *p, size_t size) {
 // jemalloc's and mimalloc's own functions, found in their libraries loaded with
 // RTLD_LOCAL, so that loading them never replaces the process's malloc. jemalloc's are its
 // malloc and free, the fast path a program linked with it or preloading it gets: its
-// mallocx and dallocx take a general path that took 9 to 12 ns a 256-byte pair where malloc
-// and free took 3.5 to 4.2 (on an AMD EPYC of 2026, jemalloc 5.3, preloaded), and a
-// benchmark of them made jemalloc look slower than devbuf where it was twice as fast.
+// mallocx and dallocx take a general path, about twice the time, which made jemalloc look
+// slower than devbuf where it is faster (docs/allocator.md).
 
 // Through pointers, so the compiler cannot fold a malloc/free pair away.
 static void *(*volatile glibc_malloc)(size_t) = malloc;
