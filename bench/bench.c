@@ -156,7 +156,9 @@ void bench_find_mallocs(bench_malloc out[BENCH_MALLOC_COUNT]) {
     void (*je_free)(void *);
     *(void **)&je_malloc = dlsym(je, "malloc"); // the library's own: it is searched first
     *(void **)&je_free = dlsym(je, "free");
-    if (je_malloc && je_free && je_malloc != malloc)
+    if (je_malloc && je_malloc == malloc) // preloaded: the glibc column measures it
+      out[BENCH_JEMALLOC].missing = "jemalloc is the process's malloc (preloaded)";
+    else if (je_malloc && je_free)
       out[BENCH_JEMALLOC] = (bench_malloc){"jemalloc", je_malloc, je_free, NULL};
   }
   void *mi = dlopen("libmimalloc.so.2", RTLD_NOW | RTLD_LOCAL);
