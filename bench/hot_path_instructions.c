@@ -35,11 +35,11 @@ int main(int argc, char **argv) {
     unsigned char pattern = 7;
     devbuf_use_t use = {buffer, DEVBUF_ACCESS_READ_WRITE};
     for (long i = 0; i < iterations; i++) {
-      if (task ? devbuf_queue_host_task(queue, touch_first_byte, &use, 1, NULL, 0) != DEVBUF_OK ||
-                     devbuf_queue_finish(queue) != DEVBUF_OK
-               : devbuf_queue_fill(queue, buffer, &pattern, 1) != DEVBUF_OK)
-        return 1;
-      if (!task && i % 64 == 63 && devbuf_queue_finish(queue) != DEVBUF_OK) return 1;
+      devbuf_status status = task
+                                 ? devbuf_queue_host_task(queue, touch_first_byte, &use, 1, NULL, 0)
+                                 : devbuf_queue_fill(queue, buffer, &pattern, 1);
+      if (status == DEVBUF_OK && (task || i % 64 == 63)) status = devbuf_queue_finish(queue);
+      if (status != DEVBUF_OK) return 1;
     }
     devbuf_queue_finish(queue);
     devbuf_buffer_release(buffer);

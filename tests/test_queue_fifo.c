@@ -210,7 +210,7 @@ static void test_pooled_items_own_their_lines(void) {
           devbuf__work_new(queue, shapes[s].kind, shapes[s].uses, shapes[s].scalars);
       CHECK(work != NULL);
       if (!work) continue;
-      CHECK_EQ_U((uintptr_t)work % 64, 0);
+      CHECK_EQ_U((uintptr_t)work % DEVBUF__CACHE_LINE, 0);
       items[made++] = work;
     }
   // No two items' lines meet: each one's bytes end before the next line another one starts on.
@@ -219,7 +219,9 @@ static void test_pooled_items_own_their_lines(void) {
       uintptr_t start = (uintptr_t)items[a], other = (uintptr_t)items[b];
       size_t bytes =
           devbuf__work_bytes(items[a]->kind, items[a]->use_count, items[a]->scalars_size);
-      if (a != b && other >= start) CHECK(other >= ((start + bytes + 63) & ~(uintptr_t)63));
+      if (a != b && other >= start)
+        CHECK(other >=
+              ((start + bytes + DEVBUF__CACHE_LINE - 1) & ~(uintptr_t)(DEVBUF__CACHE_LINE - 1)));
     }
   for (size_t i = 0; i < made; i++) { // never queued: abandoned as a refused submission is
     atomic_store(&items[i]->fence.done, true);

@@ -146,7 +146,6 @@ static inline devbuf_launch_t *devbuf__work_launch(devbuf__work *work) {
 // submission (which writes the FIFO under the lock) and the worker (which reads the flags
 // for every item and bumps `completed` for every group it retires) do not take each
 // other's cache lines away on every item.
-#define CACHE_LINE DEVBUF__CACHE_LINE
 struct devbuf_queue {
   // Set at creation.
   devbuf_device_t *device; // retained
@@ -160,7 +159,7 @@ struct devbuf_queue {
   atomic_size_t drain_waiters;  // threads waiting on `drained`
   atomic_uint_least64_t depth;  // most items submitted and not retired (0: no bound)
   atomic_bool full_refuses;     // a submission to a full queue refuses instead of waiting
-  char apart_from_flags[CACHE_LINE];
+  char apart_from_flags[DEVBUF__CACHE_LINE];
   // Written by every submission, under the device's submission lock: the FIFO's end that
   // submissions fill (work_fifo.h), so that submitting and taking never wait for each other.
   devbuf__fifo_in fifo_in;
@@ -168,7 +167,7 @@ struct devbuf_queue {
   // What submitters last read of `completed`: while submitted - this is under the depth the
   // queue has room, and no submission reads the worker's line.
   atomic_uint_least64_t completed_seen;
-  char apart_from_fifo_in[CACHE_LINE];
+  char apart_from_fifo_in[DEVBUF__CACHE_LINE];
   // The worker's state as submissions see it: read by every submission, written when the
   // worker runs dry, sleeps or wakes. Off the line that every submission writes, which the
   // worker would otherwise take away each time it runs dry.
@@ -181,7 +180,7 @@ struct devbuf_queue {
   // When a submission first found the worker without work (asleep or spinning) since the
   // last finish; 0: none did.
   atomic_uint_least64_t submitted_to_idle_at;
-  char apart_from_worker_state[CACHE_LINE];
+  char apart_from_worker_state[DEVBUF__CACHE_LINE];
   // The thread that takes and runs items holds `runner`: the worker, but while it sleeps a
   // thread in devbuf_queue_finish of a queue with no device queue of its own, which runs
   // what is queued itself instead of waking the worker and sleeping until it is done.
@@ -202,10 +201,10 @@ struct devbuf_queue {
   devbuf__work *waiting;         // the WAIT item the worker blocks in, for cancel
   uint64_t cancel_held;          // items cancels took from the FIFO and have not yet retired
   devbuf_status failure;         // OK until a work item fails
-  char apart_from_submissions[CACHE_LINE];
+  char apart_from_submissions[DEVBUF__CACHE_LINE];
   // Written by the worker for every group of items it retires.
   atomic_uint_least64_t completed; // retired items
-  char apart_from_completed[CACHE_LINE];
+  char apart_from_completed[DEVBUF__CACHE_LINE];
   devbuf__refcount refs;
   char failure_message[480]; // with "STATUS: " in front, within devbuf_last_error's 512 bytes
   _Atomic(devbuf__failure *) failure_cause; // the same, for its failed items (NULL: none yet)
